@@ -1,0 +1,3 @@
+from rdmaplane.cli import main
+
+main()

@@ -1,0 +1,34 @@
+"""The one `rdmaplane` command. Each command group lives in its own module and is added here."""
+
+from __future__ import annotations
+
+import typer
+
+from rdmaplane import __version__
+
+app = typer.Typer(
+    name="rdmaplane",
+    help="RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"rdmaplane {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
+    ),
+) -> None:
+    """RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate."""
+
+
+def main() -> None:
+    app()
