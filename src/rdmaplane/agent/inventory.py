@@ -1,0 +1,129 @@
+"""The node's schedulable devices, counted for the NodeResourceTopology object; pure.
+
+Capacity comes from discovery (GPUs in sysfs, the HCAs the device plugin offers); a device is
+allocatable when it is healthy by our monitor and the kubelet lists it as allocatable (when the
+kubelet could be asked); it is available when allocatable and no pod holds it.
+
+A shared slot grants the whole pool, and the kubelet's Topology Manager counts a device in every
+NUMA node its topology names: so a slot is counted in every NUMA zone its pool spans.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rdmaplane import nrt
+from rdmaplane.agent.allocation import Allocations
+from rdmaplane.agent.health import HcaHealth
+from rdmaplane.model import NodeTopology
+
+
+@dataclass(frozen=True, slots=True)
+class Offered:
+    """A device the device plugin advertises: one HCA (exclusive) or a slot of a pool."""
+
+    resource: str
+    device_id: str
+    hcas: tuple[str, ...]
+    shared: bool = False
+
+
+def gpu_ids(topo: NodeTopology) -> dict[int, str]:
+    """The GPU plugin's device ID per GPU index: the UUID, else (no NVML) the PCI address."""
+    return {g.index: g.uuid or g.pci.address for g in topo.gpus}
+
+
+def devices(
+    topo: NodeTopology,
+    offered: Sequence[Offered],
+    health: Mapping[str, HcaHealth],
+    allocations: Allocations,
+    gpu_resource: str,
+) -> list[nrt.Device]:
+    out = []
+    gpu_free = _Usage(allocations, gpu_resource)
+    for gpu in topo.gpus:
+        device_id = gpu_ids(topo)[gpu.index]
+        out.append(
+            nrt.Device(
+                resource=gpu_resource,
+                numa=_numa(gpu.pci.numa),
+                pcie_root=gpu.pci.root,
+                healthy=gpu_free.allocatable(device_id),
+                in_use=gpu_free.used(device_id),
+            )
+        )
+    usage = {r: _Usage(allocations, r) for r in {o.resource for o in offered}}
+    for device in offered:
+        hcas = [h for h in (topo.hca(n) for n in device.hcas) if h is not None]
+        ok = [h for h in hcas if (hh := health.get(h.name)) is not None and hh.healthy]
+        healthy = bool(ok) if device.shared else bool(hcas) and len(ok) == len(hcas)
+        healthy = healthy and usage[device.resource].allocatable(device.device_id)
+        numas = sorted({_numa(h.numa) for h in hcas}) or [-1]
+        roots = {h.pcie_root for h in hcas}
+        for numa in numas:
+            out.append(
+                nrt.Device(
+                    resource=device.resource,
+                    numa=numa,
+                    pcie_root=None if device.shared or len(roots) != 1 else next(iter(roots)),
+                    healthy=healthy,
+                    in_use=usage[device.resource].used(device.device_id),
+                )
+            )
+    return out
+
+
+class _Usage:
+    def __init__(self, allocations: Allocations, resource: str) -> None:
+        self._allocatable = allocations.allocatable_ids(resource)
+        self._used = allocations.in_use(resource)
+
+    def allocatable(self, device_id: str) -> bool:
+        return self._allocatable is None or device_id in self._allocatable
+
+    def used(self, device_id: str) -> bool:
+        return device_id in self._used
+
+
+def _numa(numa: int | None) -> int:
+    return -1 if numa is None else numa
+
+
+def distances(topo: NodeTopology) -> dict[int, dict[int, int]]:
+    """NUMA distances as `{from: {to: distance}}` (the kernel lists them in node id order)."""
+    ids = [n.id for n in topo.numa_nodes]
+    return {n.id: dict(zip(ids, n.distances, strict=False)) for n in topo.numa_nodes if n.distances}
+
+
+def nrt_object(
+    node_name: str,
+    topo: NodeTopology,
+    offered: Sequence[Offered],
+    health: Mapping[str, HcaHealth],
+    allocations: Allocations,
+    *,
+    gpu_resource: str,
+    policy: str,
+    scope: str,
+) -> dict[str, Any]:
+    """The NodeResourceTopology object (a dict for the API server) of the node right now."""
+    pool = _shared_pool(topo, offered)
+    resources = [gpu_resource, *sorted({o.resource for o in offered})]
+    topology = nrt.build(
+        node_name,
+        devices(topo, offered, health, allocations, gpu_resource),
+        policy=policy,
+        scope=scope,
+        accounted_pods=allocations.accounted_pods(resources),
+        distances=distances(topo),
+        shared_pool_hcas=pool,
+    )
+    return nrt.to_object(topology)
+
+
+def _shared_pool(topo: NodeTopology, offered: Iterable[Offered]) -> list[tuple[int, str | None]]:
+    names = sorted({n for o in offered if o.shared for n in o.hcas})
+    return [(_numa(h.numa), h.pcie_root) for h in (topo.hca(n) for n in names) if h is not None]

@@ -1,0 +1,162 @@
+"""Cheap reads of the sysfs files that change between full discoveries.
+
+A full `read_node` of an HGX node opens thousands of files (every GID table has 255 entries) and
+takes ~100 ms; the agent polls every few seconds, so each poll reads only:
+
+- the listings of `class/infiniband`, `class/net` and `bus/pci/devices` (devices come and go);
+- per port `state`, `phys_state` and `rate` (link flaps, speed changes);
+- per port the GID entries known to be in use plus the two lowest free ones: the kernel puts a
+  new GID (a v1/v2 pair per added address) into the lowest free slots, so an added address
+  shows up there, and a removed one zeroes a known entry;
+- per port the error counters the health monitor watches.
+
+Everything but the counters forms the fingerprint; a different fingerprint triggers a full
+rediscovery. `CounterReader` reads all counters of every port, for `/metrics` at scrape time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from rdmaplane.agent.health import PortObservation
+from rdmaplane.model import NodeTopology, PhysState, PortState
+
+LISTED = ("class/infiniband", "class/net", "bus/pci/devices")
+GID_PROBE_FREE = 2
+
+E = TypeVar("E", PortState, PhysState)
+
+
+def read_small(path: str) -> bytes | None:
+    """The content of a small sysfs file, or None when it cannot be read (gone, EINVAL…)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _number(raw: bytes | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        return int(raw.split(b":", 1)[0])
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    fingerprint: tuple[object, ...]
+    ports: tuple[PortObservation, ...]
+
+
+def counter_dirs(root: str, hca: str, port: int, single_port: bool) -> list[str]:
+    """Where a port's counters live: `ports/N/counters` (PMA), `ports/N/hw_counters` (mlx5 per
+    port) and, on single-port HCAs only, the device-wide `hw_counters` (which would be ambiguous
+    on a dual-port card)."""
+    base = f"{root}/class/infiniband/{hca}"
+    dirs = [f"{base}/ports/{port}/counters", f"{base}/ports/{port}/hw_counters"]
+    if single_port:
+        dirs.append(f"{base}/hw_counters")
+    return dirs
+
+
+def counter_files(root: str, hca: str, port: int, single_port: bool) -> dict[str, str]:
+    """Counter name → file for one port; a per-port file wins over a device-wide one."""
+    out: dict[str, str] = {}
+    for d in counter_dirs(root, hca, port, single_port):
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            out.setdefault(name, f"{d}/{name}")
+    return out
+
+
+def _free_indexes(used: set[int], table_len: int, count: int) -> list[int]:
+    out = []
+    for i in range(table_len):
+        if i not in used:
+            out.append(i)
+            if len(out) == count:
+                break
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _PortPlan:
+    hca: str
+    port: int
+    state: str
+    phys_state: str
+    fingerprinted: tuple[str, ...]
+    counters: tuple[tuple[str, str], ...]
+
+
+class Probe:
+    """The poll-time reader for one discovered topology (build a new one after rediscovery)."""
+
+    def __init__(self, root: str, topo: NodeTopology, watched: Iterable[str]) -> None:
+        self.root = root
+        wanted = set(watched)
+        plans = []
+        for hca in topo.hcas:
+            for port in hca.ports:
+                base = f"{root}/class/infiniband/{hca.name}/ports/{port.number}"
+                used = {g.index for g in port.gids}
+                gids = sorted(used) + _free_indexes(used, port.gid_table_len, GID_PROBE_FREE)
+                files = counter_files(root, hca.name, port.number, len(hca.ports) == 1)
+                plans.append(
+                    _PortPlan(
+                        hca=hca.name,
+                        port=port.number,
+                        state=f"{base}/state",
+                        phys_state=f"{base}/phys_state",
+                        fingerprinted=(f"{base}/rate", *(f"{base}/gids/{i}" for i in gids)),
+                        counters=tuple(sorted((n, p) for n, p in files.items() if n in wanted)),
+                    )
+                )
+        self._plans = tuple(plans)
+
+    def read(self) -> Reading:
+        fingerprint: list[object] = []
+        for rel in LISTED:
+            try:
+                fingerprint.append(tuple(sorted(os.listdir(f"{self.root}/{rel}"))))
+            except OSError:
+                fingerprint.append(None)
+        ports = []
+        for plan in self._plans:
+            state_raw, phys_raw = read_small(plan.state), read_small(plan.phys_state)
+            fingerprint += [state_raw, phys_raw, *(read_small(p) for p in plan.fingerprinted)]
+            counters = {}
+            for name, path in plan.counters:
+                value = _number(read_small(path))
+                if value is not None:
+                    counters[name] = value
+            ports.append(
+                PortObservation(
+                    hca=plan.hca,
+                    port=plan.port,
+                    state=_enum(PortState, _number(state_raw), PortState.NOP),
+                    phys_state=_enum(PhysState, _number(phys_raw), PhysState.NOP),
+                    counters=counters,
+                )
+            )
+        return Reading(tuple(fingerprint), tuple(ports))
+
+
+def _enum(kind: type[E], value: int | None, default: E) -> E:
+    if value is None or value not in kind._value2member_map_:
+        return default
+    return kind(value)

@@ -1,0 +1,280 @@
+"""Writes the node's state to the API server: idempotent, retried with backoff, never blocking.
+
+The agent hands over the whole desired state whenever something changed; the publisher writes
+only what differs from its last successful write (node labels/annotation as one merge patch,
+the `RDMAReady` condition on the status subresource, the NRT object), then the queued Events.
+When a write fails it forgets what it wrote (the server may have lost or kept it), logs once per
+backoff step and tries again; when the server answers again, everything is written afresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import httpx2  # lightkube's transport; its errors are what an unreachable server raises
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Event, Node
+from lightkube.types import PatchType
+
+from rdmaplane.agent.config import PublishConfig
+from rdmaplane.agent.desired import CONDITION_TYPE, Condition
+from rdmaplane.agent.metrics import AgentMetrics
+from rdmaplane.kube import NodeResourceTopology
+
+log = logging.getLogger("rdmaplane.agent.publisher")
+COMPONENT = "rdmaplane-agent"
+
+
+@dataclass(frozen=True)
+class Desired:
+    labels: Mapping[str, str | None]
+    annotations: Mapping[str, str]
+    condition: Condition
+    nrt: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+    at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+
+@dataclass
+class _Written:
+    """What the API server holds as far as we know; None = unknown, write it."""
+
+    meta: tuple[tuple[str, str | None], ...] | None = None
+    condition: Condition | None = None
+    nrt: Mapping[str, Any] | None = None
+    nrt_version: str | None = None
+
+
+def _timestamp(at: dt.datetime) -> str:
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Publisher:
+    def __init__(
+        self,
+        client: AsyncClient,
+        node_name: str,
+        config: PublishConfig,
+        metrics: AgentMetrics,
+    ) -> None:
+        self.client = client
+        self.node_name = node_name
+        self.config = config
+        self.metrics = metrics
+        self._desired: Desired | None = None
+        self._written = _Written()
+        self._events: deque[PendingEvent] = deque(maxlen=config.max_pending_events)
+        self._wake = asyncio.Event()
+        self._node_uid: str | None = None
+        # The condition as the node holds it: status and since when (kept across our restarts).
+        self._status: bool | None = None
+        self._since: str | None = None
+        self.failures = 0  # consecutive failed cycles
+        self.cycles = 0  # cycles that wrote something
+
+    def set_desired(self, desired: Desired) -> None:
+        self._desired = desired
+        self._wake.set()
+
+    def record_event(self, type_: str, reason: str, message: str) -> None:
+        self._events.append(PendingEvent(type_, reason, message))
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Publish forever; returns only when cancelled."""
+        delay = self.config.backoff_initial_s
+        last_resync = time.monotonic()
+        while True:
+            if self.failures == 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.config.resync_interval_s)
+            self._wake.clear()
+            if time.monotonic() - last_resync >= self.config.resync_interval_s:
+                self._written = _Written()  # rewrite everything, in case someone else changed it
+                last_resync = time.monotonic()
+            try:
+                await self.publish_once()
+            except (ApiError, httpx2.HTTPError, OSError, TimeoutError) as e:
+                self._failed(e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.config.backoff_max_s)
+                continue
+            if self.failures:
+                log.info(
+                    "API server reachable again after %d failed attempts; state republished",
+                    self.failures,
+                    extra={"node": self.node_name},
+                )
+            self.failures = 0
+            delay = self.config.backoff_initial_s
+            self.metrics.api_reachable.set(1)
+
+    def _failed(self, error: Exception, delay: float) -> None:
+        self.failures += 1
+        self._written = _Written()
+        self._node_uid = None
+        self.metrics.publish_errors.inc()
+        self.metrics.api_reachable.set(0)
+        log.warning(
+            "publishing to the API server failed (attempt %d): %s; retrying in %g s",
+            self.failures,
+            _describe(error),
+            delay,
+            extra={"node": self.node_name, "attempt": self.failures, "retry_in_s": delay},
+        )
+
+    async def publish_once(self) -> bool:
+        """Write whatever differs from the last successful write; True if anything was written.
+        Raises on the first failed request (the caller backs off)."""
+        desired = self._desired
+        if desired is None:
+            return False
+        started = time.perf_counter()
+        wrote = False
+        if self._node_uid is None:
+            await self._read_node()
+        meta = tuple(sorted({**desired.labels, **desired.annotations}.items()))
+        if meta != self._written.meta:
+            await self._patch_meta(desired)
+            self._written.meta = meta
+            wrote = True
+        if desired.condition != self._written.condition:
+            await self._patch_condition(desired.condition)
+            self._written.condition = desired.condition
+            wrote = True
+        if desired.nrt != self._written.nrt:
+            await self._write_nrt(desired.nrt)
+            wrote = True
+        while self._events:
+            await self._create_event(self._events[0])
+            self._events.popleft()
+            wrote = True
+        if wrote:
+            self.cycles += 1
+            self.metrics.publish_seconds.observe(time.perf_counter() - started)
+        return wrote
+
+    async def _read_node(self) -> None:
+        node = await self.client.get(Node, self.node_name)
+        self._node_uid = node.metadata.uid if node.metadata else None
+        conditions = (node.status.conditions if node.status else None) or []
+        current = next((c for c in conditions if c.type == CONDITION_TYPE), None)
+        if current is not None:
+            self._status = current.status == "True"
+            since = current.lastTransitionTime
+            self._since = _timestamp(since) if isinstance(since, dt.datetime) else since
+
+    async def _patch_meta(self, desired: Desired) -> None:
+        patch = {
+            "metadata": {"labels": dict(desired.labels), "annotations": dict(desired.annotations)}
+        }
+        await self.client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
+        self.metrics.writes.labels("node").inc()
+
+    async def _patch_condition(self, condition: Condition) -> None:
+        now = dt.datetime.now(dt.UTC)
+        flipped = self._status is not None and self._status != condition.status
+        since = _timestamp(now) if flipped or self._since is None else self._since
+        patch = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": CONDITION_TYPE,
+                        "status": "True" if condition.status else "False",
+                        "reason": condition.reason,
+                        "message": condition.message,
+                        "lastHeartbeatTime": _timestamp(now),
+                        "lastTransitionTime": since,
+                    }
+                ]
+            }
+        }
+        await self.client.patch(Node.Status, self.node_name, patch, patch_type=PatchType.STRATEGIC)
+        self.metrics.writes.labels("condition").inc()
+        if flipped or (self._status is None and not condition.status):
+            self._events.append(
+                PendingEvent(
+                    "Normal" if condition.status else "Warning",
+                    "RDMAReady" if condition.status else "RDMANotReady",
+                    f"{CONDITION_TYPE} is {'True' if condition.status else 'False'}: "
+                    f"{condition.reason}: {condition.message}",
+                )
+            )
+        self._status, self._since = condition.status, since
+
+    async def _write_nrt(self, obj: Mapping[str, Any]) -> None:
+        body = dict(obj)
+        if self._written.nrt_version is None:
+            try:
+                created = await self.client.create(NodeResourceTopology.from_dict(body))
+            except ApiError as e:
+                if e.status.code != 409:
+                    raise
+                current = await self.client.get(NodeResourceTopology, self.node_name)
+                self._written.nrt_version = _version(current)
+            else:
+                self._remember_nrt(obj, created)
+                return
+        body["metadata"] = {**body["metadata"], "resourceVersion": self._written.nrt_version}
+        # A 404/409 here (deleted or changed under us) fails the cycle, which forgets the version:
+        # the retry creates the object or reads the current version first.
+        replaced = await self.client.replace(NodeResourceTopology.from_dict(body))
+        self._remember_nrt(obj, replaced)
+
+    def _remember_nrt(self, obj: Mapping[str, Any], stored: Any) -> None:
+        self._written.nrt = obj
+        self._written.nrt_version = _version(stored)
+        self.metrics.writes.labels("nrt").inc()
+
+    async def _create_event(self, event: PendingEvent) -> None:
+        at = _timestamp(event.at)
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "generateName": f"{self.node_name}.",
+                "namespace": self.config.event_namespace,
+            },
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "name": self.node_name,
+                "uid": self._node_uid,
+            },
+            "type": event.type,
+            "reason": event.reason,
+            "message": event.message[:1024],
+            "source": {"component": COMPONENT, "host": self.node_name},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": self.node_name,
+            "firstTimestamp": at,
+            "lastTimestamp": at,
+            "count": 1,
+        }
+        await self.client.create(cast(Event, Event.from_dict(body)))
+        self.metrics.writes.labels("event").inc()
+
+
+def _version(obj: Any) -> str | None:
+    meta = getattr(obj, "metadata", None)
+    return meta.resourceVersion if meta is not None else None
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, ApiError):
+        return f"HTTP {error.status.code}: {error.status.message}"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__

@@ -1,0 +1,322 @@
+"""The node agent: one asyncio process wiring discovery, the device plugin, allocation state,
+the publisher, the health monitor and the metrics endpoint.
+
+Loops, each its own task so none can stall another:
+- poll (every `poll_interval_s`): cheap probe; full rediscovery (in a thread) only when the
+  fingerprint changed or `rediscover_interval_s` passed; health step; feed the device plugin;
+- allocations (every `allocation_interval_s`): the kubelet's PodResources;
+- publish: the `Publisher`, woken whenever the desired state changed.
+The HTTP server answers `/metrics`, `/healthz` and `/readyz` throughout; an unreachable API
+server or kubelet only ever affects the publisher and the allocation figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Protocol
+
+from lightkube import AsyncClient
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from rdmaplane.agent import desired as want
+from rdmaplane.agent.allocation import Allocations
+from rdmaplane.agent.config import AgentConfig, read_kubelet_topology_manager
+from rdmaplane.agent.health import ERRORS_RISING, HcaHealth, HealthState, Rules, Transition, step
+from rdmaplane.agent.httpserver import HttpServer, Response
+from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
+from rdmaplane.agent.metrics import AgentMetrics, NodeView
+from rdmaplane.agent.podresources import PodResourcesError
+from rdmaplane.agent.probe import Probe
+from rdmaplane.agent.publisher import Desired, Publisher
+from rdmaplane.discovery import read_node
+from rdmaplane.gid import plan_node
+from rdmaplane.model import NodeTopology, PhysState
+from rdmaplane.selectors import compute_ports
+
+log = logging.getLogger("rdmaplane.agent")
+
+
+class DevicePlugin(Protocol):
+    """What the agent needs of the embedded device plugin."""
+
+    def update(self, topo: NodeTopology) -> None: ...
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def offered(self) -> list[Offered]: ...
+
+
+class AllocationSource(Protocol):
+    async def allocations(self) -> Allocations: ...
+    async def close(self) -> None: ...
+
+
+def plugin_view(topo: NodeTopology, health: Mapping[str, HcaHealth]) -> NodeTopology:
+    """The topology as the device plugin should judge it: the plugin calls an HCA healthy when a
+    port is ACTIVE and LinkUp, so ports of HCAs whose error counters are rising are handed over
+    in LinkErrorRecovery, which is what such a link is going through."""
+    sick = {n for n, h in health.items() if any(p.kind == ERRORS_RISING for p in h.problems)}
+    if not sick:
+        return topo
+    hcas = tuple(
+        replace(
+            h,
+            ports=tuple(replace(p, phys_state=PhysState.LINK_ERROR_RECOVERY) for p in h.ports),
+        )
+        if h.name in sick
+        else h
+        for h in topo.hcas
+    )
+    return replace(topo, hcas=hcas)
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        kube: AsyncClient | None = None,
+        plugin: DevicePlugin | None = None,
+        allocation_source: AllocationSource | None = None,
+    ) -> None:
+        self.config = config
+        self.root = str(config.sysfs_root)
+        self.plugin = plugin
+        self.allocation_source = allocation_source
+        self.metrics = AgentMetrics(self.view)
+        self.publisher = (
+            Publisher(kube, config.node_name, config.publish, self.metrics) if kube else None
+        )
+        self.topo: NodeTopology | None = None
+        self.allocations = Allocations()
+        self.health_state = HealthState()
+        self.condition: want.Condition | None = None
+        self._probe: Probe | None = None
+        self._fingerprint: tuple[object, ...] | None = None
+        self._discovered_at = 0.0
+        self._polled_at = 0.0
+        self._plugin_fed: NodeTopology | None = None
+        self._allocation_problem: str | None = None
+        self._rules = Rules(config.health.window_s, dict(config.health.thresholds))
+        self.policy, self.scope = self._topology_manager()
+        self.http = HttpServer(
+            {"/metrics": self._metrics, "/healthz": self._healthz, "/readyz": self._readyz},
+            config.metrics_address,
+            config.metrics_port,
+        )
+        self.ready = asyncio.Event()
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set; then stop the device plugin and the HTTP server."""
+        port = await self.http.start()
+        log.info("serving /metrics, /healthz, /readyz on %s:%d", self.config.metrics_address, port)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await self.discover("start")
+            if self.plugin is not None:
+                await self.plugin.start()
+            self.ready.set()
+            tasks.append(asyncio.create_task(self._poll_loop(), name="poll"))
+            if self.allocation_source is not None:
+                await self.refresh_allocations()
+                tasks.append(asyncio.create_task(self._allocation_loop(), name="allocations"))
+            if self.publisher is not None:
+                self._publish()
+                tasks.append(asyncio.create_task(self.publisher.run(), name="publish"))
+            await stop.wait()
+            log.info("shutting down")
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if self.plugin is not None:
+                await self.plugin.stop()
+            if self.allocation_source is not None:
+                await self.allocation_source.close()
+            await self.http.close()
+
+    async def _poll_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.poll_interval_s)
+            try:
+                await self.poll()
+            except Exception:  # a bug in one poll must not end the loop that keeps us healthy
+                log.exception("poll failed")
+
+    async def _allocation_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.allocation_interval_s)
+            await self.refresh_allocations()
+
+    # ---------------------------------------------------------------- discovery and health
+
+    async def discover(self, trigger: str) -> None:
+        """A full read of the node (in a thread: it takes ~0.1 s on a big node)."""
+        started = time.perf_counter()
+        topo = await asyncio.to_thread(read_node, self.root)
+        self.metrics.discovery_seconds.observe(time.perf_counter() - started)
+        self.metrics.discoveries.labels(trigger).inc()
+        if trigger != "start":
+            log.info("node changed (%s): rediscovered %d HCAs", trigger, len(topo.hcas))
+        self.topo = topo
+        self._probe = Probe(self.root, topo, self._rules.thresholds)
+        self._discovered_at = time.monotonic()
+        self._fingerprint = None
+        await self.poll(rediscovered=True)
+
+    async def poll(self, rediscovered: bool = False) -> None:
+        """Probe; rediscover if something changed; step the health monitor; pass changes on."""
+        assert self._probe is not None and self.topo is not None
+        started = time.perf_counter()
+        reading = self._probe.read()
+        self.metrics.poll_seconds.observe(time.perf_counter() - started)
+        self._polled_at = time.monotonic()
+        if not rediscovered:
+            stale = time.monotonic() - self._discovered_at >= self.config.rediscover_interval_s
+            if reading.fingerprint != self._fingerprint or stale:
+                await self.discover("changed" if not stale else "periodic")
+                return
+        self._fingerprint = reading.fingerprint
+        self.health_state, transitions = step(
+            self.health_state, time.monotonic(), reading.ports, self._rules
+        )
+        for t in transitions:
+            self._report(t)
+        self._feed_plugin()
+        self._publish()
+
+    def _report(self, t: Transition) -> None:
+        direction = "gone" if t.after is None else "healthy" if t.after.healthy else "unhealthy"
+        self.metrics.health_transitions.labels(direction).inc()
+        if t.after is None:
+            message, reason, kind = (
+                f"{t.hca} disappeared from the node",
+                "RDMADeviceGone",
+                "Warning",
+            )
+        elif t.after.healthy:
+            message, reason, kind = f"{t.hca} is healthy again", "RDMADeviceHealthy", "Normal"
+        else:
+            problems = "; ".join(map(str, t.after.problems))
+            message, reason, kind = (
+                f"{t.hca} unhealthy: {problems}",
+                "RDMADeviceUnhealthy",
+                "Warning",
+            )
+        log.log(
+            logging.INFO if kind == "Normal" else logging.WARNING, message, extra={"hca": t.hca}
+        )
+        if self.publisher is not None:
+            self.publisher.record_event(kind, reason, message)
+
+    def _feed_plugin(self) -> None:
+        if self.plugin is None or self.topo is None:
+            return
+        view = plugin_view(self.topo, self.health_state.hcas)
+        if view is not self._plugin_fed:
+            self.plugin.update(view)
+            self._plugin_fed = view
+
+    # ---------------------------------------------------------------- allocations
+
+    async def refresh_allocations(self) -> None:
+        assert self.allocation_source is not None
+        try:
+            allocations = await self.allocation_source.allocations()
+        except PodResourcesError as e:
+            self.metrics.podresources_errors.inc()
+            if str(e) != self._allocation_problem:
+                log.warning("%s; keeping the last known allocations", e)
+                self._allocation_problem = str(e)
+            return
+        if self._allocation_problem is not None:
+            log.info("PodResources answers again")
+            self._allocation_problem = None
+        if allocations != self.allocations:
+            self.allocations = allocations
+            self._publish()
+
+    # ---------------------------------------------------------------- publishing
+
+    def managed(self) -> list[str]:
+        """The HCAs offered to pods: the device plugin's, else every HCA with a PCI function."""
+        if self.plugin is not None:
+            return sorted({n for o in self.plugin.offered() for n in o.hcas})
+        return [h.name for h in self.topo.hcas if h.pci is not None] if self.topo else []
+
+    def desired(self) -> Desired:
+        assert self.topo is not None
+        topo, health = self.topo, self.health_state.hcas
+        ports = compute_ports(topo)
+        gid_index = plan_node(topo, ports).uniform_index if ports else None
+        managed = self.managed()
+        offered = self.plugin.offered() if self.plugin is not None else []
+        return Desired(
+            labels=want.node_labels(bool(managed), [p for _, p in ports], gid_index),
+            annotations={
+                want.ANNOTATION_TOPOLOGY: want.topology_annotation(topo, health, gpu_ids(topo))
+            },
+            condition=want.rdma_ready(managed, health),
+            nrt=nrt_object(
+                self.config.node_name,
+                topo,
+                offered,
+                health,
+                self.allocations,
+                gpu_resource=self.config.gpu_resource,
+                policy=self.policy,
+                scope=self.scope,
+            ),
+        )
+
+    def _publish(self) -> None:
+        if self.topo is None:
+            return
+        desired = self.desired()
+        if desired.condition != self.condition:
+            self.condition = desired.condition
+        if self.publisher is not None:
+            self.publisher.set_desired(desired)
+
+    def _topology_manager(self) -> tuple[str, str]:
+        policy, scope, problem = read_kubelet_topology_manager(self.config.kubelet_config_path)
+        given_policy, given_scope = (
+            self.config.topology_manager_policy,
+            self.config.topology_manager_scope,
+        )
+        if problem and not (given_policy and given_scope):
+            log.warning(problem)
+        return given_policy or policy, given_scope or scope
+
+    # ---------------------------------------------------------------- HTTP
+
+    def view(self) -> NodeView:
+        return NodeView(
+            self.root,
+            self.topo,
+            self.health_state.hcas,
+            self.condition.status if self.condition else None,
+        )
+
+    def _metrics(self) -> Response:
+        return Response(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
+
+    def _healthz(self) -> Response:
+        limit = max(3 * self.config.poll_interval_s, 30.0)
+        age = time.monotonic() - self._polled_at
+        if self._polled_at and age > limit:
+            return Response(503, f"last poll {age:.0f} s ago\n".encode())
+        return Response(200, b"ok\n")
+
+    def _readyz(self) -> Response:
+        if not self.ready.is_set():
+            return Response(503, b"discovering\n")
+        return Response(200, b"ready\n")
