@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -111,7 +113,7 @@ def brute_force_unhealthy(history, rules: Rules) -> bool:
         return True
     for name, threshold in rules.thresholds.items():
         risen = 0
-        for (_, _, before), (t, _, after) in zip(history, history[1:], strict=False):
+        for (_, _, before), (t, _, after) in itertools.pairwise(history):
             if t > now - rules.window_s and after[name] > before[name]:
                 risen += after[name] - before[name]
         if risen > threshold:

@@ -1,0 +1,262 @@
+"""What the agent publishes: labels, the RDMAReady condition, the topology annotation, the NRT."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rdmaplane import nrt
+from rdmaplane.agent.allocation import Allocations, PodDevices, merge_containers
+from rdmaplane.agent.desired import (
+    LABEL_GID_INDEX,
+    LABEL_LINK_LAYER,
+    LABEL_RATE_GBPS,
+    LABEL_RDMA,
+    LABELS,
+    format_gbps,
+    node_labels,
+    rdma_ready,
+    topology_annotation,
+)
+from rdmaplane.agent.health import ERRORS_RISING, PORT_DOWN, HcaHealth, Problem
+from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
+from rdmaplane.discovery import samples
+from rdmaplane.model import LinkLayer, NodeTopology, PhysState, Port, PortState
+
+GPU = "nvidia.com/gpu"
+
+
+@pytest.fixture(scope="module")
+def hgx() -> NodeTopology:
+    return samples.read_sample("hgx-h100-roce")
+
+
+def healthy(topo: NodeTopology) -> dict[str, HcaHealth]:
+    return {h.name: HcaHealth(h.name) for h in topo.hcas}
+
+
+def port(layer: LinkLayer = LinkLayer.ETHERNET, rate: float | None = 400.0) -> Port:
+    return Port(1, PortState.ACTIVE, PhysState.LINK_UP, layer, rate_gbps=rate)
+
+
+# ---------------------------------------------------------------- labels
+
+
+def test_labels_for_uniform_roce_ports():
+    labels = node_labels(True, [port(), port()], 3)
+    assert labels == {
+        LABEL_RDMA: "true",
+        LABEL_LINK_LAYER: "Ethernet",
+        LABEL_RATE_GBPS: "400",
+        LABEL_GID_INDEX: "3",
+    }
+
+
+def test_labels_remove_what_no_longer_holds():
+    labels = node_labels(True, [port(), port(LinkLayer.INFINIBAND, 200.0)], None)
+    assert labels[LABEL_LINK_LAYER] == "Mixed"
+    assert labels[LABEL_RATE_GBPS] is None and labels[LABEL_GID_INDEX] is None
+    assert node_labels(False, [], None) == dict.fromkeys(LABELS)
+
+
+@pytest.mark.parametrize(("rate", "text"), [(400.0, "400"), (12.5, "12.5"), (25.0, "25")])
+def test_rate_label_text(rate: float, text: str):
+    assert format_gbps(rate) == text
+
+
+# ---------------------------------------------------------------- condition
+
+
+def test_ready_when_all_managed_are_healthy():
+    c = rdma_ready(
+        ["mlx5_1", "mlx5_0"], {"mlx5_0": HcaHealth("mlx5_0"), "mlx5_1": HcaHealth("mlx5_1")}
+    )
+    assert (c.status, c.reason) == (True, "AllDevicesHealthy")
+    assert c.message == "2 healthy: mlx5_0, mlx5_1"
+
+
+def test_not_ready_names_the_broken_device_and_why():
+    health = {
+        "mlx5_0": HcaHealth("mlx5_0"),
+        "mlx5_1": HcaHealth("mlx5_1", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),)),
+    }
+    c = rdma_ready(["mlx5_0", "mlx5_1"], health)
+    assert (c.status, c.reason) == (False, "PortDown")
+    assert c.message == "1 of 2 unhealthy: mlx5_1: port 1 DOWN (DISABLED)"
+
+
+def test_counter_problem_reason_and_missing_device():
+    errors = HcaHealth("mlx5_0", (Problem(ERRORS_RISING, "port 1 symbol_error +200"),))
+    c = rdma_ready(["mlx5_0"], {"mlx5_0": errors})
+    assert (c.status, c.reason) == (False, "ErrorCountersRising")
+    gone = rdma_ready(["mlx5_0", "mlx5_9"], {"mlx5_0": HcaHealth("mlx5_0")})
+    assert (gone.status, gone.reason) == (False, "DeviceMissing")
+    assert "mlx5_9: not present" in gone.message
+
+
+def test_no_devices_is_not_ready():
+    c = rdma_ready([], {})
+    assert (c.status, c.reason) == (False, "NoRdmaDevices")
+
+
+# ---------------------------------------------------------------- annotation
+
+
+def test_annotation_is_compact_json_with_numa_and_roots(hgx: NodeTopology):
+    health = healthy(hgx)
+    health["mlx5_2"] = HcaHealth("mlx5_2", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+    text = topology_annotation(hgx, health, gpu_ids(hgx))
+    assert " " not in text
+    doc = json.loads(text)
+    assert doc["v"] == 1
+    assert [g["index"] for g in doc["gpus"]] == list(range(8))
+    gpu0 = doc["gpus"][0]
+    assert gpu0["id"] == hgx.gpus[0].uuid and gpu0["id"].startswith("GPU-")
+    assert (gpu0["numa"], gpu0["pcieRoot"]) == (0, "pci0000:15")
+    hcas = {h["name"]: h for h in doc["hcas"]}
+    assert hcas["mlx5_0"] == {
+        "name": "mlx5_0",
+        "numa": 0,
+        "pcieRoot": "pci0000:15",
+        "healthy": True,
+        "linkLayer": "Ethernet",
+        "rateGbps": 400.0,
+        "netdev": "ens108np0",
+    }
+    assert hcas["mlx5_2"]["healthy"] is False
+    assert topology_annotation(hgx, health, gpu_ids(hgx)) == text  # deterministic
+
+
+# ---------------------------------------------------------------- NRT
+
+
+def exclusive(topo: NodeTopology, names: list[str] | None = None) -> list[Offered]:
+    return [
+        Offered("rdmaplane.io/hca", h.pci.address, (h.name,))
+        for h in topo.hcas
+        if h.pci and (names is None or h.name in names)
+    ]
+
+
+def compute_hcas(topo: NodeTopology) -> list[str]:
+    return [f"mlx5_{i}" for i in range(8)]
+
+
+def zones(obj: dict) -> dict[str, nrt.Zone]:
+    return {z.name: z for z in nrt.from_object(obj).zones}
+
+
+def test_nrt_zones_per_numa_and_pcie_root(hgx: NodeTopology):
+    obj = nrt_object(
+        "hgx-h100-017",
+        hgx,
+        exclusive(hgx, compute_hcas(hgx)),
+        healthy(hgx),
+        Allocations(),
+        gpu_resource=GPU,
+        policy="single-numa-node",
+        scope="container",
+    )
+    parsed = nrt.from_object(obj)
+    assert (parsed.name, parsed.policy, parsed.scope) == (
+        "hgx-h100-017",
+        "single-numa-node",
+        "container",
+    )
+    z = zones(obj)
+    assert [c.value for c in z["node-0"].costs] == [10, 21]
+    for numa in ("node-0", "node-1"):
+        assert z[numa].resource(GPU) == nrt.ZoneResource(GPU, 4, 4, 4)
+        assert z[numa].resource("rdmaplane.io/hca") == nrt.ZoneResource("rdmaplane.io/hca", 4, 4, 4)
+    root = z["pci0000:15"]
+    assert (root.type, root.parent) == ("PCIeRoot", "node-0")
+    assert root.available(GPU) == 1 and root.available("rdmaplane.io/hca") == 1
+
+
+def test_available_follows_allocations_and_health(hgx: NodeTopology):
+    gpu0, mlx5_0 = hgx.gpus[0], hgx.hca("mlx5_0")
+    pod = merge_containers(
+        "team", "train-0", [[(GPU, [gpu0.uuid])], [("rdmaplane.io/hca", [mlx5_0.pci.address])]]
+    )
+    other = PodDevices("team", "cpu-only", {})
+    health = healthy(hgx)
+    health["mlx5_5"] = HcaHealth("mlx5_5", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+    obj = nrt_object(
+        "hgx-h100-017",
+        hgx,
+        exclusive(hgx, compute_hcas(hgx)),
+        health,
+        Allocations(pods=(pod, other)),
+        gpu_resource=GPU,
+        policy="none",
+        scope="container",
+    )
+    z = zones(obj)
+    assert z["node-0"].resource(GPU) == nrt.ZoneResource(GPU, 4, 4, 3)
+    assert z["node-0"].available("rdmaplane.io/hca") == 3
+    assert z["pci0000:15"].available(GPU) == 0
+    hca1 = z["node-1"].resource("rdmaplane.io/hca")
+    assert (hca1.capacity, hca1.allocatable, hca1.available) == (4, 3, 3)
+    assert nrt.from_object(obj).accounted_pods == {"team/train-0"}
+
+
+def test_kubelet_allocatable_limits_gpus(hgx: NodeTopology):
+    listed = frozenset(g.uuid for g in hgx.gpus[:2])
+    allocations = Allocations(allocatable={GPU: listed, "rdmaplane.io/hca": frozenset()})
+    obj = nrt_object(
+        "n",
+        hgx,
+        exclusive(hgx),
+        healthy(hgx),
+        allocations,
+        gpu_resource=GPU,
+        policy="none",
+        scope="pod",
+    )
+    z = zones(obj)
+    assert z["node-0"].resource(GPU) == nrt.ZoneResource(GPU, 4, 2, 2)
+    assert z["node-1"].allocatable(GPU) == 0
+    assert z["node-0"].allocatable("rdmaplane.io/hca") == 0  # the kubelet lists none of ours
+
+
+def test_shared_slots_count_in_every_zone_of_the_pool(hgx: NodeTopology):
+    pool = tuple(compute_hcas(hgx))
+    offered = [
+        Offered("rdmaplane.io/hca-shared", f"hca-shared-{i:04d}", pool, True) for i in range(4)
+    ]
+    used = PodDevices("ns", "p", {"rdmaplane.io/hca-shared": frozenset({"hca-shared-0001"})})
+    obj = nrt_object(
+        "n",
+        hgx,
+        offered,
+        healthy(hgx),
+        Allocations(pods=(used,)),
+        gpu_resource=GPU,
+        policy="none",
+        scope="pod",
+    )
+    z = zones(obj)
+    for numa in ("node-0", "node-1"):
+        assert z[numa].resource("rdmaplane.io/hca-shared") == nrt.ZoneResource(
+            "rdmaplane.io/hca-shared", 4, 4, 3
+        )
+    assert z["pci0000:15"].shared_hcas == 1
+    assert z["pci0000:15"].resource("rdmaplane.io/hca-shared") is None
+
+
+def test_unknown_numa_publishes_one_zone():
+    degraded = samples.read_sample("degraded")
+    obj = nrt_object(
+        "d",
+        degraded,
+        exclusive(degraded),
+        healthy(degraded),
+        Allocations(),
+        gpu_resource=GPU,
+        policy="none",
+        scope="container",
+    )
+    numa_zones = [z.name for z in nrt.from_object(obj).numa_zones()]
+    assert numa_zones == ["node-0"]
+    assert zones(obj)["node-0"].resource(GPU).capacity == 4

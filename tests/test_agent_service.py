@@ -1,0 +1,217 @@
+"""The agent in one process on a sample tree: polling, health, metrics over real HTTP,
+allocations from a PodResources stand-in. No API server here (see tests/e2e/test_agent.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import grpc
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rdmaplane import nrt
+from rdmaplane.agent.config import AgentConfig
+from rdmaplane.agent.podresources import PodResourcesClient
+from rdmaplane.agent.service import Agent
+from rdmaplane.discovery import samples
+from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
+from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
+
+GPU = "nvidia.com/gpu"
+POLL_S = 0.1
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hgx") / "sys"
+    samples.build(samples.load("hgx-h100-roce").spec, root)
+    return root
+
+
+@pytest.fixture
+def node(built: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(built, tmp_path / "sys", symlinks=True))
+
+
+def config(node: Path, tmp_path: Path, **extra) -> AgentConfig:
+    kubelet = tmp_path / "kubelet"
+    kubelet.mkdir(exist_ok=True)
+    (kubelet / "config.yaml").write_text(
+        "kind: KubeletConfiguration\ntopologyManagerPolicy: single-numa-node\n"
+        "topologyManagerScope: pod\n"
+    )
+    return AgentConfig(
+        node_name="hgx-h100-017",
+        sysfs_root=node,
+        kubelet_dir=kubelet,
+        poll_interval_s=POLL_S,
+        allocation_interval_s=POLL_S,
+        metrics_address="127.0.0.1",
+        metrics_port=0,
+        **extra,
+    )
+
+
+class Running:
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Running:
+        self.task = asyncio.create_task(self.agent.run(self.stop))
+        await asyncio.wait_for(self.agent.ready.wait(), 30)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop.set()
+        assert self.task is not None
+        await asyncio.wait_for(self.task, 10)
+
+    @property
+    def url(self) -> str:
+        port = self.agent.http._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    async def get(self, path: str) -> httpx.Response:
+        async with httpx.AsyncClient() as client:
+            return await client.get(self.url + path)
+
+    async def metrics(self) -> dict[tuple[str, tuple], float]:
+        text = (await self.get("/metrics")).text
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+
+async def until(check, within_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(POLL_S / 2)
+
+
+def labels(hca: str, netdev: str, numa: int) -> tuple:
+    return tuple(sorted({"hca": hca, "port": "1", "netdev": netdev, "numa": str(numa)}.items()))
+
+
+async def test_metrics_endpoints_and_counters(node: Path, tmp_path: Path):
+    async with Running(Agent(config(node, tmp_path))) as run:
+        assert (await run.get("/healthz")).status_code == 200
+        assert (await run.get("/readyz")).text == "ready\n"
+        assert (await run.get("/nope")).status_code == 404
+        m = await run.metrics()
+    mlx5_0 = labels("mlx5_0", "ens108np0", 0)
+    assert m[("rdmaplane_port_transmit_bytes_total", mlx5_0)] == 812345678901 * 4
+    assert m[("rdmaplane_port_receive_bytes_total", mlx5_0)] == 798765432109 * 4
+    assert m[("rdmaplane_port_transmit_packets_total", mlx5_0)] == 2345678901
+    assert m[("rdmaplane_port_cnp_sent_total", mlx5_0)] == 1201
+    assert m[("rdmaplane_port_cnp_handled_total", mlx5_0)] == 1198
+    assert m[("rdmaplane_port_symbol_errors_total", mlx5_0)] == 0
+    assert m[("rdmaplane_port_up", mlx5_0)] == 1
+    assert m[("rdmaplane_port_state", mlx5_0)] == 4
+    assert m[("rdmaplane_port_rate_bytes_per_second", mlx5_0)] == 400e9 / 8
+    assert m[("rdmaplane_hca_healthy", (("hca", "mlx5_0"),))] == 1
+    assert m[("rdmaplane_node_rdma_ready", ())] == 1
+    assert m[("rdmaplane_agent_discoveries_total", (("trigger", "start"),))] == 1
+    bond = labels("mlx5_bond_0", "bond0", 0)
+    assert m[("rdmaplane_port_up", bond)] == 1
+
+
+async def test_port_flap_flips_health_and_condition(node: Path, tmp_path: Path):
+    port = node / "class/infiniband/mlx5_3/ports/1"
+    async with Running(Agent(config(node, tmp_path))) as run:
+        agent = run.agent
+        assert agent.condition is not None and agent.condition.status
+        (port / "state").write_text("1: DOWN\n")
+        (port / "phys_state").write_text("3: Disabled\n")
+        await until(lambda: not agent.condition.status)
+        assert agent.condition.reason == "PortDown"
+        assert "mlx5_3: port 1 DOWN (DISABLED)" in agent.condition.message
+        m = await run.metrics()
+        assert m[("rdmaplane_port_up", labels("mlx5_3", "ens111np0", 0))] == 0
+        assert m[("rdmaplane_hca_healthy", (("hca", "mlx5_3"),))] == 0
+        assert m[("rdmaplane_agent_discoveries_total", (("trigger", "changed"),))] >= 1
+        assert agent.topo.hca("mlx5_3").port(1).is_up is False  # rediscovered
+        (port / "state").write_text("4: ACTIVE\n")
+        (port / "phys_state").write_text("5: LinkUp\n")
+        await until(lambda: agent.condition.status)
+        m = await run.metrics()
+        assert m[("rdmaplane_agent_health_transitions_total", (("to", "unhealthy"),))] == 1
+        assert m[("rdmaplane_agent_health_transitions_total", (("to", "healthy"),))] == 1
+
+
+async def test_rising_error_counters_make_the_hca_unhealthy(node: Path, tmp_path: Path):
+    counter = node / "class/infiniband/mlx5_6/ports/1/counters/symbol_error"
+    cfg = config(node, tmp_path, health={"window_s": 60, "thresholds": {"symbol_error": 10}})
+    async with Running(Agent(cfg)) as run:
+        counter.write_text("5\n")
+        await asyncio.sleep(POLL_S * 3)
+        assert run.agent.condition.status  # +5: under the threshold
+        counter.write_text("50\n")
+        await until(lambda: not run.agent.condition.status)
+        assert run.agent.condition.reason == "ErrorCountersRising"
+        assert "symbol_error +50 within 60 s (max 10)" in run.agent.condition.message
+
+
+class Lister(pr_grpc.PodResourcesListerServicer):
+    def __init__(self, allocatable: list[str]) -> None:
+        self.pods: list[pr.PodResources] = []
+        self.allocatable = allocatable
+
+    async def List(self, request, context):
+        return pr.ListPodResourcesResponse(pod_resources=self.pods)
+
+    async def GetAllocatableResources(self, request, context):
+        devices = [pr.ContainerDevices(resource_name=GPU, device_ids=self.allocatable)]
+        return pr.AllocatableResourcesResponse(devices=devices)
+
+
+async def test_available_follows_pod_resources(node: Path, tmp_path: Path):
+    cfg = config(node, tmp_path)
+    socket = cfg.pod_resources_socket
+    socket.parent.mkdir(parents=True)
+    topo = samples.read_sample("hgx-h100-roce")
+    lister = Lister([g.uuid for g in topo.gpus])
+    server = grpc.aio.server()
+    pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)
+    server.add_insecure_port(f"unix://{socket}")
+    await server.start()
+    agent = Agent(cfg, allocation_source=PodResourcesClient(socket, [GPU]))
+    try:
+        async with Running(agent):
+
+            def free(zone: str) -> int:
+                parsed = nrt.from_object(agent.desired().nrt)
+                return next(z for z in parsed.zones if z.name == zone).available(GPU)
+
+            assert nrt.from_object(agent.desired().nrt).policy == "single-numa-node"
+            assert free("node-1") == 4
+            lister.pods = [
+                pr.PodResources(
+                    name="train",
+                    namespace="ml",
+                    containers=[
+                        pr.ContainerResources(
+                            name="c",
+                            devices=[
+                                pr.ContainerDevices(
+                                    resource_name=GPU,
+                                    device_ids=[topo.gpus[5].uuid, topo.gpus[6].uuid],
+                                )
+                            ],
+                        )
+                    ],
+                )
+            ]
+            await until(lambda: free("node-1") == 2)
+            assert nrt.from_object(agent.desired().nrt).accounted_pods == {"ml/train"}
+            lister.pods = []
+            await until(lambda: free("node-1") == 4)
+    finally:
+        await server.stop(None)
