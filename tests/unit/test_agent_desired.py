@@ -21,15 +21,14 @@ from rdmaplane.agent.desired import (
 )
 from rdmaplane.agent.health import ERRORS_RISING, PORT_DOWN, HcaHealth, Problem
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
-from rdmaplane.discovery import samples
 from rdmaplane.model import LinkLayer, NodeTopology, PhysState, Port, PortState
 
 GPU = "nvidia.com/gpu"
 
 
-@pytest.fixture(scope="module")
-def hgx() -> NodeTopology:
-    return samples.read_sample("hgx-h100-roce")
+@pytest.fixture
+def hgx(sample_nodes: dict[str, NodeTopology]) -> NodeTopology:
+    return sample_nodes["hgx-h100-roce"]
 
 
 def healthy(topo: NodeTopology) -> dict[str, HcaHealth]:
@@ -139,8 +138,7 @@ def exclusive(topo: NodeTopology, names: list[str] | None = None) -> list[Offere
     ]
 
 
-def compute_hcas(topo: NodeTopology) -> list[str]:
-    return [f"mlx5_{i}" for i in range(8)]
+COMPUTE = [f"mlx5_{i}" for i in range(8)]  # the HGX sample's 400G NICs (not the storage bond)
 
 
 def zones(obj: dict) -> dict[str, nrt.Zone]:
@@ -151,7 +149,7 @@ def test_nrt_zones_per_numa_and_pcie_root(hgx: NodeTopology):
     obj = nrt_object(
         "hgx-h100-017",
         hgx,
-        exclusive(hgx, compute_hcas(hgx)),
+        exclusive(hgx, COMPUTE),
         healthy(hgx),
         Allocations(),
         gpu_resource=GPU,
@@ -185,7 +183,7 @@ def test_available_follows_allocations_and_health(hgx: NodeTopology):
     obj = nrt_object(
         "hgx-h100-017",
         hgx,
-        exclusive(hgx, compute_hcas(hgx)),
+        exclusive(hgx, COMPUTE),
         health,
         Allocations(pods=(pod, other)),
         gpu_resource=GPU,
@@ -221,7 +219,7 @@ def test_kubelet_allocatable_limits_gpus(hgx: NodeTopology):
 
 
 def test_shared_slots_count_in_every_zone_of_the_pool(hgx: NodeTopology):
-    pool = tuple(compute_hcas(hgx))
+    pool = tuple(COMPUTE)
     offered = [
         Offered("rdmaplane.io/hca-shared", f"hca-shared-{i:04d}", pool, True) for i in range(4)
     ]
@@ -245,8 +243,8 @@ def test_shared_slots_count_in_every_zone_of_the_pool(hgx: NodeTopology):
     assert z["pci0000:15"].resource("rdmaplane.io/hca-shared") is None
 
 
-def test_unknown_numa_publishes_one_zone():
-    degraded = samples.read_sample("degraded")
+def test_unknown_numa_publishes_one_zone(sample_nodes: dict[str, NodeTopology]):
+    degraded = sample_nodes["degraded"]
     obj = nrt_object(
         "d",
         degraded,

@@ -16,24 +16,17 @@ from rdmaplane import nrt
 from rdmaplane.agent.config import AgentConfig
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
-from rdmaplane.discovery import samples
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
+from rdmaplane.model import NodeTopology
 
 GPU = "nvidia.com/gpu"
 POLL_S = 0.1
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("hgx") / "sys"
-    samples.build(samples.load("hgx-h100-roce").spec, root)
-    return root
-
-
 @pytest.fixture
-def node(built: Path, tmp_path: Path) -> Path:
-    return Path(shutil.copytree(built, tmp_path / "sys", symlinks=True))
+def node(sample_trees: dict[str, Path], tmp_path: Path) -> Path:
+    return Path(shutil.copytree(sample_trees["hgx-h100-roce"], tmp_path / "sys", symlinks=True))
 
 
 def config(node: Path, tmp_path: Path, **extra) -> AgentConfig:
@@ -172,11 +165,13 @@ class Lister(pr_grpc.PodResourcesListerServicer):
         return pr.AllocatableResourcesResponse(devices=devices)
 
 
-async def test_available_follows_pod_resources(node: Path, tmp_path: Path):
+async def test_available_follows_pod_resources(
+    node: Path, tmp_path: Path, sample_nodes: dict[str, NodeTopology]
+):
     cfg = config(node, tmp_path)
     socket = cfg.pod_resources_socket
     socket.parent.mkdir(parents=True)
-    topo = samples.read_sample("hgx-h100-roce")
+    topo = sample_nodes["hgx-h100-roce"]
     lister = Lister([g.uuid for g in topo.gpus])
     server = grpc.aio.server()
     pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)

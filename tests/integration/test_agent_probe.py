@@ -36,17 +36,10 @@ DUAL_PORT = {
 }
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("hgx") / "sys"
-    samples.build(samples.load("hgx-h100-roce").spec, root)
-    return root
-
-
 @pytest.fixture
-def node(built: Path, tmp_path: Path) -> Path:
+def node(sample_trees: dict[str, Path], tmp_path: Path) -> Path:
     """A private copy of the HGX sample tree, free to modify."""
-    return Path(shutil.copytree(built, tmp_path / "sys", symlinks=True))
+    return Path(shutil.copytree(sample_trees["hgx-h100-roce"], tmp_path / "sys", symlinks=True))
 
 
 def port_dir(root: Path, hca: str, port: int = 1) -> Path:
