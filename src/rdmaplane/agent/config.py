@@ -58,7 +58,6 @@ class PublishConfig(_Strict):
     enabled: bool = True
     backoff_initial_s: float = Field(default=1.0, gt=0)
     backoff_max_s: float = Field(default=60.0, gt=0)
-    request_timeout_s: float = Field(default=10.0, gt=0)
     resync_interval_s: float = Field(default=600.0, gt=0)  # rewrite everything even if unchanged
     event_namespace: str = "default"
     max_pending_events: int = Field(default=100, ge=0)

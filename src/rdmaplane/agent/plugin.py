@@ -16,6 +16,10 @@ class EmbeddedPlugin:
     def __init__(self, config: PluginConfig, *, kubelet_dir: Path, dev_root: Path) -> None:
         self.plugin = RdmaDevicePlugin(config, kubelet_dir=kubelet_dir, dev_root=str(dev_root))
 
+    @property
+    def resources(self) -> list[str]:
+        return [p.resource_name for p in self.plugin.config.pools]
+
     def update(self, topo: NodeTopology) -> None:
         self.plugin.update(topo)
 

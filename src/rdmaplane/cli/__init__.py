@@ -36,6 +36,10 @@ app.command("inspect")(_inspect.inspect)
 app.command("samples")(_inspect.list_samples)
 app.add_typer(_inspect.snapshot_app, name="snapshot")
 
+from rdmaplane.cli import agent as _agent  # noqa: E402
+
+app.command("agent")(_agent.agent)
+
 
 def main() -> None:
     app()
