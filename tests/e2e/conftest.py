@@ -90,8 +90,10 @@ def kube_cluster(k8s_bin_dir: Path) -> Iterator[KubeCluster]:
     try:
         with control_plane(k8s_bin_dir) as cluster:
             yield cluster
+            return
     except StartError as err:
-        pytest.fail(str(err), pytrace=False)
+        failure = str(err)
+    pytest.fail(failure, pytrace=False)  # outside `except`: the message once, no traceback
 
 
 @pytest.fixture

@@ -31,7 +31,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from lightkube import AsyncClient, Client
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, ServiceAccount
+from lightkube.resources.core_v1 import Namespace, Node, ServiceAccount
+from lightkube.types import PatchType
 
 from rdmaplane.kube import async_client, sync_client
 
@@ -164,8 +165,13 @@ class Pki:
             .sign(self._ca_key, hashes.SHA256())
         )
         self.ca_cert = self._write("ca.crt", self._ca_cert.public_bytes(serialization.Encoding.PEM))
-        self.service_account_key = self._write(
-            "sa.key", _pem(ec.generate_private_key(ec.SECP256R1()))
+        sa_key = ec.generate_private_key(ec.SECP256R1())
+        self.service_account_key = self._write("sa.key", _pem(sa_key))
+        self.service_account_public_key = self._write(
+            "sa.pub",
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
         )
 
     def _builder(
@@ -293,6 +299,21 @@ class KubeCluster:
         return context
 
 
+async def add_ready_node(
+    kube: AsyncClient, name: str, labels: Mapping[str, str], extended: Mapping[str, str]
+) -> None:
+    """A Node as a kubelet with device plugins and the node lifecycle controller leave it:
+    Ready, with room for pods and the `extended` resources (e.g. `{"nvidia.com/gpu": "8"}`) in
+    capacity and allocatable, and without the `not-ready` taint that admission puts on new
+    nodes (no kube-controller-manager runs here to lift it)."""
+    await kube.create(Node(metadata=ObjectMeta(name=name, labels=dict(labels))))
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **extended}
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    status = {"capacity": resources, "allocatable": resources, "conditions": [ready]}
+    await kube.patch(Node.Status, name, {"status": status})
+    await kube.patch(Node, name, {"spec": {"taints": None}}, patch_type=PatchType.MERGE)
+
+
 def write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path) -> Path:
     config = {
         "apiVersion": "v1",
@@ -366,8 +387,10 @@ def start_apiserver(bin_dir: Path, workdir: Path, etcd_url: str) -> tuple[Proces
             "--authorization-mode=Node,RBAC",
             f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={pki.service_account_key}",
+            f"--service-account-key-file={pki.service_account_public_key}",
             f"--service-account-signing-key-file={pki.service_account_key}",
+            # The `kubernetes` Service endpoints may not point at loopback; nothing here uses them.
+            "--endpoint-reconciler-type=none",
             "--allow-privileged=true",  # the rdmaplane agent DaemonSet is privileged
             "--profiling=false",
         ],

@@ -15,7 +15,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.events_v1 import Event
 
-from tests.e2e.controlplane import Process
+from tests.e2e.controlplane import Process, add_ready_node
 
 GPU = "nvidia.com/gpu"
 HCA = "rdmaplane.io/hca"
@@ -34,23 +34,13 @@ class GpuNodes:
     both: str
 
 
-async def add_node(kube: AsyncClient, name: str, group: str, extended: dict[str, str]) -> None:
-    """A Node as a kubelet with device plugins would report it: created, then its status
-    subresource patched with capacity and allocatable."""
-    await kube.create(Node(metadata=ObjectMeta(name=name, labels={GROUP_LABEL: group})))
-    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **extended}
-    await kube.patch(
-        Node.Status, name, {"status": {"capacity": resources, "allocatable": resources}}
-    )
-
-
 @pytest.fixture
 async def gpu_nodes(kube: AsyncClient) -> AsyncIterator[GpuNodes]:
     group = uuid.uuid4().hex[:8]
     nodes = GpuNodes(group, f"gpus-only-{group}", f"hcas-only-{group}", f"both-{group}")
-    await add_node(kube, nodes.gpus_only, group, {GPU: "8"})
-    await add_node(kube, nodes.hcas_only, group, {HCA: "8"})
-    await add_node(kube, nodes.both, group, {GPU: "4", HCA: "4"})
+    await add_ready_node(kube, nodes.gpus_only, {GROUP_LABEL: group}, {GPU: "8"})
+    await add_ready_node(kube, nodes.hcas_only, {GROUP_LABEL: group}, {HCA: "8"})
+    await add_ready_node(kube, nodes.both, {GROUP_LABEL: group}, {GPU: "4", HCA: "4"})
     yield nodes
     for name in (nodes.gpus_only, nodes.hcas_only, nodes.both):
         await kube.delete(Node, name)
