@@ -6,6 +6,7 @@ STAMP  := $(VENV)/.installed-stamp
 SAMPLE ?= hgx-h100-roce
 # Where scripts/build-k8s.sh keeps kube-apiserver, kube-scheduler and etcd for the e2e tests.
 K8S_BIN = $(shell scripts/build-k8s.sh --bin-dir)
+LINT_DIRS := $(wildcard src tests bench)
 
 .PHONY: demo test test-fast lint typecheck bench clean k8s-bins
 
@@ -20,8 +21,8 @@ demo: $(STAMP)
 	$(BIN)/rdmaplane inspect --sample $(SAMPLE) -o matrix
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check $(LINT_DIRS)
+	$(BIN)/ruff format --check $(LINT_DIRS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
