@@ -1,8 +1,8 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-scheduler.
 
 The binaries come from `scripts/build-k8s.sh` (upstream Go modules). Everything here is plain
-process and file handling; `conftest.py` turns it into pytest fixtures, and tests talk to the
-cluster only through `KubeCluster`.
+process and file handling; `conftest.py` turns it into pytest fixtures. Tests reach the cluster
+through `KubeCluster` and make simulated nodes with `add_ready_node`.
 """
 
 from __future__ import annotations
