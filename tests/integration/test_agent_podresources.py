@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import grpc
@@ -38,19 +39,19 @@ class StandInLister(pr_grpc.PodResourcesListerServicer):
 
 @pytest.fixture
 async def kubelet(tmp_path: Path):
-    socket = tmp_path / "pod-resources" / "kubelet.sock"
-    socket.parent.mkdir()
+    path = tmp_path / "pod-resources" / "kubelet.sock"
+    path.parent.mkdir()
     lister = StandInLister()
     server = grpc.aio.server()
     pr_grpc.add_PodResourcesListerServicer_to_server(lister, server)
-    server.add_insecure_port(f"unix://{socket}")
+    server.add_insecure_port(f"unix://{path}")
     await server.start()
-    yield socket, lister
+    yield path, lister
     await server.stop(None)
 
 
 async def test_allocations_per_pod_and_allocatable_with_numa(kubelet):
-    socket, lister = kubelet
+    path, lister = kubelet
     lister.allocatable = [
         devices(GPU, ["GPU-a", "GPU-b"], 0),
         devices(GPU, ["GPU-c"], 1),
@@ -78,7 +79,7 @@ async def test_allocations_per_pod_and_allocatable_with_numa(kubelet):
             containers=[pr.ContainerResources(name="c", cpu_ids=[3])],
         ),
     ]
-    client = PodResourcesClient(socket, [GPU, HCA])
+    client = PodResourcesClient(path, [GPU, HCA])
     try:
         got = await client.allocations()
     finally:
@@ -94,10 +95,20 @@ async def test_allocations_per_pod_and_allocatable_with_numa(kubelet):
 
 
 async def test_no_kubelet_is_a_clear_error(tmp_path: Path):
-    socket = tmp_path / "missing.sock"
-    client = PodResourcesClient(socket, [GPU], timeout_s=1.0)
+    client = PodResourcesClient(tmp_path / "missing.sock", [GPU], timeout_s=1.0)
+    with pytest.raises(PodResourcesError, match=r"missing\.sock: socket does not exist"):
+        await client.allocations()
+    await client.close()
+
+
+async def test_dead_kubelet_socket_is_a_clear_error(tmp_path: Path):
+    """A socket file left behind by a kubelet that is gone: nobody listens."""
+    path = tmp_path / "dead.sock"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(path))
+    client = PodResourcesClient(path, [GPU], timeout_s=1.0)
     try:
-        with pytest.raises(PodResourcesError, match=r"missing\.sock: UNAVAILABLE"):
+        with pytest.raises(PodResourcesError, match=r"dead\.sock: UNAVAILABLE"):
             await client.allocations()
     finally:
         await client.close()

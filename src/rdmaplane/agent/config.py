@@ -77,7 +77,7 @@ class AgentConfig(_Strict):
     rediscover_interval_s: float = Field(
         default=600.0, gt=0
     )  # a full read even when nothing changed
-    allocation_interval_s: float = Field(default=10.0, gt=0)
+    allocation_interval_s: float = Field(default=30.0, gt=0)
 
     # None: read from the kubelet config file (`<kubelet_dir>/config.yaml` unless given).
     topology_manager_policy: Policy | None = None

@@ -37,6 +37,8 @@ class PodResourcesClient:
 
     async def allocations(self) -> Allocations:
         """Both calls' answers; raises PodResourcesError when the kubelet cannot be reached."""
+        if not self.socket.exists():  # no kubelet (yet): spare gRPC its reconnect attempts
+            raise PodResourcesError(f"PodResources at {self.socket}: socket does not exist")
         stub = self._stub()
         try:
             listed = await stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout_s)

@@ -63,7 +63,7 @@ def counter_dirs(root: str, hca: str, port: int, single_port: bool) -> list[str]
     """Where a port's counters live: `ports/N/counters` (PMA), `ports/N/hw_counters` (mlx5 per
     port) and, on single-port HCAs only, the device-wide `hw_counters` (which would be ambiguous
     on a dual-port card)."""
-    base = f"{root}/class/infiniband/{hca}"
+    base = os.path.realpath(f"{root}/class/infiniband/{hca}")  # one path walk, not one per file
     dirs = [f"{base}/ports/{port}/counters", f"{base}/ports/{port}/hw_counters"]
     if single_port:
         dirs.append(f"{base}/hw_counters")
@@ -112,7 +112,9 @@ class Probe:
         plans = []
         for hca in topo.hcas:
             for port in hca.ports:
-                base = f"{root}/class/infiniband/{hca.name}/ports/{port.number}"
+                # Resolved once: the `class/infiniband/<hca>` link and the PCI path below it
+                # cost a path walk per open; a vanished HCA shows in the listing anyway.
+                base = os.path.realpath(f"{root}/class/infiniband/{hca.name}/ports/{port.number}")
                 used = {g.index for g in port.gids}
                 gids = sorted(used) + _free_indexes(used, port.gid_table_len, GID_PROBE_FREE)
                 files = counter_files(root, hca.name, port.number, len(hca.ports) == 1)

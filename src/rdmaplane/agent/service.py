@@ -55,11 +55,17 @@ class AllocationSource(Protocol):
     async def close(self) -> None: ...
 
 
-def plugin_view(topo: NodeTopology, health: Mapping[str, HcaHealth]) -> NodeTopology:
+def erroring(health: Mapping[str, HcaHealth]) -> frozenset[str]:
+    """HCAs unhealthy for rising error counters (the plugin sees port states for itself)."""
+    return frozenset(
+        n for n, h in health.items() if any(p.kind == ERRORS_RISING for p in h.problems)
+    )
+
+
+def plugin_view(topo: NodeTopology, sick: frozenset[str]) -> NodeTopology:
     """The topology as the device plugin should judge it: the plugin calls an HCA healthy when a
     port is ACTIVE and LinkUp, so ports of HCAs whose error counters are rising are handed over
     in LinkErrorRecovery, which is what such a link is going through."""
-    sick = {n for n, h in health.items() if any(p.kind == ERRORS_RISING for p in h.problems)}
     if not sick:
         return topo
     hcas = tuple(
@@ -99,7 +105,8 @@ class Agent:
         self._fingerprint: tuple[object, ...] | None = None
         self._discovered_at = 0.0
         self._polled_at = 0.0
-        self._plugin_fed: NodeTopology | None = None
+        self._plugin_fed: tuple[NodeTopology, frozenset[str]] | None = None
+        self._published_from: tuple[object, ...] | None = None
         self._allocation_problem: str | None = None
         self._rules = Rules(config.health.window_s, dict(config.health.thresholds))
         self.policy, self.scope = self._topology_manager()
@@ -220,10 +227,14 @@ class Agent:
     def _feed_plugin(self) -> None:
         if self.plugin is None or self.topo is None:
             return
-        view = plugin_view(self.topo, self.health_state.hcas)
-        if view is not self._plugin_fed:
-            self.plugin.update(view)
-            self._plugin_fed = view
+        fed = (self.topo, erroring(self.health_state.hcas))
+        if (
+            self._plugin_fed is None
+            or fed[0] is not self._plugin_fed[0]
+            or fed[1] != self._plugin_fed[1]
+        ):
+            self.plugin.update(plugin_view(*fed))
+            self._plugin_fed = fed
 
     # ---------------------------------------------------------------- allocations
 
@@ -278,8 +289,14 @@ class Agent:
         )
 
     def _publish(self) -> None:
+        """Recompute the desired state when one of its inputs changed, and hand it over."""
         if self.topo is None:
             return
+        offered = self.plugin.offered() if self.plugin is not None else []
+        inputs = (self.topo, self.health_state.hcas, self.allocations, offered)
+        if inputs == self._published_from:
+            return
+        self._published_from = inputs
         desired = self.desired()
         if desired.condition != self.condition:
             self.condition = desired.condition
