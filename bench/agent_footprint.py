@@ -268,6 +268,9 @@ def main() -> None:
         root, kubelet = workdir / "sys", workdir / "kubelet"
         samples.build(samples.load(SAMPLE).spec, root)
         kubelet.mkdir()
+        (kubelet / "config.yaml").write_text(
+            "kind: KubeletConfiguration\ntopologyManagerPolicy: single-numa-node\n"
+        )
         config = workdir / "agent.yaml"
         config.write_text(
             f"poll_interval_s: {args.poll_s}\nallocation_interval_s: {args.allocation_s}\n"
