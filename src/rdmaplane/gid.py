@@ -1,0 +1,12 @@
+"""TEMPORARY shim of the `gid` branch's GID policy (issue 3); removed when it lands on main."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GidPolicy:
+    family: int = 4
+    roce_version: int = 2
+    addr_range: str | None = None
