@@ -26,7 +26,11 @@ class Selectors:
         pci = hca.pci
         checks = [
             (self.vendors, {_hex(v) for v in self.vendors}, _hex(pci.vendor or "") if pci else ""),
-            (self.device_ids, {_hex(v) for v in self.device_ids}, _hex(pci.device or "") if pci else ""),
+            (
+                self.device_ids,
+                {_hex(v) for v in self.device_ids},
+                _hex(pci.device or "") if pci else "",
+            ),
             (self.drivers, set(self.drivers), pci.driver if pci else None),
             (self.if_names, set(self.if_names), port.netdev),
             (self.hca_names, set(self.hca_names), hca.name),

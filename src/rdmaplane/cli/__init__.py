@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from rdmaplane import __version__
+from rdmaplane.cli.deviceplugin import device_plugin
 
 app = typer.Typer(
     name="rdmaplane",
@@ -13,6 +14,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+app.command("device-plugin")(device_plugin)
 
 
 def _version(value: bool) -> None:

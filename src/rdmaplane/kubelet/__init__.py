@@ -1,1 +1,1 @@
-"""The kubelet gRPC APIs: upstream-compatible .proto files (proto/) and their generated stubs (api/)."""
+"""The kubelet gRPC APIs: upstream-compatible .proto files (proto/), generated stubs (api/)."""
