@@ -179,6 +179,7 @@ class PoolServer:
         self.changed = asyncio.Event()
         self.registrations = 0
         self._server: grpc.aio.Server | None = None
+        self._served: tuple[int, int] | None = None  # identity of the socket we serve on
         self._task: asyncio.Task[None] | None = None
 
     def notify(self) -> None:
@@ -210,6 +211,7 @@ class PoolServer:
         server.add_insecure_port(f"unix://{self.socket}")
         await server.start()
         self._server = server
+        self._served = _identity(self.socket)
         log.info("%s: serving on %s", self.resource_name, self.socket)
 
     async def _unserve(self) -> None:
@@ -218,47 +220,51 @@ class PoolServer:
             self._server = None
 
     async def _stay_registered(self) -> None:
-        """Serve, register, watch; again whenever the kubelet restarted."""
+        """Register, then watch; again whenever the kubelet restarted."""
         while True:
             kubelet = await self._register() if not self.watcher_mode else None
-            own = _identity(self.socket)
             while True:
                 await asyncio.sleep(self.watch_interval)
-                if _identity(self.socket) != own:
-                    log.warning(
-                        "%s: socket %s vanished; serving again", self.resource_name, self.socket
-                    )
-                    await self._unserve()
-                    await self._serve()
+                if await self._serving_again():
                     break
                 if not self.watcher_mode and _identity(self.kubelet_socket) != kubelet:
                     log.warning("%s: kubelet restarted; registering again", self.resource_name)
                     break
+
+    async def _serving_again(self) -> bool:
+        """Serve on a fresh socket when ours vanished (the kubelet wipes its folder)."""
+        if _identity(self.socket) == self._served:
+            return False
+        log.warning("%s: socket %s vanished; serving again", self.resource_name, self.socket)
+        await self._unserve()
+        await self._serve()
+        return True
 
     async def _register(self) -> tuple[int, int] | None:
         """Register with the kubelet, retrying with backoff (and at once when its socket
         appears); returns the identity of the kubelet socket it registered with."""
         delay, waiting_logged = self.watch_interval, False
         while True:
+            await self._serving_again()  # never point the kubelet at a missing socket
             kubelet = _identity(self.kubelet_socket)
             try:
                 await self._register_once()
-                log.info(
-                    "%s: registered with the kubelet at %s", self.resource_name, self.kubelet_socket
-                )
-                self.registrations += 1
-                return kubelet
             except grpc.aio.AioRpcError as e:
                 if not waiting_logged:
                     log.warning(
                         "%s: cannot register at %s (%s); retrying until the kubelet is there",
                         self.resource_name,
                         self.kubelet_socket,
-                        e.details() or e.code().name,
+                        e.code().name,
                     )
                     waiting_logged = True
-            deadline = asyncio.get_running_loop().time() + delay
-            while asyncio.get_running_loop().time() < deadline:
+            else:
+                log.info("%s: registered with the kubelet", self.resource_name)
+                self.registrations += 1
+                return kubelet
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + delay
+            while loop.time() < deadline:
                 await asyncio.sleep(self.watch_interval)
                 if _identity(self.kubelet_socket) not in (None, kubelet):
                     break
