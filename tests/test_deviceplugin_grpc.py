@@ -16,25 +16,23 @@ from pathlib import Path
 
 import grpc
 import pytest
+from hgx_sample import hgx_tree
 from kubelet_standin import KubeletStandIn
 
 from rdmaplane.deviceplugin import RdmaDevicePlugin, parse_config
 from rdmaplane.deviceplugin.plugin import poll_topology
 from rdmaplane.deviceplugin.resources import device_id
-from rdmaplane.discovery import read_node, samples
+from rdmaplane.discovery import read_node
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.nccl import nccl_env
 from rdmaplane.selectors import compute_ports
 
 POLL = 0.05
-SAMPLE = "hgx-h100-roce"
 
 
 @pytest.fixture(scope="module")
-def sysfs() -> Iterator[Path]:
-    """Built once (it takes seconds); tests that change it put it back."""
-    with samples.materialised(SAMPLE) as root:
-        yield root
+def sysfs() -> Path:
+    return hgx_tree()
 
 
 @pytest.fixture(scope="module")
