@@ -8,9 +8,11 @@ single discovery loop can feed it; `run_standalone` is the small loop of its own
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
+import multiprocessing
 import os
 import signal
 import tempfile
@@ -88,13 +90,21 @@ class RdmaDevicePlugin:
             log.error("cannot write CDI spec %s: %s", target, e)
 
 
-async def poll_topology(plugin: RdmaDevicePlugin, sysfs_root: str, interval: float) -> None:
-    """Read sysfs every `interval` seconds (in a thread: a read takes ~0.1 s) and feed it in.
+async def poll_topology(
+    plugin: RdmaDevicePlugin,
+    sysfs_root: str,
+    interval: float,
+    executor: concurrent.futures.Executor | None = None,
+) -> None:
+    """Read sysfs every `interval` seconds and feed it in.
 
-    A read that fails keeps the last topology: a flaky read must not make devices vanish."""
+    A full read of a big node takes ~0.15 s of Python; in a thread it would hold the GIL and
+    stall gRPC answers for that long, so the standalone plugin passes a process pool. A read
+    that fails keeps the last topology: a flaky read must not make devices vanish."""
+    loop = asyncio.get_running_loop()
     while True:
         try:
-            topo = await asyncio.to_thread(read_node, sysfs_root)
+            topo = await loop.run_in_executor(executor, read_node, sysfs_root)
         except Exception as e:  # the reader is tolerant; anything left is logged, not fatal
             log.error("reading %s failed: %s", sysfs_root, e)
         else:
@@ -117,7 +127,11 @@ async def run_standalone(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await plugin.start()
-    poller = asyncio.create_task(poll_topology(plugin, sysfs_root, config.health_poll_interval))
+    # spawn, not fork: forking a process that runs gRPC threads is unsafe
+    reader = concurrent.futures.ProcessPoolExecutor(1, multiprocessing.get_context("spawn"))
+    poller = asyncio.create_task(
+        poll_topology(plugin, sysfs_root, config.health_poll_interval, reader)
+    )
     try:
         await stop.wait()
         log.info("shutting down")
@@ -125,4 +139,5 @@ async def run_standalone(
         poller.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await poller
+        reader.shutdown(cancel_futures=True)
         await plugin.stop()
