@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 
 from kubelet_standin import KubeletStandIn
 

@@ -16,13 +16,12 @@ from pathlib import Path
 
 import grpc
 import pytest
-from hgx_sample import hgx_tree
 from kubelet_standin import KubeletStandIn
 
 from rdmaplane.deviceplugin import RdmaDevicePlugin, parse_config
 from rdmaplane.deviceplugin.plugin import poll_topology
 from rdmaplane.deviceplugin.resources import device_id
-from rdmaplane.discovery import read_node
+from rdmaplane.discovery import read_node, samples
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.nccl import nccl_env
 from rdmaplane.selectors import compute_ports
@@ -31,8 +30,10 @@ POLL = 0.05
 
 
 @pytest.fixture(scope="module")
-def sysfs() -> Path:
-    return hgx_tree()
+def sysfs() -> Iterator[Path]:
+    """This module's own tree (its tests change it, and put it back)."""
+    with samples.materialised("hgx-h100-roce") as root:
+        yield root
 
 
 @pytest.fixture(scope="module")

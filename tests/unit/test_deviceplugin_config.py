@@ -108,7 +108,7 @@ def test_cli_bad_config_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_example_configs_are_valid() -> None:
-    examples = sorted((Path(__file__).parent.parent / "deploy" / "device-plugin").glob("*.*"))
+    examples = sorted((Path(__file__).parents[2] / "deploy" / "device-plugin").glob("*.*"))
     configs = [p for p in examples if p.name.startswith("config")]
     assert configs, "deploy/device-plugin/config*.yaml|json are missing"
     for path in configs:

@@ -6,7 +6,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hgx_sample import hgx_topology
 
 from rdmaplane.deviceplugin import parse_config
 from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
@@ -14,8 +13,8 @@ from rdmaplane.model import Hca, NodeTopology, PhysState, PortState
 
 
 @pytest.fixture
-def hgx() -> NodeTopology:
-    return hgx_topology()
+def hgx(sample_nodes: dict[str, NodeTopology]) -> NodeTopology:
+    return sample_nodes["hgx-h100-roce"]
 
 
 def manager(pool: dict[str, object], dev_root: Path | str = "/nonexistent") -> ResourceManager:
