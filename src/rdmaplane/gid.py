@@ -8,5 +8,5 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class GidPolicy:
     family: int = 4
+    cidr: str | None = None
     roce_version: int = 2
-    addr_range: str | None = None

@@ -15,11 +15,15 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class NcclSettings:
-    socket_ifname: str | None = None
-    tc: int | None = None
-    sl: int | None = None
     gid_policy: GidPolicy = field(default_factory=GidPolicy)
     nccl_version: str | None = None
+    socket_ifname: str | None = None
+    ib_tc: int | None = None
+    ib_sl: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.nccl_version is not None and not self.nccl_version[:1].isdigit():
+            raise ValueError(f"nccl settings nccl_version: {self.nccl_version!r} is not a version")
 
 
 def nccl_env(

@@ -6,7 +6,14 @@ from dataclasses import dataclass
 
 from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
 
-_LINK = {"ether": LinkLayer.ETHERNET, "infiniband": LinkLayer.INFINIBAND}
+_LINK = {
+    "ether": LinkLayer.ETHERNET,
+    "ethernet": LinkLayer.ETHERNET,
+    "eth": LinkLayer.ETHERNET,
+    "roce": LinkLayer.ETHERNET,
+    "infiniband": LinkLayer.INFINIBAND,
+    "ib": LinkLayer.INFINIBAND,
+}
 
 
 def _hex(v: str) -> str:
@@ -21,6 +28,13 @@ class Selectors:
     if_names: tuple[str, ...] = ()
     link_types: tuple[str, ...] = ()
     hca_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for lt in self.link_types:
+            if lt.lower() not in _LINK:
+                raise ValueError(
+                    f"selectors.linkTypes: {lt!r} is not one of {', '.join(sorted(_LINK))}"
+                )
 
     def matches(self, hca: Hca, port: Port) -> bool:
         pci = hca.pci

@@ -24,7 +24,7 @@ from rdmaplane.deviceplugin.resources import device_id
 from rdmaplane.discovery import read_node, samples
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.nccl import nccl_env
-from rdmaplane.selectors import compute_ports
+from rdmaplane.selectors import Selectors, compute_ports
 
 POLL = 0.05
 
@@ -218,7 +218,7 @@ async def test_allocate_returns_exactly_the_allocated_set(
     assert {d.host_path for d in response.devices} == want_nodes
     assert all(d.container_path == d.host_path for d in response.devices)
     assert {d.permissions for d in response.devices} == {"rw"}
-    ports = [(h, p) for h, p in compute_ports(topo, None) if h in hcas]
+    ports = [(h, p) for h, p in compute_ports(topo, Selectors()) if h in hcas]
     want_env = dict(nccl_env(topo, ports, plugin.servers[0].manager.pool.nccl.settings()))
     want_env["RDMAPLANE_HCAS"] = ",".join(h.name for h in hcas)
     assert dict(response.envs) == want_env

@@ -62,7 +62,7 @@ def test_native_nccl_settings_reach_the_plan() -> None:
         {"pools": [{"nccl": {"socketIfname": "eth0", "trafficClass": 106, "serviceLevel": 3}}]}
     )
     settings = cfg.pools[0].nccl.settings()
-    assert (settings.socket_ifname, settings.tc, settings.sl) == ("eth0", 106, 3)
+    assert (settings.socket_ifname, settings.ib_tc, settings.ib_sl) == ("eth0", 106, 3)
 
 
 @pytest.mark.parametrize(
@@ -70,11 +70,12 @@ def test_native_nccl_settings_reach_the_plan() -> None:
     [
         ({"pools": [{"mode": "exclusiv"}]}, "pools[0].mode: Input should be 'exclusive' or"),
         ({"pools": [{"selectors": {"vendor": ["15b3"]}}]}, "pools[0].selectors.vendor: Extra"),
-        ({"pools": [{"selectors": {"linkTypes": ["eth"]}}]}, "unknown link type 'eth'"),
+        ({"pools": [{"selectors": {"linkTypes": ["fddi"]}}]}, "linkTypes: 'fddi' is not one of"),
         ({"pools": [{"resourceName": "hca"}]}, "resourceName 'hca' is not an extended resource"),
         ({"pools": [{}, {}]}, "'rdmaplane.io/hca' is used by more than one pool"),
         ({"healthPollInterval": 0}, "healthPollInterval: Input should be greater than 0"),
         ({"pools": [{"nccl": {"serviceLevel": 16}}]}, "pools[0].nccl.serviceLevel"),
+        ({"pools": [{"nccl": {"ncclVersion": "latest"}}]}, "pools[0].nccl: nccl settings"),
         ({"configList": [{"resourceName": "a"}]}, "configList[0].rdmaHcaMax: Field required"),
         ({"configList": [{"resourceName": "a", "rdmaHcaMax": 0}]}, "configList[0].rdmaHcaMax"),
         ([1, 2], "expected a mapping at the top, got list"),

@@ -56,13 +56,10 @@ class SelectorConfig(_Model):
     link_types: list[str] = []
     hca_names: list[str] = []
 
-    @field_validator("link_types")
-    @classmethod
-    def _link_types(cls, v: list[str]) -> list[str]:
-        bad = [t for t in v if t.lower() not in ("ether", "infiniband", "ethernet")]
-        if bad:
-            raise ValueError(f"unknown link type {bad[0]!r}; use 'ether' or 'infiniband'")
-        return v
+    @model_validator(mode="after")
+    def _valid(self) -> SelectorConfig:
+        self.selectors()  # the selector's own checks (link types) name the key
+        return self
 
     def selectors(self) -> Selectors:
         return Selectors(
@@ -90,17 +87,22 @@ class NcclConfig(_Model):
     gid: GidConfig = GidConfig()
     nccl_version: str | None = None
 
+    @model_validator(mode="after")
+    def _plannable(self) -> NcclConfig:
+        self.settings()  # the plan's own checks (version syntax, CIDR family) name the key
+        return self
+
     def settings(self) -> NcclSettings:
         return NcclSettings(
-            socket_ifname=self.socket_ifname,
-            tc=self.traffic_class,
-            sl=self.service_level,
             gid_policy=GidPolicy(
                 family=self.gid.addr_family,
+                cidr=self.gid.addr_range,
                 roce_version=self.gid.roce_version,
-                addr_range=self.gid.addr_range,
             ),
             nccl_version=self.nccl_version,
+            socket_ifname=self.socket_ifname,
+            ib_tc=self.traffic_class,
+            ib_sl=self.service_level,
         )
 
 
