@@ -3,7 +3,8 @@
 Runs `rdmaplane device-plugin` as its own process on the largest sample node (hgx-h100-roce:
 9 HCAs on 2 NUMA nodes), with the kubelet stand-in from tests/ serving Registration, then:
 
-* p50/p99 of GetPreferredAllocation (2 and 4 of 9 devices, one must-include) and of Allocate
+* p50/p99 of GetDevicePluginOptions (no work: the floor of gRPC + scheduling on this machine),
+  GetPreferredAllocation (2 and 4 of 9 devices, one must-include) and of Allocate
   (1 and 4 devices: device nodes + the NCCL env plan) over the unix socket (goal p99 <= 2 ms);
 * how long 100 kubelet restarts in a row take to be noticed: kubelet back up -> plugin
   registered again -> full device list received.
@@ -118,6 +119,7 @@ async def latencies(kubelet: KubeletStandIn, calls: int) -> None:
         return lambda: stub.Allocate(request, timeout=5)
 
     for name, call in [
+        ("GetDevicePluginOptions (floor)", lambda: stub.GetDevicePluginOptions(dp.Empty())),
         ("GetPreferredAllocation 2 of 9", preferred(2)),
         ("GetPreferredAllocation 4 of 9", preferred(4)),
         ("Allocate 1 device", allocate(1)),
