@@ -134,6 +134,25 @@ def select_gid(hca: Hca, port: Port, policy: GidPolicy = GidPolicy()) -> GidChoi
     return GidChoice(hca.name, port.number, None, _why_none(port, policy), None, port.link_layer)
 
 
+def gid_note(gid: Gid, choice: GidChoice, policy: GidPolicy = GidPolicy()) -> str:
+    """Why this entry of a RoCE port was or was not chosen, in a few words (for explain)."""
+    if gid.index == choice.index:
+        return "chosen"
+    if not choice.roce:
+        return ""
+    if gid.is_link_local:
+        return "link-local"
+    if gid.type is None:
+        return f"skipped: {gid.attrs_error or 'type unreadable'}"
+    if gid.family != policy.family:
+        return f"IPv{gid.family}, not IPv{policy.family}"
+    if not policy.in_range(gid):
+        return f"outside {policy.cidr}"
+    if roce_version(gid) != policy.roce_version:
+        return f"RoCE v{roce_version(gid)}, not v{policy.roce_version}"
+    return f"GID {choice.index} comes first"
+
+
 def _infiniband_choice(hca: Hca, port: Port) -> GidChoice:
     routable = next((g for g in port.gids if g.index == ROUTABLE_FLID_GID_INDEX), None)
     if routable is not None and routable.address.packed[4:6] != b"\0\0":

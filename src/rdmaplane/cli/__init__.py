@@ -30,5 +30,11 @@ def _root(
     """RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate."""
 
 
+from rdmaplane.cli import gid  # noqa: E402  (command modules register after `app` exists)
+
+app.command()(gid.env)
+app.add_typer(gid.app, name="gid")
+
+
 def main() -> None:
     app()
