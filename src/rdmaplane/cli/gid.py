@@ -25,6 +25,7 @@ from rdmaplane.gid import (
     ClusterAudit,
     GidChoice,
     GidPolicy,
+    NodeGidPlan,
     audit,
     gid_note,
     plan_node,
@@ -201,7 +202,7 @@ def explain(
     for v, c in zip(verdicts, choices, strict=True):
         index = "-" if c.index is None else str(c.index)
         out.print(f"{c.name:<16} index {index:<3} {escape(c.reason)}  [dim]({escape(v.reason)})[/]")
-    out.print(_plan_summary(plan.choices, plan.uniform_index, plan.divergent))
+    out.print(_plan_summary(plan))
 
 
 def _wide(base: Console) -> Console:
@@ -239,18 +240,16 @@ def _ver(g: Gid) -> str:
     return f"v{v}" if v else "?"
 
 
-def _plan_summary(
-    choices: tuple[GidChoice, ...], uniform: int | None, divergent: tuple[GidChoice, ...]
-) -> str:
-    if not choices:
+def _plan_summary(plan: NodeGidPlan) -> str:
+    if not plan.choices:
         return "[yellow]no compute ports[/]"
-    names = ", ".join(c.name for c in choices)
-    if not any(c.roce for c in choices):
+    names = ", ".join(c.name for c in plan.choices)
+    if not plan.roce_choices:
         return f"compute ports {names}: InfiniBand only, no GID index to set"
-    if uniform is not None:
-        return f"compute ports {names}: [green]uniform GID index {uniform}[/]"
-    odd = "; ".join(f"{c.name} → {'-' if c.index is None else c.index}" for c in divergent)
-    return f"compute ports {names}: [yellow]not uniform[/] ({odd})"
+    if plan.uniform_index is not None:
+        return f"compute ports {names}: [green]uniform GID index {plan.uniform_index}[/]"
+    each = ", ".join(f"{c.name} → {'-' if c.index is None else c.index}" for c in plan.roce_choices)
+    return f"compute ports {names}: [yellow]not uniform[/] ({each})"
 
 
 def _explain_doc(
