@@ -113,3 +113,16 @@ def test_selected_down_port_stays_and_says_so() -> None:
 def test_unknown_link_type_is_refused() -> None:
     with pytest.raises(ValueError, match="linkTypes: 'token-ring'"):
         Selectors(link_types=("token-ring",))
+
+
+def test_from_device_plugin_config() -> None:
+    config = {"vendors": ["15b3"], "deviceIDs": ["1021"], "linkTypes": ["infiniband"]}
+    sel = Selectors.from_config(config)
+    assert sel == Selectors(vendors=("15b3",), device_ids=("1021",), link_types=("infiniband",))
+    assert names(compute_ports(sample("hgx-h200-ib"), sel)) == names(
+        compute_ports(sample("hgx-h200-ib"))
+    )
+    with pytest.raises(ValueError, match="selectors: unknown key 'devices'"):
+        Selectors.from_config({"devices": ["ib0"]})
+    with pytest.raises(ValueError, match=r"resourceList\[0\].selectors.vendors: expected a list"):
+        Selectors.from_config({"vendors": "15b3"}, where="resourceList[0].selectors")

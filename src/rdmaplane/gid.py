@@ -10,9 +10,9 @@ is unset (-1, automatic), as read in NCCL's `src/transport/net_ib` (`ncclIbGetGi
   subnets. No address family or RoCE version is involved.
 - RoCE ports: NCCL walks the table upwards from index 0 comparing each entry with the best one
   so far. An entry can win only if it is configured (non-zero), not link-local (NCCL tests
-  `fe80::/64`; we treat all of `fe80::/10` as link-local),
-  of the address family `NCCL_IB_ADDR_FAMILY` (AF_INET by default; IPv4 GIDs are IPv4-mapped)
-  and inside `NCCL_IB_ADDR_RANGE` when that is set. Among those the lowest index whose type
+  `fe80::/64`; we treat all of `fe80::/10` as link-local), of the address family
+  `NCCL_IB_ADDR_FAMILY` (AF_INET by default; IPv4 GIDs are IPv4-mapped) and inside
+  `NCCL_IB_ADDR_RANGE` when that is set. Among those the lowest index whose type
   matches `NCCL_IB_ROCE_VERSION_NUM` (default 2) wins. Ties never move the choice, so with
   several good entries (VLANs, bonds, second addresses) the first one counts.
 - When no entry of the wanted version exists, the result depends on the family: for AF_INET the

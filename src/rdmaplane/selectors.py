@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
@@ -29,6 +29,15 @@ _LINK_TYPES = {
     "roce": LinkLayer.ETHERNET,
     "infiniband": LinkLayer.INFINIBAND,
     "ib": LinkLayer.INFINIBAND,
+}
+
+_CONFIG_KEYS = {
+    "vendors": "vendors",
+    "deviceIDs": "device_ids",
+    "drivers": "drivers",
+    "ifNames": "if_names",
+    "linkTypes": "link_types",
+    "hcaNames": "hca_names",
 }
 
 
@@ -71,22 +80,50 @@ class Selectors:
                     f"selectors.linkTypes: {lt!r} is not one of {', '.join(sorted(_LINK_TYPES))}"
                 )
 
+    @classmethod
+    def from_config(cls, config: Mapping[str, object], where: str = "selectors") -> Selectors:
+        """From the device plugin's JSON spelling (`deviceIDs`, `ifNames`, …, plus `hcaNames`);
+        ValueError naming the bad key."""
+        values: dict[str, tuple[str, ...]] = {}
+        for key, value in config.items():
+            if key not in _CONFIG_KEYS:
+                raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(_CONFIG_KEYS)})")
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"{where}.{key}: expected a list of strings")
+            values[_CONFIG_KEYS[key]] = tuple(value)
+        return cls(**values)
+
     def mismatch(self, topo: NodeTopology, hca: Hca, port: Port) -> str | None:
         """None when the port matches, else which selector it fails and why."""
         pci = hca.pci
-        checks: list[tuple[str, tuple[str, ...], Iterable[str], bool]] = [
-            ("hcaNames", self.hca_names, [hca.name], True),
-            ("vendors", self.vendors, [pci.vendor] if pci and pci.vendor else [], False),
-            ("deviceIDs", self.device_ids, [pci.device] if pci and pci.device else [], False),
-            ("drivers", self.drivers, [pci.driver] if pci and pci.driver else [], False),
-            ("ifNames", self.if_names, _netdev_names(topo, hca, port), False),
-            ("linkTypes", self.link_types, [port.link_layer.value], False),
+        checks: list[tuple[str, tuple[str, ...], list[str], Callable[[str, str], bool]]] = [
+            ("hcaNames", self.hca_names, [hca.name], _pattern),
+            ("vendors", self.vendors, [pci.vendor] if pci and pci.vendor else [], _same_id),
+            ("deviceIDs", self.device_ids, [pci.device] if pci and pci.device else [], _same_id),
+            ("drivers", self.drivers, [pci.driver] if pci and pci.driver else [], _same),
+            ("ifNames", self.if_names, _netdev_names(topo, hca, port), _same),
+            ("linkTypes", self.link_types, [port.link_layer.value], _same_link),
         ]
-        for field, wanted, have, patterns in checks:
-            if wanted and not _any_match(field, wanted, list(have), patterns):
-                shown = ", ".join(have) or "unknown"
-                return f"{field} {', '.join(wanted)} does not match {shown}"
+        for field, wanted, have, match in checks:
+            if wanted and not any(match(w, h) for w in wanted for h in have):
+                return f"{field} {', '.join(wanted)} does not match {', '.join(have) or 'unknown'}"
         return None
+
+
+def _pattern(wanted: str, have: str) -> bool:
+    return fnmatch.fnmatchcase(have, wanted)
+
+
+def _same_id(wanted: str, have: str) -> bool:
+    return _hex_id(wanted) == _hex_id(have)
+
+
+def _same(wanted: str, have: str) -> bool:
+    return wanted == have
+
+
+def _same_link(wanted: str, have: str) -> bool:
+    return _LINK_TYPES[wanted.lower()].value == have
 
 
 def _netdev_names(topo: NodeTopology, hca: Hca, port: Port) -> list[str]:
@@ -94,16 +131,6 @@ def _netdev_names(topo: NodeTopology, hca: Hca, port: Port) -> list[str]:
     if hca.pci is not None:
         names += sorted(n.name for n in topo.netdevs if n.pci == hca.pci.address)
     return list(dict.fromkeys(names))
-
-
-def _any_match(field: str, wanted: tuple[str, ...], have: list[str], patterns: bool) -> bool:
-    if patterns:
-        return any(fnmatch.fnmatchcase(h, w) for w in wanted for h in have)
-    if field == "linkTypes":
-        return any(_LINK_TYPES[w.lower()].value in have for w in wanted)
-    if field in ("vendors", "deviceIDs"):
-        return any(_hex_id(w) == _hex_id(h) for w in wanted for h in have)
-    return any(w == h for w in wanted for h in have)
 
 
 @dataclass(frozen=True)
