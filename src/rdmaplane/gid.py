@@ -29,6 +29,8 @@ later versions skip them as candidates but can still land on one through the fam
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import ipaddress
 from collections import Counter
 from collections.abc import Sequence
@@ -42,6 +44,7 @@ AF_INET6 = 6
 ROUTABLE_FLID_GID_INDEX = 1  # NCCL_IB_ROUTABLE_FLID_GID_INDEX's default
 _ROCE_VERSION = {GidType.ROCE_V1: 1, GidType.ROCE_V2: 2}
 _FAMILY_NAME = {AF_INET: "IPv4", AF_INET6: "IPv6"}
+_LINK_LOCAL_TOP_BITS = 0xFE80 >> 6  # fe80::/10
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,26 @@ class GidPolicy:
                     f"the family is IPv{self.family}"
                 )
 
+    @property
+    def network(self) -> ipaddress.IPv4Network | ipaddress.IPv6Network | None:
+        return None if self.cidr is None else _network(self.cidr)
+
     def in_range(self, gid: Gid) -> bool:
-        if self.cidr is None:
+        return self.contains(_as_int(gid.raw))
+
+    def contains(self, address: int) -> bool:
+        """Is a GID of the policy's family (as a 128-bit int) inside the range, if one is set?"""
+        net = self.network
+        if net is None:
             return True
-        ip = gid.ip
-        net = ipaddress.ip_network(self.cidr, strict=False)
-        return ip is not None and ipaddress.ip_address(ip) in net
+        if net.version == AF_INET:
+            address &= 0xFFFFFFFF
+        return address & int(net.netmask) == int(net.network_address)
+
+
+@functools.cache
+def _network(cidr: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    return ipaddress.ip_network(cidr, strict=False)
 
 
 @dataclass(frozen=True)
@@ -101,14 +118,23 @@ def roce_version(gid: Gid) -> int | None:
 
 
 def is_candidate(gid: Gid, policy: GidPolicy) -> bool:
-    """Could NCCL pick this entry at all (any version)?"""
-    return (
-        not gid.is_zero
-        and not gid.is_link_local
-        and gid.type is not None
-        and gid.family == policy.family
-        and policy.in_range(gid)
-    )
+    """Could NCCL pick this entry at all (any version)? Works on the GID as one integer: this
+    runs for every entry of every port at allocation time and for every node in an audit."""
+    if gid.type is None:
+        return False
+    address = _as_int(gid.raw)
+    if address == 0 or address >> 118 == _LINK_LOCAL_TOP_BITS:
+        return False
+    family = AF_INET if address >> 32 == 0xFFFF else AF_INET6
+    return family == policy.family and policy.contains(address)
+
+
+def _as_int(raw: str) -> int:
+    """The kernel's full form (`0000:…:ffff:0a63:5b27`) without building an IPv6Address."""
+    if len(raw) == 39:
+        with contextlib.suppress(ValueError):
+            return int(raw.replace(":", ""), 16)
+    return int(ipaddress.IPv6Address(raw))
 
 
 def select_gid(hca: Hca, port: Port, policy: GidPolicy = GidPolicy()) -> GidChoice:
