@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Annotated, NoReturn
 
 import typer
@@ -10,8 +12,17 @@ from rich.console import Console
 from rdmaplane.discovery import NodeSourceError, load_node
 from rdmaplane.model import NodeTopology
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+def _console(stderr: bool = False) -> Console:
+    """Rich output without emoji codes or guessed highlighting; wide when piped (tables of
+    HCAs do not fit rich's 80-column default for non-terminals)."""
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
+    return Console(stderr=stderr, highlight=False, emoji=False, width=width)
+
+
+console = _console()
+err_console = _console(stderr=True)
 
 SysfsRootOption = Annotated[
     str | None,

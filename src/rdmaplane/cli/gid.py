@@ -8,7 +8,6 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
@@ -197,17 +196,12 @@ def explain(
         doc = _explain_doc(topo, policy, verdicts, choices, plan.uniform_index)
         typer.echo(json.dumps(doc, indent=2))
         return
-    out = _wide(console)
+    out = console
     out.print(_gid_table(verdicts, choices, policy))
     for v, c in zip(verdicts, choices, strict=True):
         index = "-" if c.index is None else str(c.index)
         out.print(f"{c.name:<16} index {index:<3} {escape(c.reason)}  [dim]({escape(v.reason)})[/]")
     out.print(_plan_summary(plan))
-
-
-def _wide(base: Console) -> Console:
-    """Tables of 39-character GIDs do not fit 80 columns: use 160 when not on a terminal."""
-    return base if base.is_terminal else Console(highlight=False, width=160)
 
 
 def _gid_table(verdicts: list[PortVerdict], choices: list[GidChoice], policy: GidPolicy) -> Table:
@@ -359,7 +353,7 @@ def _load_one(**source: str) -> NodeTopology:
 
 
 def _print_audit(result: ClusterAudit) -> None:
-    out = _wide(console)
+    out = console
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("NODE", "PORTS", "GID INDEX", "NOTE"):
         table.add_column(col)

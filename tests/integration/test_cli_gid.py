@@ -8,13 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from gidtables import sample
 from typer.testing import CliRunner
 
 from rdmaplane.cli import app
 from rdmaplane.cli.gid import EnvFormat, render_env
 from rdmaplane.discovery import samples, snapshot
 from rdmaplane.discovery.sysfs import read_node
+from rdmaplane.model import NodeTopology
 from rdmaplane.serialize import to_document
 
 runner = CliRunner()
@@ -153,9 +153,11 @@ def _document(tmp_path: Path, name: str, hostname: str, ipv6_first: str | None =
     return str(path)
 
 
-def test_audit_uniform_over_files_snapshots_and_samples(tmp_path: Path) -> None:
+def test_audit_uniform_over_files_snapshots_and_samples(
+    tmp_path: Path, sample_nodes: dict[str, NodeTopology]
+) -> None:
     doc = tmp_path / "a.json"
-    doc.write_text(json.dumps(to_document(sample("hgx-h100-roce"))))
+    doc.write_text(json.dumps(to_document(sample_nodes["hgx-h100-roce"])))
     snap = tmp_path / "ws.tar.gz"
     with samples.materialised("workstation") as root:
         snapshot.create(str(snap), root=str(root))

@@ -8,7 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from gidtables import E, hca, lladdr, node, pair, port, raw, sample, standard
+from gidtables import E, hca, lladdr, node, pair, port, raw, standard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -252,15 +252,17 @@ def test_selection_agrees_with_nccls_scan(entries: list[E], policy: GidPolicy, s
 # ----------------------------------------------------------------- node plans
 
 
-def test_plan_uniform_over_the_hgx_h100_compute_ports() -> None:
-    topo = sample("hgx-h100-roce")
+def test_plan_uniform_over_the_hgx_h100_compute_ports(
+    sample_nodes: dict[str, NodeTopology],
+) -> None:
+    topo = sample_nodes["hgx-h100-roce"]
     plan = plan_node(topo, compute_ports(topo))
     assert plan.uniform_index == 3 and plan.divergent == ()
     assert [c.hca for c in plan.choices] == [f"mlx5_{i}" for i in range(8)]
 
 
-def test_plan_degraded_indexes_differ_per_hca() -> None:
-    topo = sample("degraded")
+def test_plan_degraded_indexes_differ_per_hca(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["degraded"]
     every = [(h, p) for h in topo.hcas for p in h.ports]
     by_name = {c.hca: c.index for c in plan_node(topo, every).choices}
     assert by_name == {"mlx5_0": 5, "mlx5_3": None, "mlx5_4": 7, "mlx5_bond_0": 3}
@@ -271,8 +273,8 @@ def test_plan_degraded_indexes_differ_per_hca() -> None:
     assert [c.hca for c in plan.divergent] == ["mlx5_0", "mlx5_4"]
 
 
-def test_plan_infiniband_only_has_nothing_to_unify() -> None:
-    topo = sample("hgx-h200-ib")
+def test_plan_infiniband_only_has_nothing_to_unify(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["hgx-h200-ib"]
     plan = plan_node(topo, compute_ports(topo))
     assert plan.uniform_index is None and plan.uniform and plan.roce_choices == ()
     assert {c.index for c in plan.choices} == {0}
@@ -285,8 +287,10 @@ def test_plan_rejects_ports_of_another_node() -> None:
         plan_node(topo, [(stranger, stranger.ports[0])])
 
 
-def test_plan_is_independent_of_input_order_and_duplicates() -> None:
-    topo = sample("hgx-h100-roce")
+def test_plan_is_independent_of_input_order_and_duplicates(
+    sample_nodes: dict[str, NodeTopology],
+) -> None:
+    topo = sample_nodes["hgx-h100-roce"]
     ports = compute_ports(topo)
     assert plan_node(topo, ports) == plan_node(topo, list(reversed(ports)) + ports[:2])
 
@@ -307,22 +311,26 @@ def _variant(tmp_path: Path, name: str, hostname: str, ipv6_first: set[str]) -> 
     return read_node(str(root))
 
 
-def _renamed(name: str, hostname: str) -> NodeTopology:
-    return replace(sample(name), hostname=hostname)
+def _renamed(node: NodeTopology, hostname: str) -> NodeTopology:
+    return replace(node, hostname=hostname)
 
 
-def test_audit_uniform_cluster() -> None:
-    nodes = [_renamed("hgx-h100-roce", f"gpu-{i}") for i in range(3)] + [sample("dgx-a100")]
+def test_audit_uniform_cluster(sample_nodes: dict[str, NodeTopology]) -> None:
+    nodes = [_renamed(sample_nodes["hgx-h100-roce"], f"gpu-{i}") for i in range(3)] + [
+        sample_nodes["dgx-a100"]
+    ]
     result = audit(nodes)
     assert (result.cluster_index, result.uniform, result.deviations) == (3, True, ())
     assert [n.node for n in result.nodes] == ["gpu-0", "gpu-1", "gpu-2", "dgx-a100-03"]
 
 
-def test_audit_names_every_deviating_node_and_hca(tmp_path: Path) -> None:
+def test_audit_names_every_deviating_node_and_hca(
+    tmp_path: Path, sample_nodes: dict[str, NodeTopology]
+) -> None:
     nodes = [
-        _renamed("hgx-h100-roce", "gpu-0"),
+        _renamed(sample_nodes["hgx-h100-roce"], "gpu-0"),
         _variant(tmp_path, "hgx-h100-roce", "gpu-1", {"mlx5_2", "mlx5_6"}),
-        _renamed("hgx-h100-roce", "gpu-2"),
+        _renamed(sample_nodes["hgx-h100-roce"], "gpu-2"),
     ]
     result = audit(nodes)
     assert result.cluster_index is None and result.majority_index == 3 and not result.uniform
@@ -335,8 +343,8 @@ def test_audit_names_every_deviating_node_and_hca(tmp_path: Path) -> None:
     )
 
 
-def test_audit_infiniband_nodes_and_duplicate_names() -> None:
-    ib = sample("hgx-h200-ib")
+def test_audit_infiniband_nodes_and_duplicate_names(sample_nodes: dict[str, NodeTopology]) -> None:
+    ib = sample_nodes["hgx-h200-ib"]
     result = audit([ib, ib])
     assert result.uniform and result.cluster_index is None
     assert [n.node for n in result.nodes] == ["hgx-h200-ib-042", "hgx-h200-ib-042#2"]

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 from dataclasses import dataclass
 
-from rdmaplane.discovery import samples
 from rdmaplane.model import (
     Gid,
     GidType,
@@ -86,10 +84,3 @@ def standard(n: int = 1, ip: str = "10.99.91.39", netdev: str = "eth0") -> list[
 
 def node(*hcas: Hca, hostname: str = "n1") -> NodeTopology:
     return NodeTopology(hostname=hostname, hcas=hcas)
-
-
-@functools.cache
-def sample(name: str) -> NodeTopology:
-    """A bundled sample read through the real sysfs reader, once per test session (reading the
-    large ones takes seconds; the model is frozen, so sharing it is safe)."""
-    return samples.read_sample(name)

@@ -6,7 +6,7 @@ import json
 import random
 
 import pytest
-from gidtables import hca, node, pair, port, sample, standard
+from gidtables import hca, node, pair, port, standard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,8 +47,8 @@ def pick(topo: NodeTopology, *names: str) -> list[tuple[Hca, Port]]:
     return compute_ports(topo, Selectors(hca_names=names))
 
 
-def test_hgx_h100_roce_uniform_index() -> None:
-    topo = sample("hgx-h100-roce")
+def test_hgx_h100_roce_uniform_index(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["hgx-h100-roce"]
     env = nccl_env(topo, compute_ports(topo))
     devices = ",".join(f"mlx5_{i}:1" for i in range(8))
     assert env == {
@@ -58,8 +58,10 @@ def test_hgx_h100_roce_uniform_index() -> None:
     }
 
 
-def test_hgx_h200_infiniband_exact_names_and_nothing_gid_related() -> None:
-    topo = sample("hgx-h200-ib")
+def test_hgx_h200_infiniband_exact_names_and_nothing_gid_related(
+    sample_nodes: dict[str, NodeTopology],
+) -> None:
+    topo = sample_nodes["hgx-h200-ib"]
     env = nccl_env(topo, compute_ports(topo))
     assert env == {"NCCL_IB_HCA": f"={H200_COMPUTE}", "UCX_NET_DEVICES": H200_COMPUTE}
     chosen = {
@@ -75,8 +77,10 @@ def test_hgx_h200_infiniband_exact_names_and_nothing_gid_related() -> None:
     assert nccl_selects("mlx5_1:1", "mlx5_10", 1) and not nccl_selects("=mlx5_1:1", "mlx5_10", 1)
 
 
-def test_indexes_that_differ_give_the_address_based_env() -> None:
-    topo = sample("degraded")
+def test_indexes_that_differ_give_the_address_based_env(
+    sample_nodes: dict[str, NodeTopology],
+) -> None:
+    topo = sample_nodes["degraded"]
     env = nccl_env(topo, pick(topo, "mlx5_0", "mlx5_4"))
     assert env == {
         "NCCL_IB_HCA": "=mlx5_0:1,mlx5_4:1",
@@ -90,8 +94,10 @@ def test_indexes_that_differ_give_the_address_based_env() -> None:
     )
 
 
-def test_old_nccl_without_one_index_is_an_error_that_says_why() -> None:
-    topo = sample("degraded")
+def test_old_nccl_without_one_index_is_an_error_that_says_why(
+    sample_nodes: dict[str, NodeTopology],
+) -> None:
+    topo = sample_nodes["degraded"]
     with pytest.raises(
         PlanError, match=r"NCCL 2\.18 needs one NCCL_IB_GID_INDEX.*mlx5_0:1 → 5, mlx5_4:1 → 7"
     ):
@@ -103,8 +109,8 @@ def test_old_nccl_without_one_index_is_an_error_that_says_why() -> None:
     assert new["NCCL_IB_ADDR_FAMILY"] == "AF_INET"
 
 
-def test_a_port_without_usable_gid_is_refused() -> None:
-    topo = sample("degraded")
+def test_a_port_without_usable_gid_is_refused(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["degraded"]
     with pytest.raises(PlanError, match="no usable GID on mlx5_3:1: only link-local GIDs"):
         nccl_env(topo, pick(topo, "mlx5_0", "mlx5_3"))
     with pytest.raises(PlanError, match="mlx5_4:1: no IPv6 GID"):
@@ -120,15 +126,15 @@ def test_ipv6_family_is_spelled_af_inet6() -> None:
     assert env["NCCL_IB_ADDR_FAMILY"] == "AF_INET6" and "NCCL_IB_GID_INDEX" not in env
 
 
-def test_mixed_infiniband_and_roce_set() -> None:
-    topo = sample("hgx-h200-ib")
+def test_mixed_infiniband_and_roce_set(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["hgx-h200-ib"]
     env = nccl_env(topo, pick(topo, "mlx5_0", "mlx5_1", "mlx5_2"))
     assert env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_2:1"
     assert env["NCCL_IB_GID_INDEX"] == "3"  # the RoCE ports agree; IB ignores it
 
 
-def test_optional_knobs() -> None:
-    topo = sample("hgx-h100-roce")
+def test_optional_knobs(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["hgx-h100-roce"]
     s = NcclSettings(socket_ifname="=eth0", ib_tc=106, ib_sl=3)
     env = nccl_env(topo, compute_ports(topo), s)
     assert (env["NCCL_SOCKET_IFNAME"], env["NCCL_IB_TC"], env["NCCL_IB_SL"]) == (
@@ -174,15 +180,17 @@ def test_empty_set_and_unwritable_names_are_refused() -> None:
         nccl_env(topo, every_port(topo))
 
 
-def test_ports_of_another_node_are_refused() -> None:
+def test_ports_of_another_node_are_refused(sample_nodes: dict[str, NodeTopology]) -> None:
     with pytest.raises(PlanError, match="is not an HCA of"):
-        nccl_env(sample("hgx-h100-roce"), compute_ports(sample("hgx-h200-ib")))
+        nccl_env(sample_nodes["hgx-h100-roce"], compute_ports(sample_nodes["hgx-h200-ib"]))
 
 
 @given(st.data())
 @settings(max_examples=60, deadline=None)
-def test_env_names_exactly_the_set_and_is_byte_stable(data: st.DataObject) -> None:
-    topo = sample("hgx-h200-ib")
+def test_env_names_exactly_the_set_and_is_byte_stable(
+    data: st.DataObject, sample_nodes: dict[str, NodeTopology]
+) -> None:
+    topo = sample_nodes["hgx-h200-ib"]
     ports = every_port(topo)
     chosen = data.draw(
         st.lists(st.sampled_from(ports), min_size=1, unique_by=lambda hp: hp[0].name)
@@ -213,8 +221,10 @@ def test_env_names_exactly_the_set_and_is_byte_stable(data: st.DataObject) -> No
         ("degraded", ("mlx5_0", "mlx5_4"), "=bond0"),  # not ens1f0np0's VLAN either
     ],
 )
-def test_default_socket_ifname(name: str, hcas: tuple[str, ...] | None, expected: str) -> None:
-    topo = sample(name)
+def test_default_socket_ifname(
+    name: str, hcas: tuple[str, ...] | None, expected: str, sample_nodes: dict[str, NodeTopology]
+) -> None:
+    topo = sample_nodes[name]
     ports = pick(topo, *hcas) if hcas else compute_ports(topo)
     assert default_socket_ifname(topo, ports) == expected
 
