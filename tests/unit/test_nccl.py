@@ -185,7 +185,7 @@ def test_ports_of_another_node_are_refused(sample_nodes: dict[str, NodeTopology]
         nccl_env(sample_nodes["hgx-h100-roce"], compute_ports(sample_nodes["hgx-h200-ib"]))
 
 
-@given(st.data())
+@given(data=st.data())
 @settings(max_examples=60, deadline=None)
 def test_env_names_exactly_the_set_and_is_byte_stable(
     data: st.DataObject, sample_nodes: dict[str, NodeTopology]
