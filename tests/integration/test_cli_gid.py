@@ -196,3 +196,16 @@ def test_audit_bad_inputs_exit_2(tmp_path: Path) -> None:
     ]:
         code, _, err = run("gid", "audit", *args)
         assert code == 2 and message in " ".join(err.split()), (args, err)
+
+
+def test_audit_reads_what_inspect_writes(tmp_path: Path, sample_trees: dict[str, Path]) -> None:
+    files = []
+    for name in ("hgx-h100-roce", "pcie-l40s-split"):
+        code, out, _ = run("inspect", "--sysfs-root", str(sample_trees[name]), "-o", "json")
+        assert code == 0
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(out)
+    code, out, _ = run("gid", "audit", *map(str, files), "-o", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["cluster_index"] == 3
+    assert [n["node"] for n in doc["nodes"]] == ["hgx-h100-017", "l40s-node-9"]
