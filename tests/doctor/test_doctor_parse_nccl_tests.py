@@ -86,11 +86,23 @@ def test_junk_never_crashes(text):
         assert str(e).startswith("could not parse")
 
 
-@given(st.lists(st.sampled_from([
-    "# size count type redop root time algbw busbw #wrong time algbw busbw #wrong",
-    "# size time algbw busbw error", "1 2 3 4 5 6 7 8 9 10 11 12 13", "8 2 float sum -1 1e999 1 1 0",
-    "# Avg bus bandwidth : 1.2.3", "# Out of bounds values : 9 OK", "#  Rank x", "0: 1 2", "",
-])).map("\n".join))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "# size count type redop root time algbw busbw #wrong time algbw busbw #wrong",
+                "# size time algbw busbw error",
+                "1 2 3 4 5 6 7 8 9 10 11 12 13",
+                "8 2 float sum -1 1e999 1 1 0",
+                "# Avg bus bandwidth : 1.2.3",
+                "# Out of bounds values : 9 OK",
+                "#  Rank x",
+                "0: 1 2",
+                "",
+            ]
+        )
+    ).map("\n".join)
+)
 def test_near_miss_junk_never_crashes(text):
     try:
         parse(text)

@@ -124,9 +124,24 @@ def test_junk_never_crashes(text):
             assert str(e).startswith("could not parse")
 
 
-@given(st.lists(st.sampled_from(["#bytes BW average[Gb/sec] #iterations", " 1 2 3 4 5", "x : y",
-                                 " GID: 1:2:3", " local address:", "BW peak[MB/sec]", "1e999",
-                                 " #bytes t_avg[usec]", "-", "999:" * 16])).map("\n".join))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "#bytes BW average[Gb/sec] #iterations",
+                " 1 2 3 4 5",
+                "x : y",
+                " GID: 1:2:3",
+                " local address:",
+                "BW peak[MB/sec]",
+                "1e999",
+                " #bytes t_avg[usec]",
+                "-",
+                "999:" * 16,
+            ]
+        )
+    ).map("\n".join)
+)
 def test_near_miss_junk_never_crashes(text):
     for parse in (parse_bw, parse_lat):
         try:

@@ -48,11 +48,15 @@ KNOWN_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = (
         "the IPC_LOCK capability",
     ),
     (
-        re.compile(r"Failed to modify QP \S* to RTR|Unable to Connect the HCA's through the link", re.I),
+        re.compile(
+            r"Failed to modify QP \S* to RTR|Unable to Connect the HCA's through the link", re.I
+        ),
         "QP did not reach RTR: use the same valid RoCE v2 GID index (-x) on both sides",
     ),
     (
-        re.compile(r"Couldn't connect to|Unable to open file descriptor for socket connection", re.I),
+        re.compile(
+            r"Couldn't connect to|Unable to open file descriptor for socket connection", re.I
+        ),
         "the out-of-band TCP connection failed: start the server first and check the peer "
         "address and port (18515 by default)",
     ),

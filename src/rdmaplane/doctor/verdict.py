@@ -68,4 +68,3 @@ def strip_launcher_prefix(line: str) -> str:
     """Drop what mpirun (`[1,0]<stdout>:`) and srun --label (`0: `) put before each line."""
     m = _LAUNCHER.match(line)
     return line[m.end() :] if m else line
-
