@@ -222,7 +222,7 @@ def _row(tokens: list[str], keys: list[str], groups: int) -> Row | None:
     )
 
 
-def _value(token: str) -> float | None | bool:
+def _value(token: str) -> float | bool | None:
     """A float, None for N/A, False for anything else."""
     if token.upper() == "N/A":
         return None

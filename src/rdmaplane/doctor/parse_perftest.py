@@ -252,7 +252,7 @@ def _numbers(line: str) -> list[float] | None:
 
 def _banner(text: str) -> tuple[Banner, tuple[str, ...]]:
     found: dict[str, str] = {}
-    gids: dict[str, str] = {}
+    gids: dict[str, str | None] = {}
     warnings: list[str] = []
     side: str | None = None
     for line in text.splitlines():
