@@ -30,5 +30,12 @@ def _root(
     """RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate."""
 
 
+from rdmaplane.cli import inspect as _inspect  # noqa: E402
+
+app.command("inspect")(_inspect.inspect)
+app.command("samples")(_inspect.list_samples)
+app.add_typer(_inspect.snapshot_app, name="snapshot")
+
+
 def main() -> None:
     app()

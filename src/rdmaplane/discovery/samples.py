@@ -120,7 +120,8 @@ def all_samples() -> list[Sample]:
 @contextmanager
 def materialised(name: str) -> Iterator[Path]:
     """A temporary sysfs tree of the sample, removed afterwards."""
-    with tempfile.TemporaryDirectory(prefix=f"rdmaplane-{name}-") as tmp:
+    scratch = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # thousands of tiny files
+    with tempfile.TemporaryDirectory(prefix=f"rdmaplane-{name}-", dir=scratch) as tmp:
         root = Path(tmp) / "sys"
         build(load(name).spec, root)
         yield root
@@ -183,12 +184,17 @@ class _Tree:
         self.unreadable: dict[str, str] = {}
         self.uverbs = 0
         self.umad = 0
+        self.made: set[str] = set()
 
     # --- files
     def write(self, rel: str, content: str) -> None:
-        p = self.root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(content if content.endswith("\n") else content + "\n")
+        path = os.path.join(self.root, rel)
+        folder = os.path.dirname(path)
+        if folder not in self.made:
+            os.makedirs(folder, exist_ok=True)
+            self.made.add(folder)
+        with open(path, "w") as f:
+            f.write(content if content.endswith("\n") else content + "\n")
 
     def link(self, rel: str, target_rel: str) -> None:
         """A relative symlink at `rel` pointing to `target_rel` (both below the root)."""

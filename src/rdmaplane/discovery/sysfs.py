@@ -39,6 +39,8 @@ _ROOT_COMPLEX = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 _BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
 _GPU_CLASSES = ("0x0300", "0x0302")
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # a FIFO planted in a tree must not hang the reader
+_ZERO_GID = b"0000:0000:0000:0000:0000:0000:0000:0000\n"
 _QUIET = (errno.ENOENT, errno.EINVAL, errno.ENODATA, errno.EOPNOTSUPP)
 
 T = TypeVar("T")
@@ -62,6 +64,8 @@ class _Sysfs:
         self.warnings: list[ReadWarning] = []
         self.recorded_errors: dict[str, int] = {}
         self.recording = recording
+        self._fd = -1
+        self._folder: str | None = None
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, rel)
@@ -70,13 +74,22 @@ class _Sysfs:
         self.warnings.append(ReadWarning(rel, message))
 
     def read(self, rel: str) -> bytes:
-        """Raw content; raises OSError, including the errors a snapshot recorded for `rel`."""
+        """Raw content; raises OSError, including the errors a snapshot recorded for `rel`.
+
+        Files are opened relative to their directory, whose descriptor is kept while reads
+        stay in it: resolving a deep sysfs path (through `class/…` symlinks) once per directory
+        instead of once per file is most of the reader's time on a big node (GID tables are
+        hundreds of files each)."""
+        folder, _, name = rel.rpartition("/")
         try:
             if rel in self.recorded_errors:
                 code = self.recorded_errors[rel]
                 raise OSError(code, os.strerror(code))
-            with open(self.path(rel), "rb") as f:
-                data = f.read(65536)
+            fd = os.open(name, _READ_FLAGS, dir_fd=self._folder_fd(folder))
+            try:
+                data = os.read(fd, 65536)
+            finally:
+                os.close(fd)
         except OSError as e:
             if self.recording is not None and e.errno is not None and e.errno != errno.ENOENT:
                 self.recording.files[rel] = e.errno
@@ -84,6 +97,18 @@ class _Sysfs:
         if self.recording is not None:
             self.recording.files[rel] = data
         return data
+
+    def _folder_fd(self, folder: str) -> int:
+        if folder != self._folder:
+            self.close()
+            self._fd = os.open(self.path(folder), os.O_RDONLY | os.O_DIRECTORY)
+            self._folder = folder
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._folder = -1, None
 
     def text(self, rel: str, *, optional: bool = False) -> str | None:
         try:
@@ -130,13 +155,17 @@ class _Sysfs:
         return os.path.relpath(real, self.root).split(os.sep)
 
     def link_name(self, rel: str) -> str | None:
-        """Last component of a symlink's resolved target (e.g. the driver of a PCI function)."""
+        """Last component of a symlink's target (e.g. the driver of a PCI function). The kernel's
+        links end in the name they point to, so no resolution is needed unless one does not."""
         path = self.path(rel)
-        if not os.path.islink(path):
+        try:
+            target = os.readlink(path)
+        except OSError:
             return None
         if self.recording is not None:
             self.recording.links.add(rel)
-        return os.path.basename(os.path.realpath(path))
+        name = os.path.basename(target.rstrip("/"))
+        return name if name not in ("", ".", "..") else os.path.basename(os.path.realpath(path))
 
 
 def read_node(
@@ -152,11 +181,6 @@ def read_node(
     sidecar that snapshots and samples carry; `recording` collects what was read.
     """
     fs = _Sysfs(root, recording)
-    sidecar = _read_sidecar(fs)
-    if gpu_info:
-        sidecar["gpus"] = gpu_info
-    fs.recorded_errors = _recorded_errors(fs, sidecar.get("unreadable"))
-    numa = _read_numa(fs)
     pci_cache: dict[str, PciDevice | None] = {}
 
     def pci(address: str) -> PciDevice | None:
@@ -164,9 +188,17 @@ def read_node(
             pci_cache[address] = _read_pci(fs, address)
         return pci_cache[address]
 
-    netdevs = _read_netdevs(fs)
-    hcas = _read_hcas(fs, pci, netdevs)
-    gpus = _read_gpus(fs, pci, sidecar.get("gpus", {}))
+    try:
+        sidecar = _read_sidecar(fs)
+        if gpu_info:
+            sidecar["gpus"] = gpu_info
+        fs.recorded_errors = _recorded_errors(fs, sidecar.get("unreadable"))
+        numa = _read_numa(fs)
+        netdevs = _read_netdevs(fs)
+        hcas = _read_hcas(fs, pci, netdevs)
+        gpus = _read_gpus(fs, pci, sidecar.get("gpus", {}))
+    finally:
+        fs.close()
     return NodeTopology(
         hostname=_str_or_none(sidecar.get("hostname")) or hostname,
         numa_nodes=numa,
@@ -323,9 +355,6 @@ def _read_netdevs(fs: _Sysfs) -> dict[str, Netdev]:
     out: dict[str, Netdev] = {}
     for name in fs.listdir("class/net", optional=True):
         rel = f"class/net/{name}"
-        parts = fs.resolve(rel)
-        if parts is None:
-            continue
         entries = set(fs.listdir(rel, optional=True))
         lower = tuple(
             sorted(
@@ -493,16 +522,24 @@ def _read_gids(fs: _Sysfs, port_rel: str) -> tuple[tuple[Gid, ...], int]:
     Empty entries read as all zeros and are skipped without touching their attributes, which
     fail with EINVAL; a non-empty entry whose attributes fail keeps the error on the `Gid`.
     """
-    names = [n for n in fs.listdir(f"{port_rel}/gids", optional=True) if n.isdigit()]
+    folder = f"{port_rel}/gids"
+    names = sorted((n for n in fs.listdir(folder, optional=True) if n.isdigit()), key=int)
     gids = []
-    for name in sorted(names, key=int):
-        raw = fs.text(f"{port_rel}/gids/{name}")
-        if raw is None or _is_zero_gid(raw):
+    for name in names:
+        try:
+            data = fs.read(f"{folder}/{name}")
+        except OSError as e:
+            fs.warn(f"{folder}/{name}", e.strerror or type(e).__name__)
+            continue
+        if data == _ZERO_GID:
+            continue
+        raw = data.decode("ascii", "replace").strip()
+        if _is_zero_gid(raw):
             continue
         try:
             gid = Gid(index=int(name), raw=_canonical_gid(raw))
         except ValueError:
-            fs.warn(f"{port_rel}/gids/{name}", f"not a GID: {raw[:60]!r}")
+            fs.warn(f"{folder}/{name}", f"not a GID: {raw[:60]!r}")
             continue
         gids.append(_with_attrs(fs, port_rel, gid))
     return tuple(gids), len(names)
