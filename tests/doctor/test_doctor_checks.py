@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from rdmaplane.discovery.samples import materialised
 from rdmaplane.doctor import checks
 from rdmaplane.doctor.verdict import Status
 from rdmaplane.model import PhysState, PortState
@@ -51,16 +49,6 @@ def host(root: Path, env: dict[str, str] | None = None, **kw) -> checks.Host:
     kw.setdefault("find_library", lambda name: f"lib{name}.so.1")
     kw.setdefault("shm_size", lambda path: 16 << 30)
     return checks.Host(root=root, env=env or {}, **kw)
-
-
-@pytest.fixture(scope="module")
-def sample_trees():
-    """Building a sample tree takes seconds: build each once, share it read-only."""
-    with ExitStack() as stack:
-        yield {name: stack.enter_context(materialised(name)) for name in SHARED}
-
-
-SHARED = ("hgx-h100-roce", "hgx-h200-ib", "pcie-l40s-split", "degraded")
 
 
 def pod_root(tmp_path: Path, sys_root: Path) -> Path:

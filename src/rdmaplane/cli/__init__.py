@@ -36,6 +36,10 @@ app.command("inspect")(_inspect.inspect)
 app.command("samples")(_inspect.list_samples)
 app.add_typer(_inspect.snapshot_app, name="snapshot")
 
+from rdmaplane.cli import doctor as _doctor  # noqa: E402
+
+app.add_typer(_doctor.doctor_app, name="doctor")
+
 
 def main() -> None:
     app()

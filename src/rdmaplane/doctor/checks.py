@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rdmaplane.discovery import read_node
-from rdmaplane.doctor import ncclenv
+from rdmaplane.doctor import gids, ncclenv
 from rdmaplane.doctor.verdict import Finding, Status
-from rdmaplane.model import Gid, GidType, Gpu, Hca, LinkLayer, NodeTopology
+from rdmaplane.model import Gpu, Hca, LinkLayer, NodeTopology
 from rdmaplane.topology import Relation, pci_relation
 
 CAP_IPC_LOCK = 14
@@ -315,7 +315,7 @@ def _check_gid_index(
     family = AF_FAMILY.get(env.get("NCCL_IB_ADDR_FAMILY", "AF_INET"), 4)
     raw = env.get("NCCL_IB_GID_INDEX")
     if raw is None or raw.strip() == "-1":
-        choices = {f"{h.name}:{p.number}": _first_valid(p.gids, family) for h, p in roce}
+        choices = {f"{h.name}:{p.number}": gids.first_valid(p.gids, family) for h, p in roce}
         bad = [k for k, v in choices.items() if v is None]
         if bad:
             problems.append(
@@ -359,11 +359,11 @@ def _check_gid_index(
     wrong = {}
     for h, p in roce:
         gid = next((g for g in p.gids if g.index == index), None)
-        why = _gid_problem(gid, family)
+        why = gids.gid_problem(gid, family)
         if why:
             wrong[f"{h.name}:{p.number}"] = why
     if wrong:
-        choices = {f"{h.name}:{p.number}": _first_valid(p.gids, family) for h, p in roce}
+        choices = {f"{h.name}:{p.number}": gids.first_valid(p.gids, family) for h, p in roce}
         good = set(choices.values())
         fix = (
             f"export NCCL_IB_GID_INDEX={good.pop()}"
@@ -378,27 +378,6 @@ def _check_gid_index(
                 fix,
             )
         )
-
-
-def _gid_problem(gid: Gid | None, family: int) -> str | None:
-    if gid is None or gid.is_zero:
-        return "is empty"
-    if gid.type is None:
-        return f"has unreadable attributes ({gid.attrs_error or 'EINVAL'})"
-    if gid.type != GidType.ROCE_V2:
-        return "is RoCE v1"
-    if gid.is_link_local:
-        return "is link-local (fe80::)"
-    if gid.family != family:
-        return f"is IPv{gid.family}, not IPv{family}"
-    return None
-
-
-def _first_valid(gids: tuple[Gid, ...], family: int) -> int | None:
-    return next(
-        (g.index for g in sorted(gids, key=lambda g: g.index) if _gid_problem(g, family) is None),
-        None,
-    )
 
 
 def _choices(choices: dict[str, int | None]) -> str:

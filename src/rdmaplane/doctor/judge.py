@@ -45,21 +45,28 @@ def aggregate_gbps(hcas: list[Hca]) -> float:
 
 
 def judge_bw(result: BwResult, line_rate_gbps: float | None, threshold: float = BW_PASS) -> Finding:
-    best = result.best_average_gbps
-    device = result.banner.device or "?"
+    return judge_bw_figure(
+        result.banner.device or "?", result.best_average_gbps, line_rate_gbps, threshold
+    )
+
+
+def judge_bw_figure(
+    hca: str, gbps: float, line_rate_gbps: float | None, threshold: float = BW_PASS
+) -> Finding:
+    name = f"bw {hca}"
     if not line_rate_gbps:
         return Finding(
-            f"bw {device}",
+            name,
             Status.WARN,
-            f"{best:.1f} Gb/s; line rate unknown",
+            f"{gbps:.1f} Gb/s; line rate unknown",
             "pass --line-rate GBPS (the port's `rate` in sysfs)",
         )
-    share = best / line_rate_gbps
-    detail = f"{best:.1f} Gb/s = {share:.0%} of {line_rate_gbps:g} Gb/s line rate"
+    share = gbps / line_rate_gbps
+    detail = f"{gbps:.1f} Gb/s = {share:.0%} of {line_rate_gbps:g} Gb/s line rate"
     if share >= threshold:
-        return Finding(f"bw {device}", Status.PASS, detail)
+        return Finding(name, Status.PASS, detail)
     return Finding(
-        f"bw {device}",
+        name,
         Status.FAIL,
         f"{detail} (pass ≥ {threshold:.0%})",
         "check the link (ibstat, error counters), PCIe width/speed of the NIC, MTU 4096, "
@@ -131,7 +138,9 @@ def judge_nccl_tests(
 def judge_nccl_log(log: NcclLog) -> list[Finding]:
     findings = [d.finding for d in log.diagnoses]
     if log.rdma_used:
-        findings.insert(0, Finding("transport", Status.PASS, "every rank with a network uses IB/RoCE"))
+        findings.insert(
+            0, Finding("transport", Status.PASS, "every rank with a network uses IB/RoCE")
+        )
     elif not any(r.network for r in log.ranks):
         findings.insert(
             0,

@@ -124,8 +124,8 @@ class RankTransport:
 
     @property
     def gdr(self) -> str:
-        if not self.net_channels:
-            return "-"
+        if self.socket_channels == self.net_channels:
+            return "-"  # no RDMA channel, so no GPUDirect RDMA to speak of
         if self.gdr_channels == self.net_channels:
             return "on"
         return "off" if not self.gdr_channels else "partial"
