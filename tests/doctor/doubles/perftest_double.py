@@ -95,7 +95,7 @@ def banner(title: str, dev: str, gid: str | None, qps: str) -> list[str]:
         " remote address: LID 0000 QPN 0x0128 PSN 0x2b7f91 RKey 0x203f00 VAddr 0x007fb1d43f2000"
     ]
     lines += [addr.replace("91:39", "92:17")] if gid is not None else []
-    return lines + [RULE]
+    return [*lines, RULE]
 
 
 def main() -> int:
