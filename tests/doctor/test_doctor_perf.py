@@ -141,6 +141,8 @@ def test_plan_defaults_and_errors(sample_nodes):
     assert [t.hca for t in default] == [f"mlx5_{i}" for i in range(8)]  # compute NICs only
     assert perf.plan(roce, {"NCCL_IB_GID_INDEX": "2"}, hcas=["mlx5_0"])[0].gid_index == 2
     assert perf.plan(roce, {}, hcas=["mlx5_0"], gid_index=5)[0].gid_index == 5
+    assert [t.hca for t in perf.plan(roce, {}, usable={"mlx5_3", "mlx5_bond_0"})] == ["mlx5_3"]
+    assert [t.hca for t in perf.plan(roce, {}, usable={"mlx5_bond_0"})] == ["mlx5_bond_0"]
     ib = perf.plan(sample_nodes["hgx-h200-ib"], {}, hcas=["mlx5_10"])
     assert ib[0].gid_index is None and ib[0].line_rate_gbps == 400.0
     with pytest.raises(perf.PlanError, match="no such HCA"):

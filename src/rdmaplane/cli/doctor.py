@@ -230,9 +230,10 @@ def perf_cmd(
     output = _output_kind(output)
     if server == (client is not None):
         fail("give exactly one of --server and --client PEER")
-    topo = read_node(str(root / "sys"))
+    node = checks.load(checks.Host(root=root))
+    usable = {h.name for h in node.usable}
     try:
-        plan = perf.plan(topo, _env(), hcas=hca or None, gid_index=gid_index)
+        plan = perf.plan(node.topo, _env(), hcas=hca or None, gid_index=gid_index, usable=usable)
     except perf.PlanError as e:
         fail(str(e))
     options = perf.Options(

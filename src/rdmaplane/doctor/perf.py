@@ -131,8 +131,10 @@ def plan(
     *,
     hcas: list[str] | None = None,
     gid_index: int | None = None,
+    usable: set[str] | None = None,
 ) -> list[Target]:
-    """The HCAs to test (given, else the compute NICs) with port and GID index."""
+    """The HCAs to test with port and GID index: those given, else the compute NICs among the
+    `usable` ones (the pod's device nodes; a pod with one `rdmaplane.io/hca` tests that one)."""
     if hcas:
         chosen = []
         for name in hcas:
@@ -143,6 +145,9 @@ def plan(
             chosen.append(hca)
     else:
         chosen = judge.compute_hcas(topo, env)
+        if usable:
+            mine = [h for h in topo.hcas if h.name in usable and any(p.is_up for p in h.ports)]
+            chosen = [h for h in chosen if h.name in usable] or mine
     if not chosen:
         raise PlanError("no HCA with an ACTIVE port to test")
     env_index = env.get("NCCL_IB_GID_INDEX", "").strip()
