@@ -245,12 +245,10 @@ def perf_cmd(
         threshold=threshold,
         line_rate=line_rate,
     )
-    if server:
-        with console.status("serving perf pair test (Ctrl-C to stop)…"):
-            result = asyncio.run(perf.serve(plan, options))
-    else:
-        assert client is not None
-        with perf_progress(output) as progress:
+    with perf_progress(output) as progress:
+        if client is None:
+            result = asyncio.run(perf.serve(plan, options, progress))
+        else:
             result = asyncio.run(perf.run_client(client, plan, options, progress))
     if output == "table":
         console.print(_perf_table(result))
