@@ -112,6 +112,13 @@ def port_down(node: checks.Node, hca: str) -> checks.Node:
     )
 
 
+def test_device_node_without_sysfs_counterpart(roce):
+    make_pod(roce, ["uverbs0", "uverbs12"])
+    f = checks.devices(host(roce), checks.load(host(roce)))
+    assert f.status == Status.WARN
+    assert "uverbs12 in /dev/infiniband match no HCA" in f.detail
+
+
 def test_port_down(roce):
     make_pod(roce, ["uverbs0", "uverbs1"])
     h = host(roce, {"NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1", "NCCL_IB_GID_INDEX": "3"})

@@ -111,6 +111,19 @@ def devices(host: Host, node: Node) -> Finding:
         )
     missing_cm = not host.path("dev/infiniband/rdma_cm").exists()
     names = ", ".join(f"{h.name}({h.uverbs})" for h in node.usable)
+    known = {h.uverbs for h in node.topo.hcas}
+    strays = sorted(
+        p.name for p in host.path("dev/infiniband").glob("uverbs*") if p.name not in known
+    )
+    if strays:
+        return Finding(
+            name,
+            Status.WARN,
+            f"usable: {names}; {', '.join(strays)} in /dev/infiniband match no HCA in "
+            "/sys/class/infiniband_verbs",
+            "the device nodes and sysfs disagree: mount the node's /sys, or restart the pod "
+            "after HCAs were renamed or removed",
+        )
     if missing_cm:
         return Finding(
             name,
