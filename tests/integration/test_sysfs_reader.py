@@ -186,6 +186,13 @@ def test_random_junk_never_crashes_the_reader(
     shutil.rmtree(base)
 
 
+def _no_gpu_is_a_bridge(gpus: list[dict]) -> bool:
+    """A PCI function is either a GPU endpoint or a bridge on the way to others, never both."""
+    endpoints = {g["path"].rsplit("/", 1)[1] for g in gpus}
+    bridges = {b for g in gpus for b in g["path"].split("/")[:-1]}
+    return not endpoints & bridges
+
+
 node_specs = st.fixed_dictionaries(
     {
         "numa": st.just([{"id": 0, "cpus": "0-3", "distances": [10]}]),
@@ -202,7 +209,7 @@ node_specs = st.fixed_dictionaries(
             ),
             max_size=4,
             unique_by=lambda g: g["path"].rsplit("/", 1)[1],
-        ),
+        ).filter(_no_gpu_is_a_bridge),
     }
 )
 
