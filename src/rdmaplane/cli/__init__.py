@@ -39,6 +39,10 @@ app.add_typer(_inspect.snapshot_app, name="snapshot")
 app.command("env")(_gid.env)
 app.add_typer(_gid.app, name="gid")
 
+from rdmaplane.cli import doctor as _doctor  # noqa: E402
+
+app.add_typer(_doctor.doctor_app, name="doctor")
+
 
 def main() -> None:
     app()
