@@ -160,6 +160,24 @@ def select_gid(hca: Hca, port: Port, policy: GidPolicy = GidPolicy()) -> GidChoi
     return GidChoice(hca.name, port.number, None, _why_none(port, policy), None, port.link_layer)
 
 
+def gid_problem(gid: Gid | None, policy: GidPolicy = GidPolicy()) -> str | None:
+    """Why this entry cannot carry NCCL's RoCE traffic when an index forces it (a fixed
+    `NCCL_IB_GID_INDEX`), or None when it can."""
+    if gid is None or gid.is_zero:
+        return "is empty"
+    if gid.type is None:
+        return f"has unreadable attributes ({gid.attrs_error or 'EINVAL'})"
+    if gid.is_link_local:
+        return "is link-local (fe80::)"
+    if gid.family != policy.family:
+        return f"is IPv{gid.family}, not IPv{policy.family}"
+    if roce_version(gid) != policy.roce_version:
+        return f"is RoCE v{roce_version(gid)}, not v{policy.roce_version}"
+    if not policy.in_range(gid):
+        return f"is outside {policy.cidr}"
+    return None
+
+
 def gid_note(gid: Gid, choice: GidChoice, policy: GidPolicy = GidPolicy()) -> str:
     """Why this entry of a RoCE port was or was not chosen, in a few words (for explain)."""
     if gid.index == choice.index:

@@ -370,3 +370,20 @@ def test_gid_note_explains_losers() -> None:
     ]
     six: Gid = port([E(2, "fd00::1")]).gids[0]
     assert gid_note(six, c) == "IPv6, not IPv4"
+
+
+def test_gid_problem_says_why_a_forced_index_cannot_carry_roce() -> None:
+    from rdmaplane.gid import GidPolicy, gid_problem
+    from rdmaplane.model import Gid, GidType
+
+    v4 = "0000:0000:0000:0000:0000:ffff:0a63:5b27"
+    assert gid_problem(Gid(3, v4, GidType.ROCE_V2, "eth0")) is None
+    assert gid_problem(None) == "is empty"
+    assert gid_problem(Gid(2, v4, GidType.ROCE_V1, "eth0")) == "is RoCE v1, not v2"
+    assert "unreadable" in (gid_problem(Gid(8, v4, None, None, "types: Invalid argument")) or "")
+    ll = "fe80:0000:0000:0000:ba3f:d2ff:fe10:0070"
+    assert gid_problem(Gid(1, ll, GidType.ROCE_V2, "eth0")) == "is link-local (fe80::)"
+    assert gid_problem(Gid(3, v4, GidType.ROCE_V2), GidPolicy(family=6)) == "is IPv4, not IPv6"
+    assert gid_problem(Gid(3, v4, GidType.ROCE_V2), GidPolicy(cidr="10.0.0.0/16")) == (
+        "is outside 10.0.0.0/16"
+    )

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rdmaplane.discovery import read_node
-from rdmaplane.doctor import gids, ncclenv
+from rdmaplane.doctor import ncclenv
 from rdmaplane.doctor.verdict import Finding, Status
+from rdmaplane.gid import GidPolicy, gid_problem, select_gid
 from rdmaplane.model import Gpu, Hca, LinkLayer, NodeTopology
 from rdmaplane.topology import Relation, pci_relation
 
@@ -326,9 +327,10 @@ def _check_gid_index(
     if not roce:
         return  # InfiniBand ports use GID index 0 whatever the variable says
     family = AF_FAMILY.get(env.get("NCCL_IB_ADDR_FAMILY", "AF_INET"), 4)
+    policy = GidPolicy(family=family)
     raw = env.get("NCCL_IB_GID_INDEX")
     if raw is None or raw.strip() == "-1":
-        choices = {f"{h.name}:{p.number}": gids.first_valid(p.gids, family) for h, p in roce}
+        choices = {f"{h.name}:{p.number}": select_gid(h, p, policy).index for h, p in roce}
         bad = [k for k, v in choices.items() if v is None]
         if bad:
             problems.append(
@@ -372,11 +374,11 @@ def _check_gid_index(
     wrong = {}
     for h, p in roce:
         gid = next((g for g in p.gids if g.index == index), None)
-        why = gids.gid_problem(gid, family)
+        why = gid_problem(gid, policy)
         if why:
             wrong[f"{h.name}:{p.number}"] = why
     if wrong:
-        choices = {f"{h.name}:{p.number}": gids.first_valid(p.gids, family) for h, p in roce}
+        choices = {f"{h.name}:{p.number}": select_gid(h, p, policy).index for h, p in roce}
         good = set(choices.values())
         fix = (
             f"export NCCL_IB_GID_INDEX={good.pop()}"

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
 
-from rdmaplane.doctor import gids, judge, parse_perftest
+from rdmaplane.doctor import judge, parse_perftest
 from rdmaplane.doctor.verdict import Finding, ParseError, Status
+from rdmaplane.gid import select_gid
 from rdmaplane.model import LinkLayer, NodeTopology
 
 CONNECT_REFUSED = ("Couldn't connect to", "Unable to open file descriptor for socket connection")
@@ -159,7 +160,7 @@ def plan(
             raise PlanError(f"{hca.name} has no port")
         index: int | None = None
         if port.link_layer == LinkLayer.ETHERNET:
-            index = wanted if wanted is not None and wanted >= 0 else gids.first_valid(port.gids)
+            index = wanted if wanted is not None and wanted >= 0 else select_gid(hca, port).index
             if index is None:
                 raise PlanError(f"{hca.name}:{port.number} has no RoCE v2 IPv4 GID")
         targets.append(Target(hca.name, port.number, port.link_layer, index, port.rate_gbps))
