@@ -33,11 +33,18 @@ def _root(
     """RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate."""
 
 
+from rdmaplane.cli import gid as _gid  # noqa: E402
 from rdmaplane.cli import inspect as _inspect  # noqa: E402
 
 app.command("inspect")(_inspect.inspect)
 app.command("samples")(_inspect.list_samples)
 app.add_typer(_inspect.snapshot_app, name="snapshot")
+app.command("env")(_gid.env)
+app.add_typer(_gid.app, name="gid")
+
+from rdmaplane.cli import doctor as _doctor  # noqa: E402
+
+app.add_typer(_doctor.doctor_app, name="doctor")
 
 
 def main() -> None:
