@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 PROTO_ROOT=src/rdmaplane/kubelet/proto
-OUT=src/rdmaplane/kubelet/api
+OUT=${OUT:-src/rdmaplane/kubelet/api}  # overridable, e.g. to check the committed stubs
 
 mapfile -t protos < <(cd "$PROTO_ROOT" && find . -name '*.proto' | sed 's|^\./||' | sort)
 if [ ${#protos[@]} -eq 0 ]; then

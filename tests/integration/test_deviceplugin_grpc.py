@@ -359,3 +359,16 @@ def test_sigterm_shuts_down_cleanly_and_removes_the_socket(
     assert proc.returncode == 0, out.decode()
     assert not socket.exists()
     assert b"shutting down" in out
+
+
+async def test_list_is_resent_on_the_periodic_tick(
+    sysfs: Path, dev_root: Path, kubelet_dir: Path
+) -> None:
+    kubelet = KubeletStandIn(kubelet_dir)
+    plugin = make_plugin({"resendInterval": 0.1}, kubelet_dir, dev_root)
+    async with running(plugin, sysfs, kubelet):
+        await kubelet.wait_for(lambda: device_count(kubelet) == 9)
+        seen = kubelet.plugins["rdmaplane.io/hca"]
+        first = seen.lists
+        await kubelet.wait_for(lambda: seen.lists >= first + 3)  # nothing changed meanwhile
+        assert device_count(kubelet) == 9
