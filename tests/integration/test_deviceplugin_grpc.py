@@ -250,6 +250,19 @@ async def test_bad_device_id_is_a_clear_grpc_error(
             await stub.Allocate(allocate_request(["0000:ff:00.0"]), timeout=5)
         assert e.value.code() == grpc.StatusCode.NOT_FOUND
         assert "unknown device ID '0000:ff:00.0'" in (e.value.details() or "")
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            await stub.GetPreferredAllocation(
+                dp.PreferredAllocationRequest(
+                    container_requests=[
+                        dp.ContainerPreferredAllocationRequest(
+                            available_deviceIDs=["a", "b"], allocation_size=3
+                        )
+                    ]
+                ),
+                timeout=5,
+            )
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "allocation size 3 exceeds 2 available" in (e.value.details() or "")
         ids, response = await kubelet.admit("rdmaplane.io/hca", 1)  # still serving
         assert len(ids) == 1 and response.devices
 
