@@ -108,6 +108,18 @@ def test_cli_bad_config_is_a_usage_error(tmp_path: Path) -> None:
     assert "pools[0].mode" in result.output
 
 
+def test_cli_unusable_kubelet_dir_fails_with_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "dp.yaml"
+    config.write_text("{}\n")
+    sysfs = tmp_path / "sys"
+    sysfs.mkdir()
+    (tmp_path / "device-plugins").write_text("not a folder")
+    args = ["device-plugin", "--config", str(config), "--sysfs-root", str(sysfs)]
+    result = CliRunner().invoke(app, [*args, "--kubelet-dir", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "cannot serve on" in result.output and "File exists" in result.output
+
+
 def test_example_configs_are_valid() -> None:
     examples = sorted((Path(__file__).parents[2] / "deploy" / "device-plugin").glob("*.*"))
     configs = [p for p in examples if p.name.startswith("config")]

@@ -11,6 +11,7 @@ import typer
 
 from rdmaplane.cli.common import fail
 from rdmaplane.deviceplugin import ConfigError, load_config, run_standalone
+from rdmaplane.deviceplugin.server import ServeError
 
 
 def device_plugin(
@@ -50,6 +51,9 @@ def device_plugin(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    asyncio.run(
-        run_standalone(cfg, sysfs_root=sysfs_root, kubelet_dir=kubelet_dir, dev_root=dev_root)
-    )
+    try:
+        asyncio.run(
+            run_standalone(cfg, sysfs_root=sysfs_root, kubelet_dir=kubelet_dir, dev_root=dev_root)
+        )
+    except ServeError as e:
+        fail(str(e), code=1)

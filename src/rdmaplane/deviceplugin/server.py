@@ -42,6 +42,10 @@ _STATUS = {
 }
 
 
+class ServeError(RuntimeError):
+    """The plugin's socket cannot be created (kubelet folder missing, not writable, …)."""
+
+
 def socket_name(resource_name: str) -> str:
     return "rdmaplane-" + re.sub(r"[^A-Za-z0-9_.-]", "_", resource_name) + ".sock"
 
@@ -201,14 +205,20 @@ class PoolServer:
             self.socket.unlink()
 
     async def _serve(self) -> None:
-        self.socket.parent.mkdir(parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            self.socket.unlink()  # a stale socket from an earlier run
+        try:
+            self.socket.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                self.socket.unlink()  # a stale socket from an earlier run
+        except OSError as e:
+            raise ServeError(f"cannot serve on {self.socket}: {e.strerror or e}") from e
         server = grpc.aio.server()
         dp_grpc.add_DevicePluginServicer_to_server(_DevicePlugin(self), server)  # type: ignore[no-untyped-call]
         if self.watcher_mode:
             reg_grpc.add_RegistrationServicer_to_server(_WatcherRegistration(self), server)  # type: ignore[no-untyped-call]
-        server.add_insecure_port(f"unix://{self.socket}")
+        try:
+            server.add_insecure_port(f"unix://{self.socket}")
+        except RuntimeError as e:  # grpc: "Failed to bind to address ..."
+            raise ServeError(f"cannot serve on {self.socket}: {e}") from e
         await server.start()
         self._server = server
         self._served = _identity(self.socket)
