@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from rdmaplane import __version__
+from rdmaplane.cli import scheduler
 
 app = typer.Typer(
     name="rdmaplane",
@@ -28,6 +29,9 @@ def _root(
     ),
 ) -> None:
     """RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate."""
+
+
+app.add_typer(scheduler.app)
 
 
 def main() -> None:
