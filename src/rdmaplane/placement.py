@@ -137,14 +137,18 @@ def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, An
 
 
 def _container_vec(container: Mapping[str, Any], where: str, names: ResourceNames) -> Vec:
-    resources = container.get("resources") or {}
+    resources = container.get("resources")
+    if resources is None:
+        return ZERO
     if not isinstance(resources, Mapping):
         raise RequestError(f"{where}.resources: expected an object")
     amounts = []
     for name in names.as_tuple():
         value = 0
         for kind in ("limits", "requests"):  # requests win when both are set
-            table = resources.get(kind) or {}
+            table = resources.get(kind)
+            if table is None:
+                continue
             if not isinstance(table, Mapping):
                 raise RequestError(f"{where}.resources.{kind}: expected an object")
             if name in table:
@@ -492,8 +496,10 @@ def evaluate(state: NodeState, request: PodRequest, policy: Policy = Policy()) -
         return PASS_THROUGH
     outcome = place_pod(state, request, policy.names)
     if isinstance(outcome, Rejection):
-        unresolvable = isinstance(place_pod(state.fresh(), request, policy.names), Rejection)
-        return Verdict(False, unresolvable, outcome.reason, 0, "")
+        on_empty = place_pod(state.fresh(), request, policy.names)
+        if isinstance(on_empty, Rejection):  # what makes it impossible, not what is in use now
+            return Verdict(False, True, on_empty.reason, 0, "")
+        return Verdict(False, False, outcome.reason, 0, "")
     placements, after = outcome
     align = _alignment(placements, policy.weights)
     pack = _packing(state, after, request, policy.weights)
