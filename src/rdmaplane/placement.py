@@ -53,10 +53,10 @@ class ResourceNames:
 class Weights:
     """How a score is made; every weight is relative to its sibling(s)."""
 
-    alignment: float = 0.7  # alignment term vs. packing term
-    packing: float = 0.3
+    alignment: float = 0.8  # alignment term vs. packing term
+    packing: float = 0.2
     pcie: float = 1.0  # value of a GPU paired with a NIC on its PCIe root ...
-    numa: float = 0.4  # ... with a NIC on its NUMA zone only ...
+    numa: float = 0.5  # ... with a NIC on its NUMA zone only ...
     cross: float = 0.0  # ... with a NIC across NUMA zones
     not_preferred: float = 0.5  # factor when the devices span more NUMA zones than needed
     zone_fill: float = 0.5  # packing: how full the touched NUMA zones end up ...
@@ -448,18 +448,27 @@ def _allocate(
 
 def apply(state: NodeState, placement: UnitPlacement) -> NodeState:
     """The node after a placement's devices are taken."""
+    return _shift(state, placement, -1)
+
+
+def release(state: NodeState, placement: UnitPlacement) -> NodeState:
+    """The node after a placement's devices are given back."""
+    return _shift(state, placement, 1)
+
+
+def _shift(state: NodeState, placement: UnitPlacement, sign: int) -> NodeState:
     zones = []
     for z, zone in enumerate(state.zones):
         roots = tuple(
-            replace(root, free_gpus=root.free_gpus - g, free_hcas=root.free_hcas - h)
+            replace(root, free_gpus=root.free_gpus + sign * g, free_hcas=root.free_hcas + sign * h)
             for root, (g, h) in zip(zone.roots, placement.taken[z], strict=True)
         )
         took_g = sum(g for g, _ in placement.taken[z])
         took_h = sum(h for _, h in placement.taken[z])
         free = (
-            zone.free[0] - took_g,
-            zone.free[1] - took_h,
-            zone.free[2] - placement.shared_taken[z],
+            zone.free[0] + sign * took_g,
+            zone.free[1] + sign * took_h,
+            zone.free[2] + sign * placement.shared_taken[z],
         )
         zones.append(replace(zone, roots=roots, free=free))
     return replace(state, zones=tuple(zones))
@@ -506,7 +515,7 @@ def evaluate(state: NodeState, request: PodRequest, policy: Policy = Policy()) -
     w = policy.weights
     total = w.alignment + w.packing
     score = round(10 * (w.alignment * align + w.packing * pack) / total) if total > 0 else 0
-    level = _level(placements)
+    level = alignment_level(placements)
     return Verdict(
         True, False, describe(state, placements), max(0, min(10, score)), level, placements, after
     )
@@ -532,14 +541,14 @@ def place_pod(
 
 
 def _unit_alignment(p: UnitPlacement, w: Weights) -> float:
-    if p.needed:
-        value = (
-            w.pcie * p.pcie_pairs
-            + w.numa * (p.numa_pairs - p.pcie_pairs)
-            + w.cross * (p.needed - p.numa_pairs)
-        ) / p.needed
-    else:
+    """pcie when every GPU has a NIC on its root, numa when on its zone; a unit with any GPU
+    whose NIC is across zones ranks below every fully NUMA-aligned one."""
+    if not p.needed:
         value = w.pcie
+    elif p.numa_pairs == p.needed:
+        value = w.numa + (w.pcie - w.numa) * p.pcie_pairs / p.needed
+    else:
+        value = w.cross + (w.numa - w.cross) * p.numa_pairs / p.needed / 2
     return value if p.preferred else value * w.not_preferred
 
 
@@ -567,7 +576,7 @@ def _packing(before: NodeState, after: NodeState, request: PodRequest, w: Weight
     return (w.zone_fill * zone_fill + w.node_fill * node_fill) / total if total > 0 else 0.0
 
 
-def _level(placements: tuple[UnitPlacement, ...]) -> str:
+def alignment_level(placements: tuple[UnitPlacement, ...]) -> str:
     if all(p.needed == 0 for p in placements):
         return "none" if all(p.preferred for p in placements) else "cross"
     if all(p.preferred and p.pcie_pairs == p.needed for p in placements):

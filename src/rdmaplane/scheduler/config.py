@@ -11,6 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from rdmaplane import placement as pl
 
 
+_W = pl.Weights()
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -18,14 +21,14 @@ class _Model(BaseModel):
 class WeightsConfig(_Model):
     """Score = 10 x (alignment x A + packing x P) / (alignment + packing)."""
 
-    alignment: float = Field(0.7, ge=0)
-    packing: float = Field(0.3, ge=0)
-    pcie: float = Field(1.0, ge=0, description="a GPU paired with a NIC on its PCIe root")
-    numa: float = Field(0.4, ge=0, description="a GPU with a NIC on its NUMA zone only")
-    cross: float = Field(0.0, ge=0, description="a GPU whose NIC is across NUMA zones")
-    not_preferred: float = Field(0.5, ge=0, le=1, alias="notPreferred")
-    zone_fill: float = Field(0.5, ge=0, alias="zoneFill")
-    node_fill: float = Field(0.5, ge=0, alias="nodeFill")
+    alignment: float = Field(_W.alignment, ge=0)
+    packing: float = Field(_W.packing, ge=0)
+    pcie: float = Field(_W.pcie, ge=0, description="a GPU paired with a NIC on its PCIe root")
+    numa: float = Field(_W.numa, ge=0, description="a GPU with a NIC on its NUMA zone only")
+    cross: float = Field(_W.cross, ge=0, description="a GPU whose NIC is across NUMA zones")
+    not_preferred: float = Field(_W.not_preferred, ge=0, le=1, alias="notPreferred")
+    zone_fill: float = Field(_W.zone_fill, ge=0, alias="zoneFill")
+    node_fill: float = Field(_W.node_fill, ge=0, alias="nodeFill")
 
 
 class ResourcesConfig(_Model):

@@ -7,6 +7,8 @@ through the agent's own NRT builder; the layouts follow real machine classes:
 - `dgx-a100`: DGX A100-class, 8 NUMA nodes (2 sockets x NPS4), GPUs and NICs on four of them,
   two GPUs and two NICs behind each two-level switch;
 - `one-socket-nics`: 8 GPUs over 2 sockets, all 8 NICs on socket 0 (half the GPUs have none);
+- `split-roots`: a PCIe server, per socket 4 GPUs behind two switches and 2 NICs on a third
+  root complex: NUMA alignment is possible, PCIe pairing never;
 - `hgx-shared`: the HGX layout with its NICs in one shared pool of 16 slots (8 per NUMA zone).
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from rdmaplane import nrt
 
-LAYOUTS = ("hgx", "dgx-a100", "one-socket-nics", "hgx-shared")
+LAYOUTS = ("hgx", "dgx-a100", "one-socket-nics", "split-roots", "hgx-shared")
 
 _TWO_SOCKETS = {0: {0: 10, 1: 21}, 1: {0: 21, 1: 10}}
 _DGX_NUMA = {
@@ -63,6 +65,11 @@ def layout(
             if i < 4:
                 devices.append(nrt.Device(nrt.HCA, 0, root))
         devices += [nrt.Device(nrt.HCA, 0, f"pci0000:{0x20 + i:02x}") for i in range(4)]
+    elif kind == "split-roots":
+        for numa in (0, 1):
+            for sw in range(2):
+                devices += [nrt.Device(nrt.GPU, numa, f"pci0000:{numa}{sw}")] * 2
+            devices += [nrt.Device(nrt.HCA, numa, f"pci0000:{numa}f")] * 2
     else:
         raise ValueError(f"unknown layout {kind!r}; known: {', '.join(LAYOUTS)}")
     return nrt.build(
