@@ -18,7 +18,9 @@ from rdmaplane import nrt
 @contextmanager
 def serve(app: FastAPI) -> Iterator[str]:
     """Run the app under uvicorn in a thread; yield its base URL."""
-    sock = socket.socket()
+    sock = socket.socket(
+        socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+    )  # asyncio sets TCP_NODELAY only when proto says TCP
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))

@@ -21,7 +21,7 @@ def _cache(*topologies: nrt.NodeResourceTopology) -> ClusterCache:
 
 def _decide(cache: ClusterCache, name: str, gpus: int, hcas: int) -> pl.Verdict:
     request = pl.pod_request(pod("x", gpus, hcas))
-    return cache.verdict(name, request, cache.request_id(request))
+    return cache.verdict(name, request)
 
 
 def test_two_pods_in_a_row_do_not_take_the_same_zone() -> None:

@@ -152,7 +152,7 @@ def test_unexpected_fault_is_a_503_with_a_message() -> None:
     def broken(*args: object) -> object:
         raise KeyError("zone")
 
-    cache.verdict = broken  # type: ignore[method-assign]
+    cache.verdicts = broken  # type: ignore[method-assign]
     with serve(create_app(cache, ExtenderConfig.model_validate({}))) as base:
         reply = _call(base, "filter", {"Pod": pod("p", 1, 1), "NodeNames": ["paired"]})
         assert reply.status_code == 503 and "internal error: KeyError" in reply.json()["Error"]

@@ -102,8 +102,7 @@ def explain_placement(
     from rdmaplane.scheduler.app import explain_request, explain_rows
 
     names = sorted({_name(o) for objs in (listed["nrt"], listed["node"]) for o in objs})
-    rid = cache.request_id(request)
-    rows = explain_rows(cache, [(n, cache.verdict(n, request, rid)) for n in names])
+    rows = explain_rows(cache, list(zip(names, cache.verdicts(names, request), strict=True)))
     if output == "json":
         typer.echo(json.dumps({"request": explain_request(request), "nodes": rows}, indent=2))
     else:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from functools import partial
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -82,6 +86,15 @@ class Metrics:
             synced.labels(kind).set_function(partial(_synced, cache, kind))
 
 
+_FITS = attrgetter("fits")
+_SCORE = attrgetter("score")
+
+
+@functools.lru_cache(maxsize=4096)
+def _wire_reason(reason: str) -> str:
+    return REASON_PREFIX + reason
+
+
 def _count(cache: ClusterCache, kind: str) -> float:
     return float(cache.counts()[kind])
 
@@ -97,6 +110,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        gc.freeze()  # what exists at startup (a pre-filled cache) is never garbage
         task: asyncio.Task[None] | None = None
         if watcher is not None:
             task = asyncio.create_task(
@@ -119,6 +133,9 @@ def create_app(
             body = await _read_body(request, config.max_request_bytes)
             args = wire.parse_args(body)
             response = Response(answer(args), media_type="application/json")
+            response.headers["Server-Timing"] = (
+                f"app;dur={(time.perf_counter() - start) * 1000:.3f}"
+            )
         except _Reject as exc:
             response = _error(exc.status, str(exc))
         except (wire.WireError, pl.RequestError) as exc:
@@ -130,35 +147,33 @@ def create_app(
         metrics.latency.labels(verb).observe(time.perf_counter() - start)
         return response
 
-    def verdicts(args: wire.ExtenderArgs) -> tuple[pl.PodRequest, list[tuple[str, pl.Verdict]]]:
+    def decide(args: wire.ExtenderArgs) -> tuple[pl.PodRequest, Sequence[pl.Verdict]]:
         request = pl.pod_request(args.pod, cache.policy.names)
-        rid = cache.request_id(request)
-        return request, [(name, cache.verdict(name, request, rid)) for name in args.node_names]
+        return request, cache.verdicts(args.node_names, request)
 
     def do_filter(args: wire.ExtenderArgs) -> bytes:
-        _, decided = verdicts(args)
-        passed, failed, unresolvable = [], {}, {}
-        for name, v in decided:
-            if v.fits:
-                passed.append(name)
-            elif v.unresolvable:
-                unresolvable[name] = REASON_PREFIX + v.reason
-            else:
-                failed[name] = REASON_PREFIX + v.reason
+        names = args.node_names
+        _, found = decide(args)
+        passed = list(compress(names, map(_FITS, found)))
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        if len(passed) < len(names):
+            for name, v in zip(names, found, strict=True):
+                if not v.fits:
+                    (unresolvable if v.unresolvable else failed)[name] = _wire_reason(v.reason)
         metrics.nodes.labels("passed").inc(len(passed))
         metrics.nodes.labels("failed").inc(len(failed))
         metrics.nodes.labels("unresolvable").inc(len(unresolvable))
         return wire.filter_result(args, passed, failed, unresolvable)
 
     def do_prioritize(args: wire.ExtenderArgs) -> bytes:
-        _, decided = verdicts(args)
-        return wire.priorities([(name, v.score) for name, v in decided])
+        _, found = decide(args)
+        return wire.priorities(zip(args.node_names, map(_SCORE, found), strict=True))
 
     def do_explain(args: wire.ExtenderArgs) -> bytes:
-        request, decided = verdicts(args)
-        return orjson.dumps(
-            {"request": explain_request(request), "nodes": explain_rows(cache, decided)}
-        )
+        request, found = decide(args)
+        rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)))
+        return orjson.dumps({"request": explain_request(request), "nodes": rows})
 
     @app.post("/filter")
     async def filter_(request: Request) -> Response:

@@ -4,14 +4,15 @@ No I/O here; the watch loop (`watch.py`), the CLI's one-shot listing and the tes
 same Kubernetes objects (dicts). For every node it keeps a `NodeState` that already subtracts the
 pods bound to the node but absent from the NRT's `rdmaplane.io/accounted-pods` (taken from the
 zones the kubelet would pick), so decisions made before the agent republishes still see them.
-Decisions are memoised per (node state, pod request): identical nodes share them, and a request
+Decisions are memoised per (pod request, node state): identical nodes share them, and a request
 touches only dict lookups for nodes that did not change.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from rdmaplane import nrt as nrtmod
@@ -38,6 +39,12 @@ class NodeEntry:
     unaccounted: tuple[str, ...]  # bound pods subtracted here, on top of the NRT
 
 
+def _bulk(table: Mapping[Any, Any], keys: Sequence[Any]) -> tuple[Any, ...]:
+    """table[k] for every key, in one C-level call (KeyError if one is missing)."""
+    got = itemgetter(*keys)(table)
+    return got if len(keys) > 1 else (got,)
+
+
 def pod_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
@@ -56,8 +63,9 @@ class ClusterCache:
         self._pods_by_node: dict[str, set[str]] = {}
         self._entries: dict[str, NodeEntry] = {}
         self._sids: dict[pl.NodeState, int] = {}
-        self._rids: dict[pl.PodRequest, int] = {}
-        self._memo: dict[tuple[int, int], pl.Verdict] = {}
+        self._states: list[pl.NodeState] = []  # by state id
+        self._sid_by_name: dict[str, int] = {}
+        self._memo: dict[pl.PodRequest, dict[int, pl.Verdict]] = {}
 
     # ---- feeding -------------------------------------------------------------------------------
 
@@ -162,6 +170,7 @@ class ClusterCache:
         topology = self._nrts.get(name)
         if topology is None:
             self._entries.pop(name, None)
+            self._sid_by_name.pop(name, None)
             return
         state = pl.node_state(topology, self.policy.names)
         accounted = topology.accounted_pods
@@ -175,8 +184,12 @@ class ClusterCache:
             if not isinstance(placed, pl.Rejection):  # a pod the kubelet refuses holds nothing
                 state = placed[1]
                 subtracted.append(pod.key)
-        sid = self._sids.setdefault(state, len(self._sids))
+        sid = self._sids.get(state)
+        if sid is None:
+            sid = self._sids[state] = len(self._states)
+            self._states.append(state)
         self._entries[name] = NodeEntry(name, topology, state, sid, tuple(subtracted))
+        self._sid_by_name[name] = sid
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -190,23 +203,43 @@ class ClusterCache:
     def entry(self, name: str) -> NodeEntry | None:
         return self._entries.get(name)
 
-    def request_id(self, request: pl.PodRequest) -> int:
-        return self._rids.setdefault(request, len(self._rids))
+    def verdicts(self, names: Sequence[str], request: pl.PodRequest) -> Sequence[pl.Verdict]:
+        """The decision for each node, in order. The request path: two C-level bulk lookups
+        (node name → state id → decision), plus an evaluation per state new to this pod."""
+        memo = self._memo.get(request)
+        if memo is None:
+            if sum(len(m) for m in self._memo.values()) >= self._memo_limit:
+                self._memo.clear()
+            memo = self._memo[request] = {}
+        if not names:
+            return []
+        try:
+            sids = _bulk(self._sid_by_name, names)
+        except KeyError:  # some node without a usable NRT: the slow path
+            return [self._one(name, request, memo) for name in names]
+        for sid in set(sids).difference(memo):
+            memo[sid] = pl.evaluate(self._states[sid], request, self.policy)
+        found = _bulk(memo, sids)
+        if self._not_ready and request.wants_rdma:
+            return [
+                self._one(name, request, memo) if name in self._not_ready else v
+                for name, v in zip(names, found, strict=True)
+            ]
+        return found
 
-    def verdict(self, name: str, request: pl.PodRequest, rid: int) -> pl.Verdict:
-        """The decision for one node; `rid` is `request_id(request)`, computed once per call."""
+    def _one(self, name: str, request: pl.PodRequest, memo: dict[int, pl.Verdict]) -> pl.Verdict:
         entry = self._entries.get(name)
         if entry is None:
             return self._without_topology(name, request)
         if request.wants_rdma and name in self._not_ready:
             return pl.Verdict(False, False, self._not_ready[name], 0, "")
-        key = (entry.sid, rid)
-        found = self._memo.get(key)
+        found = memo.get(entry.sid)
         if found is None:
-            if len(self._memo) >= self._memo_limit:
-                self._memo.clear()
-            found = self._memo[key] = pl.evaluate(entry.state, request, self.policy)
+            found = memo[entry.sid] = pl.evaluate(entry.state, request, self.policy)
         return found
+
+    def verdict(self, name: str, request: pl.PodRequest) -> pl.Verdict:
+        return self.verdicts((name,), request)[0]
 
     def _without_topology(self, name: str, request: pl.PodRequest) -> pl.Verdict:
         if not request.wants_devices:

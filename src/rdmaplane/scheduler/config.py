@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rdmaplane import placement as pl
 
-
 _W = pl.Weights()
 
 

@@ -4,6 +4,7 @@ names the bad field on malformed input."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,5 +83,5 @@ def filter_result(
     )
 
 
-def priorities(scores: list[tuple[str, int]]) -> bytes:
+def priorities(scores: Iterable[tuple[str, int]]) -> bytes:
     return orjson.dumps([{"Host": host, "Score": score} for host, score in scores])

@@ -1,0 +1,218 @@
+"""Extender latency through real HTTP: filter + prioritize at 1,000 and 5,000 nodes.
+
+The server (uvicorn on loopback, in its own process) holds a cache fed with the same objects a
+watch would deliver: one NRT per node from the synthetic layouts, plus bound pods not yet
+accounted in the NRTs (about half the GPUs in use, so node states are fragmented and varied).
+The client sends what kube-scheduler sends with `nodeCacheCapable: true`: the pod and every
+node name to /filter, then the pod and the names that passed to /prioritize. Pods cycle through
+1/2/4/8 GPUs with one NIC per GPU. The first call per pod shape fills the decision memo and is
+reported apart ("cold"); the rest are steady state. "in the server" is the extender's own time
+(its Server-Timing header: body read, decode, decide, encode), without HTTP and client. "decode" is orjson (and json) decoding of
+the same /filter request body, alone.
+
+    python bench/extender.py [--nodes 1000 5000] [--rounds 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import socket
+import statistics
+import time
+from typing import Any
+
+import httpx
+import orjson
+
+from rdmaplane import nrt
+from rdmaplane.scheduler.layouts import layout
+
+LAYOUTS = ("hgx", "dgx-a100", "one-socket-nics", "split-roots")
+POLICIES = ("single-numa-node", "restricted", "best-effort")
+SHAPES = (1, 2, 4, 8)
+
+
+def _pod(name: str, gpus: int, node: str = "") -> dict[str, Any]:
+    limits = {nrt.GPU: str(gpus), nrt.HCA: str(gpus)}
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "main",
+                "image": "trainer",
+                "resources": {"limits": limits, "requests": limits},
+            }
+        ]
+    }
+    if node:
+        spec["nodeName"] = node
+    meta = {
+        "name": name,
+        "namespace": "jobs",
+        "uid": f"uid-{name}",
+        "creationTimestamp": "2026-01-01T00:00:00Z",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": spec,
+        "status": {"phase": "Running"},
+    }
+
+
+def _serve(n: int, seed: int, sock: socket.socket, ready: Any) -> None:
+    import uvicorn
+
+    from rdmaplane.scheduler.app import create_app
+    from rdmaplane.scheduler.cache import ClusterCache
+    from rdmaplane.scheduler.config import load_config
+
+    rng = random.Random(seed)
+    cache = ClusterCache()
+    names = [f"gpu-{i:05d}" for i in range(n)]
+    cache.replace(
+        "nrt",
+        [
+            nrt.to_object(layout(rng.choice(LAYOUTS), name, policy=rng.choice(POLICIES)))
+            for name in names
+        ],
+    )
+    cache.replace("node", [{"metadata": {"name": name}} for name in names])
+    pods = []
+    for name in names:
+        used = 0
+        while used < 4:
+            gpus = rng.choice((1, 1, 2, 2, 4))
+            pods.append(_pod(f"{name}-{len(pods)}", gpus, node=name))
+            used += gpus
+    cache.replace("pod", pods)
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(cache, load_config(None)), log_level="warning", access_log=False)
+    )
+    ready.set()
+    server.run(sockets=[sock])
+
+
+def _server_ms(reply: httpx.Response) -> float:
+    return float(reply.headers["server-timing"].split("dur=")[1]) / 1000
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(n: int, rounds: int, seed: int) -> None:
+    sock = socket.socket(
+        socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+    )  # asyncio sets TCP_NODELAY only when proto says TCP
+    sock.bind(("127.0.0.1", 0))
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    ctx = multiprocessing.get_context("fork")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_serve, args=(n, seed, sock, ready), daemon=True)
+    start = time.perf_counter()
+    proc.start()
+    ready.wait(600)
+    names = [f"gpu-{i:05d}" for i in range(n)]
+    try:
+        # kube-scheduler is Go, whose TCP connections run with TCP_NODELAY; so does this client
+        # (without it, Nagle + delayed ACK add 40 ms to every request with a body).
+        nodelay = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+        with httpx.Client(base_url=url, timeout=60, transport=nodelay) as client:
+            while True:
+                try:
+                    client.get("/healthz")
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            setup = time.perf_counter() - start
+            headers = {"content-type": "application/json"}
+            bodies = {
+                g: orjson.dumps({"Pod": _pod(f"job-{g}", g), "Nodes": None, "NodeNames": names})
+                for g in SHAPES
+            }
+            server: list[
+                float
+            ] = []  # Server-Timing of filter + prioritize: the extender's own time
+            filt: list[float] = []
+            prio: list[float] = []
+            both: list[float] = []
+            cold: list[float] = []
+            passed: dict[int, int] = {}
+            for i in range(rounds + 1):
+                for g in SHAPES:
+                    t0 = time.perf_counter()
+                    reply = client.post("/filter", content=bodies[g], headers=headers)
+                    t1 = time.perf_counter()
+                    assert reply.status_code == 200, reply.text
+                    fit = orjson.loads(reply.content)["NodeNames"]
+                    body = orjson.dumps(
+                        {"Pod": _pod(f"job-{g}", g), "Nodes": None, "NodeNames": fit}
+                    )
+                    t2 = time.perf_counter()
+                    scored = client.post("/prioritize", content=body, headers=headers)
+                    t3 = time.perf_counter()
+                    assert scored.status_code == 200, scored.text
+                    if i == 0:
+                        cold.append(t3 - t2 + t1 - t0)
+                        passed[g] = len(fit)
+                        continue
+                    server.append(_server_ms(reply) + _server_ms(scored))
+                    filt.append(t1 - t0)
+                    prio.append(t3 - t2)
+                    both.append(t3 - t2 + t1 - t0)
+            decode_orjson, decode_json = [], []
+            for _ in range(rounds):
+                for g in SHAPES:
+                    t0 = time.perf_counter()
+                    orjson.loads(bodies[g])
+                    t1 = time.perf_counter()
+                    json.loads(bodies[g])
+                    t2 = time.perf_counter()
+                    decode_orjson.append(t1 - t0)
+                    decode_json.append(t2 - t1)
+    finally:
+        proc.terminate()
+        proc.join(10)
+        sock.close()
+    ms = 1000.0
+    size = len(bodies[1]) / 1024
+    print(
+        f"{n} nodes (server setup {setup:.1f}s; filter body {size:.0f} KiB; nodes passing filter for "
+        + ", ".join(f"{g} GPU: {passed[g]}" for g in SHAPES)
+        + ")"
+    )
+    rows = (
+        ("filter", filt),
+        ("prioritize", prio),
+        ("filter+prioritize", both),
+        ("  in the server", server),
+    )
+    for label, values in rows:
+        print(
+            f"  {label:<18} p50 {statistics.median(values) * ms:7.2f} ms   p99 {_percentile(values, 0.99) * ms:7.2f} ms   (n={len(values)})"
+        )
+    print(f"  cold filter+prioritize (first call per pod shape): max {max(cold) * ms:.1f} ms")
+    dec = statistics.median(decode_orjson)
+    print(
+        f"  bare decode of the filter body: orjson p50 {dec * ms:.2f} ms, json p50 {statistics.median(decode_json) * ms:.2f} ms;"
+        f" filter p50 / orjson decode p50 = {statistics.median(filt) / dec:.1f}x"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    for n in args.nodes:
+        measure(n, args.rounds, args.seed)
+
+
+if __name__ == "__main__":
+    main()
