@@ -4,8 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SAMPLE ?= hgx-h100-roce
+# Where scripts/build-k8s.sh keeps kube-apiserver, kube-scheduler and etcd for the e2e tests.
+K8S_BIN = $(shell scripts/build-k8s.sh --bin-dir)
+LINT_DIRS := $(wildcard src tests bench)
 
-.PHONY: demo test test-fast lint typecheck bench clean
+.PHONY: demo test test-fast lint typecheck bench clean k8s-bins
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +21,8 @@ demo: $(STAMP)
 	$(BIN)/rdmaplane inspect --sample $(SAMPLE) -o matrix
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check $(LINT_DIRS)
+	$(BIN)/ruff format --check $(LINT_DIRS)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -28,8 +31,12 @@ typecheck: $(STAMP)
 test-fast: lint typecheck
 	$(BIN)/pytest -q -m "not e2e"
 
-test: lint typecheck
-	$(BIN)/pytest -q
+# Builds the e2e control plane on first use (tens of minutes on 2 cores), then reuses it.
+k8s-bins:
+	scripts/build-k8s.sh
+
+test: lint typecheck k8s-bins
+	RDMAPLANE_K8S_BIN="$(K8S_BIN)" $(BIN)/pytest -q
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

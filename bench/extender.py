@@ -16,6 +16,8 @@ the same /filter request body, alone.
 from __future__ import annotations
 
 import argparse
+import http.client
+import os
 import json
 import multiprocessing
 import random
@@ -24,7 +26,6 @@ import statistics
 import time
 from typing import Any
 
-import httpx
 import orjson
 
 from rdmaplane import nrt
@@ -96,8 +97,22 @@ def _serve(n: int, seed: int, sock: socket.socket, ready: Any) -> None:
     server.run(sockets=[sock])
 
 
-def _server_ms(reply: httpx.Response) -> float:
-    return float(reply.headers["server-timing"].split("dur=")[1]) / 1000
+def _healthy(port: int) -> bool:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+
+
+def _post(conn: http.client.HTTPConnection, path: str, body: bytes) -> tuple[int, float, bytes]:
+    """(status, the server's own time in seconds from Server-Timing, body)."""
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    content = reply.read()
+    timing = float((reply.getheader("Server-Timing") or "dur=0").split("dur=")[1]) / 1000
+    return reply.status, timing, content
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -110,7 +125,7 @@ def measure(n: int, rounds: int, seed: int) -> None:
         socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
     )  # asyncio sets TCP_NODELAY only when proto says TCP
     sock.bind(("127.0.0.1", 0))
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    port = sock.getsockname()[1]
     ctx = multiprocessing.get_context("fork")
     ready = ctx.Event()
     proc = ctx.Process(target=_serve, args=(n, seed, sock, ready), daemon=True)
@@ -119,62 +134,55 @@ def measure(n: int, rounds: int, seed: int) -> None:
     ready.wait(600)
     names = [f"gpu-{i:05d}" for i in range(n)]
     try:
-        # kube-scheduler is Go, whose TCP connections run with TCP_NODELAY; so does this client
+        while not _healthy(port):
+            time.sleep(0.05)
+        setup = time.perf_counter() - start
+        # A lean keep-alive client, with TCP_NODELAY as Go's (kube-scheduler's) connections have
         # (without it, Nagle + delayed ACK add 40 ms to every request with a body).
-        nodelay = httpx.HTTPTransport(socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-        with httpx.Client(base_url=url, timeout=60, transport=nodelay) as client:
-            while True:
-                try:
-                    client.get("/healthz")
-                    break
-                except httpx.TransportError:
-                    time.sleep(0.05)
-            setup = time.perf_counter() - start
-            headers = {"content-type": "application/json"}
-            bodies = {
-                g: orjson.dumps({"Pod": _pod(f"job-{g}", g), "Nodes": None, "NodeNames": names})
-                for g in SHAPES
-            }
-            server: list[
-                float
-            ] = []  # Server-Timing of filter + prioritize: the extender's own time
-            filt: list[float] = []
-            prio: list[float] = []
-            both: list[float] = []
-            cold: list[float] = []
-            passed: dict[int, int] = {}
-            for i in range(rounds + 1):
-                for g in SHAPES:
-                    t0 = time.perf_counter()
-                    reply = client.post("/filter", content=bodies[g], headers=headers)
-                    t1 = time.perf_counter()
-                    assert reply.status_code == 200, reply.text
-                    fit = orjson.loads(reply.content)["NodeNames"]
-                    body = orjson.dumps(
-                        {"Pod": _pod(f"job-{g}", g), "Nodes": None, "NodeNames": fit}
-                    )
-                    t2 = time.perf_counter()
-                    scored = client.post("/prioritize", content=body, headers=headers)
-                    t3 = time.perf_counter()
-                    assert scored.status_code == 200, scored.text
-                    if i == 0:
-                        cold.append(t3 - t2 + t1 - t0)
-                        passed[g] = len(fit)
-                        continue
-                    server.append(_server_ms(reply) + _server_ms(scored))
-                    filt.append(t1 - t0)
-                    prio.append(t3 - t2)
-                    both.append(t3 - t2 + t1 - t0)
-            decode_orjson, decode_json = [], []
-            for _ in range(rounds):
-                for g in SHAPES:
-                    t0 = time.perf_counter()
-                    orjson.loads(bodies[g])
-                    t1 = time.perf_counter()
-                    json.loads(bodies[g])
-                    t2 = time.perf_counter()
-                    decode_orjson.append(t1 - t0)
-                    decode_json.append(t2 - t1)
+        client = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        client.connect()
+        client.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        bodies = {
+            g: orjson.dumps({"Pod": _pod(f"job-{g}", g), "Nodes": None, "NodeNames": names})
+            for g in SHAPES
+        }
+        server: list[float] = []  # Server-Timing of filter + prioritize: the extender's own time
+        filt: list[float] = []
+        prio: list[float] = []
+        both: list[float] = []
+        cold: list[float] = []
+        passed: dict[int, int] = {}
+        for i in range(rounds + 1):
+            for g in SHAPES:
+                t0 = time.perf_counter()
+                status, timing, content = _post(client, "/filter", bodies[g])
+                t1 = time.perf_counter()
+                assert status == 200, content
+                fit = orjson.loads(content)["NodeNames"]
+                body = orjson.dumps({"Pod": _pod(f"job-{g}", g), "Nodes": None, "NodeNames": fit})
+                t2 = time.perf_counter()
+                status, timing2, content = _post(client, "/prioritize", body)
+                t3 = time.perf_counter()
+                assert status == 200, content
+                if i == 0:
+                    cold.append(t3 - t2 + t1 - t0)
+                    passed[g] = len(fit)
+                    continue
+                server.append(timing + timing2)
+                filt.append(t1 - t0)
+                prio.append(t3 - t2)
+                both.append(t3 - t2 + t1 - t0)
+        decode_orjson, decode_json = [], []
+        for _ in range(rounds):
+            for g in SHAPES:
+                t0 = time.perf_counter()
+                orjson.loads(bodies[g])
+                t1 = time.perf_counter()
+                json.loads(bodies[g])
+                t2 = time.perf_counter()
+                decode_orjson.append(t1 - t0)
+                decode_json.append(t2 - t1)
+        client.close()
     finally:
         proc.terminate()
         proc.join(10)
@@ -210,6 +218,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"machine: {os.cpu_count()} CPUs, load average {load} (1/5/15 min) at start")
     for n in args.nodes:
         measure(n, args.rounds, args.seed)
 

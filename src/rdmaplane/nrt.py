@@ -20,13 +20,15 @@ Quantities are strings of integers on the wire. Everything here is pure: no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 API_VERSION = "topology.node.k8s.io/v1alpha2"
 KIND = "NodeResourceTopology"
-GROUP, VERSION, PLURAL = "topology.node.k8s.io", "v1alpha2", "noderesourcetopologies"
+GROUP = "topology.node.k8s.io"
 
 GPU = "nvidia.com/gpu"
 HCA = "rdmaplane.io/hca"
@@ -386,9 +388,37 @@ def _integer(obj: Any, where: str) -> int:
 
 
 def _quantity(obj: Any, where: str) -> int:
-    """A whole, non-negative quantity: an integer or a string of one (int-or-string on the wire)."""
-    if isinstance(obj, str) and obj.isascii() and obj.isdigit():
-        return int(obj)
-    if isinstance(obj, int) and not isinstance(obj, bool) and obj >= 0:
-        return obj
-    raise NrtError(f"{where}: expected a whole non-negative quantity, got {obj!r}")
+    """A non-negative quantity (int-or-string on the wire), fractions rounded up: ours are whole
+    device counts; others (a producer's `cpu: 500m`) are carried, never read."""
+    value = parse_quantity(obj)
+    if value is None or value < 0:
+        raise NrtError(f"{where}: expected a non-negative Kubernetes quantity, got {obj!r}")
+    return int(value.to_integral_value(rounding=ROUND_CEILING))
+
+
+_QUANTITY = re.compile(
+    r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(?:([eE][+-]?[0-9]+)|(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei))?$"
+)
+_SUFFIX = {"m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9)}
+_SUFFIX |= {"T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
+_SUFFIX |= {
+    s: Decimal(2 ** (10 * (i + 1))) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))
+}
+
+
+def parse_quantity(obj: Any) -> Decimal | None:
+    """A Kubernetes quantity ("8", "1.5", "500m", "64Gi", "1e3", a JSON integer), else None."""
+    if isinstance(obj, bool):
+        return None
+    if isinstance(obj, int):
+        return Decimal(obj)
+    if not isinstance(obj, str):
+        return None
+    match = _QUANTITY.match(obj.strip())
+    if match is None:
+        return None
+    number, exponent, suffix = match.groups()
+    value = Decimal(number)
+    if exponent:
+        value = value.scaleb(int(exponent[1:]))
+    return value * _SUFFIX[suffix] if suffix else value

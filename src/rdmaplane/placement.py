@@ -157,20 +157,12 @@ def _container_vec(container: Mapping[str, Any], where: str, names: ResourceName
     return (amounts[0], amounts[1], amounts[2])
 
 
-_QUANTITY = re.compile(r"^([0-9]+)(k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_SUFFIX = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
-_SUFFIX.update({"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60})
-
-
 def parse_count(value: Any, where: str) -> int:
-    """A device count: an integer or a whole Kubernetes quantity ("2", "1k")."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, str):
-        match = _QUANTITY.match(value.strip())
-        if match:
-            return int(match.group(1)) * _SUFFIX.get(match.group(2) or "", 1)
-    raise RequestError(f"{where}: expected a whole number of devices, got {value!r}")
+    """A device count: a whole, non-negative Kubernetes quantity ("2", 2, "1k")."""
+    quantity = nrtmod.parse_quantity(value)
+    if quantity is None or quantity < 0 or quantity != quantity.to_integral_value():
+        raise RequestError(f"{where}: expected a whole number of devices, got {value!r}")
+    return int(quantity)
 
 
 def _add(a: Vec, b: Vec) -> Vec:

@@ -31,6 +31,11 @@ def _root(
     """RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate."""
 
 
+from rdmaplane.cli import inspect as _inspect  # noqa: E402
+
+app.command("inspect")(_inspect.inspect)
+app.command("samples")(_inspect.list_samples)
+app.add_typer(_inspect.snapshot_app, name="snapshot")
 app.add_typer(scheduler.app)
 
 

@@ -145,12 +145,13 @@ def _name(obj: dict[str, Any]) -> str:
 
 
 def _list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
-    from lightkube import Client, KubeConfig, operators
+    from lightkube import operators
     from lightkube.resources.core_v1 import Node, Pod
 
-    from rdmaplane.scheduler.watch import NodeResourceTopology, as_dict
+    from rdmaplane.kube import NodeResourceTopology, sync_client
+    from rdmaplane.scheduler.watch import as_dict
 
-    client = Client(config=KubeConfig.from_file(kubeconfig))
+    client = sync_client(kubeconfig)
     bound: dict[str, Any] = {"spec.nodeName": operators.not_equal("")}
     return {
         "nrt": [as_dict(o) for o in client.list(NodeResourceTopology)],

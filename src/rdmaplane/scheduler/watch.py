@@ -11,18 +11,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lightkube import AsyncClient, KubeConfig, operators
-from lightkube.generic_resource import create_global_resource
+from lightkube import AsyncClient, operators
 from lightkube.resources.core_v1 import Node, Pod
 
-from rdmaplane import nrt as nrtmod
+from rdmaplane.kube import NodeResourceTopology, async_client
 from rdmaplane.scheduler.cache import ClusterCache
 
 log = logging.getLogger("rdmaplane.scheduler.watch")
-
-NodeResourceTopology = create_global_resource(
-    nrtmod.GROUP, nrtmod.VERSION, nrtmod.KIND, nrtmod.PLURAL
-)
 
 _RESOURCES: dict[str, tuple[Any, dict[str, Any]]] = {
     "nrt": (NodeResourceTopology, {}),
@@ -33,9 +28,8 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 
 
 def make_client(kubeconfig: Path | None) -> AsyncClient:
-    if kubeconfig is not None:
-        return AsyncClient(config=KubeConfig.from_file(kubeconfig))
-    return AsyncClient()  # $KUBECONFIG, ~/.kube/config, or the in-cluster service account
+    """The kubeconfig's cluster, else the pod's service account (raises until one exists)."""
+    return async_client(kubeconfig)
 
 
 def as_dict(obj: Any) -> dict[str, Any]:

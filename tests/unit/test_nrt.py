@@ -138,7 +138,7 @@ def test_legacy_topology_policies_are_read() -> None:
 @pytest.mark.parametrize(
     ("path", "value", "field"),
     [
-        (("zones", 0, "resources", 0, "available"), "1.5", "zones[0].resources[0].available"),
+        (("zones", 0, "resources", 0, "available"), "lots", "zones[0].resources[0].available"),
         (("zones", 0, "resources", 0, "capacity"), -1, "zones[0].resources[0].capacity"),
         (("zones", 1, "name"), 7, "zones[1].name"),
         (("zones", 0, "costs", 0, "value"), "10", "zones[0].costs[0].value"),
@@ -160,7 +160,16 @@ def test_malformed_objects_name_the_field(
         nrt.from_object(obj)
 
 
-def test_quantities_accept_int_or_string() -> None:
+def test_quantities_accept_int_string_and_other_producers_forms() -> None:
     obj = nrt.to_object(_hgx_like())
     obj["zones"][0]["resources"][0]["capacity"] = 2
-    assert nrt.from_object(obj).zones[0].resources[0].capacity == 2
+    obj["zones"][0]["resources"].append(
+        {"name": "cpu", "capacity": "1500m", "allocatable": "1e3", "available": "0.5"}
+    )
+    obj["zones"][0]["resources"].append(
+        {"name": "memory", "capacity": "64Gi", "allocatable": "2k", "available": "0"}
+    )
+    zone = nrt.from_object(obj).zones[0]
+    assert zone.resources[0].capacity == 2
+    assert zone.resource("cpu") == nrt.ZoneResource("cpu", 2, 1000, 1)  # fractions round up
+    assert zone.resource("memory") == nrt.ZoneResource("memory", 64 * 2**30, 2000, 0)

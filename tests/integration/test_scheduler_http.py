@@ -8,7 +8,6 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
-from scheduler_helpers import node, pod, serve
 
 from rdmaplane import nrt
 from rdmaplane.scheduler.app import create_app
@@ -16,6 +15,7 @@ from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.config import ExtenderConfig, load_config
 from rdmaplane.scheduler.layouts import layout
 from rdmaplane.scheduler.watch import make_client, watch_all
+from tests.scheduler_helpers import node, pod, serve
 
 NAMES = ["paired", "lopsided", "full", "bare"]
 

@@ -3,12 +3,11 @@ bad objects and node readiness."""
 
 from __future__ import annotations
 
-from scheduler_helpers import node, pod
-
 from rdmaplane import nrt
 from rdmaplane import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
+from tests.scheduler_helpers import node, pod
 
 
 def _cache(*topologies: nrt.NodeResourceTopology) -> ClusterCache:

@@ -1,0 +1,282 @@
+"""`rdmaplane inspect`, `rdmaplane samples` and `rdmaplane snapshot create`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+import yaml
+from rich.markup import escape
+from rich.table import Table
+
+from rdmaplane.cli.common import (
+    SampleOption,
+    SnapshotOption,
+    SysfsRootOption,
+    console,
+    err_console,
+    fail,
+    load,
+)
+from rdmaplane.discovery import nvml, samples, snapshot
+from rdmaplane.model import Gpu, Hca, NodeTopology
+from rdmaplane.serialize import to_document
+from rdmaplane.topology import Relation, device_label, pci_relation, relation_label
+
+LEGEND = """Legend:
+
+  X    = Self
+  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes
+  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges
+         within a NUMA node
+  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)
+  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)
+  PIX  = Connection traversing at most a single PCIe bridge
+  NV#  = Connection traversing a bonded set of # NVLinks (only shown when NVML reports them)"""
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+    matrix = "matrix"
+    dot = "dot"
+
+
+def inspect(
+    sysfs_root: SysfsRootOption = None,
+    snapshot_file: SnapshotOption = None,
+    sample: SampleOption = None,
+    output: Annotated[Output, typer.Option("-o", "--output", help="Output format.")] = Output.table,
+) -> None:
+    """Show a node's GPUs, RDMA NICs, ports, GIDs, NUMA nodes and PCIe relations.
+
+    `-o matrix` lays relations out like `nvidia-smi topo -m`; `-o dot` draws the PCIe tree
+    (render with `dot -Tsvg`); `-o json` is the `rdmaplane.io/node-topology/v1` document.
+    """
+    topo = load(sysfs_root, snapshot_file, sample)
+    live = not (sysfs_root or snapshot_file or sample)
+    if output is Output.json:
+        typer.echo(json.dumps(to_document(topo), indent=2))
+    elif output is Output.yaml:
+        typer.echo(yaml.safe_dump(to_document(topo), sort_keys=False), nl=False)
+    elif output is Output.matrix:
+        typer.echo(matrix_text(topo))
+    elif output is Output.dot:
+        typer.echo(dot_text(topo))
+    else:
+        print_summary(topo)
+    if live and not topo.hcas:
+        fail(
+            "no RDMA device found in /sys/class/infiniband on this machine; "
+            "try `rdmaplane inspect --sample hgx-h100-roce` (`rdmaplane samples` lists them)",
+            code=1,
+        )
+
+
+# ---------------------------------------------------------------- the summary
+
+
+def print_summary(topo: NodeTopology) -> None:
+    numa = ", ".join(f"node{n.id}" for n in topo.numa_nodes) or "unknown"
+    console.print(
+        f"[bold]{topo.hostname or 'node'}[/]  ({topo.source})  "
+        f"{len(topo.gpus)} GPUs · {len(topo.hcas)} RDMA devices · NUMA: {numa}"
+    )
+    if topo.gpus:
+        console.print(_gpu_table(topo))
+    if topo.hcas:
+        console.print(_hca_table(topo))
+    for w in topo.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(str(w))}")
+
+
+def _nearest_hca(gpu: Gpu, hcas: tuple[Hca, ...]) -> str:
+    best = min(
+        ((pci_relation(gpu.pci, h.pci), h.name) for h in hcas if h.pci is not None),
+        default=None,
+    )
+    return f"{best[1]} ({best[0].name})" if best else "-"
+
+
+def _gpu_table(topo: NodeTopology) -> Table:
+    t = Table(title="GPUs", title_justify="left")
+    for col in ("GPU", "PCI", "Name", "NUMA", "PCIe root", "Nearest NIC", "UUID"):
+        t.add_column(col)
+    for g in topo.gpus:
+        t.add_row(
+            f"GPU{g.index}",
+            g.pci.address,
+            escape(g.name or "-"),
+            _numa(g.pci.numa),
+            g.pci.root,
+            _nearest_hca(g, topo.hcas),
+            g.uuid or "-",
+        )
+    return t
+
+
+def _hca_table(topo: NodeTopology) -> Table:
+    t = Table(title="RDMA devices", title_justify="left")
+    for col in ("HCA", "PCI", "Type", "NUMA", "PCIe root", "Port", "State", "Link", "Rate"):
+        t.add_column(col)
+    for col in ("Netdev", "GIDs", "Verbs"):
+        t.add_column(col)
+    for h in topo.hcas:
+        for p in h.ports or (None,):
+            state = "-"
+            if p is not None:
+                colour = "green" if p.is_up else "red"
+                state = f"[{colour}]{p.state.name}/{p.phys_state.name}[/]"
+            t.add_row(
+                escape(h.name),
+                h.pci.address if h.pci else "(software)",
+                h.hca_type or "-",
+                _numa(h.numa),
+                h.pcie_root or "-",
+                str(p.number) if p else "-",
+                state,
+                p.link_layer.value if p else "-",
+                f"{p.rate_gbps:g} Gb/s" if p and p.rate_gbps else "-",
+                escape(p.netdev or "-") if p else "-",
+                f"{len(p.gids)}/{p.gid_table_len}" if p else "-",
+                h.uverbs or "-",
+            )
+    return t
+
+
+def _numa(n: int | None) -> str:
+    return "N/A" if n is None else str(n)
+
+
+# ---------------------------------------------------------------- nvidia-smi style matrix
+
+
+def matrix_text(topo: NodeTopology) -> str:
+    """The relations laid out like `nvidia-smi topo -m`: GPUs, then NICs named NIC<i> with a
+    legend, CPU and NUMA affinity of each GPU, and the legend of the words."""
+    devices: list[Gpu | Hca] = [*topo.gpus, *topo.hcas]
+    nic_names = {h.name: f"NIC{i}" for i, h in enumerate(topo.hcas)}
+
+    def label(d: Gpu | Hca) -> str:
+        return device_label(d) if isinstance(d, Gpu) else nic_names[d.name]
+
+    header = ["", *(label(d) for d in devices), "CPU Affinity", "NUMA Affinity"]
+    rows = [header]
+    for a in devices:
+        cells = [label(a)]
+        cells += [relation_label(a, b) or "-" for b in devices]
+        if isinstance(a, Gpu):
+            cells += [a.pci.local_cpus or "N/A", _numa(a.pci.numa)]
+        else:
+            cells += ["", ""]
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    legend = [f"  {nic_names[h.name]}: {h.name}" for h in topo.hcas]
+    return "\n".join([*lines, "", LEGEND, "", "NIC Legend:", "", *legend])
+
+
+# ---------------------------------------------------------------- Graphviz
+
+
+def dot_text(topo: NodeTopology) -> str:
+    """NUMA nodes as clusters holding their root complexes; switches and bridges as small
+    boxes; GPUs and NICs as leaves; dashed edges mark each GPU's nearest NIC (PIX/PXB)."""
+    out = [
+        "digraph node {",
+        "  rankdir=TB; node [fontname=Helvetica, fontsize=10]; edge [arrowhead=none];",
+        f'  label="{_esc(topo.hostname or "node")}"; labelloc=t;',
+    ]
+    devices: list[Gpu | Hca] = [*topo.gpus, *(h for h in topo.hcas if h.pci is not None)]
+    roots: dict[str, int | None] = {}
+    edges: set[tuple[str, str]] = set()
+    for d in devices:
+        assert d.pci is not None
+        roots.setdefault(d.pci.root, d.pci.numa)
+        chain = [d.pci.root, *d.pci.bridges]
+        for parent, child in itertools.pairwise(chain):
+            edges.add((parent, child))
+        edges.add((chain[-1], device_label(d)))
+    by_numa: dict[int | None, list[str]] = {}
+    for root, numa in sorted(roots.items()):
+        by_numa.setdefault(numa, []).append(root)
+    for numa, members in by_numa.items():
+        name = f"NUMA node {numa}" if numa is not None else "NUMA unknown"
+        out.append(f'  subgraph "cluster_numa{numa}" {{ label="{name}"; style=rounded;')
+        out += [f'    "{r}" [shape=box, style=filled, fillcolor=lightgrey];' for r in members]
+        out.append("  }")
+    bridges = {c for _, c in edges} - {device_label(d) for d in devices}
+    out += [f'  "{b}" [shape=box, fontsize=8, height=0.2];' for b in sorted(bridges)]
+    for d in devices:
+        if isinstance(d, Gpu):
+            text = f"GPU{d.index}\\n{d.pci.address}\\n{_esc(d.name or '')}"
+            out.append(f'  "{device_label(d)}" [shape=box3d, color=green4, label="{text}"];')
+        else:
+            rate = next((p.rate_gbps for p in d.ports if p.rate_gbps), None)
+            text = f"{d.name}\\n{d.pci.address if d.pci else ''}\\n{f'{rate:g}' if rate else '?'}G"
+            out.append(f'  "{d.name}" [shape=component, color=blue, label="{text}"];')
+    out += [f'  "{a}" -> "{b}";' for a, b in sorted(edges)]
+    for g in topo.gpus:
+        near = [
+            (r, h.name)
+            for h in topo.hcas
+            if h.pci is not None and (r := pci_relation(g.pci, h.pci)) <= Relation.PXB
+        ]
+        for r, name in sorted(near)[:1]:
+            out.append(f'  "GPU{g.index}" -> "{name}" [style=dashed, color=red, label="{r.name}"];')
+    out.append("}")
+    return "\n".join(out)
+
+
+def _esc(s: str) -> str:
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+# ---------------------------------------------------------------- samples and snapshots
+
+
+def list_samples(
+    output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+) -> None:
+    """List the bundled sample nodes (use one with `--sample NAME`)."""
+    found = samples.all_samples()
+    if output == "json":
+        typer.echo(json.dumps([{"name": s.name, "description": s.description} for s in found]))
+        return
+    t = Table("Sample", "What it models")
+    for s in found:
+        t.add_row(s.name, s.description)
+    console.print(t)
+
+
+snapshot_app = typer.Typer(help="Support snapshots of a node's sysfs subset.", no_args_is_help=True)
+
+
+@snapshot_app.command("create")
+def snapshot_create(
+    output: Annotated[str, typer.Option("-o", "--output", metavar="FILE", help="Where to write.")],
+    sysfs_root: SysfsRootOption = None,
+    redact: Annotated[
+        bool, typer.Option("--redact", help="Replace GUIDs, MACs, IPs and the hostname.")
+    ] = False,
+) -> None:
+    """Capture what rdmaplane reads from this node's sysfs into a small .tar.gz.
+
+    Attach it to a support request; every command that reads a node takes `--snapshot FILE`.
+    """
+    root = sysfs_root or "/sys"
+    if not os.path.isdir(root):
+        fail(f"sysfs root {root!r} is not a directory")
+    live = os.path.realpath(root) == "/sys"
+    counts = snapshot.create(
+        output, root=root, redact=redact, gpu_info=nvml.gpu_info() if live else None
+    )
+    console.print(
+        f"wrote {output}: {counts['files']} files, {counts['links']} links, "
+        f"{counts['bytes'] / 1024:.1f} KiB{' (redacted)' if redact else ''}"
+    )

@@ -1,0 +1,49 @@
+"""Adapters that turn a node — live `/sys`, a snapshot or a bundled sample — into the model."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import replace
+
+from rdmaplane.discovery import nvml, samples, snapshot
+from rdmaplane.discovery.sysfs import read_node
+from rdmaplane.model import NodeTopology
+
+__all__ = ["NodeSourceError", "load_node", "read_node"]
+
+
+class NodeSourceError(ValueError):
+    """The node to read was named wrongly (several sources, missing directory, bad sample)."""
+
+
+def load_node(
+    *, sysfs_root: str | None = None, snapshot_file: str | None = None, sample: str | None = None
+) -> NodeTopology:
+    """Read the node from exactly one source; the live `/sys` of this machine by default."""
+    given = [s for s in (sysfs_root, snapshot_file, sample) if s]
+    if len(given) > 1:
+        raise NodeSourceError("give only one of --sysfs-root, --snapshot and --sample")
+    if sample:
+        try:
+            return samples.read_sample(sample)
+        except samples.SampleError as e:
+            raise NodeSourceError(str(e)) from e
+    if snapshot_file:
+        if not os.path.isfile(snapshot_file):
+            raise NodeSourceError(f"snapshot {snapshot_file!r} does not exist")
+        try:
+            with snapshot.extracted(snapshot_file) as root:
+                topo = read_node(root)
+        except snapshot.SnapshotError as e:
+            raise NodeSourceError(str(e)) from e
+        return replace(topo, source=f"snapshot:{snapshot_file}")
+    root = sysfs_root or "/sys"
+    if not os.path.isdir(root):
+        raise NodeSourceError(f"sysfs root {root!r} is not a directory")
+    live = os.path.realpath(root) == "/sys"
+    return read_node(
+        root,
+        hostname=socket.gethostname() if live else None,
+        gpu_info=nvml.gpu_info() if live else None,
+    )

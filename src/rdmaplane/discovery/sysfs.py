@@ -1,0 +1,583 @@
+"""Read a node's GPUs, RDMA devices, ports, GIDs, netdevs, NUMA nodes and PCIe tree from sysfs.
+
+The root is any directory laid out like `/sys` (the real one, an extracted snapshot, or a
+materialised sample). The reader never raises on bad content: a file that is missing,
+unreadable (EINVAL on empty GID attributes, EACCES) or garbage becomes a `ReadWarning` naming
+the file, and the rest of the node is still read.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from rdmaplane.model import (
+    Gid,
+    GidType,
+    Gpu,
+    Hca,
+    LinkLayer,
+    Netdev,
+    NetdevKind,
+    NodeTopology,
+    NumaNode,
+    PciDevice,
+    PhysState,
+    Port,
+    PortState,
+    ReadWarning,
+    parse_cpulist,
+)
+
+SIDECAR = ".rdmaplane/node.json"  # facts sysfs lacks (hostname, GPU UUIDs), kept beside the tree
+
+_ROOT_COMPLEX = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
+_BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+_GPU_CLASSES = ("0x0300", "0x0302")
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # a FIFO planted in a tree must not hang the reader
+_ZERO_GID = b"0000:0000:0000:0000:0000:0000:0000:0000\n"
+_QUIET = (errno.ENOENT, errno.EINVAL, errno.ENODATA, errno.EOPNOTSUPP)
+
+T = TypeVar("T")
+
+
+class Recording:
+    """What a read touched: file contents (or the errno reading failed with), listed directories
+    and resolved links — exactly the subset a snapshot must carry to be read again."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes | int] = {}
+        self.dirs: set[str] = set()
+        self.links: set[str] = set()
+
+
+class _Sysfs:
+    """File access relative to the root, collecting warnings instead of raising."""
+
+    def __init__(self, root: str, recording: Recording | None = None) -> None:
+        self.root = os.path.realpath(root)
+        self.warnings: list[ReadWarning] = []
+        self.recorded_errors: dict[str, int] = {}
+        self.recording = recording
+        self._fd = -1
+        self._folder: str | None = None
+
+    def path(self, rel: str) -> str:
+        return os.path.join(self.root, rel)
+
+    def warn(self, rel: str, message: str) -> None:
+        self.warnings.append(ReadWarning(rel, message))
+
+    def read(self, rel: str) -> bytes:
+        """Raw content; raises OSError, including the errors a snapshot recorded for `rel`.
+
+        Files are opened relative to their directory, whose descriptor is kept while reads
+        stay in it: resolving a deep sysfs path (through `class/…` symlinks) once per directory
+        instead of once per file is most of the reader's time on a big node (GID tables are
+        hundreds of files each)."""
+        folder, _, name = rel.rpartition("/")
+        try:
+            if rel in self.recorded_errors:
+                code = self.recorded_errors[rel]
+                raise OSError(code, os.strerror(code))
+            fd = os.open(name, _READ_FLAGS, dir_fd=self._folder_fd(folder))
+            try:
+                data = os.read(fd, 65536)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            if self.recording is not None and e.errno is not None and e.errno != errno.ENOENT:
+                self.recording.files[rel] = e.errno
+            raise
+        if self.recording is not None:
+            self.recording.files[rel] = data
+        return data
+
+    def _folder_fd(self, folder: str) -> int:
+        if folder != self._folder:
+            self.close()
+            self._fd = os.open(self.path(folder), os.O_RDONLY | os.O_DIRECTORY)
+            self._folder = folder
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._folder = -1, None
+
+    def text(self, rel: str, *, optional: bool = False) -> str | None:
+        try:
+            data = self.read(rel)
+        except OSError as e:
+            if not (optional and e.errno in _QUIET):
+                self.warn(rel, e.strerror or type(e).__name__)
+            return None
+        try:
+            return data.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            self.warn(rel, "not UTF-8 text")
+            return None
+
+    def parsed(self, rel: str, parse: Callable[[str], T], *, optional: bool = False) -> T | None:
+        raw = self.text(rel, optional=optional)
+        if raw is None:
+            return None
+        try:
+            return parse(raw)
+        except (ValueError, KeyError, IndexError):
+            self.warn(rel, f"cannot parse {raw[:60]!r}")
+            return None
+
+    def listdir(self, rel: str, *, optional: bool = False) -> list[str]:
+        try:
+            names = sorted(os.listdir(self.path(rel)))
+        except OSError as e:
+            if not (optional and e.errno in _QUIET):
+                self.warn(rel, e.strerror or type(e).__name__)
+            return []
+        if self.recording is not None:
+            self.recording.dirs.add(rel)
+        return names
+
+    def resolve(self, rel: str) -> list[str] | None:
+        """The link target as path parts below the root; None when it leaves the root."""
+        if self.recording is not None:
+            self.recording.links.add(rel)
+        real = os.path.realpath(self.path(rel))
+        if real != self.root and not real.startswith(self.root + os.sep):
+            self.warn(rel, "link points outside the sysfs root")
+            return None
+        return os.path.relpath(real, self.root).split(os.sep)
+
+    def link_name(self, rel: str) -> str | None:
+        """Last component of a symlink's target (e.g. the driver of a PCI function). The kernel's
+        links end in the name they point to, so no resolution is needed unless one does not."""
+        path = self.path(rel)
+        try:
+            target = os.readlink(path)
+        except OSError:
+            return None
+        if self.recording is not None:
+            self.recording.links.add(rel)
+        name = os.path.basename(target.rstrip("/"))
+        return name if name not in ("", ".", "..") else os.path.basename(os.path.realpath(path))
+
+
+def read_node(
+    root: str = "/sys",
+    *,
+    hostname: str | None = None,
+    gpu_info: dict[str, dict[str, Any]] | None = None,
+    recording: Recording | None = None,
+) -> NodeTopology:
+    """Read and model the node whose sysfs is at `root`.
+
+    `gpu_info` (PCI address → uuid, name, nvlinks; from NVML on a live node) overrides the
+    sidecar that snapshots and samples carry; `recording` collects what was read.
+    """
+    fs = _Sysfs(root, recording)
+    pci_cache: dict[str, PciDevice | None] = {}
+
+    def pci(address: str) -> PciDevice | None:
+        if address not in pci_cache:
+            pci_cache[address] = _read_pci(fs, address)
+        return pci_cache[address]
+
+    try:
+        sidecar = _read_sidecar(fs)
+        if gpu_info:
+            sidecar["gpus"] = gpu_info
+        fs.recorded_errors = _recorded_errors(fs, sidecar.get("unreadable"))
+        numa = _read_numa(fs)
+        netdevs = _read_netdevs(fs)
+        hcas = _read_hcas(fs, pci, netdevs)
+        gpus = _read_gpus(fs, pci, sidecar.get("gpus", {}))
+    finally:
+        fs.close()
+    return NodeTopology(
+        hostname=_str_or_none(sidecar.get("hostname")) or hostname,
+        numa_nodes=numa,
+        gpus=gpus,
+        hcas=hcas,
+        netdevs=tuple(netdevs.values()),
+        warnings=tuple(fs.warnings),
+        source=root,
+    )
+
+
+def _read_sidecar(fs: _Sysfs) -> dict[str, object]:
+    raw = fs.text(SIDECAR, optional=True)
+    if raw is None:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError as e:
+        fs.warn(SIDECAR, f"not JSON: {e}")
+        return {}
+    if not isinstance(data, dict):
+        fs.warn(SIDECAR, "not a JSON object")
+        return {}
+    return data
+
+
+def _recorded_errors(fs: _Sysfs, entries: object) -> dict[str, int]:
+    """Files a snapshot could not read on the node (`{"path": "EINVAL"}`): regular files cannot
+    fail like sysfs attributes do, so the sidecar carries the errno and reads replay it."""
+    if entries is None:
+        return {}
+    if not isinstance(entries, dict):
+        fs.warn(SIDECAR, "'unreadable' is not an object")
+        return {}
+    out = {}
+    for rel, name in entries.items():
+        code = getattr(errno, str(name), None)
+        if isinstance(code, int):
+            out[str(rel)] = code
+        else:
+            fs.warn(SIDECAR, f"unknown errno {name!r} for {rel}")
+    return out
+
+
+# ---------------------------------------------------------------- NUMA
+
+
+def _parse_distances(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split())
+
+
+def _read_numa(fs: _Sysfs) -> tuple[NumaNode, ...]:
+    base = "devices/system/node"
+    nodes = []
+    for name in fs.listdir(base, optional=True):
+        if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        rel = f"{base}/{name}"
+        nodes.append(
+            NumaNode(
+                id=int(name[4:]),
+                cpus=fs.parsed(f"{rel}/cpulist", parse_cpulist) or (),
+                distances=fs.parsed(f"{rel}/distance", _parse_distances) or (),
+            )
+        )
+    return tuple(sorted(nodes, key=lambda n: n.id))
+
+
+# ---------------------------------------------------------------- PCI
+
+
+def split_pci_path(parts: list[str]) -> tuple[str, tuple[str, ...]] | None:
+    """From a resolved device path (`devices/pci0000:17/0000:17:01.0/…/0000:1a:00.0`), the root
+    complex and the bridges above the function. Works below VMBus/ACPI parents too (Azure puts
+    the root complex deep below `devices/LNXSYSTM:00/…`)."""
+    roots = [i for i, p in enumerate(parts[:-1]) if _ROOT_COMPLEX.match(p)]
+    if not roots or not _BDF.match(parts[-1]):
+        return None
+    r = roots[-1]
+    bridges = tuple(parts[r + 1 : -1])
+    if not all(_BDF.match(b) for b in bridges):
+        return None
+    return parts[r], bridges
+
+
+def _parse_numa(text: str) -> int | None:
+    n = int(text)
+    if n < -1:
+        raise ValueError(text)
+    return None if n == -1 else n
+
+
+def _read_pci(fs: _Sysfs, address: str) -> PciDevice | None:
+    rel = f"bus/pci/devices/{address}"
+    parts = fs.resolve(rel)
+    if parts is None:
+        return None
+    split = split_pci_path(parts)
+    if split is None:
+        fs.warn(rel, f"not a PCI function path: {'/'.join(parts)}")
+        return None
+    root, bridges = split
+    return PciDevice(
+        address=address,
+        root=root,
+        bridges=bridges,
+        vendor=fs.text(f"{rel}/vendor"),
+        device=fs.text(f"{rel}/device", optional=True),
+        class_code=fs.text(f"{rel}/class", optional=True),
+        numa=fs.parsed(f"{rel}/numa_node", _parse_numa, optional=True),
+        driver=fs.link_name(f"{rel}/driver"),
+        local_cpus=fs.text(f"{rel}/local_cpulist", optional=True),
+    )
+
+
+def _read_gpus(fs: _Sysfs, pci: Callable[[str], PciDevice | None], info: object) -> tuple[Gpu, ...]:
+    known = info if isinstance(info, dict) else {}
+    found = []
+    for address in fs.listdir("bus/pci/devices", optional=True):
+        rel = f"bus/pci/devices/{address}"
+        cls = fs.text(f"{rel}/class", optional=True)
+        if not cls or not cls.startswith(_GPU_CLASSES):
+            continue
+        if fs.text(f"{rel}/vendor", optional=True) != "0x10de":
+            continue
+        dev = pci(address)
+        if dev is not None:
+            found.append(dev)
+    gpus = []
+    for index, dev in enumerate(sorted(found, key=lambda d: d.address)):
+        extra = known.get(dev.address, {})
+        extra = extra if isinstance(extra, dict) else {}
+        links = extra.get("nvlinks")
+        gpus.append(
+            Gpu(
+                index=index,
+                pci=dev,
+                uuid=_str_or_none(extra.get("uuid")),
+                name=_str_or_none(extra.get("name")),
+                nvlinks=tuple(sorted(links.items())) if isinstance(links, dict) else None,
+            )
+        )
+    return tuple(gpus)
+
+
+def _str_or_none(v: object) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+# ---------------------------------------------------------------- netdevs
+
+
+def _read_netdevs(fs: _Sysfs) -> dict[str, Netdev]:
+    out: dict[str, Netdev] = {}
+    for name in fs.listdir("class/net", optional=True):
+        rel = f"class/net/{name}"
+        entries = set(fs.listdir(rel, optional=True))
+        lower = tuple(
+            sorted(
+                fs.link_name(f"{rel}/{e}") or e[len("lower_") :]
+                for e in entries
+                if e.startswith("lower_")
+            )
+        )
+        pci_addr = fs.link_name(f"{rel}/device") if "device" in entries else None
+        if "bonding" in entries:
+            kind = NetdevKind.BOND
+            slaves = fs.text(f"{rel}/bonding/slaves", optional=True)
+            lower = tuple(sorted(slaves.split())) if slaves else lower
+        elif fs.text(f"{rel}/type", optional=True) == "32":
+            kind = NetdevKind.IPOIB
+        elif pci_addr is not None:
+            kind = NetdevKind.PHYSICAL
+        elif lower:
+            kind = NetdevKind.VLAN
+        else:
+            kind = NetdevKind.VIRTUAL
+        out[name] = Netdev(
+            name=name,
+            kind=kind,
+            pci=pci_addr if pci_addr and _BDF.match(pci_addr) else None,
+            mac=fs.text(f"{rel}/address", optional=True),
+            mtu=fs.parsed(f"{rel}/mtu", int, optional=True),
+            operstate=fs.text(f"{rel}/operstate", optional=True),
+            speed_mbps=fs.parsed(f"{rel}/speed", _parse_speed, optional=True),
+            master=fs.link_name(f"{rel}/master") if "master" in entries else None,
+            lower=lower,
+            dev_port=fs.parsed(f"{rel}/dev_port", int, optional=True),
+        )
+    return out
+
+
+def _parse_speed(text: str) -> int | None:
+    n = int(text)
+    return n if n > 0 else None  # -1 / 0 while the link is down
+
+
+# ---------------------------------------------------------------- HCAs
+
+
+def _read_char_devices(fs: _Sysfs, cls: str, prefixes: Iterable[str]) -> dict[str, list[str]]:
+    """`class/infiniband_verbs` etc.: device name → the HCA (`ibdev`) and port it serves."""
+    out: dict[str, list[str]] = {}
+    for name in fs.listdir(cls, optional=True):
+        if not name.startswith(tuple(prefixes)):
+            continue
+        ibdev = fs.text(f"{cls}/{name}/ibdev")
+        if ibdev is None:
+            continue
+        port = fs.text(f"{cls}/{name}/port", optional=True) or ""
+        out[name] = [ibdev, port]
+    return out
+
+
+def _read_hcas(
+    fs: _Sysfs, pci: Callable[[str], PciDevice | None], netdevs: dict[str, Netdev]
+) -> tuple[Hca, ...]:
+    verbs = _read_char_devices(fs, "class/infiniband_verbs", ["uverbs"])
+    mad = _read_char_devices(fs, "class/infiniband_mad", ["umad", "issm"])
+    hcas = []
+    for name in fs.listdir("class/infiniband", optional=True):
+        rel = f"class/infiniband/{name}"
+        dev = None
+        address = fs.link_name(f"{rel}/device")
+        if address is not None and _BDF.match(address):
+            dev = pci(address)
+        parent_netdev = fs.text(f"{rel}/parent", optional=True) if address is None else None
+        ports = tuple(
+            _read_port(fs, name, int(p), dev, netdevs, mad, parent_netdev)
+            for p in fs.listdir(f"{rel}/ports")
+            if p.isdigit()
+        )
+        hcas.append(
+            Hca(
+                name=name,
+                pci=dev,
+                ports=ports,
+                node_type=fs.text(f"{rel}/node_type", optional=True),
+                node_guid=fs.text(f"{rel}/node_guid", optional=True),
+                sys_image_guid=fs.text(f"{rel}/sys_image_guid", optional=True),
+                fw_ver=fs.text(f"{rel}/fw_ver", optional=True),
+                hca_type=fs.text(f"{rel}/hca_type", optional=True),
+                board_id=fs.text(f"{rel}/board_id", optional=True),
+                uverbs=next((v for v, (ib, _) in sorted(verbs.items()) if ib == name), None),
+                parent_netdev=parent_netdev,
+            )
+        )
+    return tuple(hcas)
+
+
+def _parse_state(text: str) -> int:
+    """`4: ACTIVE` → 4."""
+    return int(text.split(":", 1)[0])
+
+
+def _parse_rate(text: str) -> float:
+    m = _RATE.match(text)
+    if not m:
+        raise ValueError(text)
+    return float(m.group(1))
+
+
+def _parse_link_layer(text: str) -> LinkLayer:
+    return LinkLayer(text)
+
+
+def _read_port(
+    fs: _Sysfs,
+    hca: str,
+    number: int,
+    dev: PciDevice | None,
+    netdevs: dict[str, Netdev],
+    mad: dict[str, list[str]],
+    parent_netdev: str | None,
+) -> Port:
+    rel = f"class/infiniband/{hca}/ports/{number}"
+    state = fs.parsed(f"{rel}/state", _parse_state) or 0
+    phys = fs.parsed(f"{rel}/phys_state", _parse_state) or 0
+    gids, table_len = _read_gids(fs, rel)
+    mine = sorted(k for k, (ib, p) in mad.items() if ib == hca and p == str(number))
+    return Port(
+        number=number,
+        state=PortState(state) if state in PortState._value2member_map_ else PortState.NOP,
+        phys_state=PhysState(phys) if phys in PhysState._value2member_map_ else PhysState.NOP,
+        link_layer=fs.parsed(f"{rel}/link_layer", _parse_link_layer) or LinkLayer.UNKNOWN,
+        rate_gbps=fs.parsed(f"{rel}/rate", _parse_rate),
+        rate=fs.text(f"{rel}/rate", optional=True),
+        lid=fs.parsed(f"{rel}/lid", _hex, optional=True),
+        sm_lid=fs.parsed(f"{rel}/sm_lid", _hex, optional=True),
+        netdev=_port_netdev(dev, number, netdevs, gids) or parent_netdev,
+        gids=gids,
+        gid_table_len=table_len,
+        umad=next((k for k in mine if k.startswith("umad")), None),
+        issm=next((k for k in mine if k.startswith("issm")), None),
+    )
+
+
+def _hex(text: str) -> int:
+    return int(text, 16)
+
+
+def _port_netdev(
+    dev: PciDevice | None, number: int, netdevs: dict[str, Netdev], gids: tuple[Gid, ...]
+) -> str | None:
+    """The interface behind a port, as `ibdev2netdev` reports it: the PCI function's netdev
+    (matched on `dev_port` when a function has several), its bond master when enslaved (RoCE LAG
+    shows `mlx5_bond_0 → bond0`), else the netdev of the port's first GID."""
+    if dev is not None:
+        own = [n for n in netdevs.values() if n.pci == dev.address]
+        if len(own) > 1:
+            own = [n for n in own if n.dev_port in (None, number - 1)] or own
+        if own:
+            first = min(own, key=lambda n: (n.dev_port or 0, n.name))
+            return first.master or first.name
+    return next((g.netdev for g in gids if g.netdev), None)
+
+
+def _read_gids(fs: _Sysfs, port_rel: str) -> tuple[tuple[Gid, ...], int]:
+    """Non-empty GIDs of a port, and the table length (the number of `gids/<i>` files).
+
+    Empty entries read as all zeros and are skipped without touching their attributes, which
+    fail with EINVAL; a non-empty entry whose attributes fail keeps the error on the `Gid`.
+    """
+    folder = f"{port_rel}/gids"
+    names = sorted((n for n in fs.listdir(folder, optional=True) if n.isdigit()), key=int)
+    gids = []
+    for name in names:
+        try:
+            data = fs.read(f"{folder}/{name}")
+        except OSError as e:
+            fs.warn(f"{folder}/{name}", e.strerror or type(e).__name__)
+            continue
+        if data == _ZERO_GID:
+            continue
+        raw = data.decode("ascii", "replace").strip()
+        if _is_zero_gid(raw):
+            continue
+        try:
+            gid = Gid(index=int(name), raw=_canonical_gid(raw))
+        except ValueError:
+            fs.warn(f"{folder}/{name}", f"not a GID: {raw[:60]!r}")
+            continue
+        gids.append(_with_attrs(fs, port_rel, gid))
+    return tuple(gids), len(names)
+
+
+def _is_zero_gid(raw: str) -> bool:
+    return raw.replace(":", "").strip("0") == "" and len(raw) >= 32
+
+
+def _canonical_gid(raw: str) -> str:
+    """Full 8×4 hex form, as the kernel prints it; raises ValueError on anything else."""
+    groups = raw.lower().split(":")
+    if len(groups) != 8 or not all(len(g) == 4 for g in groups):
+        raise ValueError(raw)
+    int("".join(groups), 16)
+    return ":".join(groups)
+
+
+def _with_attrs(fs: _Sysfs, port_rel: str, gid: Gid) -> Gid:
+    errors = []
+    gid_type: GidType | None = None
+    netdev: str | None = None
+    for attr in ("types", "ndevs"):
+        try:
+            value = fs.read(f"{port_rel}/gid_attrs/{attr}/{gid.index}").decode("utf-8", "replace")
+            value = value.strip()
+        except OSError as e:
+            errors.append(f"{attr}: {e.strerror or type(e).__name__}")
+            continue
+        if attr == "ndevs":
+            netdev = value or None
+        elif value in GidType._value2member_map_:
+            gid_type = GidType(value)
+        else:
+            errors.append(f"types: unknown GID type {value[:40]!r}")
+    if gid_type is not None and errors == ["ndevs: Invalid argument"]:
+        errors = []  # InfiniBand GIDs have no netdev; the kernel answers EINVAL
+    error = "; ".join(errors) or None
+    if error:
+        fs.warn(f"{port_rel}/gid_attrs/*/{gid.index}", error)
+    return Gid(index=gid.index, raw=gid.raw, type=gid_type, netdev=netdev, attrs_error=error)

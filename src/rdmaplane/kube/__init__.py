@@ -1,0 +1,6 @@
+"""Kubernetes API adapter: lightkube clients and the resource types rdmaplane reads and writes."""
+
+from rdmaplane.kube.client import async_client, load_config, sync_client
+from rdmaplane.kube.resources import NodeResourceTopology
+
+__all__ = ["NodeResourceTopology", "async_client", "load_config", "sync_client"]

@@ -1,0 +1,40 @@
+"""lightkube clients from a kubeconfig file or, inside a pod, the mounted service account.
+
+Every component takes an optional kubeconfig path: tests and out-of-cluster runs pass one,
+DaemonSets and Deployments pass none and use their service account.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lightkube import AsyncClient, Client, ConfigError, KubeConfig
+
+FIELD_MANAGER = "rdmaplane"
+
+
+def load_config(kubeconfig: Path | None = None) -> KubeConfig:
+    """The kubeconfig at `kubeconfig`, else the in-cluster service account.
+
+    Raises `ConfigError` naming the file or the missing service account.
+    """
+    if kubeconfig is not None:
+        if not kubeconfig.is_file():
+            raise ConfigError(f"kubeconfig {kubeconfig} does not exist")
+        return KubeConfig.from_file(kubeconfig)
+    try:
+        return KubeConfig.from_service_account()
+    except ConfigError as err:
+        raise ConfigError(
+            f"no kubeconfig given and not running in a pod with a service account ({err})"
+        ) from err
+
+
+def sync_client(kubeconfig: Path | None = None, field_manager: str = FIELD_MANAGER) -> Client:
+    """A blocking client, for the CLI and tests."""
+    return Client(load_config(kubeconfig), field_manager=field_manager, trust_env=False)
+
+
+def async_client(kubeconfig: Path | None = None, field_manager: str = FIELD_MANAGER) -> AsyncClient:
+    """An asyncio client, for the services."""
+    return AsyncClient(load_config(kubeconfig), field_manager=field_manager, trust_env=False)

@@ -1,0 +1,28 @@
+"""Shared fixtures: the bundled sample nodes, materialised once per session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rdmaplane.discovery import samples
+from rdmaplane.discovery.sysfs import read_node
+from rdmaplane.model import NodeTopology
+
+
+@pytest.fixture(scope="session")
+def sample_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Read-only sysfs trees of every sample. Tests that modify a tree build their own."""
+    base = tmp_path_factory.mktemp("samples")
+    trees = {}
+    for name in samples.names():
+        root = base / name
+        samples.build(samples.load(name).spec, root)
+        trees[name] = root
+    return trees
+
+
+@pytest.fixture(scope="session")
+def sample_nodes(sample_trees: dict[str, Path]) -> dict[str, NodeTopology]:
+    return {name: read_node(str(root)) for name, root in sample_trees.items()}

@@ -1,0 +1,143 @@
+"""End-to-end fixtures: a real control plane (etcd, kube-apiserver, kube-scheduler) on loopback.
+
+Every test under tests/e2e is marked `e2e` automatically; `pytest -m "not e2e"` leaves them out.
+The binaries come from `scripts/build-k8s.sh`: the folder in `RDMAPLANE_K8S_BIN` (set by
+`make test`), else the script's cache folder. A missing binary fails the tests, it never skips them.
+
+Fixtures
+- `kube_cluster` (session): a `KubeCluster` (see `controlplane.py`):
+    `.server` API server URL, `.kubeconfig` admin kubeconfig path (user in `system:masters`),
+    `.client()` / `.async_client()` lightkube clients (context managers),
+    `.kubeconfig_for(user, groups)` kubeconfig for another user (client cert), to test RBAC,
+    `.create_namespace(name)` a namespace with its `default` ServiceAccount,
+    `.tls_context()` SSL context trusting the cluster CA with the admin cert, for raw HTTPS.
+  The API server runs `--authorization-mode=Node,RBAC` with the default admission plugins. There
+  is no kube-controller-manager, so nothing creates `default` ServiceAccounts: the fixture creates
+  the one in `default`, and `create_namespace`/`namespace` create theirs.
+- `kube` (function, async): an `AsyncClient` for the admin, closed after the test.
+- `namespace` (function): a fresh namespace; its pods are force-deleted after the test (no kubelet
+  would ever confirm a graceful delete).
+- `nrt_crd` (session): installs `deploy/crds/noderesourcetopology.yaml`, waits until it is
+  Established, returns the lightkube resource class `NodeResourceTopology`.
+- `start_scheduler` (function): `start_scheduler(config=None) -> Process` starts kube-scheduler
+  (as `system:kube-scheduler`) with a `KubeSchedulerConfiguration` given as a dict or YAML text,
+  passed through as is (e.g. with an `extenders:` entry); only apiVersion/kind,
+  `clientConnection.kubeconfig` and `leaderElection.leaderElect: false` are filled in when
+  missing. Returns once /readyz is 200; stopped after the test.
+Startup failures raise `StartError` naming the binary, its flags and its log tail.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from lightkube import AsyncClient, Client, codecs
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Pod
+
+from rdmaplane.kube import NodeResourceTopology
+from tests.e2e.controlplane import (
+    KubeCluster,
+    Process,
+    SchedulerConfig,
+    StartError,
+    control_plane,
+    launch_scheduler,
+    missing_binaries,
+    poll_until,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+E2E_DIR = Path(__file__).resolve().parent
+BUILD_SCRIPT = REPO / "scripts" / "build-k8s.sh"
+NRT_CRD = REPO / "deploy" / "crds" / "noderesourcetopology.yaml"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E_DIR in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def k8s_bin_dir() -> Path:
+    configured = os.environ.get("RDMAPLANE_K8S_BIN")
+    if configured:
+        bin_dir = Path(configured)
+    else:
+        found = subprocess.run(
+            [str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True, check=True
+        )
+        bin_dir = Path(found.stdout.strip())
+    missing = missing_binaries(bin_dir)
+    if missing:
+        pytest.fail(
+            f"e2e binaries {', '.join(missing)} missing in {bin_dir}: run `make k8s-bins` "
+            f"(or {BUILD_SCRIPT.relative_to(REPO)}), or leave e2e out with -m 'not e2e'",
+            pytrace=False,
+        )
+    return bin_dir
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(k8s_bin_dir: Path) -> Iterator[KubeCluster]:
+    try:
+        with control_plane(k8s_bin_dir) as cluster:
+            yield cluster
+            return
+    except StartError as err:
+        failure = str(err)
+    pytest.fail(failure, pytrace=False)  # outside `except`: the message once, no traceback
+
+
+@pytest.fixture
+async def kube(kube_cluster: KubeCluster) -> AsyncIterator[AsyncClient]:
+    async with kube_cluster.async_client() as client:
+        yield client
+
+
+@pytest.fixture
+def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    kube_cluster.create_namespace(name)
+    yield name
+    with kube_cluster.client() as client:
+        client.deletecollection(Pod, namespace=name, grace_period=0)
+
+
+@pytest.fixture(scope="session")
+def nrt_crd(kube_cluster: KubeCluster) -> type[NodeResourceTopology]:
+    with kube_cluster.client() as client:
+        for crd in codecs.load_all_yaml(NRT_CRD.read_text()):
+            client.apply(crd, force=True)
+            _wait_established(client, crd.metadata.name)
+    return NodeResourceTopology
+
+
+def _wait_established(client: Client, name: str) -> None:
+    def established() -> bool:
+        status = client.get(CustomResourceDefinition, name).status
+        conditions = (status.conditions if status else None) or []
+        return any(c.type == "Established" and c.status == "True" for c in conditions)
+
+    poll_until(established, 30, f"CRD {name} Established")
+
+
+@pytest.fixture
+def start_scheduler(kube_cluster: KubeCluster) -> Iterator[Callable[..., Process]]:
+    started: list[Process] = []
+
+    def start(config: SchedulerConfig | None = None) -> Process:
+        process = launch_scheduler(kube_cluster, config)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()

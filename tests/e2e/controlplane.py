@@ -1,0 +1,465 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-scheduler.
+
+The binaries come from `scripts/build-k8s.sh` (upstream Go modules). Everything here is plain
+process and file handling; `conftest.py` turns it into pytest fixtures. Tests reach the cluster
+through `KubeCluster` and make simulated nodes with `add_ready_node`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import ctypes
+import datetime as dt
+import ipaddress
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from lightkube import AsyncClient, Client
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.core_v1 import Namespace, Node, ServiceAccount
+from lightkube.types import PatchType
+
+from rdmaplane.kube import async_client, sync_client
+
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
+STARTUP_TIMEOUT_S = 120.0
+
+# A scheduler configuration given as a mapping or as YAML text.
+SchedulerConfig = Mapping[str, Any] | str
+
+
+class StartError(RuntimeError):
+    """A control-plane binary did not come up; the message names it, its flags and its log."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def poll_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Call `check` every 250 ms until it returns true; `TimeoutError` naming `what` after
+    `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.25)
+
+
+def _die_with_parent() -> None:
+    """Runs in the child before exec: SIGKILL it when pytest dies, so no binary outlives a run."""
+    prctl_set_pdeathsig = 1
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(prctl_set_pdeathsig, signal.SIGKILL)
+
+
+@dataclass
+class Process:
+    """One running control-plane binary, its flags and its log file."""
+
+    binary: Path
+    args: list[str]
+    log_path: Path
+    popen: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(cls, binary: Path, args: Sequence[str], log_path: Path) -> Process:
+        with log_path.open("wb") as log:
+            popen = subprocess.Popen(
+                [str(binary), *args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+            )
+        return cls(binary, list(args), log_path, popen)
+
+    @property
+    def name(self) -> str:
+        return self.binary.name
+
+    def log_tail(self, lines: int = 40) -> str:
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def start_error(self, why: str) -> StartError:
+        return StartError(
+            f"{self.name} {why}\n"
+            f"  binary: {self.binary}\n"
+            f"  flags: {' '.join(self.args)}\n"
+            f"  log tail ({self.log_path}):\n{self.log_tail()}"
+        )
+
+    def wait_ready(self, probe: Callable[[], bool], timeout: float = STARTUP_TIMEOUT_S) -> None:
+        """Poll `probe` until it is true; on failure stop the process and raise `StartError`."""
+
+        def ready() -> bool:
+            code = self.popen.poll()
+            if code is not None:
+                raise self.start_error(f"exited with code {code} before it was ready")
+            return probe()
+
+        try:
+            poll_until(ready, timeout, f"{self.name} ready")
+        except TimeoutError:
+            self.stop()
+            raise self.start_error(f"was not ready after {timeout:.0f} s") from None
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class Pki:
+    """A throwaway CA that issues serving and client certificates, plus a service-account key."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._ca_key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rdmaplane-e2e-ca")])
+        self._ca_cert = (
+            self._builder(name, self._ca_key.public_key(), issuer=name)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )
+            .sign(self._ca_key, hashes.SHA256())
+        )
+        self.ca_cert = self._write("ca.crt", self._ca_cert.public_bytes(serialization.Encoding.PEM))
+        sa_key = ec.generate_private_key(ec.SECP256R1())
+        self.service_account_key = self._write("sa.key", _pem(sa_key))
+        self.service_account_public_key = self._write(
+            "sa.pub",
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            ),
+        )
+
+    def _builder(
+        self, subject: x509.Name, public_key: ec.EllipticCurvePublicKey, issuer: x509.Name
+    ) -> x509.CertificateBuilder:
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(issuer)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(_now() - dt.timedelta(minutes=5))
+            .not_valid_after(_now() + dt.timedelta(days=1))
+            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        )
+
+    def _write(self, name: str, data: bytes) -> Path:
+        path = self.directory / name
+        path.write_bytes(data)
+        path.chmod(0o600)
+        return path
+
+    def issue(
+        self,
+        name: str,
+        common_name: str,
+        organizations: Sequence[str] = (),
+        hosts: Sequence[str] = (),
+    ) -> tuple[Path, Path]:
+        """Certificate + key files `<name>.crt`/`<name>.key`: a serving cert when `hosts` are
+        given (IPs or DNS names), else a client cert for user `common_name` in `organizations`
+        (Kubernetes groups)."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name(
+            [x509.NameAttribute(NameOID.ORGANIZATION_NAME, o) for o in organizations]
+            + [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+        )
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if hosts else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = (
+            self._builder(subject, key.public_key(), issuer=self._ca_cert.subject)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._ca_key.public_key()),
+                critical=False,
+            )
+        )
+        if hosts:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([_general_name(h) for h in hosts]), critical=False
+            )
+        cert = builder.sign(self._ca_key, hashes.SHA256())
+        return (
+            self._write(f"{name}.crt", cert.public_bytes(serialization.Encoding.PEM)),
+            self._write(f"{name}.key", _pem(key)),
+        )
+
+
+def _pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _general_name(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def _http_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
+    try:
+        return httpx.get(url, verify=context or True, timeout=2.0).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@dataclass(frozen=True)
+class KubeCluster:
+    """The running test cluster, as tests see it.
+
+    `server` is the API server URL, `kubeconfig` a kubeconfig for a cluster admin
+    (`system:masters`). `client()`/`async_client()` return lightkube clients for it (close them, or
+    use them as context managers). `kubeconfig_for(user, groups)` writes a kubeconfig that
+    authenticates as another user, to test RBAC as a component sees it.
+    """
+
+    server: str
+    kubeconfig: Path
+    pki: Pki
+    workdir: Path
+    bin_dir: Path
+
+    def client(self) -> Client:
+        return sync_client(self.kubeconfig)
+
+    def async_client(self) -> AsyncClient:
+        return async_client(self.kubeconfig)
+
+    def create_namespace(self, name: str) -> None:
+        """A namespace with its `default` ServiceAccount, which the ServiceAccount admission
+        plugin requires of every pod and which, without kube-controller-manager, nobody else
+        creates."""
+        with self.client() as client:
+            client.create(Namespace(metadata=ObjectMeta(name=name)))
+            client.create(ServiceAccount(metadata=ObjectMeta(name="default", namespace=name)))
+
+    def kubeconfig_for(self, user: str, groups: Sequence[str] = ()) -> Path:
+        """A kubeconfig authenticating as `user` in `groups` by a client certificate."""
+        file_name = user.replace(":", "-")
+        cert, key = self.pki.issue(file_name, user, groups)
+        return write_kubeconfig(
+            self.workdir / f"{file_name}.kubeconfig", self.server, self.pki.ca_cert, cert, key
+        )
+
+    def tls_context(self) -> ssl.SSLContext:
+        """Trusts the cluster CA and presents the admin certificate (for raw HTTPS probes)."""
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        user = config["users"][0]["user"]
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        context.load_cert_chain(user["client-certificate"], user["client-key"])
+        return context
+
+
+async def add_ready_node(
+    kube: AsyncClient, name: str, labels: Mapping[str, str], extended: Mapping[str, str]
+) -> None:
+    """A Node as a kubelet with device plugins and the node lifecycle controller leave it:
+    Ready, with room for pods and the `extended` resources (e.g. `{"nvidia.com/gpu": "8"}`) in
+    capacity and allocatable, and without the `not-ready` taint that admission puts on new
+    nodes (no kube-controller-manager runs here to lift it)."""
+    await kube.create(Node(metadata=ObjectMeta(name=name, labels=dict(labels))))
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **extended}
+    ready = {"type": "Ready", "status": "True", "reason": "KubeletReady"}
+    status = {"capacity": resources, "allocatable": resources, "conditions": [ready]}
+    await kube.patch(Node.Status, name, {"status": status})
+    await kube.patch(Node, name, {"spec": {"taints": None}}, patch_type=PatchType.MERGE)
+
+
+def write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path) -> Path:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}
+        ],
+        "users": [
+            {"name": "e2e", "user": {"client-certificate": str(cert), "client-key": str(key)}}
+        ],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
+        "current-context": "e2e",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def start_etcd(bin_dir: Path, workdir: Path) -> tuple[Process, str]:
+    """etcd on loopback over plain HTTP (only the API server talks to it)."""
+    client_url = f"http://127.0.0.1:{free_port()}"
+    peer_url = f"http://127.0.0.1:{free_port()}"
+    process = Process.start(
+        bin_dir / "etcd",
+        [
+            "--name=e2e",
+            f"--data-dir={workdir / 'etcd'}",
+            f"--listen-client-urls={client_url}",
+            f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=e2e={peer_url}",
+            "--unsafe-no-fsync",  # throwaway data: skip fsync, the slowest part on small disks
+            "--log-level=warn",
+        ],
+        workdir / "etcd.log",
+    )
+    process.wait_ready(lambda: _http_ok(f"{client_url}/health"))
+    return process, client_url
+
+
+def start_apiserver(bin_dir: Path, workdir: Path, etcd_url: str) -> tuple[Process, KubeCluster]:
+    """kube-apiserver with client-cert authentication, Node+RBAC authorization, an admin
+    kubeconfig, and the default admission plugins."""
+    pki = Pki(workdir)
+    service_ip = str(next(ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE).hosts()))
+    serving_cert, serving_key = pki.issue(
+        "apiserver", "kube-apiserver", hosts=["127.0.0.1", "localhost", service_ip, "kubernetes"]
+    )
+    admin_cert, admin_key = pki.issue("admin", "rdmaplane-e2e-admin", ["system:masters"])
+    port = free_port()
+    server = f"https://127.0.0.1:{port}"
+    cluster = KubeCluster(
+        server=server,
+        kubeconfig=write_kubeconfig(
+            workdir / "admin.kubeconfig", server, pki.ca_cert, admin_cert, admin_key
+        ),
+        pki=pki,
+        workdir=workdir,
+        bin_dir=bin_dir,
+    )
+    process = Process.start(
+        bin_dir / "kube-apiserver",
+        [
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--tls-cert-file={serving_cert}",
+            f"--tls-private-key-file={serving_key}",
+            f"--client-ca-file={pki.ca_cert}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki.service_account_public_key}",
+            f"--service-account-signing-key-file={pki.service_account_key}",
+            # The `kubernetes` Service endpoints may not point at loopback; nothing here uses them.
+            "--endpoint-reconciler-type=none",
+            "--allow-privileged=true",  # the rdmaplane agent DaemonSet is privileged
+            "--profiling=false",
+        ],
+        workdir / "kube-apiserver.log",
+    )
+    context = cluster.tls_context()
+    process.wait_ready(lambda: _http_ok(f"{server}/readyz", context))
+    return process, cluster
+
+
+def scheduler_configuration(config: SchedulerConfig | None, kubeconfig: Path) -> dict[str, Any]:
+    """The given KubeSchedulerConfiguration, passed through untouched except for defaults the
+    test cluster needs where it leaves them out: apiVersion/kind, the client kubeconfig, and no
+    leader election (one scheduler, started and stopped per test)."""
+    loaded = yaml.safe_load(config) if isinstance(config, str) else copy.deepcopy(config)
+    result: dict[str, Any] = dict(loaded or {})
+    result.setdefault("apiVersion", "kubescheduler.config.k8s.io/v1")
+    result.setdefault("kind", "KubeSchedulerConfiguration")
+    result.setdefault("clientConnection", {}).setdefault("kubeconfig", str(kubeconfig))
+    result.setdefault("leaderElection", {}).setdefault("leaderElect", False)
+    return result
+
+
+def launch_scheduler(cluster: KubeCluster, config: SchedulerConfig | None = None) -> Process:
+    """kube-scheduler running as `system:kube-scheduler` (its default RBAC role) with `config`.
+
+    Ready means /readyz is 200, which includes the informer caches having synced.
+    """
+    kubeconfig = cluster.kubeconfig_for("system:kube-scheduler")
+    serving_cert, serving_key = cluster.pki.issue(
+        "scheduler", "kube-scheduler", hosts=["127.0.0.1"]
+    )
+    with tempfile.NamedTemporaryFile(
+        "w", dir=cluster.workdir, prefix="scheduler-", suffix=".yaml", delete=False
+    ) as file:
+        yaml.safe_dump(scheduler_configuration(config, kubeconfig), file)
+    port = free_port()
+    process = Process.start(
+        cluster.bin_dir / "kube-scheduler",
+        [
+            f"--config={file.name}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--tls-cert-file={serving_cert}",
+            f"--tls-private-key-file={serving_key}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+        ],
+        Path(file.name).with_suffix(".log"),
+    )
+    context = cluster.tls_context()
+    process.wait_ready(lambda: _http_ok(f"https://127.0.0.1:{port}/readyz", context))
+    return process
+
+
+def missing_binaries(bin_dir: Path) -> list[str]:
+    return [b for b in BINARIES if not (bin_dir / b).is_file()]
+
+
+@contextlib.contextmanager
+def control_plane(bin_dir: Path) -> Iterator[KubeCluster]:
+    """etcd + kube-apiserver in a temporary folder; both stopped and the folder removed on exit,
+    whatever happened inside."""
+    with contextlib.ExitStack() as stack:
+        workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rdmaplane-e2e-")))
+        etcd, etcd_url = start_etcd(bin_dir, workdir)
+        stack.callback(etcd.stop)
+        apiserver, cluster = start_apiserver(bin_dir, workdir, etcd_url)
+        stack.callback(apiserver.stop)
+        with cluster.client() as client:
+            client.create(ServiceAccount(metadata=ObjectMeta(name="default", namespace="default")))
+        yield cluster

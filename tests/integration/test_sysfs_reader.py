@@ -1,0 +1,221 @@
+"""The sysfs reader on sample trees, hand-broken trees and random junk."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rdmaplane.discovery import samples
+from rdmaplane.discovery.sysfs import read_node
+from rdmaplane.model import GidType, LinkLayer, NetdevKind, NodeTopology, PortState
+from rdmaplane.topology import relations
+
+
+def test_gpus_are_nvidia_3d_or_vga_functions_in_bus_order(
+    sample_nodes: dict[str, NodeTopology],
+) -> None:
+    topo = sample_nodes["hgx-h100-roce"]
+    # four NVSwitches (NVIDIA, bridge class) and the ASPEED BMC VGA are not GPUs
+    assert [g.pci.address for g in topo.gpus] == sorted(g.pci.address for g in topo.gpus)
+    assert len(topo.gpus) == 8
+    assert all(g.uuid and g.uuid.startswith("GPU-") for g in topo.gpus)
+    assert topo.hostname == "hgx-h100-017"
+
+
+def test_hca_facts(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["hgx-h100-roce"]
+    h = topo.hca("mlx5_0")
+    assert h is not None and h.pci is not None
+    assert (h.numa, h.pcie_root, h.hca_type, h.uverbs) == (0, "pci0000:15", "MT4129", "uverbs0")
+    assert h.pci.driver == "mlx5_core"
+    p = h.ports[0]
+    assert (p.state, p.link_layer, p.rate_gbps, p.netdev) == (
+        PortState.ACTIVE,
+        LinkLayer.ETHERNET,
+        400.0,
+        "ens108np0",
+    )
+    assert p.gid_table_len == 255 and [g.index for g in p.gids] == [0, 1, 2, 3]
+    assert p.gids[3].type is GidType.ROCE_V2 and p.gids[3].ip == "10.99.91.39"
+    assert p.gids[0].is_link_local and not p.gids[0].is_ipv4_mapped
+    assert p.umad == "umad0" and p.issm is None  # Ethernet cards have no issm
+
+
+def test_bond_port_maps_to_the_bond_netdev(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["hgx-h100-roce"]
+    bond = topo.hca("mlx5_bond_0")
+    assert bond is not None and bond.ports[0].netdev == "bond0"
+    nd = topo.netdev("bond0")
+    assert nd is not None and nd.kind is NetdevKind.BOND
+    assert nd.lower == ("ens3f0np0", "ens3f1np1")
+    slave = topo.netdev("ens3f0np0")
+    assert slave is not None and slave.master == "bond0" and slave.kind is NetdevKind.PHYSICAL
+
+
+def test_infiniband_ports(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["hgx-h200-ib"]
+    h = topo.hca("mlx5_10")
+    assert h is not None
+    p = h.ports[0]
+    assert p.link_layer is LinkLayer.INFINIBAND and p.rate_gbps == 400.0
+    assert p.lid is not None and p.sm_lid == 1 and p.issm is not None
+    assert p.netdev is not None and topo.netdev(p.netdev).kind is NetdevKind.IPOIB  # type: ignore[union-attr]
+    gid = p.gids[0]
+    # IB GIDs have no netdev: ndevs answers EINVAL, which is not an error for IB
+    assert gid.index == 0 and gid.netdev is None and gid.attrs_error is None
+    assert not topo.warnings
+
+
+def test_degraded_node(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["degraded"]
+    assert [h.name for h in topo.hcas] == ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_bond_0"]
+    assert all(h.numa is None for h in topo.hcas) and all(g.pci.numa is None for g in topo.gpus)
+    down = topo.hca("mlx5_3").ports[0]  # type: ignore[union-attr]
+    assert down.state is PortState.DOWN and not down.is_up
+    sparse = topo.hca("mlx5_4").ports[0]  # type: ignore[union-attr]
+    assert [g.index for g in sparse.gids] == [4, 5, 6, 7, 8]
+    torn = sparse.gids[-1]
+    assert torn.type is None and torn.attrs_error and "Invalid argument" in torn.attrs_error
+    assert any("gid_attrs" in w.path and "Invalid argument" in w.message for w in topo.warnings)
+    vlan = topo.netdev("ens1f0np0.100")
+    assert vlan is not None and vlan.kind is NetdevKind.VLAN and vlan.lower == ("ens1f0np0",)
+    ipv6_first = topo.hca("mlx5_0").ports[0].gids  # type: ignore[union-attr]
+    assert [(g.index, g.family) for g in ipv6_first[2:6]] == [(2, 6), (3, 6), (4, 4), (5, 4)]
+
+
+def test_software_rdma_device_without_pci(sample_nodes: dict[str, NodeTopology]) -> None:
+    rxe = sample_nodes["workstation"].hca("rxe0")
+    assert rxe is not None and rxe.pci is None and rxe.numa is None
+    assert rxe.parent_netdev == "eno1" and rxe.ports[0].netdev == "eno1"
+
+
+def test_missing_root_reads_as_an_empty_node(tmp_path: Path) -> None:
+    topo = read_node(str(tmp_path))
+    assert topo.hcas == () and topo.gpus == ()
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "sys"
+    samples.build(samples.load("degraded").spec, root)
+    return root
+
+
+def _hca_dir(tree: Path, name: str) -> Path:
+    return Path(os.path.realpath(tree / "class/infiniband" / name))
+
+
+def test_garbage_and_missing_files_become_warnings_naming_the_file(tree: Path) -> None:
+    port = _hca_dir(tree, "mlx5_0") / "ports/1"
+    (port / "state").write_text("banana\n")
+    (port / "rate").unlink()
+    (port / "gids/3").write_text("not-a-gid\n")
+    (Path(os.path.realpath(tree / "bus/pci/devices/0000:1a:00.0")) / "numa_node").write_text("-7")
+    topo = read_node(str(tree))
+    paths = {w.path for w in topo.warnings}
+    assert "class/infiniband/mlx5_0/ports/1/state" in paths
+    assert "class/infiniband/mlx5_0/ports/1/rate" in paths
+    assert "class/infiniband/mlx5_0/ports/1/gids/3" in paths
+    assert "bus/pci/devices/0000:1a:00.0/numa_node" in paths
+    p = topo.hca("mlx5_0").ports[0]  # type: ignore[union-attr]
+    assert p.state is PortState.NOP and p.rate_gbps is None and 3 not in [g.index for g in p.gids]
+    assert len(topo.hcas) == 4  # everything else still read
+
+
+def test_link_escaping_the_root_is_refused(tree: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "class").write_text("0x030200\n")  # looks like a GPU, so the reader follows it
+    (outside / "vendor").write_text("0x10de\n")
+    link = tree / "bus/pci/devices/0000:1a:00.0"
+    link.unlink()
+    link.symlink_to(outside)
+    topo = read_node(str(tree))
+    assert any("outside the sysfs root" in w.message for w in topo.warnings)
+    assert len(topo.gpus) == 3
+
+
+# ---------------------------------------------------------------- fuzzing
+
+JUNK = st.one_of(
+    st.binary(max_size=64),
+    st.text(max_size=40).map(str.encode),
+    st.sampled_from(
+        [b"", b"-1", b"4: ACTIVE", b"0x", b"\xff\xfe", b"99999999999999999999", b"5-3"]
+    ),
+)
+
+
+def _all_files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_random_junk_never_crashes_the_reader(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    base = tmp_path_factory.mktemp("fuzz")
+    root = base / "sys"
+    samples.build(samples.load(data.draw(st.sampled_from(["degraded", "workstation"]))).spec, root)
+    files = _all_files(root)
+    for _ in range(data.draw(st.integers(1, 25))):
+        victim = data.draw(st.sampled_from(files))
+        action = data.draw(st.sampled_from(["junk", "delete", "dir", "dangling"]))
+        if not victim.exists() or victim.is_symlink() or victim.is_dir():
+            continue
+        if action == "junk":
+            victim.write_bytes(data.draw(JUNK))
+        elif action == "delete":
+            victim.unlink()
+        elif action == "dir":
+            victim.unlink()
+            victim.mkdir()
+        else:
+            victim.unlink()
+            victim.symlink_to(base / "nowhere")
+    topo = read_node(str(root))
+    relations(topo)  # the derived view must hold up too
+    shutil.rmtree(base)
+
+
+node_specs = st.fixed_dictionaries(
+    {
+        "numa": st.just([{"id": 0, "cpus": "0-3", "distances": [10]}]),
+        "roots": st.just({"pci0000:00": 0, "pci0000:80": -1}),
+        "gpus": st.lists(
+            st.tuples(
+                st.sampled_from(["00", "80"]), st.integers(1, 3), st.integers(0x10, 0x7F)
+            ).map(
+                lambda t: {
+                    "path": "/".join(
+                        [f"{t[0]}:01.0"] + [f"{t[2] + i:02x}:00.0" for i in range(t[1])]
+                    )
+                }
+            ),
+            max_size=4,
+            unique_by=lambda g: g["path"].rsplit("/", 1)[1],
+        ),
+    }
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(spec=node_specs)
+def test_random_trees_read_back_consistently(
+    spec: dict, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    root = tmp_path_factory.mktemp("rand") / "sys"
+    samples.build(spec, root)
+    topo = read_node(str(root))
+    endpoints = {g["path"].rsplit("/", 1)[1] for g in spec["gpus"]}
+    assert {g.pci.address for g in topo.gpus} == {f"0000:{e}" for e in endpoints}
+    rel = relations(topo)
+    assert all(rel[a][a] == "X" for a in rel)
