@@ -22,7 +22,8 @@ log = logging.getLogger("rdmaplane.scheduler.watch")
 _RESOURCES: dict[str, tuple[Any, dict[str, Any]]] = {
     "nrt": (NodeResourceTopology, {}),
     "node": (Node, {}),
-    "pod": (Pod, {"fields": {"spec.nodeName": operators.not_equal("")}}),
+    # bound pods only, of every namespace (lightkube would otherwise use the client's default)
+    "pod": (Pod, {"namespace": "*", "fields": {"spec.nodeName": operators.not_equal("")}}),
 }
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 
