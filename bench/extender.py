@@ -7,7 +7,8 @@ The client sends what kube-scheduler sends with `nodeCacheCapable: true`: the po
 node name to /filter, then the pod and the names that passed to /prioritize. Pods cycle through
 1/2/4/8 GPUs with one NIC per GPU. The first call per pod shape fills the decision memo and is
 reported apart ("cold"); the rest are steady state. "in the server" is the extender's own time
-(its Server-Timing header: body read, decode, decide, encode), without HTTP and client. "decode" is orjson (and json) decoding of
+(its Server-Timing header: body read, decode, decide, encode), without HTTP and client.
+"decode" is orjson (and json) decoding of
 the same /filter request body, alone.
 
     python bench/extender.py [--nodes 1000 5000] [--rounds 200]
@@ -17,9 +18,9 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import os
 import json
 import multiprocessing
+import os
 import random
 import socket
 import statistics
@@ -190,9 +191,8 @@ def measure(n: int, rounds: int, seed: int) -> None:
     ms = 1000.0
     size = len(bodies[1]) / 1024
     print(
-        f"{n} nodes (server setup {setup:.1f}s; filter body {size:.0f} KiB; nodes passing filter for "
-        + ", ".join(f"{g} GPU: {passed[g]}" for g in SHAPES)
-        + ")"
+        f"{n} nodes (server setup {setup:.1f}s; filter body {size:.0f} KiB; "
+        "nodes passing filter for " + ", ".join(f"{g} GPU: {passed[g]}" for g in SHAPES) + ")"
     )
     rows = (
         ("filter", filt),
@@ -202,12 +202,14 @@ def measure(n: int, rounds: int, seed: int) -> None:
     )
     for label, values in rows:
         print(
-            f"  {label:<18} p50 {statistics.median(values) * ms:7.2f} ms   p99 {_percentile(values, 0.99) * ms:7.2f} ms   (n={len(values)})"
+            f"  {label:<18} p50 {statistics.median(values) * ms:7.2f} ms   "
+            f"p99 {_percentile(values, 0.99) * ms:7.2f} ms   (n={len(values)})"
         )
     print(f"  cold filter+prioritize (first call per pod shape): max {max(cold) * ms:.1f} ms")
     dec = statistics.median(decode_orjson)
     print(
-        f"  bare decode of the filter body: orjson p50 {dec * ms:.2f} ms, json p50 {statistics.median(decode_json) * ms:.2f} ms;"
+        f"  bare decode of the filter body: orjson p50 {dec * ms:.2f} ms, "
+        f"json p50 {statistics.median(decode_json) * ms:.2f} ms;"
         f" filter p50 / orjson decode p50 = {statistics.median(filt) / dec:.1f}x"
     )
 

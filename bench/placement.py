@@ -1,8 +1,10 @@
 """Placement quality: spread vs. NUMA-only vs. rdmaplane on a fragmented GPU cluster.
 
-A 256-node cluster of four real layouts (HGX one GPU + one NIC per PCIe root on 2 NUMA
-nodes; DGX A100-like with 8 NUMA nodes; 8 GPUs with every NIC on socket 0; a PCIe server whose
-NICs sit on their own root complexes, see `rdmaplane.scheduler.layouts`) and a mix of
+A 256-node cluster built from the bundled sample nodes (HGX H100 RoCE and HGX H200 IB, one GPU
+and one 400G NIC per PCIe root on 2 NUMA nodes; DGX A100 with 8 NUMA nodes and two GPUs + two
+NICs per switch; a PCIe L40S server with NICs next to only two of its GPUs, all on socket 0)
+plus a synthetic PCIe server whose NICs sit on their own root complexes (see
+`rdmaplane.scheduler.layouts`), with a mix of
 Topology Manager policies is pre-fragmented with random running pods, then a trace of
 1/2/4/8-GPU jobs (one exclusive NIC per GPU) arrives while jobs finish. Every policy sees the
 same trace; the kubelet is modelled the same way for all (`rdmaplane.placement`: Topology
@@ -26,13 +28,22 @@ import argparse
 import heapq
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from rdmaplane import placement as pl
 from rdmaplane.scheduler.layouts import layout
 
+T = TypeVar("T")
 SIZES = ((1, 0.4), (2, 0.3), (4, 0.2), (8, 0.1))
-LAYOUT_MIX = (("hgx", 0.4), ("dgx-a100", 0.2), ("one-socket-nics", 0.2), ("split-roots", 0.2))
+LAYOUT_MIX = (
+    ("hgx-h100-roce", 0.3),
+    ("hgx-h200-ib", 0.2),
+    ("dgx-a100", 0.2),
+    ("pcie-l40s-split", 0.15),
+    ("split-roots", 0.15),
+)
 POLICY_MIX = (("single-numa-node", 0.4), ("restricted", 0.4), ("best-effort", 0.2))
 TARGET_UTILISATION = 0.75
 PREFILL_UTILISATION = 0.6
@@ -40,9 +51,7 @@ GPU_ONLY_SHARE = 0.5
 ALIGNED = ("pcie", "numa")
 
 
-def _pick(
-    rng: random.Random, mix: tuple[tuple[str, float], ...] | tuple[tuple[int, float], ...]
-) -> object:
+def _pick(rng: random.Random, mix: Sequence[tuple[T, float]]) -> T:
     return rng.choices([k for k, _ in mix], [w for _, w in mix])[0]
 
 
@@ -121,9 +130,7 @@ class Tally:
 
 def build_cluster(n: int, rng: random.Random) -> list[pl.NodeState]:
     return [
-        pl.node_state(
-            layout(str(_pick(rng, LAYOUT_MIX)), f"n{i:03d}", policy=str(_pick(rng, POLICY_MIX)))
-        )
+        pl.node_state(layout(_pick(rng, LAYOUT_MIX), f"n{i:03d}", policy=_pick(rng, POLICY_MIX)))
         for i in range(n)
     ]
 
@@ -138,7 +145,7 @@ def prefill(
     used = 0
     while used < PREFILL_UTILISATION * capacity:
         i = rng.randrange(len(states))
-        gpus = int(_pick(rng, SIZES[:3]))  # type: ignore[arg-type]
+        gpus = _pick(rng, SIZES[:3])
         placed = pl.place_pod(states[i], _job(gpus, nics=rng.random() >= GPU_ONLY_SHARE))
         if isinstance(placed, pl.Rejection):
             continue
@@ -222,12 +229,14 @@ def main() -> None:
     mean_gpus = sum(g * w for g, w in SIZES)
     mean_life = TARGET_UTILISATION * capacity / mean_gpus  # Little's law: one arrival per tick
     running = prefill(base, rng, mean_life)
-    trace = [(int(_pick(rng, SIZES)), rng.expovariate(1 / mean_life)) for _ in range(args.jobs)]  # type: ignore[arg-type]
+    trace = [(_pick(rng, SIZES), rng.expovariate(1 / mean_life)) for _ in range(args.jobs)]
     print(
-        f"cluster: {args.nodes} nodes, {capacity} GPUs; layouts {dict(LAYOUT_MIX)}, policies {dict(POLICY_MIX)}"
+        f"cluster: {args.nodes} nodes, {capacity} GPUs; layouts {dict(LAYOUT_MIX)}, "
+        f"policies {dict(POLICY_MIX)}"
     )
     print(
-        f"prefilled to {PREFILL_UTILISATION:.0%} GPUs with {len(running)} pods; trace: {args.jobs} jobs "
+        f"prefilled to {PREFILL_UTILISATION:.0%} GPUs with {len(running)} pods; "
+        f"trace: {args.jobs} jobs "
         f"(1/2/4/8 GPUs, one NIC per GPU), target load {TARGET_UTILISATION:.0%}, seed {args.seed}"
     )
     print(
@@ -246,7 +255,8 @@ def main() -> None:
         )
         print(
             f"{name:<10} {placed:>6} {tally.feasible:>8} {100 * tally.numa_aligned / f:>12.1f}% "
-            f"{100 * tally.pcie_aligned / f:>12.1f}% {tally.kubelet_rejected:>16} {tally.unplaced:>8} "
+            f"{100 * tally.pcie_aligned / f:>12.1f}% "
+            f"{tally.kubelet_rejected:>16} {tally.unplaced:>8} "
             f"{free:>9} {eights:>14}  {sizes}  ({time.perf_counter() - start:.1f}s)"
         )
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+from rdmaplane import model
+
 API_VERSION = "topology.node.k8s.io/v1alpha2"
 KIND = "NodeResourceTopology"
 GROUP = "topology.node.k8s.io"
@@ -175,6 +177,48 @@ class Device:
     pcie_root: str | None = None
     healthy: bool = True
     in_use: bool = False
+
+
+def devices_from_topology(
+    topology: model.NodeTopology, hcas: Iterable[str] | None = None
+) -> list[Device]:
+    """GPUs and exclusive HCAs of a discovered node, for `build`.
+
+    `hcas` names the HCAs the device plugin offers (the agent passes its compute set); by
+    default, those with a PCI function and an ACTIVE port at the node's highest active rate,
+    which leaves storage and front-end NICs out.
+    """
+    if hcas is None:
+
+        def top_rate(hca: model.Hca) -> float:
+            return max(
+                (p.rate_gbps or 0.0 for p in hca.ports if p.state == model.PortState.ACTIVE),
+                default=0.0,
+            )
+
+        best = max((top_rate(h) for h in topology.hcas if h.pci), default=0.0)
+        chosen = {h.name for h in topology.hcas if h.pci and best > 0 and top_rate(h) == best}
+    else:
+        chosen = set(hcas)
+    devices = [Device(GPU, _numa(g.pci.numa), g.pci.root) for g in topology.gpus]
+    devices += [
+        Device(HCA, _numa(h.pci.numa), h.pci.root)
+        for h in topology.hcas
+        if h.pci and h.name in chosen
+    ]
+    return devices
+
+
+def numa_distances(topology: model.NodeTopology) -> dict[int, dict[int, int]]:
+    """NUMA distances as `build` takes them (the kernel lists them in node id order)."""
+    ids = [n.id for n in topology.numa_nodes]
+    return {
+        n.id: dict(zip(ids, n.distances, strict=False)) for n in topology.numa_nodes if n.distances
+    }
+
+
+def _numa(numa: int | None) -> int:
+    return -1 if numa is None else numa
 
 
 def numa_zone_name(numa: int) -> str:

@@ -1,7 +1,8 @@
-"""Synthetic GPU/RDMA node layouts as published NRTs, for benchmarks, tests and demos.
+"""GPU/RDMA node layouts as published NRTs, for benchmarks, tests and demos.
 
-A stop-gap until the discovery samples (`rdmaplane.discovery.samples`) can be published
-through the agent's own NRT builder; the layouts follow real machine classes:
+`layout(kind, ...)` takes the name of a bundled discovery sample (`rdmaplane samples`: the
+sample's sysfs tree is read and its GPUs and compute HCAs published through `nrt.build`, as the
+agent will) or of one of these synthetic layouts, quick to build and modelled on real machines:
 
 - `hgx`: HGX H100-class, 2 NUMA nodes, 8 PCIe roots each with one GPU and one 400G NIC;
 - `dgx-a100`: DGX A100-class, 8 NUMA nodes (2 sockets x NPS4), GPUs and NICs on four of them,
@@ -14,7 +15,10 @@ through the agent's own NRT builder; the layouts follow real machine classes:
 
 from __future__ import annotations
 
-from rdmaplane import nrt
+import functools
+
+from rdmaplane import model, nrt
+from rdmaplane.discovery import samples
 
 LAYOUTS = ("hgx", "dgx-a100", "one-socket-nics", "split-roots", "hgx-shared")
 
@@ -38,6 +42,15 @@ def layout(
     kind: str, name: str, *, policy: str = "best-effort", scope: str = "container"
 ) -> nrt.NodeResourceTopology:
     """A fully free node of the given layout."""
+    if kind in samples.names():
+        topology = _sample(kind)
+        return nrt.build(
+            name,
+            nrt.devices_from_topology(topology),
+            policy=policy,
+            scope=scope,
+            distances=nrt.numa_distances(topology),
+        )
     devices: list[nrt.Device] = []
     pool: list[tuple[int, str | None]] = []
     distances = _TWO_SOCKETS
@@ -71,7 +84,13 @@ def layout(
                 devices += [nrt.Device(nrt.GPU, numa, f"pci0000:{numa}{sw}")] * 2
             devices += [nrt.Device(nrt.HCA, numa, f"pci0000:{numa}f")] * 2
     else:
-        raise ValueError(f"unknown layout {kind!r}; known: {', '.join(LAYOUTS)}")
+        known = ", ".join((*LAYOUTS, *samples.names()))
+        raise ValueError(f"unknown layout {kind!r}; known: {known}")
     return nrt.build(
         name, devices, policy=policy, scope=scope, distances=distances, shared_pool_hcas=pool
     )
+
+
+@functools.cache
+def _sample(name: str) -> model.NodeTopology:
+    return samples.read_sample(name)
