@@ -455,7 +455,7 @@ def parse_quantity(obj: Any) -> Decimal | None:
     if isinstance(obj, bool):
         return None
     if isinstance(obj, int):
-        return Decimal(obj)
+        return Decimal(obj) if abs(obj) < 2**63 else None
     if not isinstance(obj, str):
         return None
     match = _QUANTITY.match(obj.strip())
@@ -464,5 +464,8 @@ def parse_quantity(obj: Any) -> Decimal | None:
     number, exponent, suffix = match.groups()
     value = Decimal(number)
     if exponent:
+        if abs(int(exponent[1:])) > 30:  # beyond what Kubernetes stores; never build such a number
+            return None
         value = value.scaleb(int(exponent[1:]))
-    return value * _SUFFIX[suffix] if suffix else value
+    value = value * _SUFFIX[suffix] if suffix else value
+    return value if abs(value) < 2**63 else None

@@ -146,6 +146,11 @@ def test_legacy_topology_policies_are_read() -> None:
         (("metadata", "name"), "", "metadata.name"),
         (("zones",), {"a": 1}, "zones"),
         (("apiVersion",), "v1", "apiVersion"),
+        (
+            ("zones", 0, "resources", 0, "allocatable"),
+            "1e999999999",
+            "zones[0].resources[0].allocatable",
+        ),
     ],
 )
 def test_malformed_objects_name_the_field(

@@ -3,8 +3,11 @@ bad objects and node readiness."""
 
 from __future__ import annotations
 
+import pytest
+
 from rdmaplane import nrt
 from rdmaplane import placement as pl
+from rdmaplane.scheduler import cache as cache_module
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
 from tests.scheduler_helpers import node, pod
@@ -94,3 +97,15 @@ def test_identical_nodes_share_one_state() -> None:
     sids = {name: cache.entry(name).sid for name in ("n1", "n2", "n3")}  # type: ignore[union-attr]
     assert sids["n1"] == sids["n2"] != sids["n3"]
     assert cache.ready
+
+
+def test_dead_states_are_dropped_and_decisions_stay_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_module, "MIN_STATES", 4)
+    cache = _cache(layout("hgx", "n1", policy="single-numa-node"), layout("hgx", "n2"))
+    for i in range(20):  # every bind and delete makes a new state for n1
+        cache.apply("pod", "ADDED", pod(f"p{i}", 1, 1, node="n1"))
+        assert _decide(cache, "n1", 4, 4).fits == (i < 4)
+        if i >= 4:
+            cache.apply("pod", "DELETED", pod(f"p{i}", 1, 1, node="n1"))
+    assert len(cache._states) <= 8
+    assert _decide(cache, "n2", 8, 8).fits

@@ -20,6 +20,8 @@ from rdmaplane import placement as pl
 
 KINDS = ("nrt", "node", "pod")
 REASON_PREFIX = "rdmaplane: "
+MIN_STATES = 10_000  # interned node states kept before the dead ones are dropped
+MAX_REQUEST_SHAPES = 4_096  # distinct pod requests memoised at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,12 +186,35 @@ class ClusterCache:
             if not isinstance(placed, pl.Rejection):  # a pod the kubelet refuses holds nothing
                 state = placed[1]
                 subtracted.append(pod.key)
+        self._entries[name] = NodeEntry(
+            name, topology, state, self._intern(state), tuple(subtracted)
+        )
+        self._sid_by_name[name] = self._entries[name].sid
+
+    def _intern(self, state: pl.NodeState) -> int:
         sid = self._sids.get(state)
         if sid is None:
+            if len(self._states) >= max(MIN_STATES, 4 * len(self._entries)):
+                self._compact()
             sid = self._sids[state] = len(self._states)
             self._states.append(state)
-        self._entries[name] = NodeEntry(name, topology, state, sid, tuple(subtracted))
-        self._sid_by_name[name] = sid
+        return sid
+
+    def _compact(self) -> None:
+        """Forget states no node has any more (every bind makes a new one): renumber the live
+        ones and drop the decisions memoised for the old numbers."""
+        self._sids.clear()
+        self._states.clear()
+        self._memo.clear()
+        for name, entry in list(self._entries.items()):
+            sid = self._sids.get(entry.state)
+            if sid is None:
+                sid = self._sids[entry.state] = len(self._states)
+                self._states.append(entry.state)
+            self._entries[name] = NodeEntry(
+                name, entry.topology, entry.state, sid, entry.unaccounted
+            )
+            self._sid_by_name[name] = sid
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -208,7 +233,8 @@ class ClusterCache:
         (node name → state id → decision), plus an evaluation per state new to this pod."""
         memo = self._memo.get(request)
         if memo is None:
-            if sum(len(m) for m in self._memo.values()) >= self._memo_limit:
+            entries = sum(len(m) for m in self._memo.values())
+            if entries >= self._memo_limit or len(self._memo) >= MAX_REQUEST_SHAPES:
                 self._memo.clear()
             memo = self._memo[request] = {}
         if not names:
