@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from functools import partial
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, not_
 from typing import Any
 
 import orjson
@@ -72,6 +72,7 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
         objects = Gauge(
             "rdmaplane_extender_cache_objects", "Objects in the cache.", ["kind"], registry=r
         )
@@ -85,9 +86,20 @@ class Metrics:
             objects.labels(kind).set_function(partial(_count, cache, kind))
             synced.labels(kind).set_function(partial(_synced, cache, kind))
 
+    def count(self, verb: str, code: int, seconds: float) -> None:
+        """One answered request (label lookups cached: they cost more than the rest here)."""
+        children = self._children.get((verb, code))
+        if children is None:
+            children = (self.requests.labels(verb, str(code)), self.latency.labels(verb))
+            self._children[verb, code] = children
+        children[0].inc()
+        children[1].observe(seconds)
+
 
 _FITS = attrgetter("fits")
 _SCORE = attrgetter("score")
+_REASON = attrgetter("reason")
+_UNRESOLVABLE = attrgetter("unresolvable")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -143,27 +155,34 @@ def create_app(
         except Exception as exc:  # never a 500: say what broke, keep serving
             log.exception("%s failed", verb)
             response = _error(503, f"internal error: {type(exc).__name__}: {exc}")
-        metrics.requests.labels(verb, str(response.status_code)).inc()
-        metrics.latency.labels(verb).observe(time.perf_counter() - start)
+        metrics.count(verb, response.status_code, time.perf_counter() - start)
         return response
 
     def decide(args: wire.ExtenderArgs) -> tuple[pl.PodRequest, Sequence[pl.Verdict]]:
         request = pl.pod_request(args.pod, cache.policy.names)
         return request, cache.verdicts(args.node_names, request)
 
+    passed_nodes, failed_nodes, unresolvable_nodes = (
+        metrics.nodes.labels(o) for o in ("passed", "failed", "unresolvable")
+    )
+
     def do_filter(args: wire.ExtenderArgs) -> bytes:
         names = args.node_names
         _, found = decide(args)
-        passed = list(compress(names, map(_FITS, found)))
+        fits = list(map(_FITS, found))
+        passed = list(compress(names, fits))
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
-        if len(passed) < len(names):
-            for name, v in zip(names, found, strict=True):
-                if not v.fits:
-                    (unresolvable if v.unresolvable else failed)[name] = _wire_reason(v.reason)
-        metrics.nodes.labels("passed").inc(len(passed))
-        metrics.nodes.labels("failed").inc(len(failed))
-        metrics.nodes.labels("unresolvable").inc(len(unresolvable))
+        if len(passed) < len(names):  # C-level passes over the failures, no Python loop
+            bad = list(map(not_, fits))
+            bad_names, bad_verdicts = list(compress(names, bad)), list(compress(found, bad))
+            final = list(map(_UNRESOLVABLE, bad_verdicts))
+            for target, keep in ((unresolvable, final), (failed, list(map(not_, final)))):
+                reasons = map(_wire_reason, map(_REASON, compress(bad_verdicts, keep)))
+                target.update(zip(compress(bad_names, keep), reasons, strict=True))
+        passed_nodes.inc(len(passed))
+        failed_nodes.inc(len(failed))
+        unresolvable_nodes.inc(len(unresolvable))
         return wire.filter_result(args, passed, failed, unresolvable)
 
     def do_prioritize(args: wire.ExtenderArgs) -> bytes:

@@ -39,9 +39,9 @@ def parse_args(body: bytes) -> ExtenderArgs:
     if names is not None:
         if not isinstance(names, list):
             raise WireError("NodeNames: expected a list of strings or null")
-        for i, name in enumerate(names):
-            if type(name) is not str:
-                raise WireError(f"NodeNames[{i}]: expected a string")
+        if not set(map(type, names)) <= {str}:  # a C-level pass; find the culprit only if needed
+            bad = next(i for i, name in enumerate(names) if type(name) is not str)
+            raise WireError(f"NodeNames[{bad}]: expected a string")
         return ExtenderArgs(pod, names, None)
     if nodes is None:
         return ExtenderArgs(pod, [], None)
