@@ -7,6 +7,7 @@ scheduling goes on (`ignorable`)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,8 +19,10 @@ import pytest
 import yaml
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Pod
+from typer.testing import CliRunner
 
 from rdmaplane import nrt
+from rdmaplane.cli import app
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
@@ -165,3 +168,28 @@ async def test_scheduling_goes_on_without_the_extender(
     start_scheduler(_scheduler_config("http://127.0.0.1:9"))  # nothing listens there
     await _create(kube, namespace, "train-anyway", 1, 1)
     assert await _bound(kube, namespace, "train-anyway")  # wherever the default plugins chose
+
+
+async def test_explain_placement_reads_the_cluster(
+    kube: AsyncClient,
+    kube_cluster: KubeCluster,
+    nrt_crd: type[NodeResourceTopology],
+    tmp_path: Path,
+) -> None:
+    names = await _mixed_cluster(kube, f"expl-{uuid.uuid4().hex[:6]}")
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(pod("job", 4, 4)))
+    args = [
+        "explain-placement",
+        str(job),
+        "--kubeconfig",
+        str(kube_cluster.kubeconfig),
+        "-o",
+        "json",
+    ]
+    result = await asyncio.to_thread(CliRunner().invoke, app, args)
+    assert result.exit_code == 0, result.output
+    rows = {r["node"]: r for r in json.loads(result.output)["nodes"]}
+    assert rows[names["hgx"]]["fits"] and rows[names["hgx"]]["alignment"] == "pcie"
+    assert not rows[names["lopsided"]]["fits"]
+    assert rows[names["bare"]]["detail"] == "no NodeResourceTopology published for this node"

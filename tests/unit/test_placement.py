@@ -3,6 +3,7 @@ Topology Manager's rules."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations, product
 
 import pytest
@@ -253,3 +254,36 @@ def test_score_in_range_and_failures_explain(state: pl.NodeState, unit: pl.Vec) 
     assert verdict.reason
     if verdict.unresolvable:  # nothing freed would help: it fails on the empty node too
         assert not pl.evaluate(state.fresh(), pl.PodRequest((unit,), (), unit)).fits
+
+
+def _containers_fit_somewhere(state: pl.NodeState, units: tuple[pl.Vec, ...]) -> bool:
+    """Brute force: each container on one NUMA zone, together within the zones' free devices."""
+    for choice in product(range(len(state.zones)), repeat=len(units)):
+        used = [[0, 0, 0] for _ in state.zones]
+        for z, unit in zip(choice, units, strict=True):
+            for r in range(3):
+                used[z][r] += unit[r]
+        if all(
+            used[z][r] <= state.zones[z].free[r] for z in range(len(state.zones)) for r in range(3)
+        ):
+            return True
+    return False
+
+
+@settings(max_examples=300, deadline=None)
+@given(nodes(), st.lists(UNITS, min_size=1, max_size=3))
+def test_container_scope_single_numa_pod_that_passes_really_fits(
+    state: pl.NodeState, units: list[pl.Vec]
+) -> None:
+    state = replace(state, policy="single-numa-node", scope="container")
+    total = tuple(sum(u[r] for u in units) for r in range(3))
+    request = pl.PodRequest(tuple(units), (), total)  # type: ignore[arg-type]
+    verdict = pl.evaluate(state, request)
+    if verdict.fits:
+        assert _containers_fit_somewhere(state, tuple(units))
+        assert all(len(p.zones) == 1 for p in verdict.placements)
+        assert verdict.state_after is not None
+        for zone in verdict.state_after.zones:
+            assert min(zone.free) >= 0
+    elif len(units) == 1:  # one container: the kubelet's choice is not greedy, so this is exact
+        assert not _containers_fit_somewhere(state, tuple(units))

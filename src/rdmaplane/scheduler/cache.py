@@ -89,7 +89,7 @@ class ClusterCache:
             for key in [k for k in self._pods if k not in keep]:
                 self._drop_pod(key)
         else:
-            known = set(self._nrts) | set(self._nrt_errors) if kind == "nrt" else set(self._nodes)
+            known = (set(self._nrts) | set(self._nrt_errors)) if kind == "nrt" else set(self._nodes)
             keep = {(o.get("metadata") or {}).get("name", "") for o in objs}
             for name in known - keep:
                 self.apply(kind, "DELETED", {"metadata": {"name": name}})
