@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from rdmaplane import __version__
-from rdmaplane.cli import scheduler
 
 app = typer.Typer(
     name="rdmaplane",
@@ -31,12 +30,22 @@ def _root(
     """RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate."""
 
 
+from rdmaplane.cli import gid as _gid  # noqa: E402
 from rdmaplane.cli import inspect as _inspect  # noqa: E402
 
 app.command("inspect")(_inspect.inspect)
 app.command("samples")(_inspect.list_samples)
 app.add_typer(_inspect.snapshot_app, name="snapshot")
-app.add_typer(scheduler.app)
+app.command("env")(_gid.env)
+app.add_typer(_gid.app, name="gid")
+
+from rdmaplane.cli import doctor as _doctor  # noqa: E402
+
+app.add_typer(_doctor.doctor_app, name="doctor")
+
+from rdmaplane.cli import scheduler as _scheduler  # noqa: E402
+
+app.add_typer(_scheduler.app)  # scheduler-extender, explain-placement
 
 
 def main() -> None:
