@@ -27,6 +27,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
 from rdmaplane import model
+from rdmaplane.selectors import compute_ports
 
 API_VERSION = "topology.node.k8s.io/v1alpha2"
 KIND = "NodeResourceTopology"
@@ -184,22 +185,11 @@ def devices_from_topology(
 ) -> list[Device]:
     """GPUs and exclusive HCAs of a discovered node, for `build`.
 
-    `hcas` names the HCAs the device plugin offers (the agent passes its compute set); by
-    default, those with a PCI function and an ACTIVE port at the node's highest active rate,
-    which leaves storage and front-end NICs out.
+    `hcas` names the HCAs the device plugin offers (the agent passes its own set); by default
+    the HCAs with a compute port (`selectors.compute_ports`: the fastest link class, up), which
+    leaves storage and front-end NICs out. HCAs without a PCI function (rxe, siw) never count.
     """
-    if hcas is None:
-
-        def top_rate(hca: model.Hca) -> float:
-            return max(
-                (p.rate_gbps or 0.0 for p in hca.ports if p.state == model.PortState.ACTIVE),
-                default=0.0,
-            )
-
-        best = max((top_rate(h) for h in topology.hcas if h.pci), default=0.0)
-        chosen = {h.name for h in topology.hcas if h.pci and best > 0 and top_rate(h) == best}
-    else:
-        chosen = set(hcas)
+    chosen = set(hcas) if hcas is not None else {h.name for h, _ in compute_ports(topology)}
     devices = [Device(GPU, _numa(g.pci.numa), g.pci.root) for g in topology.gpus]
     devices += [
         Device(HCA, _numa(h.pci.numa), h.pci.root)
@@ -207,6 +197,27 @@ def devices_from_topology(
         if h.pci and h.name in chosen
     ]
     return devices
+
+
+def node_labels(
+    topology: model.NodeTopology, hcas: Iterable[str] | None = None, gid_index: int | None = None
+) -> dict[str, str]:
+    """The node labels the agent sets: `rdma=true` when there is an RDMA HCA to offer, the link
+    layer and rate when every offered port agrees, the GID index when one holds for all."""
+    chosen = set(hcas) if hcas is not None else {h.name for h, _ in compute_ports(topology)}
+    ports = [p for h in topology.hcas if h.pci and h.name in chosen for p in h.ports]
+    if not ports:
+        return {}
+    labels = {LABEL_RDMA: "true"}
+    layers = {p.link_layer for p in ports}
+    if len(layers) == 1 and model.LinkLayer.UNKNOWN not in layers:
+        labels[LABEL_LINK_LAYER] = layers.pop().value
+    rates = {p.rate_gbps for p in ports}
+    if len(rates) == 1 and (rate := rates.pop()) is not None:
+        labels[LABEL_RATE_GBPS] = f"{rate:g}"
+    if gid_index is not None:
+        labels[LABEL_GID_INDEX] = str(gid_index)
+    return labels
 
 
 def numa_distances(topology: model.NodeTopology) -> dict[int, dict[int, int]]:
