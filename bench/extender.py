@@ -4,7 +4,8 @@ The server (uvicorn on loopback, in its own process) holds a cache fed with the 
 watch would deliver: one NRT per node from the synthetic layouts, plus bound pods not yet
 accounted in the NRTs (about half the GPUs in use, so node states are fragmented and varied).
 The client sends what kube-scheduler sends with `nodeCacheCapable: true`: the pod and every
-node name to /filter, then the pod and the names that passed to /prioritize. Pods cycle through
+node name to /filter, then the pod and the names that passed to /prioritize, with the cache
+quiet or fed pod events as a busy cluster's watch would (`--churn`). Pods cycle through
 1/2/4/8 GPUs with one NIC per GPU. The first call per pod shape fills the decision memo and is
 reported apart ("cold"); the rest are steady state. "in the server" is the extender's own time
 (its Server-Timing header: body read, decode, decide, encode), without HTTP and client.
@@ -65,7 +66,25 @@ def _pod(name: str, gpus: int, node: str = "") -> dict[str, Any]:
     }
 
 
-def _serve(n: int, seed: int, sock: socket.socket, ready: Any) -> None:
+async def _churn(cache: Any, names: list[str], per_second: float, seed: int) -> None:
+    """What a busy cluster's watch delivers: pods bound to random nodes and pods finishing
+    (one of each per step), applied in the server's own event loop like watch events."""
+    import asyncio
+
+    rng = random.Random(seed + 1)
+    running: list[dict[str, Any]] = []
+    step = 0
+    while True:
+        await asyncio.sleep(1 / per_second)
+        step += 1
+        new = _pod(f"churn-{step}", rng.choice((1, 2)), node=rng.choice(names))
+        cache.apply("pod", "ADDED", new)
+        running.append(new)
+        if len(running) > 50:
+            cache.apply("pod", "DELETED", running.pop(rng.randrange(len(running))))
+
+
+def _serve(n: int, seed: int, churn: float, sock: socket.socket, ready: Any) -> None:
     import uvicorn
 
     from rdmaplane.scheduler.app import create_app
@@ -91,9 +110,9 @@ def _serve(n: int, seed: int, sock: socket.socket, ready: Any) -> None:
             pods.append(_pod(f"{name}-{len(pods)}", gpus, node=name))
             used += gpus
     cache.replace("pod", pods)
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(cache, load_config(None)), log_level="warning", access_log=False)
-    )
+    feed = (lambda c, _: _churn(c, names, churn, seed)) if churn else None
+    app = create_app(cache, load_config(None), feed)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     ready.set()
     server.run(sockets=[sock])
 
@@ -121,7 +140,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(n: int, rounds: int, seed: int) -> None:
+def measure(n: int, rounds: int, seed: int, churn: float) -> None:
     sock = socket.socket(
         socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
     )  # asyncio sets TCP_NODELAY only when proto says TCP
@@ -129,7 +148,7 @@ def measure(n: int, rounds: int, seed: int) -> None:
     port = sock.getsockname()[1]
     ctx = multiprocessing.get_context("fork")
     ready = ctx.Event()
-    proc = ctx.Process(target=_serve, args=(n, seed, sock, ready), daemon=True)
+    proc = ctx.Process(target=_serve, args=(n, seed, churn, sock, ready), daemon=True)
     start = time.perf_counter()
     proc.start()
     ready.wait(600)
@@ -191,7 +210,8 @@ def measure(n: int, rounds: int, seed: int) -> None:
     ms = 1000.0
     size = len(bodies[1]) / 1024
     print(
-        f"{n} nodes (server setup {setup:.1f}s; filter body {size:.0f} KiB; "
+        f"{n} nodes, {f'{churn:g} pod events/s' if churn else 'no churn'} "
+        f"(server setup {setup:.1f}s; filter body {size:.0f} KiB; "
         "nodes passing filter for " + ", ".join(f"{g} GPU: {passed[g]}" for g in SHAPES) + ")"
     )
     rows = (
@@ -219,11 +239,15 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--churn", type=float, nargs="+", default=[0, 50], help="pod events/s fed to the cache"
+    )
     args = parser.parse_args()
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"machine: {os.cpu_count()} CPUs, load average {load} (1/5/15 min) at start")
     for n in args.nodes:
-        measure(n, args.rounds, args.seed)
+        for churn in args.churn:
+            measure(n, args.rounds, args.seed, churn)
 
 
 if __name__ == "__main__":
