@@ -126,6 +126,7 @@ class Tally:
     kubelet_rejected: int = 0
     unplaced: int = 0
     by_size: dict[int, list[int]] = field(default_factory=lambda: {g: [0, 0, 0] for g, _ in SIZES})
+    placed_by_size: dict[int, int] = field(default_factory=lambda: {g: 0 for g, _ in SIZES})
 
 
 def build_cluster(n: int, rng: random.Random) -> list[pl.NodeState]:
@@ -203,6 +204,7 @@ def run(
             tally.kubelet_rejected += 1
             continue
         c.states[i] = placed[1]
+        tally.placed_by_size[gpus] += 1
         for p in placed[0]:
             heapq.heappush(running, (now + life, i, p))
         level = pl.alignment_level(placed[0])
@@ -242,7 +244,7 @@ def main() -> None:
     print(
         f"{'policy':<10} {'placed':>6} {'feasible':>8} {'NUMA-aligned':>13} {'PCIe-aligned':>13} "
         f"{'kubelet-rejected':>16} {'unplaced':>8} {'free GPUs':>9} {'8-GPU jobs fit':>14}  "
-        "by size (NUMA/PCIe % of feasible)"
+        "placed 1/2/4/8-GPU jobs  by size (NUMA/PCIe % of feasible)"
     )
     for name in ("spread", "numa-only", "rdmaplane"):
         start = time.perf_counter()
@@ -257,7 +259,8 @@ def main() -> None:
             f"{name:<10} {placed:>6} {tally.feasible:>8} {100 * tally.numa_aligned / f:>12.1f}% "
             f"{100 * tally.pcie_aligned / f:>12.1f}% "
             f"{tally.kubelet_rejected:>16} {tally.unplaced:>8} "
-            f"{free:>9} {eights:>14}  {sizes}  ({time.perf_counter() - start:.1f}s)"
+            f"{free:>9} {eights:>14}  {'/'.join(map(str, tally.placed_by_size.values())):>23}  "
+            f"{sizes}  ({time.perf_counter() - start:.1f}s)"
         )
 
 

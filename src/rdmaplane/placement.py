@@ -359,73 +359,77 @@ def _misfit_reason(state: NodeState, unit: Vec, names: ResourceNames) -> str:
     return f"insufficient free devices for {wants}"
 
 
+@dataclass(slots=True)
+class _Pool:
+    """Free and taken devices of one kind, per zone and root, while one unit is placed."""
+
+    free: list[list[int]]
+    took: list[list[int]]
+
+    @classmethod
+    def of(cls, state: NodeState, gpus: bool) -> _Pool:
+        free = [[r.free_gpus if gpus else r.free_hcas for r in z.roots] for z in state.zones]
+        return cls(free, [[0] * len(row) for row in free])
+
+    def take(self, z: int, i: int, count: int) -> int:
+        step = min(self.free[z][i], count)
+        self.free[z][i] -= step
+        self.took[z][i] += step
+        return step
+
+    def take_in_zone(self, z: int, count: int, partner: _Pool) -> int:
+        """Up to `count` from zone z, first from roots where the partner kind has none free (so
+        roots that can still make a pair stay whole)."""
+        got = 0
+        for i in sorted(range(len(self.free[z])), key=lambda i: partner.free[z][i] > 0):
+            got += self.take(z, i, count - got)
+        return got
+
+
 def _allocate(
     state: NodeState, unit: Vec, zones: tuple[int, ...], preferred: bool
 ) -> UnitPlacement:
     """Take devices from the chosen zones (spilling to the others only if they fall short):
-    GPU+NIC pairs on one PCIe root first, then pairs within a zone, then the rest, leaving
-    roots that could still pair for later."""
-    free_g = [[r.free_gpus for r in z.roots] for z in state.zones]
-    free_h = [[r.free_hcas for r in z.roots] for z in state.zones]
-    took_g = [[0] * len(z.roots) for z in state.zones]
-    took_h = [[0] * len(z.roots) for z in state.zones]
+    GPU+NIC pairs on one PCIe root first, then pairs within a zone, then the rest. With a shared
+    slot instead of NICs, a GPU pairs with any pool HCA."""
+    gpus, hcas = _Pool.of(state, True), _Pool.of(state, False)
     shared_took = [0] * len(state.zones)
     need = list(unit)
-    shared_mode = unit[1] == 0 and unit[2] > 0
+    shared = unit[1] == 0 and unit[2] > 0
     pcie_pairs = 0
-
-    def take(
-        z: int, count: int, mine: list[list[int]], took: list[list[int]], other: list[list[int]]
-    ) -> int:
-        got = 0
-        for i in sorted(range(len(mine[z])), key=lambda i: other[z][i] > 0):
-            step = min(mine[z][i], count - got)
-            mine[z][i] -= step
-            took[z][i] += step
-            got += step
-        return got
-
     rest = tuple(i for i in range(len(state.zones)) if i not in zones)
     for group in (zones, rest):
-        for z in group:
+        for z in group:  # 1. pairs on one PCIe root
             for i, root in enumerate(state.zones[z].roots):
-                if not root.name:
+                if root.name and shared and root.pool_hcas:
+                    step = gpus.take(z, i, need[0])
+                elif root.name and not shared:
+                    step = min(gpus.free[z][i], hcas.free[z][i], need[0], need[1])
+                    gpus.take(z, i, step)
+                    need[1] -= hcas.take(z, i, step)
+                else:
                     continue
-                if shared_mode and root.pool_hcas:
-                    step = min(free_g[z][i], need[0])
-                    free_g[z][i] -= step
-                    took_g[z][i] += step
-                    need[0] -= step
-                    pcie_pairs += step
-                elif not shared_mode:
-                    step = min(free_g[z][i], free_h[z][i], need[0], need[1])
-                    free_g[z][i] -= step
-                    free_h[z][i] -= step
-                    took_g[z][i] += step
-                    took_h[z][i] += step
-                    need[0] -= step
-                    need[1] -= step
-                    pcie_pairs += step
-        for z in group:
-            if shared_mode:
-                if state.zones[z].pool_hcas:
-                    need[0] -= take(z, min(need[0], sum(free_g[z])), free_g, took_g, free_h)
-            else:
-                pairs = min(sum(free_g[z]), sum(free_h[z]), need[0], need[1])
-                need[0] -= take(z, pairs, free_g, took_g, free_h)
-                need[1] -= take(z, pairs, free_h, took_h, free_g)
-        for z in group:
-            need[0] -= take(z, min(need[0], sum(free_g[z])), free_g, took_g, free_h)
-            need[1] -= take(z, min(need[1], sum(free_h[z])), free_h, took_h, free_g)
-            step = min(need[2], state.zones[z].free[2])
-            shared_took[z] += step
-            need[2] -= step
+                need[0] -= step
+                pcie_pairs += step
+        for z in group:  # 2. pairs within a NUMA zone
+            if shared and state.zones[z].pool_hcas:
+                need[0] -= gpus.take_in_zone(z, need[0], hcas)
+            elif not shared:
+                pairs = min(sum(gpus.free[z]), sum(hcas.free[z]), need[0], need[1])
+                need[0] -= gpus.take_in_zone(z, pairs, hcas)
+                need[1] -= hcas.take_in_zone(z, pairs, gpus)
+        for z in group:  # 3. whatever is left
+            need[0] -= gpus.take_in_zone(z, need[0], hcas)
+            need[1] -= hcas.take_in_zone(z, need[1], gpus)
+            shared_took[z] = min(need[2], state.zones[z].free[2])
+            need[2] -= shared_took[z]
     needed = min(unit[0], unit[1]) if unit[1] else (unit[0] if unit[2] else 0)
-    if shared_mode:
-        numa = sum(sum(took_g[z]) for z in range(len(state.zones)) if state.zones[z].pool_hcas)
+    per_zone = range(len(state.zones))
+    if shared:
+        numa = sum(sum(gpus.took[z]) for z in per_zone if state.zones[z].pool_hcas)
     else:
-        numa = sum(min(sum(took_g[z]), sum(took_h[z])) for z in range(len(state.zones)))
-    taken = tuple(tuple(zip(took_g[z], took_h[z], strict=True)) for z in range(len(state.zones)))
+        numa = sum(min(sum(gpus.took[z]), sum(hcas.took[z])) for z in per_zone)
+    taken = tuple(tuple(zip(gpus.took[z], hcas.took[z], strict=True)) for z in per_zone)
     return UnitPlacement(
         unit,
         zones,
