@@ -58,7 +58,7 @@ class Weights:
     pcie: float = 1.0  # value of a GPU paired with a NIC on its PCIe root ...
     numa: float = 0.5  # ... with a NIC on its NUMA zone only ...
     cross: float = 0.0  # ... with a NIC across NUMA zones
-    not_preferred: float = 0.5  # factor when the devices span more NUMA zones than needed
+    not_preferred: float = 0.5  # factor when the kubelet does not promise NUMA alignment
     zone_fill: float = 0.5  # packing: how full the touched NUMA zones end up ...
     node_fill: float = 0.5  # ... and how full the node ends up
 
@@ -277,6 +277,23 @@ class UnitPlacement:
     pcie_pairs: int  # GPUs with a NIC of theirs on the same PCIe root
     numa_pairs: int  # ... on the same NUMA zone (includes pcie_pairs)
     needed: int  # pairs a perfect placement would make
+
+    @property
+    def spilled(self) -> tuple[int, ...]:
+        """Zones outside the affinity that devices had to come from. The Topology Manager can
+        merge hints into an affinity narrower than the request (GPUs on {1,3} and NICs on {1,5}
+        give {1}); the kubelet then takes the rest from anywhere, so no alignment is promised
+        for those."""
+        return tuple(
+            z
+            for z, roots in enumerate(self.taken)
+            if z not in self.zones and (any(g or h for g, h in roots) or self.shared_taken[z])
+        )
+
+    @property
+    def aligned(self) -> bool:
+        """The kubelet promises this unit's NUMA alignment: preferred hint, nothing spilled."""
+        return self.preferred and not self.spilled
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,7 +562,7 @@ def _unit_alignment(p: UnitPlacement, w: Weights) -> float:
         value = w.numa + (w.pcie - w.numa) * p.pcie_pairs / p.needed
     else:
         value = w.cross + (w.numa - w.cross) * p.numa_pairs / p.needed / 2
-    return value if p.preferred else value * w.not_preferred
+    return value if p.aligned else value * w.not_preferred
 
 
 def _alignment(placements: tuple[UnitPlacement, ...], w: Weights) -> float:
@@ -574,10 +591,10 @@ def _packing(before: NodeState, after: NodeState, request: PodRequest, w: Weight
 
 def alignment_level(placements: tuple[UnitPlacement, ...]) -> str:
     if all(p.needed == 0 for p in placements):
-        return "none" if all(p.preferred for p in placements) else "cross"
-    if all(p.preferred and p.pcie_pairs == p.needed for p in placements):
+        return "none" if all(p.aligned for p in placements) else "cross"
+    if all(p.aligned and p.pcie_pairs == p.needed for p in placements):
         return "pcie"
-    if all(p.preferred and p.numa_pairs == p.needed for p in placements):
+    if all(p.aligned and p.numa_pairs == p.needed for p in placements):
         return "numa"
     return "cross"
 
@@ -593,5 +610,8 @@ def describe(state: NodeState, placements: Iterable[UnitPlacement]) -> str:
             else ""
         )
         note = "" if p.preferred else " (spans more NUMA zones than needed)"
+        if p.spilled:
+            spill = ",".join(state.zones[z].name for z in p.spilled)
+            note += f" (kubelet affinity {zones} too small: rest from {spill}, unaligned)"
         parts.append(f"{zones}{pairs}{note}")
     return "; ".join(parts)
