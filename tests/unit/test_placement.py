@@ -287,3 +287,17 @@ def test_container_scope_single_numa_pod_that_passes_really_fits(
             assert min(zone.free) >= 0
     elif len(units) == 1:  # one container: the kubelet's choice is not greedy, so this is exact
         assert not _containers_fit_somewhere(state, tuple(units))
+
+
+def test_affinity_narrower_than_the_request_is_not_promised_alignment() -> None:
+    # GPUs and NICs 2+2 on NUMA zones 1, 3, 5, 7: preferred hints {1,3} and {1,5} merge into {1}
+    dgx = pl.node_state(layout("dgx-a100", "d", policy="restricted"))
+    verdict = pl.evaluate(dgx, _gpus_nics(4, 4))
+    assert verdict.fits
+    (placed,) = verdict.placements
+    assert placed.zones == (1,) and placed.preferred and placed.spilled == (3,)
+    assert verdict.alignment == "cross" and "rest from node-3, unaligned" in verdict.reason
+    hgx = pl.evaluate(pl.node_state(layout("hgx", "h", policy="restricted")), _gpus_nics(4, 4))
+    assert hgx.alignment == "pcie" and hgx.score > verdict.score
+    two = pl.evaluate(dgx, _gpus_nics(2, 2))  # fits one zone: promised
+    assert two.alignment == "pcie" and not two.placements[0].spilled
