@@ -46,6 +46,10 @@ from rdmaplane.cli import doctor as _doctor  # noqa: E402
 
 app.add_typer(_doctor.doctor_app, name="doctor")
 
+from rdmaplane.cli import scheduler as _scheduler  # noqa: E402
+
+app.add_typer(_scheduler.app)  # scheduler-extender, explain-placement
+
 
 def main() -> None:
     app()
