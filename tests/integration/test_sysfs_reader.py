@@ -202,9 +202,23 @@ node_specs = st.fixed_dictionaries(
             ),
             max_size=4,
             unique_by=lambda g: g["path"].rsplit("/", 1)[1],
-        ),
+        ).filter(lambda gpus: _one_place_per_bdf([g["path"] for g in gpus])),
     }
 )
+
+
+def _one_place_per_bdf(paths: list[str]) -> bool:
+    """A real PCI address sits at one place in the tree, and a GPU is never also a bridge."""
+    where: dict[str, str] = {}
+    bridges = {part for p in paths for part in p.split("/")[1:-1]}
+    for p in paths:
+        parts = p.split("/")
+        if parts[-1] in bridges:
+            return False
+        for i in range(1, len(parts)):
+            if where.setdefault(parts[i], "/".join(parts[:i])) != "/".join(parts[:i]):
+                return False
+    return True
 
 
 @settings(max_examples=30, deadline=None)

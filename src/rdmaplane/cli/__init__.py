@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from rdmaplane import __version__
+from rdmaplane.cli.deviceplugin import device_plugin
 
 app = typer.Typer(
     name="rdmaplane",
@@ -13,6 +14,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+app.command("device-plugin")(device_plugin)
 
 
 def _version(value: bool) -> None:
@@ -30,11 +33,22 @@ def _root(
     """RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate."""
 
 
+from rdmaplane.cli import gid as _gid  # noqa: E402
 from rdmaplane.cli import inspect as _inspect  # noqa: E402
 
 app.command("inspect")(_inspect.inspect)
 app.command("samples")(_inspect.list_samples)
 app.add_typer(_inspect.snapshot_app, name="snapshot")
+app.command("env")(_gid.env)
+app.add_typer(_gid.app, name="gid")
+
+from rdmaplane.cli import doctor as _doctor  # noqa: E402
+
+app.add_typer(_doctor.doctor_app, name="doctor")
+
+from rdmaplane.cli import scheduler as _scheduler  # noqa: E402
+
+app.add_typer(_scheduler.app)  # scheduler-extender, explain-placement
 
 from rdmaplane.cli import agent as _agent  # noqa: E402
 

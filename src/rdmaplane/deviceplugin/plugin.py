@@ -1,0 +1,143 @@
+"""The device plugin as a whole: one pool server per configured pool, fed with topologies.
+
+`RdmaDevicePlugin` takes its `NodeTopology` from outside (`update(topo)`), so the node agent's
+single discovery loop can feed it; `run_standalone` is the small loop of its own that
+`rdmaplane device-plugin` uses, reading sysfs every `healthPollInterval`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import tempfile
+from pathlib import Path
+
+from rdmaplane.deviceplugin.config import PluginConfig, PoolConfig
+from rdmaplane.deviceplugin.resources import ResourceManager
+from rdmaplane.deviceplugin.server import PoolServer
+from rdmaplane.discovery import read_node
+from rdmaplane.model import NodeTopology
+
+log = logging.getLogger("rdmaplane.deviceplugin")
+
+
+def cdi_kind(pool: PoolConfig) -> str:
+    """CDI kinds are `vendor/class`; classes allow no dots."""
+    vendor, _, name = pool.resource_name.partition("/")
+    return f"{vendor}/{name.replace('.', '_')}"
+
+
+class RdmaDevicePlugin:
+    """Every pool of one config, served to the kubelet; embeddable in the node agent."""
+
+    def __init__(
+        self,
+        config: PluginConfig,
+        *,
+        kubelet_dir: str | Path = "/var/lib/kubelet",
+        dev_root: str = "/dev",
+        watch_interval: float = 1.0,
+        max_backoff: float = 5.0,
+    ) -> None:
+        self.config = config
+        self.servers = [
+            PoolServer(
+                ResourceManager(
+                    pool, dev_root=dev_root, cdi_kind=cdi_kind(pool) if config.cdi.enabled else None
+                ),
+                kubelet_dir=kubelet_dir,
+                registration=config.registration,
+                resend_interval=config.resend_interval,
+                watch_interval=watch_interval,
+                max_backoff=max_backoff,
+            )
+            for pool in config.pools
+        ]
+
+    def update(self, topo: NodeTopology) -> None:
+        """Take a new topology; streams are woken only for pools whose devices changed."""
+        for server in self.servers:
+            if server.manager.update(topo):
+                server.notify()
+                if self.config.cdi.enabled:
+                    self._write_cdi_spec(server.manager)
+
+    async def start(self) -> None:
+        for server in self.servers:
+            await server.start()
+
+    async def stop(self) -> None:
+        for server in self.servers:
+            await server.stop()
+
+    def _write_cdi_spec(self, manager: ResourceManager) -> None:
+        kind = manager.cdi_kind or ""
+        folder = Path(self.config.cdi.spec_dir)
+        target = folder / (kind.replace("/", "-") + ".json")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rdmaplane-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(manager.cdi_spec(), f, indent=1)
+            os.replace(tmp, target)
+        except OSError as e:
+            log.error("cannot write CDI spec %s: %s", target, e)
+
+
+async def poll_topology(
+    plugin: RdmaDevicePlugin,
+    sysfs_root: str,
+    interval: float,
+    executor: concurrent.futures.Executor | None = None,
+) -> None:
+    """Read sysfs every `interval` seconds and feed it in.
+
+    A full read of a big node takes ~0.15 s of Python; in a thread it would hold the GIL and
+    stall gRPC answers for that long, so the standalone plugin passes a process pool. A read
+    that fails keeps the last topology: a flaky read must not make devices vanish."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            topo = await loop.run_in_executor(executor, read_node, sysfs_root)
+        except Exception as e:  # the reader is tolerant; anything left is logged, not fatal
+            log.error("reading %s failed: %s", sysfs_root, e)
+        else:
+            plugin.update(topo)
+        await asyncio.sleep(interval)
+
+
+async def run_standalone(
+    config: PluginConfig,
+    *,
+    sysfs_root: str = "/sys",
+    kubelet_dir: str = "/var/lib/kubelet",
+    dev_root: str = "/dev",
+) -> None:
+    """Serve until SIGTERM/SIGINT, then remove the sockets and return."""
+    plugin = RdmaDevicePlugin(config, kubelet_dir=kubelet_dir, dev_root=dev_root)
+    plugin.update(await asyncio.to_thread(read_node, sysfs_root))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await plugin.start()
+    # spawn, not fork: forking a process that runs gRPC threads is unsafe
+    reader = concurrent.futures.ProcessPoolExecutor(1, multiprocessing.get_context("spawn"))
+    poller = asyncio.create_task(
+        poll_topology(plugin, sysfs_root, config.health_poll_interval, reader)
+    )
+    try:
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        poller.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poller
+        reader.shutdown(cancel_futures=True)
+        await plugin.stop()

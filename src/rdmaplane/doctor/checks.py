@@ -1,0 +1,523 @@
+"""The in-pod checks: is RDMA usable here, and is NCCL configured to use it?
+
+Everything read from the filesystem is read below one root (`/` live; a test tree otherwise):
+sysfs at `ROOT/sys`, device nodes at `ROOT/dev`, `/proc` bits at `ROOT/proc`. The process
+environment, library lookup, rlimits and statvfs come in through `Host`, so tests pass their own.
+sysfs is not namespaced, so a pod sees every HCA of the node there; the device nodes in
+`/dev/infiniband` are what the pod was actually given.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import resource
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rdmaplane.discovery import read_node
+from rdmaplane.doctor import ncclenv
+from rdmaplane.doctor.verdict import Finding, Status
+from rdmaplane.gid import GidPolicy, gid_problem, select_gid
+from rdmaplane.model import Gpu, Hca, LinkLayer, NodeTopology
+from rdmaplane.topology import Relation, pci_relation
+
+CAP_IPC_LOCK = 14
+MEMLOCK_MIN = 1 << 30  # below this, registering NCCL's host buffers fails sooner or later
+SHM_MIN = 1 << 30  # NCCL's shared-memory transport needs far more than Docker's 64 MiB
+AF_FAMILY = {"AF_INET": 4, "AF_INET6": 6}
+
+
+def _find_and_load(name: str) -> str | None:
+    """The library's file name when it is found and loads; None otherwise."""
+    found = ctypes.util.find_library(name)
+    if found is None:
+        return None
+    try:
+        ctypes.CDLL(found)
+    except OSError:
+        return None
+    return found
+
+
+def _live_memlock() -> int | None:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _statvfs_size(path: str) -> int:
+    st = os.statvfs(path)
+    return st.f_blocks * st.f_frsize
+
+
+@dataclass
+class Host:
+    """The machine the checks run on; every field can be replaced by a test."""
+
+    root: Path = Path("/")
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    find_library: Callable[[str], str | None] = _find_and_load
+    memlock: Callable[[], int | None] | None = None  # None bytes = unlimited
+    shm_size: Callable[[str], int] = _statvfs_size
+
+    @property
+    def live(self) -> bool:
+        return self.root.resolve() == Path("/")
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """What the checks share: the topology and which HCAs this pod can open."""
+
+    topo: NodeTopology
+    usable: tuple[Hca, ...]  # HCAs whose /dev/infiniband/uverbsN exists
+
+
+def load(host: Host) -> Node:
+    topo = read_node(str(host.path("sys")))
+    usable = tuple(
+        h for h in topo.hcas if h.uverbs and host.path(f"dev/infiniband/{h.uverbs}").exists()
+    )
+    return Node(topo, usable)
+
+
+def run_all(host: Host, node: Node | None = None) -> list[Finding]:
+    node = node or load(host)
+    return [check(host, node) for check in CHECKS]
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def devices(host: Host, node: Node) -> Finding:
+    name = "rdma-devices"
+    if not node.topo.hcas:
+        return Finding(
+            name,
+            Status.FAIL,
+            "no RDMA device in /sys/class/infiniband",
+            "run on an RDMA node; check the mlx5_core/mlx5_ib drivers are loaded",
+        )
+    if not node.usable:
+        return Finding(
+            name,
+            Status.FAIL,
+            f"{len(node.topo.hcas)} HCA(s) in sysfs but no /dev/infiniband/uverbsN for any",
+            "request rdmaplane.io/hca (or rdmaplane.io/hca-shared) in the pod's resources",
+        )
+    missing_cm = not host.path("dev/infiniband/rdma_cm").exists()
+    names = ", ".join(f"{h.name}({h.uverbs})" for h in node.usable)
+    known = {h.uverbs for h in node.topo.hcas}
+    strays = sorted(
+        p.name for p in host.path("dev/infiniband").glob("uverbs*") if p.name not in known
+    )
+    if strays:
+        return Finding(
+            name,
+            Status.WARN,
+            f"usable: {names}; {', '.join(strays)} in /dev/infiniband match no HCA in "
+            "/sys/class/infiniband_verbs",
+            "the device nodes and sysfs disagree: mount the node's /sys, or restart the pod "
+            "after HCAs were renamed or removed",
+        )
+    if missing_cm:
+        return Finding(
+            name,
+            Status.WARN,
+            f"usable: {names}; /dev/infiniband/rdma_cm missing (rdma_cm QPs, UCX need it)",
+            "add /dev/infiniband/rdma_cm to the pod (the rdmaplane device plugin mounts it)",
+        )
+    hidden = len(node.topo.hcas) - len(node.usable)
+    note = f"; {hidden} more in sysfs not given to this pod" if hidden else ""
+    return Finding(name, Status.PASS, f"usable: {names}, rdma_cm present{note}")
+
+
+def ports(host: Host, node: Node) -> Finding:
+    name = "ports-active"
+    if not node.usable:
+        return Finding(name, Status.FAIL, "no usable HCA to check", "see rdma-devices")
+    down = [f"{h.name}:{p.number}" for h in node.usable for p in h.ports if not p.is_up]
+    up = [f"{h.name}:{p.number}" for h in node.usable for p in h.ports if p.is_up]
+    if not up:
+        return Finding(
+            name,
+            Status.FAIL,
+            f"no ACTIVE port: {', '.join(down)} down",
+            "check cables and switch ports (`ibstat`), and the subnet manager on IB fabrics",
+        )
+    if down:
+        return Finding(
+            name,
+            Status.WARN,
+            f"down: {', '.join(down)}; active: {', '.join(up)}",
+            "exclude the down ports from NCCL_IB_HCA or repair their links",
+        )
+    return Finding(name, Status.PASS, f"all {len(up)} port(s) ACTIVE")
+
+
+def memlock(host: Host, node: Node) -> Finding:
+    name = "memlock"
+    limit = _memlock_limit(host)
+    if isinstance(limit, str):
+        return Finding(name, Status.WARN, limit, "run `ulimit -l` in the container")
+    if limit is None:
+        return Finding(name, Status.PASS, "max locked memory: unlimited")
+    status = Status.WARN if limit >= MEMLOCK_MIN else Status.FAIL
+    return Finding(
+        name,
+        status,
+        f"max locked memory: {_size(limit)}",
+        "set memlock unlimited for the container runtime (LimitMEMLOCK=infinity in "
+        "containerd's unit) or give the pod IPC_LOCK",
+    )
+
+
+def _memlock_limit(host: Host) -> int | str | None:
+    """Bytes, None for unlimited, or a string saying why it could not be read."""
+    if host.memlock is not None:
+        return host.memlock()
+    if host.live:
+        return _live_memlock()
+    path = host.path("proc/self/limits")
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        return f"cannot read {path}: {e.strerror}"
+    for line in lines:
+        if line.startswith("Max locked memory"):
+            soft = line[len("Max locked memory") :].split()[0]
+            if soft == "unlimited":
+                return None
+            if soft.isdigit():
+                return int(soft)
+            return f"cannot parse {line.strip()!r} in {path}"
+    return f"no 'Max locked memory' line in {path}"
+
+
+def ipc_lock(host: Host, node: Node) -> Finding:
+    name = "ipc-lock"
+    path = host.path("proc/self/status")
+    try:
+        status_text = path.read_text()
+    except OSError as e:
+        return Finding(name, Status.WARN, f"cannot read {path}: {e.strerror}")
+    caps = next(
+        (ln.split()[1] for ln in status_text.splitlines() if ln.startswith("CapEff:")), None
+    )
+    try:
+        eff = int(caps or "", 16)
+    except ValueError:
+        return Finding(name, Status.WARN, f"no readable CapEff line in {path}")
+    if eff >> CAP_IPC_LOCK & 1:
+        return Finding(name, Status.PASS, "IPC_LOCK in the effective capabilities")
+    unlimited = _memlock_limit(host) is None
+    return Finding(
+        name,
+        Status.WARN if unlimited else Status.FAIL,
+        "IPC_LOCK not in the effective capabilities"
+        + (" (memlock is unlimited, so registration still works)" if unlimited else ""),
+        "add securityContext.capabilities.add: [IPC_LOCK] to the container",
+    )
+
+
+def libraries(host: Host, node: Node) -> Finding:
+    name = "libibverbs"
+    verbs = host.find_library("ibverbs")
+    mlx5 = host.find_library("mlx5")
+    status_if_missing = Status.FAIL if node.usable else Status.WARN
+    missing = [lib for lib, found in (("libibverbs", verbs), ("libmlx5", mlx5)) if not found]
+    if missing:
+        return Finding(
+            name,
+            status_if_missing,
+            f"cannot load {' and '.join(missing)}",
+            "install rdma-core's libibverbs1 and ibverbs-providers in the image",
+        )
+    return Finding(name, Status.PASS, f"loaded {verbs} and {mlx5}")
+
+
+def nccl_env(host: Host, node: Node) -> Finding:
+    """NCCL_IB_HCA, NCCL_IB_GID_INDEX and NCCL_SOCKET_IFNAME against the hardware."""
+    name = "nccl-env"
+    problems: list[tuple[Status, str, str]] = []
+    names = [h.name for h in node.topo.hcas]
+    usable = {h.name: h for h in node.usable}
+    listed = list(usable.values())
+    if raw := host.env.get("NCCL_IB_HCA"):
+        listed = _check_ib_hca(raw, names, usable, problems)
+    _check_gid_index(host.env, listed, problems)
+    if raw := host.env.get("NCCL_SOCKET_IFNAME"):
+        _check_ifname(raw, [n.name for n in node.topo.netdevs], problems)
+    if not problems:
+        shown = [f"{k}={host.env[k]}" for k in _NCCL_VARS if k in host.env]
+        return Finding(name, Status.PASS, ", ".join(shown) or "no NCCL variables set (defaults)")
+    status = max(s for s, _, _ in problems)
+    return Finding(
+        name, status, "; ".join(d for _, d, _ in problems), "; ".join(f for _, _, f in problems)
+    )
+
+
+_NCCL_VARS = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_SOCKET_IFNAME", "NCCL_IB_DISABLE")
+
+
+def _check_ib_hca(
+    raw: str, names: list[str], usable: dict[str, Hca], problems: list[tuple[Status, str, str]]
+) -> list[Hca]:
+    try:
+        spec = ncclenv.parse_device_list(raw)
+    except ValueError as e:
+        problems.append((Status.FAIL, f"NCCL_IB_HCA: {e}", "write NCCL_IB_HCA as name[:port],…"))
+        return list(usable.values())
+    if not spec.exclude:
+        for entry, port in spec.entries:
+            if not any(ncclenv.entry_matches(entry, n, spec.exact) for n in names):
+                problems.append(
+                    (Status.FAIL, f"NCCL_IB_HCA entry {entry!r} matches no HCA", _hca_fix(names))
+                )
+            elif entry in usable and port is not None:
+                p = usable[entry].port(port)
+                if p is None or not p.is_up:
+                    problems.append(
+                        (Status.FAIL, f"NCCL_IB_HCA {entry}:{port} is not ACTIVE", _hca_fix(names))
+                    )
+    for entry, extra in ncclenv.ambiguous_entries(spec, names).items():
+        problems.append(
+            (
+                Status.WARN if spec.exclude else Status.FAIL,
+                f"NCCL_IB_HCA entry {entry!r} is a prefix: it also selects {', '.join(extra)}",
+                f"use exact matching: NCCL_IB_HCA={'^' if spec.exclude else ''}="
+                + ",".join(f"{e}:{p}" if p else e for e, p in spec.entries),
+            )
+        )
+    chosen = ncclenv.selected(spec, names)
+    not_given = [n for n in chosen if n not in usable]
+    if not_given and not spec.exclude:
+        problems.append(
+            (
+                Status.FAIL,
+                f"NCCL_IB_HCA selects {', '.join(not_given)} but the pod has no device node for it",
+                "list only the HCAs given to this pod, or request them (rdmaplane.io/hca)",
+            )
+        )
+    down = [n for n in chosen if n in usable and not any(p.is_up for p in usable[n].ports)]
+    if down:
+        problems.append(
+            (
+                Status.FAIL,
+                f"NCCL_IB_HCA selects {', '.join(down)} with no ACTIVE port",
+                "drop those HCAs from NCCL_IB_HCA or repair their links",
+            )
+        )
+    return [usable[n] for n in chosen if n in usable]
+
+
+def _hca_fix(names: list[str]) -> str:
+    return f"use names from /sys/class/infiniband: {', '.join(names) or 'none'}"
+
+
+def _check_gid_index(
+    env: Mapping[str, str], hcas: list[Hca], problems: list[tuple[Status, str, str]]
+) -> None:
+    roce = [(h, p) for h in hcas for p in h.ports if p.link_layer == LinkLayer.ETHERNET and p.is_up]
+    if not roce:
+        return  # InfiniBand ports use GID index 0 whatever the variable says
+    family = AF_FAMILY.get(env.get("NCCL_IB_ADDR_FAMILY", "AF_INET"), 4)
+    policy = GidPolicy(family=family)
+    raw = env.get("NCCL_IB_GID_INDEX")
+    if raw is None or raw.strip() == "-1":
+        choices = {f"{h.name}:{p.number}": select_gid(h, p, policy).index for h, p in roce}
+        bad = [k for k, v in choices.items() if v is None]
+        if bad:
+            problems.append(
+                (
+                    Status.FAIL,
+                    f"no valid RoCE v2 IPv{family} GID on {', '.join(bad)}",
+                    "give the RoCE netdev an IP address (GIDs follow addresses)",
+                )
+            )
+        elif raw is None and len(set(choices.values())) > 1:
+            problems.append(
+                (
+                    Status.WARN,
+                    f"NCCL_IB_GID_INDEX unset and the RoCE v2 index differs per HCA "
+                    f"({_choices(choices)}); NCCL < 2.21 uses index 0",
+                    "set NCCL_IB_GID_INDEX=-1 (NCCL >= 2.21) or give every HCA the same layout",
+                )
+            )
+        elif raw is None:
+            index = next(iter(choices.values()))
+            problems.append(
+                (
+                    Status.WARN,
+                    f"NCCL_IB_GID_INDEX unset; NCCL < 2.21 uses 0, the RoCE v2 "
+                    f"IPv{family} GID is at {index}",
+                    f"export NCCL_IB_GID_INDEX={index}",
+                )
+            )
+        return
+    try:
+        index = int(raw)
+    except ValueError:
+        problems.append(
+            (
+                Status.FAIL,
+                f"NCCL_IB_GID_INDEX={raw!r} is not a number",
+                "set it to the index `rdmaplane doctor` suggests",
+            )
+        )
+        return
+    wrong = {}
+    for h, p in roce:
+        gid = next((g for g in p.gids if g.index == index), None)
+        why = gid_problem(gid, policy)
+        if why:
+            wrong[f"{h.name}:{p.number}"] = why
+    if wrong:
+        choices = {f"{h.name}:{p.number}": select_gid(h, p, policy).index for h, p in roce}
+        good = set(choices.values())
+        fix = (
+            f"export NCCL_IB_GID_INDEX={good.pop()}"
+            if len(good) == 1 and None not in good
+            else "export NCCL_IB_GID_INDEX=-1 (NCCL >= 2.21): the valid index differs per HCA "
+            f"({_choices(choices)})"
+        )
+        problems.append(
+            (
+                Status.FAIL,
+                f"NCCL_IB_GID_INDEX={index}: " + ", ".join(f"{k} {v}" for k, v in wrong.items()),
+                fix,
+            )
+        )
+
+
+def _choices(choices: dict[str, int | None]) -> str:
+    return ", ".join(f"{k}→{v}" for k, v in choices.items())
+
+
+def _check_ifname(raw: str, netdevs: list[str], problems: list[tuple[Status, str, str]]) -> None:
+    try:
+        spec = ncclenv.parse_device_list(raw)
+    except ValueError as e:
+        problems.append((Status.FAIL, f"NCCL_SOCKET_IFNAME: {e}", "write it as a list of names"))
+        return
+    if not ncclenv.selected(spec, [n for n in netdevs if n != "lo"]):
+        problems.append(
+            (
+                Status.FAIL,
+                f"NCCL_SOCKET_IFNAME={raw} matches no interface",
+                f"use one of: {', '.join(netdevs) or 'none'}",
+            )
+        )
+
+
+def gpu_nic(host: Host, node: Node) -> Finding:
+    """Each visible GPU against its nearest usable HCA; SYS pairs cross the socket link."""
+    name = "gpu-nic"
+    gpus = _visible_gpus(host, node.topo)
+    if not gpus or not node.usable:
+        return Finding(name, Status.PASS, "no GPU/HCA pair to check")
+    rows, far = [], []
+    for g in gpus:
+        best = min(
+            ((h, pci_relation(g.pci, h.pci)) for h in node.usable if h.pci),
+            key=lambda x: x[1],
+            default=None,
+        )
+        if best is None:
+            continue
+        rows.append(f"GPU{g.index}→{best[0].name} {best[1].name}")
+        if best[1] > Relation.PXB:
+            far.append((g.index, best[1]))
+    if not far:
+        return Finding(name, Status.PASS, "; ".join(rows))
+    sys_pairs = [f"GPU{i}" for i, r in far if r == Relation.SYS]
+    detail = "; ".join(rows)
+    if sys_pairs:
+        detail = (
+            f"{', '.join(sys_pairs)} reach their nearest NIC only across sockets (SYS): {detail}"
+        )
+    return Finding(
+        name,
+        Status.WARN,
+        detail,
+        "schedule GPUs and NICs under one PCIe switch (rdmaplane.io/hca with the rdmaplane "
+        "device plugin aligns them); NCCL disables GPUDirect RDMA beyond PXB by default",
+    )
+
+
+def _visible_gpus(host: Host, topo: NodeTopology) -> list[Gpu]:
+    """GPUs whose /dev/nvidiaN the pod has; all of them when /dev shows none (host runs)."""
+    dev = host.path("dev")
+    present = {int(p.name[6:]) for p in dev.glob("nvidia[0-9]*") if p.name[6:].isdigit()}
+    return [g for g in topo.gpus if g.index in present] if present else list(topo.gpus)
+
+
+def gdr_module(host: Host, node: Node) -> Finding:
+    name = "gpudirect-rdma"
+    if not node.topo.gpus:
+        return Finding(name, Status.PASS, "no GPU on this node")
+    try:
+        modules = host.path("proc/modules").read_text()
+    except OSError:
+        modules = ""
+    loaded = [m for m in ("nvidia_peermem", "nv_peer_mem") if f"\n{m} " in f"\n{modules}"]
+    if not loaded and host.path("sys/module/nvidia_peermem").is_dir():
+        loaded = ["nvidia_peermem"]
+    if loaded:
+        return Finding(name, Status.PASS, f"{loaded[0]} loaded")
+    return Finding(
+        name,
+        Status.WARN,
+        "no peer-memory module (nvidia_peermem / nv_peer_mem): GPUDirect RDMA needs it or DMA-BUF",
+        "modprobe nvidia_peermem on the node (GPU operator: driver.rdma.enabled=true), or use "
+        "DMA-BUF (open kernel module, NCCL >= 2.19)",
+    )
+
+
+def shm(host: Host, node: Node) -> Finding:
+    name = "dev-shm"
+    path = str(host.path("dev/shm"))
+    try:
+        size = host.shm_size(path)
+    except OSError as e:
+        return Finding(
+            name,
+            Status.WARN,
+            f"cannot statvfs {path}: {e.strerror}",
+            "mount an emptyDir {medium: Memory} at /dev/shm",
+        )
+    if size < SHM_MIN:
+        return Finding(
+            name,
+            Status.FAIL,
+            f"/dev/shm is {_size(size)}; NCCL's shared-memory transport fails with 'Bus error'",
+            "mount an emptyDir {medium: Memory, sizeLimit: 16Gi} at /dev/shm",
+        )
+    return Finding(name, Status.PASS, f"/dev/shm is {_size(size)}")
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+CHECKS: tuple[Callable[[Host, Node], Finding], ...] = (
+    devices,
+    ports,
+    memlock,
+    ipc_lock,
+    libraries,
+    nccl_env,
+    gpu_nic,
+    gdr_module,
+    shm,
+)

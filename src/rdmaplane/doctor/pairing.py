@@ -1,0 +1,127 @@
+"""Which nodes test against which: pairs that cover every node, and the Jobs that run them.
+
+Pairs are formed in sorted name order so reruns give the same pairs. With an odd count the last
+node pairs with the first in a second round, so no node runs two tests at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+APP = "rdmaplane-doctor"
+SERVICE = "rdmaplane-doctor"
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    server: str
+    client: str
+    round: int  # pairs of one round run at the same time
+
+
+def cover_pairs(nodes: list[str]) -> list[Pair]:
+    """Raises ValueError when fewer than two distinct nodes are given."""
+    names = sorted(set(nodes))
+    if len(names) < 2:
+        raise ValueError(f"need at least two distinct nodes, got {len(names)}")
+    pairs = [Pair(names[i], names[i + 1], 0) for i in range(0, len(names) - 1, 2)]
+    if len(names) % 2:
+        pairs.append(Pair(names[-1], names[0], 1))
+    return pairs
+
+
+def manifests(
+    pairs: list[Pair],
+    *,
+    image: str,
+    namespace: str = "rdmaplane-doctor",
+    hcas: int = 1,
+    duration: int = 5,
+) -> list[dict[str, Any]]:
+    """A headless Service (so clients find servers by DNS) and one Job per role per pair.
+
+    Pods are not privileged: they request `rdmaplane.io/hca` and add only IPC_LOCK. Each prints
+    the checks' and the perf test's `-o json`; `rdmaplane doctor report` merges the logs.
+    """
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": SERVICE, "namespace": namespace, "labels": {"app": APP}},
+            "spec": {
+                "clusterIP": "None",
+                "selector": {"app": APP},
+                "publishNotReadyAddresses": True,
+            },
+        }
+    ]
+    for i, pair in enumerate(pairs):
+        server = f"pair-{i}-server"
+        docs.append(_job(server, pair.server, pair, image, namespace, hcas, duration, None))
+        peer = f"{server}.{SERVICE}.{namespace}.svc"
+        docs.append(
+            _job(f"pair-{i}-client", pair.client, pair, image, namespace, hcas, duration, peer)
+        )
+    return docs
+
+
+def _job(
+    name: str,
+    node: str,
+    pair: Pair,
+    image: str,
+    namespace: str,
+    hcas: int,
+    duration: int,
+    peer: str | None,
+) -> dict[str, Any]:
+    role = "--server" if peer is None else f"--client {peer}"
+    # A second-round pair waits for the first round's tests on its nodes to finish.
+    wait = "sleep 90; " if pair.round else ""
+    script = (
+        f"{wait}rdmaplane doctor -o json; "
+        f"rdmaplane doctor perf {role} --duration {duration} -o json; true"
+    )
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "nodeSelector": {"kubernetes.io/hostname": node},
+        "containers": [
+            {
+                "name": "doctor",
+                "image": image,
+                "command": ["/bin/sh", "-c", script],
+                "env": [
+                    {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+                ],
+                "resources": {
+                    "requests": {"rdmaplane.io/hca": str(hcas)},
+                    "limits": {"rdmaplane.io/hca": str(hcas)},
+                },
+                "securityContext": {
+                    "privileged": False,
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"add": ["IPC_LOCK"]},
+                },
+                "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+            }
+        ],
+        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}],
+    }
+    if peer is None:
+        pod["hostname"] = name
+        pod["subdomain"] = SERVICE
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": f"{APP}-{name}",
+            "namespace": namespace,
+            "labels": {"app": APP, "rdmaplane.io/pair": name.rsplit("-", 1)[0]},
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "ttlSecondsAfterFinished": 3600,
+            "template": {"metadata": {"labels": {"app": APP}}, "spec": pod},
+        },
+    }

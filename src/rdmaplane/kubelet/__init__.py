@@ -1,0 +1,1 @@
+"""The kubelet gRPC APIs: upstream-compatible .proto files (proto/), generated stubs (api/)."""

@@ -1,0 +1,165 @@
+"""The NCCL/UCX environment for a set of HCA ports: what the device plugin injects.
+
+Pure. The rules, and the NCCL behaviour behind each (NCCL's `env.rst` and `net_ib`):
+
+- `NCCL_IB_HCA=` + `=mlx5_0:1,mlx5_3:1`: the leading `=` makes NCCL match names exactly;
+  without it every entry is a prefix, so `mlx5_1` would also pick up `mlx5_10`…`mlx5_19`. Each
+  entry names its port so a second port of a dual-port card stays out. Natural order
+  (`mlx5_2` before `mlx5_10`), so the same set always gives the same bytes.
+- RoCE ports: `NCCL_IB_GID_INDEX=N` only when one index holds for every RoCE port of the set
+  (NCCL takes one number for all HCAs). Otherwise the address-based selection NCCL ≥ 2.21 does
+  on its own, steered by `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_ADDR_FAMILY` (`AF_INET` or
+  `AF_INET6`) and `NCCL_IB_ADDR_RANGE` when a CIDR is set. Older NCCL defaults to index 0, so a
+  target older than 2.21 without one common index is a `PlanError`.
+- InfiniBand-only sets get nothing GID-related (NCCL uses index 0 on IB ports).
+- `NCCL_SOCKET_IFNAME` (the bootstrap / out-of-band interface) when known; `NCCL_IB_TC` and
+  `NCCL_IB_SL` when configured; `UCX_NET_DEVICES=mlx5_0:1,…` (UCX names devices `hca:port`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from rdmaplane.gid import AF_INET, GidPolicy, NodeGidPlan, plan_node
+from rdmaplane.model import Hca, NetdevKind, NodeTopology, Port
+from rdmaplane.selectors import natural_key
+
+AUTO_GID_SINCE = (2, 21)  # NCCL_IB_GID_INDEX defaults to -1 (automatic) from 2.21 on
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)*(?:[-+].*)?$")
+_NAME_BREAKERS = re.compile(r"[\s,:=^]")  # would change the meaning of a NCCL/UCX list
+_VIRTUAL_PREFIXES = (
+    "docker", "veth", "virbr", "cni", "flannel", "cali", "tunl", "vxlan", "br-", "kube", "lxc",
+    "weave", "genev", "cilium", "tap", "tun", "dummy",
+)  # fmt: skip
+
+
+class PlanError(ValueError):
+    """No environment can be given for this set, and why (e.g. NCCL < 2.21 with GID indexes
+    that differ between ports)."""
+
+
+@dataclass(frozen=True)
+class NcclSettings:
+    """What the environment plan is for: GID policy, target NCCL, and optional knobs."""
+
+    gid_policy: GidPolicy = field(default_factory=GidPolicy)
+    nccl_version: str | None = None  # target, e.g. "2.18"; None = 2.21 or later
+    socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME verbatim, e.g. "=eth0" or "^docker"
+    ib_tc: int | None = None  # NCCL_IB_TC, 0–255
+    ib_sl: int | None = None  # NCCL_IB_SL, 0–15
+
+    def __post_init__(self) -> None:
+        if self.nccl_version is not None:
+            parse_nccl_version(self.nccl_version)
+        if self.ib_tc is not None and not 0 <= self.ib_tc <= 255:
+            raise ValueError(f"nccl settings ib_tc: {self.ib_tc} is not in 0–255")
+        if self.ib_sl is not None and not 0 <= self.ib_sl <= 15:
+            raise ValueError(f"nccl settings ib_sl: {self.ib_sl} is not in 0–15")
+        if self.socket_ifname is not None and not self.socket_ifname.strip():
+            raise ValueError("nccl settings socket_ifname: empty")
+
+    @property
+    def auto_gid(self) -> bool:
+        """Does the target NCCL pick GIDs by address on its own?"""
+        return self.nccl_version is None or parse_nccl_version(self.nccl_version) >= AUTO_GID_SINCE
+
+
+def parse_nccl_version(text: str) -> tuple[int, int]:
+    """`2.18`, `2.21.5`, `v2.26.2-1` → (major, minor); ValueError otherwise."""
+    m = _VERSION.match(text.strip())
+    if not m:
+        raise ValueError(f"nccl settings nccl_version: {text!r} is not a version like 2.21")
+    return int(m.group(1)), int(m.group(2))
+
+
+def nccl_env(
+    topo: NodeTopology,
+    ports: Sequence[tuple[Hca, Port]],
+    settings: NcclSettings = NcclSettings(),
+) -> dict[str, str]:
+    """The environment for exactly these ports (see the module docstring); PlanError if none
+    can be right."""
+    if not ports:
+        raise PlanError("no HCA ports given: nothing to point NCCL at")
+    for hca, _ in ports:
+        if _NAME_BREAKERS.search(hca.name):
+            raise PlanError(f"HCA name {hca.name!r} cannot be written into NCCL_IB_HCA")
+    try:
+        plan = plan_node(topo, ports, settings.gid_policy)
+    except ValueError as e:
+        raise PlanError(str(e)) from e
+    devices = ",".join(c.name for c in plan.choices)
+    env = {"NCCL_IB_HCA": f"={devices}"}
+    env.update(_gid_env(plan, settings))
+    if settings.socket_ifname is not None:
+        env["NCCL_SOCKET_IFNAME"] = settings.socket_ifname
+    if settings.ib_tc is not None:
+        env["NCCL_IB_TC"] = str(settings.ib_tc)
+    if settings.ib_sl is not None:
+        env["NCCL_IB_SL"] = str(settings.ib_sl)
+    env["UCX_NET_DEVICES"] = devices
+    return env
+
+
+def _gid_env(plan: NodeGidPlan, settings: NcclSettings) -> dict[str, str]:
+    if not plan.roce_choices:
+        return {}
+    if plan.uniform_index is not None:
+        return {"NCCL_IB_GID_INDEX": str(plan.uniform_index)}
+    broken = [c for c in plan.divergent if c.index is None]
+    if broken:
+        why = "; ".join(f"{c.name}: {c.reason}" for c in broken)
+        raise PlanError(f"no usable GID on {why}; leave these ports out of the set")
+    if not settings.auto_gid:
+        why = ", ".join(f"{c.name} → {c.index}" for c in plan.roce_choices)
+        raise PlanError(
+            f"NCCL {settings.nccl_version} needs one NCCL_IB_GID_INDEX for all HCAs, but the "
+            f"GID indexes differ ({why}); use NCCL ≥ 2.21 or give the ports the same GID layout"
+        )
+    policy = settings.gid_policy
+    env = {
+        "NCCL_IB_ROCE_VERSION_NUM": str(policy.roce_version),
+        "NCCL_IB_ADDR_FAMILY": "AF_INET" if policy.family == AF_INET else "AF_INET6",
+    }
+    if policy.cidr is not None:
+        env["NCCL_IB_ADDR_RANGE"] = policy.cidr
+    return env
+
+
+def default_socket_ifname(topo: NodeTopology, ports: Sequence[tuple[Hca, Port]]) -> str | None:
+    """`=<netdev>` for NCCL's bootstrap traffic on this node (host network), or None.
+
+    A netdev that is up, not loopback or virtual (docker, veth, CNI…), not a bond slave, and not
+    carrying one of `ports` (nor a VLAN on top of one). Netdevs with no RDMA device behind them
+    come first (the front-end NIC), then physical before bond before VLAN before IPoIB, then by
+    name. Inside a pod, whose interfaces differ from the host's, set it explicitly instead.
+    """
+    rdma = {p.netdev for h in topo.hcas for p in h.ports if p.netdev}
+    rdma |= {h.parent_netdev for h in topo.hcas if h.parent_netdev}
+    rdma_pci = {h.pci.address for h in topo.hcas if h.pci}
+    used = {p.netdev for _, p in ports if p.netdev}
+    rank = {NetdevKind.PHYSICAL: 0, NetdevKind.BOND: 1, NetdevKind.VLAN: 2, NetdevKind.IPOIB: 3}
+    candidates = [
+        n
+        for n in topo.netdevs
+        if n.operstate == "up"
+        and n.kind in rank
+        and n.name != "lo"
+        and not n.name.startswith(_VIRTUAL_PREFIXES)
+        and n.master is None
+        and n.name not in used
+        and not used.intersection(n.lower if n.kind == NetdevKind.VLAN else ())
+    ]
+    if not candidates:
+        return None
+    best = min(
+        candidates,
+        key=lambda n: (
+            n.name in rdma or bool(rdma.intersection(n.lower)) or n.pci in rdma_pci,
+            rank[n.kind],
+            natural_key(n.name),
+        ),
+    )
+    return f"={best.name}"

@@ -1,0 +1,1 @@
+"""The topology-aware scheduler extender service."""

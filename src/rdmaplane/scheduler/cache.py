@@ -1,0 +1,279 @@
+"""The extender's view of the cluster: NRTs, nodes and bound pods, kept by watches.
+
+No I/O here; the watch loop (`watch.py`), the CLI's one-shot listing and the tests feed it the
+same Kubernetes objects (dicts). For every node it keeps a `NodeState` that already subtracts the
+pods bound to the node but absent from the NRT's `rdmaplane.io/accounted-pods` (taken from the
+zones the kubelet would pick), so decisions made before the agent republishes still see them.
+Decisions are memoised per (pod request, node state): identical nodes share them, and a request
+touches only dict lookups for nodes that did not change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from typing import Any
+
+from rdmaplane import nrt as nrtmod
+from rdmaplane import placement as pl
+
+KINDS = ("nrt", "node", "pod")
+REASON_PREFIX = "rdmaplane: "
+MIN_STATES = 10_000  # interned node states kept before the dead ones are dropped
+MAX_REQUEST_SHAPES = 4_096  # distinct pod requests memoised at once
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    key: str  # namespace/name
+    node: str
+    created: str
+    request: pl.PodRequest
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEntry:
+    name: str
+    topology: nrtmod.NodeResourceTopology
+    state: pl.NodeState
+    sid: int  # interned id of `state`
+    unaccounted: tuple[str, ...]  # bound pods subtracted here, on top of the NRT
+
+
+def _bulk(table: Mapping[Any, Any], keys: Sequence[Any]) -> tuple[Any, ...]:
+    """table[k] for every key, in one C-level call (KeyError if one is missing)."""
+    got = itemgetter(*keys)(table)
+    return got if len(keys) > 1 else (got,)
+
+
+def pod_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+class ClusterCache:
+    def __init__(self, policy: pl.Policy = pl.Policy(), memo_limit: int = 200_000) -> None:
+        self.policy = policy
+        self.synced = dict.fromkeys(KINDS, False)
+        self._memo_limit = memo_limit
+        self._nrts: dict[str, nrtmod.NodeResourceTopology] = {}
+        self._nrt_errors: dict[str, str] = {}
+        self._not_ready: dict[str, str] = {}  # node → RDMAReady=False message
+        self._nodes: set[str] = set()
+        self._pods: dict[str, BoundPod] = {}
+        self._pods_by_node: dict[str, set[str]] = {}
+        self._entries: dict[str, NodeEntry] = {}
+        self._sids: dict[pl.NodeState, int] = {}
+        self._states: list[pl.NodeState] = []  # by state id
+        self._sid_by_name: dict[str, int] = {}
+        self._memo: dict[pl.PodRequest, dict[int, pl.Verdict]] = {}
+
+    # ---- feeding -------------------------------------------------------------------------------
+
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) of a kind in `KINDS`."""
+        name = (obj.get("metadata") or {}).get("name", "")
+        if kind == "pod":
+            self._set_pod(obj) if event != "DELETED" else self._drop_pod(pod_key(obj))
+        elif event == "DELETED":
+            self._drop_nrt(name) if kind == "nrt" else self._drop_node(name)
+        else:
+            self._set_nrt(obj) if kind == "nrt" else self._set_node(obj)
+
+    def replace(self, kind: str, objs: Iterable[Mapping[str, Any]]) -> None:
+        """A fresh listing of a kind: forget what it no longer has, take in the rest."""
+        objs = list(objs)
+        if kind == "pod":
+            keep = {pod_key(o) for o in objs}
+            for key in [k for k in self._pods if k not in keep]:
+                self._drop_pod(key)
+        else:
+            known = (set(self._nrts) | set(self._nrt_errors)) if kind == "nrt" else set(self._nodes)
+            keep = {(o.get("metadata") or {}).get("name", "") for o in objs}
+            for name in known - keep:
+                self.apply(kind, "DELETED", {"metadata": {"name": name}})
+        for obj in objs:
+            self.apply(kind, "ADDED", obj)
+        self.synced[kind] = True
+
+    def _set_nrt(self, obj: Mapping[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name", "")
+        try:
+            topology = nrtmod.from_object(obj)
+        except nrtmod.NrtError as exc:
+            self._nrts.pop(name, None)
+            self._nrt_errors[name] = str(exc)
+        else:
+            self._nrt_errors.pop(name, None)
+            self._nrts[name] = topology
+        self._rebuild(name)
+
+    def _drop_nrt(self, name: str) -> None:
+        self._nrts.pop(name, None)
+        self._nrt_errors.pop(name, None)
+        self._rebuild(name)
+
+    def _set_node(self, obj: Mapping[str, Any]) -> None:
+        name = (obj.get("metadata") or {}).get("name", "")
+        self._nodes.add(name)
+        conditions = (obj.get("status") or {}).get("conditions") or []
+        ready = next(
+            (
+                c
+                for c in conditions
+                if isinstance(c, Mapping) and c.get("type") == nrtmod.CONDITION_RDMA_READY
+            ),
+            None,
+        )
+        if ready is not None and ready.get("status") == "False":
+            why = ready.get("message") or ready.get("reason") or "no reason given"
+            self._not_ready[name] = f"{nrtmod.CONDITION_RDMA_READY}=False: {why}"
+        else:
+            self._not_ready.pop(name, None)
+
+    def _drop_node(self, name: str) -> None:
+        self._nodes.discard(name)
+        self._not_ready.pop(name, None)
+
+    def _set_pod(self, obj: Mapping[str, Any]) -> None:
+        key = pod_key(obj)
+        spec = obj.get("spec") or {}
+        node = spec.get("nodeName") or ""
+        phase = (obj.get("status") or {}).get("phase")
+        try:
+            request = pl.pod_request(obj, self.policy.names)
+        except pl.RequestError:
+            request = None  # the API server admitted it; we cannot count it, so we don't
+        if (
+            not node
+            or phase in ("Succeeded", "Failed")
+            or request is None
+            or not request.wants_devices
+        ):
+            self._drop_pod(key)
+            return
+        created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
+        pod = BoundPod(key, node, created, request)
+        if self._pods.get(key) == pod:
+            return
+        self._drop_pod(key)
+        self._pods[key] = pod
+        self._pods_by_node.setdefault(node, set()).add(key)
+        self._rebuild(node)
+
+    def _drop_pod(self, key: str) -> None:
+        pod = self._pods.pop(key, None)
+        if pod is not None:
+            self._pods_by_node.get(pod.node, set()).discard(key)
+            self._rebuild(pod.node)
+
+    def _rebuild(self, name: str) -> None:
+        topology = self._nrts.get(name)
+        if topology is None:
+            self._entries.pop(name, None)
+            self._sid_by_name.pop(name, None)
+            return
+        state = pl.node_state(topology, self.policy.names)
+        accounted = topology.accounted_pods
+        pods = sorted(
+            (self._pods[k] for k in self._pods_by_node.get(name, ()) if k not in accounted),
+            key=lambda p: (p.created, p.key),
+        )
+        subtracted = []
+        for pod in pods:
+            placed = pl.place_pod(state, pod.request, self.policy.names)
+            if not isinstance(placed, pl.Rejection):  # a pod the kubelet refuses holds nothing
+                state = placed[1]
+                subtracted.append(pod.key)
+        self._entries[name] = NodeEntry(
+            name, topology, state, self._intern(state), tuple(subtracted)
+        )
+        self._sid_by_name[name] = self._entries[name].sid
+
+    def _intern(self, state: pl.NodeState) -> int:
+        sid = self._sids.get(state)
+        if sid is None:
+            if len(self._states) >= max(MIN_STATES, 4 * len(self._entries)):
+                self._compact()
+            sid = self._sids[state] = len(self._states)
+            self._states.append(state)
+        return sid
+
+    def _compact(self) -> None:
+        """Forget states no node has any more (every bind makes a new one): renumber the live
+        ones and drop the decisions memoised for the old numbers."""
+        self._sids.clear()
+        self._states.clear()
+        self._memo.clear()
+        for name, entry in list(self._entries.items()):
+            sid = self._sids.get(entry.state)
+            if sid is None:
+                sid = self._sids[entry.state] = len(self._states)
+                self._states.append(entry.state)
+            self._entries[name] = NodeEntry(
+                name, entry.topology, entry.state, sid, entry.unaccounted
+            )
+            self._sid_by_name[name] = sid
+
+    # ---- reading -------------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return all(self.synced.values())
+
+    def counts(self) -> dict[str, int]:
+        return {"nrt": len(self._nrts), "node": len(self._nodes), "pod": len(self._pods)}
+
+    def entry(self, name: str) -> NodeEntry | None:
+        return self._entries.get(name)
+
+    def verdicts(self, names: Sequence[str], request: pl.PodRequest) -> Sequence[pl.Verdict]:
+        """The decision for each node, in order. The request path: two C-level bulk lookups
+        (node name → state id → decision), plus an evaluation per state new to this pod."""
+        memo = self._memo.get(request)
+        if memo is None:
+            entries = sum(len(m) for m in self._memo.values())
+            if entries >= self._memo_limit or len(self._memo) >= MAX_REQUEST_SHAPES:
+                self._memo.clear()
+            memo = self._memo[request] = {}
+        if not names:
+            return []
+        try:
+            sids = _bulk(self._sid_by_name, names)
+        except KeyError:  # some node without a usable NRT: the slow path
+            return [self._one(name, request, memo) for name in names]
+        for sid in set(sids).difference(memo):
+            memo[sid] = pl.evaluate(self._states[sid], request, self.policy)
+        found = _bulk(memo, sids)
+        if self._not_ready and request.wants_rdma:
+            return [
+                self._one(name, request, memo) if name in self._not_ready else v
+                for name, v in zip(names, found, strict=True)
+            ]
+        return found
+
+    def _one(self, name: str, request: pl.PodRequest, memo: dict[int, pl.Verdict]) -> pl.Verdict:
+        entry = self._entries.get(name)
+        if entry is None:
+            return self._without_topology(name, request)
+        if request.wants_rdma and name in self._not_ready:
+            return pl.Verdict(False, False, self._not_ready[name], 0, "")
+        found = memo.get(entry.sid)
+        if found is None:
+            found = memo[entry.sid] = pl.evaluate(entry.state, request, self.policy)
+        return found
+
+    def verdict(self, name: str, request: pl.PodRequest) -> pl.Verdict:
+        return self.verdicts((name,), request)[0]
+
+    def _without_topology(self, name: str, request: pl.PodRequest) -> pl.Verdict:
+        if not request.wants_devices:
+            return pl.PASS_THROUGH
+        if name in self._nrt_errors:
+            why = f"malformed NodeResourceTopology: {self._nrt_errors[name]}"
+        else:
+            why = "no NodeResourceTopology published for this node"
+        if request.wants_rdma:
+            return pl.Verdict(False, True, why, 0, "")
+        return pl.Verdict(True, False, f"{why}; GPU-only pod passes unscored", 0, "")

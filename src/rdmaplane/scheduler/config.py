@@ -1,0 +1,83 @@
+"""The extender's configuration file (YAML or JSON), validated with errors that name the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from rdmaplane import placement as pl
+
+_W = pl.Weights()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+
+class WeightsConfig(_Model):
+    """Score = 10 x (alignment x A + packing x P) / (alignment + packing)."""
+
+    alignment: float = Field(_W.alignment, ge=0)
+    packing: float = Field(_W.packing, ge=0)
+    pcie: float = Field(_W.pcie, ge=0, description="a GPU paired with a NIC on its PCIe root")
+    numa: float = Field(_W.numa, ge=0, description="a GPU with a NIC on its NUMA zone only")
+    cross: float = Field(_W.cross, ge=0, description="a GPU whose NIC is across NUMA zones")
+    not_preferred: float = Field(_W.not_preferred, ge=0, le=1, alias="notPreferred")
+    zone_fill: float = Field(_W.zone_fill, ge=0, alias="zoneFill")
+    node_fill: float = Field(_W.node_fill, ge=0, alias="nodeFill")
+
+
+class ResourcesConfig(_Model):
+    gpu: str = pl.ResourceNames.gpu
+    hca: str = pl.ResourceNames.hca
+    hca_shared: str = Field(pl.ResourceNames.hca_shared, alias="hcaShared")
+
+
+class ExtenderConfig(_Model):
+    api_version: Literal["rdmaplane.io/v1alpha1"] = Field(
+        "rdmaplane.io/v1alpha1", alias="apiVersion"
+    )
+    kind: Literal["SchedulerExtenderConfig"] = "SchedulerExtenderConfig"
+    weights: WeightsConfig = Field(default_factory=lambda: WeightsConfig.model_validate({}))
+    resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig.model_validate({}))
+    max_request_bytes: int = Field(16 * 1024 * 1024, gt=0, alias="maxRequestBytes")
+    memo_entries: int = Field(200_000, gt=0, alias="memoEntries")
+
+    def policy(self) -> pl.Policy:
+        w = self.weights
+        return pl.Policy(
+            pl.Weights(
+                w.alignment,
+                w.packing,
+                w.pcie,
+                w.numa,
+                w.cross,
+                w.not_preferred,
+                w.zone_fill,
+                w.node_fill,
+            ),
+            pl.ResourceNames(self.resources.gpu, self.resources.hca, self.resources.hca_shared),
+        )
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: Path | None) -> ExtenderConfig:
+    """Read the file (or the defaults when `path` is None); `ConfigError` names file and key."""
+    if path is None:
+        return ExtenderConfig.model_validate({})
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+    try:
+        return ExtenderConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise ConfigError(f"{path}: {key}: {first['msg']}") from exc

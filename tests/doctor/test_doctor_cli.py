@@ -1,0 +1,182 @@
+"""`rdmaplane doctor` through the real CLI: exit codes, tables, JSON, the report and the Job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from rdmaplane.cli import app
+from rdmaplane.doctor import pairing, report
+
+FIXTURES = Path(__file__).parent / "fixtures"
+runner = CliRunner()
+
+
+def run(*args: str, input: str | None = None):
+    r = runner.invoke(app, list(args), input=input)
+    return r.exit_code, r.stdout, r.stderr
+
+
+def pod(tmp_path: Path, sys_root: Path, uverbs: list[str]) -> Path:
+    (tmp_path / "sys").symlink_to(sys_root)
+    (tmp_path / "dev/infiniband").mkdir(parents=True)
+    for u in [*uverbs, "rdma_cm"]:
+        (tmp_path / "dev/infiniband" / u).touch()
+    (tmp_path / "dev/shm").mkdir()
+    return tmp_path
+
+
+def test_checks_json_and_exit_code(tmp_path, sample_trees):
+    root = pod(tmp_path, sample_trees["hgx-h100-roce"], [])
+    code, out, _ = run("doctor", "--root", str(root), "-o", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["status"] == "FAIL" and doc["kind"] == "checks"
+    devices = next(f for f in doc["findings"] if f["name"] == "rdma-devices")
+    assert devices["status"] == "FAIL" and "uverbsN" in devices["detail"]
+
+
+def test_checks_table(tmp_path, sample_trees):
+    root = pod(tmp_path, sample_trees["hgx-h100-roce"], ["uverbs0"])
+    code, out, _ = run("doctor", "--root", str(root))
+    assert "rdma-devices" in out and "mlx5_0(uverbs0)" in out
+    assert code in (0, 1)  # memlock/IPC_LOCK/libs depend on the machine running the test
+
+
+def test_bad_root_and_output_are_usage_errors(tmp_path):
+    assert run("doctor", "--root", str(tmp_path / "nope"))[0] == 2
+    assert run("doctor", "nccl-log", "-", "-o", "xml", input="x")[0] == 2
+    code, _, err = run("doctor", "nccl-tests", str(tmp_path / "missing.txt"))
+    assert code == 2 and "cannot read" in err
+
+
+def test_nccl_tests_against_the_nodes_nic_aggregate(tmp_path, sample_trees):
+    (tmp_path / "sys").symlink_to(sample_trees["hgx-h200-ib"])
+    text = (FIXTURES / "nccl/all_reduce_2node_mpirun.txt").read_text()
+    code, out, _ = run(
+        "doctor", "nccl-tests", "-", "--root", str(tmp_path), "-o", "json", input=text
+    )
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["nic_aggregate_gbps"] == 3200.0  # 8 compute NICs × 400G, storage NICs left out
+    assert doc["peak_busbw_gbs"] == pytest.approx(467.48)
+    assert doc["hosts"] == ["gpu-node-a07", "gpu-node-a12"]
+
+
+def test_nccl_tests_below_eighty_percent_fails():
+    text = (FIXTURES / "nccl/all_gather_wrong_socket.txt").read_text()
+    code, out, _ = run("doctor", "nccl-tests", "-", "--line-rate", "800", "-o", "json", input=text)
+    doc = json.loads(out)
+    assert code == 1
+    findings = {f["name"]: f for f in doc["findings"]}
+    assert findings["correctness"]["status"] == "FAIL"
+    assert (
+        findings["busbw"]["status"] == "FAIL"
+        and "22% of the 800 Gb/s" in findings["busbw"]["detail"]
+    )
+
+
+def test_nccl_tests_one_node_is_not_judged_against_nics():
+    code, out, _ = run(
+        "doctor",
+        "nccl-tests",
+        str(FIXTURES / "nccl/all_reduce_old_columns_srun.txt"),
+        "--line-rate",
+        "800",
+    )
+    assert code == 0 and "one node" in out
+
+
+def test_nccl_log_table_names_the_evidence_line():
+    code, out, _ = run("doctor", "nccl-log", str(FIXTURES / "nccl/log_gid_timeout.txt"))
+    assert code == 1
+    assert "modify-qp-timeout" in out and "line 13:" in out
+    assert "NCCL_IB_GID_INDEX" in out
+
+
+def test_junk_is_a_clear_parse_error():
+    code, _, err = run("doctor", "nccl-log", "-", input="\x00garbage\n")
+    assert code == 2 and "could not parse NCCL log" in err and "line 1" in err
+
+
+def test_report_merges_pod_logs(tmp_path):
+    ok = {
+        "schema": "rdmaplane.io/doctor/v1",
+        "kind": "checks",
+        "status": "PASS",
+        "node": "n1",
+        "findings": [{"name": "rdma-devices", "status": "PASS", "detail": "ok"}],
+    }
+    bad = {
+        "schema": "rdmaplane.io/doctor/v1",
+        "kind": "perf",
+        "status": "FAIL",
+        "node": "n2",
+        "findings": [{"name": "bw mlx5_0", "status": "FAIL", "detail": "40% of 400"}],
+    }
+    log1 = tmp_path / "pod1.log"
+    log1.write_text(json.dumps(ok, indent=2) + "\nsome stderr line\n" + json.dumps(bad, indent=2))
+    log2 = tmp_path / "pod2.log"
+    log2.write_text(json.dumps(ok))
+    code, out, _ = run("doctor", "report", str(log1), str(log2), "-o", "json")
+    doc = json.loads(out)
+    assert code == 1 and doc["status"] == "FAIL" and doc["nodes"] == ["n1", "n2"]
+    assert [e["kind"] for e in doc["entries"]] == ["checks", "perf", "checks"]
+    assert doc["entries"][1]["failed"] == ["bw mlx5_0: 40% of 400"]
+    empty = tmp_path / "empty.log"
+    empty.write_text("Error from server: pod not found\n")
+    code, _, err = run("doctor", "report", str(empty))
+    assert code == 2 and "empty.log: no rdmaplane doctor" in err
+
+
+@given(st.text())
+def test_report_documents_never_crash(text):
+    assert isinstance(report.documents(text), list)
+
+
+@given(st.lists(st.text(alphabet="abcdefgh-0123", min_size=1, max_size=6), min_size=2, max_size=40))
+def test_pairs_cover_every_node_without_overlap_in_a_round(nodes):
+    if len(set(nodes)) < 2:
+        with pytest.raises(ValueError):
+            pairing.cover_pairs(nodes)
+        return
+    pairs = pairing.cover_pairs(nodes)
+    covered = {n for p in pairs for n in (p.server, p.client)}
+    assert covered == set(nodes)
+    assert all(p.server != p.client for p in pairs)
+    for rnd in {p.round for p in pairs}:
+        members = [n for p in pairs if p.round == rnd for n in (p.server, p.client)]
+        assert len(members) == len(set(members))
+    assert len(pairs) == (len(set(nodes)) + 1) // 2
+
+
+def test_job_manifests(tmp_path):
+    code, out, err = run("doctor", "job", "gpu-3", "gpu-1", "gpu-2", "--image", "img:1")
+    assert code == 0
+    docs = list(yaml.safe_load_all(out))
+    assert docs[0]["kind"] == "Service" and docs[0]["spec"]["clusterIP"] == "None"
+    jobs = docs[1:]
+    assert len(jobs) == 4
+    nodes = {j["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"] for j in jobs}
+    assert nodes == {"gpu-1", "gpu-2", "gpu-3"}
+    for j in jobs:
+        spec = j["spec"]["template"]["spec"]
+        c = spec["containers"][0]
+        assert c["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+        assert c["securityContext"]["privileged"] is False
+        assert c["resources"]["limits"]["rdmaplane.io/hca"] == "1"
+        assert "rdmaplane doctor -o json" in c["command"][2]
+    client = next(j for j in jobs if j["metadata"]["name"].endswith("pair-0-client"))
+    assert (
+        "--client pair-0-server.rdmaplane-doctor.rdmaplane-doctor.svc"
+        in client["spec"]["template"]["spec"]["containers"][0]["command"][2]
+    )
+    server = next(j for j in jobs if j["metadata"]["name"].endswith("pair-0-server"))
+    assert server["spec"]["template"]["spec"]["hostname"] == "pair-0-server"
+    assert "round 1: gpu-3 (server)" in err
+    assert run("doctor", "job", "only-one")[0] == 2

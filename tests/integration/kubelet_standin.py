@@ -1,0 +1,178 @@
+"""A kubelet stand-in speaking the device plugin protocol from the same generated stubs.
+
+It does what the kubelet's device manager does with a plugin, no more: serves
+`Registration.Register` on `device-plugins/kubelet.sock` (or finds plugins in
+`plugins_registry/` and asks them `GetInfo`), dials the plugin back, keeps reading its
+`ListAndWatch` stream, filters the healthy devices by a NUMA affinity as the Topology Manager
+does before `GetPreferredAllocation`, then calls `Allocate`. `restart()` behaves like a kubelet
+restart: its streams die, every socket in `device-plugins/` is deleted, a new one comes up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
+from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+
+
+@dataclass
+class SeenDevice:
+    health: str
+    numa: tuple[int, ...]
+
+
+@dataclass
+class Plugin:
+    """What the stand-in knows about one registered resource."""
+
+    resource: str
+    endpoint: str
+    options: dp.DevicePluginOptions | None = None
+    devices: dict[str, SeenDevice] = field(default_factory=dict)
+    lists: int = 0  # ListAndWatch responses received
+    registered_at: float = 0.0
+    first_list_at: float | None = None
+
+
+class KubeletStandIn(dp_grpc.RegistrationServicer):
+    def __init__(self, kubelet_dir: Path) -> None:
+        self.dir = Path(kubelet_dir)
+        self.plugins_dir = self.dir / "device-plugins"
+        self.registry_dir = self.dir / "plugins_registry"
+        self.socket = self.plugins_dir / "kubelet.sock"
+        self.plugins: dict[str, Plugin] = {}
+        self.registrations: list[dp.RegisterRequest] = []
+        self.changed = asyncio.Condition()
+        self._server: grpc.aio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._channels: list[grpc.aio.Channel] = []
+
+    # --- lifecycle
+    async def start(self) -> None:
+        self.plugins_dir.mkdir(parents=True, exist_ok=True)
+        self._server = grpc.aio.server()
+        dp_grpc.add_RegistrationServicer_to_server(self, self._server)
+        self._server.add_insecure_port(f"unix://{self.socket}")
+        await self._server.start()
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for ch in self._channels:
+            await ch.close()
+        self._channels.clear()
+        if self._server:
+            await self._server.stop(grace=None)
+            self._server = None
+
+    async def restart(self) -> None:
+        """Go away, wipe device-plugins/ as the kubelet does on start, come back."""
+        await self.stop()
+        self.plugins.clear()
+        for sock in self.plugins_dir.glob("*"):
+            sock.unlink()
+        await self.start()
+
+    # --- Registration service (device-plugins/kubelet.sock)
+    async def Register(self, request: dp.RegisterRequest, context: object) -> dp.Empty:
+        self.registrations.append(request)
+        self._connect(request.resource_name, str(self.plugins_dir / request.endpoint))
+        return dp.Empty()
+
+    # --- plugin watcher (plugins_registry/)
+    async def discover_registry(self) -> list[reg.PluginInfo]:
+        """Find plugin sockets in plugins_registry/, ask who they are, connect, notify."""
+        infos = []
+        for sock in sorted(self.registry_dir.glob("*.sock")):
+            channel = self._channel(str(sock))
+            watcher = reg_grpc.RegistrationStub(channel)
+            info = await watcher.GetInfo(reg.InfoRequest(), timeout=5)
+            infos.append(info)
+            self._connect(info.name, info.endpoint or str(sock))
+            await watcher.NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=True), timeout=5
+            )
+        return infos
+
+    # --- talking to plugins
+    def _channel(self, path: str) -> grpc.aio.Channel:
+        channel = grpc.aio.insecure_channel(f"unix://{path}")
+        self._channels.append(channel)
+        return channel
+
+    def stub(self, resource: str) -> dp_grpc.DevicePluginStub:
+        return dp_grpc.DevicePluginStub(self._channel(self.plugins[resource].endpoint))
+
+    def _connect(self, resource: str, endpoint: str) -> None:
+        plugin = Plugin(resource, endpoint, registered_at=time.perf_counter())
+        self.plugins[resource] = plugin
+        task = asyncio.create_task(self._watch(plugin))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _watch(self, plugin: Plugin) -> None:
+        stub = dp_grpc.DevicePluginStub(self._channel(plugin.endpoint))
+        with contextlib.suppress(grpc.aio.AioRpcError):  # the kubelet logs and waits, too
+            # the kubelet dials with WithBlock and a 10 s timeout: it waits for the socket
+            plugin.options = await stub.GetDevicePluginOptions(
+                dp.Empty(), timeout=10, wait_for_ready=True
+            )
+            async for response in stub.ListAndWatch(dp.Empty()):
+                plugin.devices = {
+                    d.ID: SeenDevice(d.health, tuple(n.ID for n in d.topology.nodes))
+                    for d in response.devices
+                }
+                plugin.lists += 1
+                if plugin.first_list_at is None:
+                    plugin.first_list_at = time.perf_counter()
+                async with self.changed:
+                    self.changed.notify_all()
+
+    async def wait_for(self, predicate: Callable[[], bool], within: float = 5.0) -> None:
+        """Until `predicate` holds after a ListAndWatch update; TimeoutError after `within` s."""
+        async with asyncio.timeout(within), self.changed:
+            await self.changed.wait_for(predicate)
+
+    # --- admission of a container, as the device manager does it
+    async def admit(
+        self, resource: str, count: int, numa_affinity: set[int] | None = None
+    ) -> tuple[list[str], dp.ContainerAllocateResponse]:
+        plugin = self.plugins[resource]
+        available = [
+            dev_id
+            for dev_id, d in sorted(plugin.devices.items())
+            if d.health == "Healthy"
+            and (numa_affinity is None or not d.numa or set(d.numa) & numa_affinity)
+        ]
+        stub = self.stub(resource)
+        ids = available[:count]
+        if plugin.options and plugin.options.get_preferred_allocation_available:
+            preferred = await stub.GetPreferredAllocation(
+                dp.PreferredAllocationRequest(
+                    container_requests=[
+                        dp.ContainerPreferredAllocationRequest(
+                            available_deviceIDs=available, allocation_size=count
+                        )
+                    ]
+                ),
+                timeout=5,
+            )
+            ids = list(preferred.container_responses[0].deviceIDs)
+        allocated = await stub.Allocate(
+            dp.AllocateRequest(container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)]),
+            timeout=5,
+        )
+        return ids, allocated.container_responses[0]

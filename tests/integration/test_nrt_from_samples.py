@@ -1,0 +1,44 @@
+"""The published NRT and labels of the bundled sample nodes, as the agent will build them."""
+
+from __future__ import annotations
+
+from rdmaplane import nrt
+from rdmaplane import placement as pl
+from rdmaplane.model import NodeTopology
+
+
+def test_hgx_publishes_one_gpu_nic_pair_per_root(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["hgx-h100-roce"]
+    published = nrt.build(
+        "hgx", nrt.devices_from_topology(topo), distances=nrt.numa_distances(topo)
+    )
+    assert [z.name for z in published.numa_zones()] == ["node-0", "node-1"]
+    assert published.numa_zones()[0].costs == (nrt.Cost("node-0", 10), nrt.Cost("node-1", 21))
+    roots = published.pcie_roots("node-0")
+    assert len(roots) == 4  # the bonded storage NIC on pci0000:00 is not a compute NIC
+    assert all(r.allocatable(nrt.GPU) == 1 and r.allocatable(nrt.HCA) == 1 for r in roots)
+    labels = nrt.node_labels(topo, gid_index=3)
+    assert labels == {
+        nrt.LABEL_RDMA: "true",
+        nrt.LABEL_LINK_LAYER: "Ethernet",
+        nrt.LABEL_RATE_GBPS: "400",
+        nrt.LABEL_GID_INDEX: "3",
+    }
+
+
+def test_split_node_pairs_only_where_nics_are(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["pcie-l40s-split"]
+    state = pl.node_state(
+        nrt.build("l40s", nrt.devices_from_topology(topo), policy="single-numa-node")
+    )
+    assert [z.capacity for z in state.zones] == [(4, 2, 0), (4, 0, 0)]
+    two = pl.evaluate(state, pl.PodRequest(((2, 2, 0),), (), (2, 2, 0)))
+    assert two.fits and two.alignment == "pcie"
+    assert not pl.evaluate(state, pl.PodRequest(((3, 3, 0),), (), (3, 3, 0))).fits
+
+
+def test_no_rdma_no_labels(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["workstation"]
+    assert nrt.node_labels(topo, hcas=[]) == {}
+    assert nrt.node_labels(topo, hcas=["rxe0"]) == {}  # software RDMA has no PCI function
+    assert [d.resource for d in nrt.devices_from_topology(topo, hcas=[])] == [nrt.GPU, nrt.GPU]

@@ -1,0 +1,215 @@
+"""The extender over real HTTP (uvicorn on loopback, httpx client), in the upstream wire format."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from rdmaplane import nrt
+from rdmaplane.scheduler.app import create_app
+from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.scheduler.config import ExtenderConfig, load_config
+from rdmaplane.scheduler.layouts import layout
+from rdmaplane.scheduler.watch import make_client, watch_all
+from tests.scheduler_helpers import node, pod, serve
+
+NAMES = ["paired", "lopsided", "full", "bare"]
+
+
+def _cluster() -> ClusterCache:
+    cache = ClusterCache()
+    topologies = [
+        layout("hgx", "paired", policy="best-effort"),
+        layout("one-socket-nics", "lopsided", policy="best-effort"),
+        layout("hgx", "full", policy="single-numa-node"),
+    ]
+    cache.replace("nrt", [nrt.to_object(t) for t in topologies])
+    cache.replace("node", [node(n) for n in NAMES])
+    cache.replace("pod", [pod("big-a", 4, 4, node="full"), pod("big-b", 4, 0, node="full")])
+    return cache
+
+
+@pytest.fixture
+def url() -> Iterator[str]:
+    with serve(
+        create_app(_cluster(), ExtenderConfig.model_validate({"maxRequestBytes": 64 * 1024}))
+    ) as base:
+        yield base
+
+
+def _call(url: str, verb: str, body: object) -> httpx.Response:
+    return httpx.post(
+        f"{url}/{verb}", content=orjson.dumps(body), headers={"content-type": "application/json"}
+    )
+
+
+def test_filter_with_node_names(url: str) -> None:
+    reply = _call(url, "filter", {"Pod": pod("p", 8, 8), "Nodes": None, "NodeNames": NAMES})
+    assert reply.status_code == 200
+    body = reply.json()
+    assert set(body) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+    assert body["Nodes"] is None and body["Error"] == ""
+    assert body["NodeNames"] == ["paired", "lopsided"]
+    assert body["FailedNodes"] == {}
+    assert body["FailedAndUnresolvableNodes"] == {
+        "full": "rdmaplane: single-numa-node: no NUMA zone can hold"
+        " 8 nvidia.com/gpu + 8 rdmaplane.io/hca",
+        "bare": "rdmaplane: no NodeResourceTopology published for this node",
+    }
+
+
+def test_filter_full_node_is_resolvable(url: str) -> None:
+    body = _call(url, "filter", {"Pod": pod("p", 1, 1), "NodeNames": ["full"]}).json()
+    assert body["FailedNodes"] == {"full": "rdmaplane: insufficient nvidia.com/gpu"}
+
+
+def test_filter_with_node_list_returns_node_list(url: str) -> None:
+    items = [node(n) for n in NAMES]
+    body = _call(
+        url,
+        "filter",
+        {"Pod": pod("p", 2, 2), "Nodes": {"kind": "NodeList", "items": items}, "NodeNames": None},
+    ).json()
+    assert [n["metadata"]["name"] for n in body["Nodes"]["items"]] == ["paired", "lopsided"]
+    assert body["Nodes"]["kind"] == "NodeList"
+    assert body["NodeNames"] == ["paired", "lopsided"]
+
+
+def test_prioritize_ranks_pcie_pairs_first(url: str) -> None:
+    reply = _call(url, "prioritize", {"Pod": pod("p", 8, 8), "NodeNames": ["lopsided", "paired"]})
+    scores = {e["Host"]: e["Score"] for e in reply.json()}
+    assert set(reply.json()[0]) == {"Host", "Score"}
+    assert scores["paired"] > scores["lopsided"] >= 0 and scores["paired"] <= 10
+
+
+def test_pass_through_pod_changes_nothing(url: str) -> None:
+    body = _call(url, "filter", {"Pod": pod("web"), "NodeNames": NAMES}).json()
+    assert (
+        body["NodeNames"] == NAMES
+        and body["FailedNodes"] == {}
+        and body["FailedAndUnresolvableNodes"] == {}
+    )
+    scores = {
+        e["Score"] for e in _call(url, "prioritize", {"Pod": pod("web"), "NodeNames": NAMES}).json()
+    }
+    assert scores == {0}
+
+
+def test_no_nodes_at_all(url: str) -> None:
+    body = _call(url, "filter", {"Pod": pod("p", 1, 1), "Nodes": None, "NodeNames": None}).json()
+    assert body["NodeNames"] == [] and body["Error"] == ""
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"{not json", "request body is not valid JSON"),
+        (b"[1, 2]", "request body: expected a JSON object"),
+        (b'{"NodeNames": []}', "Pod: expected an object"),
+        (b'{"Pod": {"spec": {}}, "NodeNames": "n1"}', "NodeNames: expected a list"),
+        (b'{"Pod": {"spec": {}}, "NodeNames": ["a", 7]}', "NodeNames[1]: expected a string"),
+        (
+            b'{"Pod": {"spec": {}}, "Nodes": {"items": [{"metadata": {}}]}}',
+            "Nodes.items[0].metadata.name",
+        ),
+        (
+            b'{"Pod": {"spec": {"containers": [{"resources": {"limits":'
+            b' {"nvidia.com/gpu": "half"}}}]}}, "NodeNames": []}',
+            "Pod.spec.containers[0].resources.limits[nvidia.com/gpu]",
+        ),
+    ],
+)
+def test_malformed_requests_get_400_with_a_message(url: str, content: bytes, message: str) -> None:
+    for verb in ("filter", "prioritize"):
+        reply = httpx.post(f"{url}/{verb}", content=content)
+        assert reply.status_code == 400
+        assert message in reply.json()["Error"]
+
+
+def test_oversized_requests_get_413(url: str) -> None:
+    big = orjson.dumps(
+        {"Pod": pod("p", 1, 1), "NodeNames": [f"node-{i:06d}" for i in range(10_000)]}
+    )
+    reply = httpx.post(f"{url}/filter", content=big)
+    assert reply.status_code == 413 and "exceeds the limit of 65536 bytes" in reply.json()["Error"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit holds while streaming too
+        for i in range(0, len(big), 4096):
+            yield big[i : i + 4096]
+
+    reply = httpx.post(f"{url}/prioritize", content=chunks())
+    assert reply.status_code == 413
+    assert httpx.get(f"{url}/healthz").status_code == 200
+
+
+def test_unexpected_fault_is_a_503_with_a_message() -> None:
+    cache = _cluster()
+
+    def broken(*args: object) -> object:
+        raise KeyError("zone")
+
+    cache.verdicts = broken  # type: ignore[method-assign]
+    with serve(create_app(cache, ExtenderConfig.model_validate({}))) as base:
+        reply = _call(base, "filter", {"Pod": pod("p", 1, 1), "NodeNames": ["paired"]})
+        assert reply.status_code == 503 and "internal error: KeyError" in reply.json()["Error"]
+
+
+def test_explain_and_debug_endpoints(url: str) -> None:
+    body = _call(url, "debug/explain", {"Pod": pod("p", 4, 4), "NodeNames": NAMES}).json()
+    rows = {r["node"]: r for r in body["nodes"]}
+    assert body["request"]["total"] == [4, 4, 0]
+    assert rows["paired"]["fits"] and rows["paired"]["alignment"] == "pcie"
+    assert "4/4 PCIe pairs" in rows["paired"]["detail"]
+    assert rows["full"]["unaccountedPods"] == ["default/big-a", "default/big-b"]
+    state = httpx.get(f"{url}/debug/nodes/paired").json()["state"]
+    assert [z["name"] for z in state["zones"]] == ["node-0", "node-1"]
+    assert httpx.get(f"{url}/debug/nodes/nowhere").status_code == 404
+
+
+def test_health_ready_and_metrics(url: str) -> None:
+    _call(url, "filter", {"Pod": pod("p", 1, 1), "NodeNames": NAMES})
+    assert httpx.get(f"{url}/healthz").text == "ok\n"
+    assert httpx.get(f"{url}/readyz").status_code == 200
+    text = httpx.get(f"{url}/metrics").text
+    assert 'rdmaplane_extender_requests_total{code="200",verb="filter"} 1.0' in text
+    assert 'rdmaplane_extender_filter_nodes_total{outcome="passed"} 2.0' in text
+    assert 'rdmaplane_extender_cache_objects{kind="nrt"} 3.0' in text
+
+
+def test_serves_without_a_cluster(tmp_path: Path) -> None:
+    """An unreachable API server: the extender serves, stays unready, and keeps retrying."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    cache = ClusterCache()
+    app = create_app(
+        cache,
+        load_config(None),
+        lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted),
+    )
+    with serve(app) as base:
+        ready = httpx.get(f"{base}/readyz")
+        assert ready.status_code == 503 and "cache not synced yet: nrt, node, pod" in ready.text
+        body = _call(base, "filter", {"Pod": pod("p", 1, 1), "NodeNames": ["n1"]}).json()
+        assert body["FailedAndUnresolvableNodes"] == {
+            "n1": "rdmaplane: no NodeResourceTopology published for this node"
+        }
+        for _ in range(100):
+            if (
+                'rdmaplane_extender_watch_restarts_total{kind="pod"} 2.0'
+                in httpx.get(f"{base}/metrics").text
+            ):
+                break
+            import time
+
+            time.sleep(0.05)
+        else:
+            pytest.fail("the watches did not retry")

@@ -1,0 +1,83 @@
+"""Shared by the scheduler tests: a live uvicorn server on loopback, pods and clusters."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+from rdmaplane import nrt
+
+
+@contextmanager
+def serve(app: FastAPI) -> Iterator[str]:
+    """Run the app under uvicorn in a thread; yield its base URL."""
+    sock = socket.socket(
+        socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
+    )  # asyncio sets TCP_NODELAY only when proto says TCP
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start within 10 s")
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def pod(
+    name: str, gpus: int = 0, hcas: int = 0, shared: int = 0, node: str = "", ns: str = "default"
+) -> dict[str, Any]:
+    limits = {
+        k: str(v) for k, v in ((nrt.GPU, gpus), (nrt.HCA, hcas), (nrt.HCA_SHARED, shared)) if v
+    }
+    obj: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": ns,
+            "creationTimestamp": f"2026-01-01T00:00:{len(name):02d}Z",
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"limits": limits, "requests": limits},
+                }
+            ]
+        },
+        "status": {"phase": "Pending"},
+    }
+    if node:
+        obj["spec"]["nodeName"] = node
+    return obj
+
+
+def node(name: str, rdma_ready: str | None = None, message: str = "") -> dict[str, Any]:
+    conditions = (
+        [{"type": nrt.CONDITION_RDMA_READY, "status": rdma_ready, "message": message}]
+        if rdma_ready
+        else []
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"conditions": conditions},
+    }

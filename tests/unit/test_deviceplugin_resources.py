@@ -1,0 +1,122 @@
+"""The resource manager without sockets: devices, health, preferred sets, allocations."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rdmaplane.deviceplugin import parse_config
+from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
+from rdmaplane.model import Hca, NodeTopology, PhysState, PortState
+
+
+@pytest.fixture
+def hgx(sample_nodes: dict[str, NodeTopology]) -> NodeTopology:
+    return sample_nodes["hgx-h100-roce"]
+
+
+def manager(pool: dict[str, object], dev_root: Path | str = "/nonexistent") -> ResourceManager:
+    return ResourceManager(parse_config({"pools": [pool]}).pools[0], dev_root=str(dev_root))
+
+
+def down(topo: NodeTopology, name: str) -> NodeTopology:
+    def port_down(h: Hca) -> Hca:
+        ports = tuple(
+            replace(p, state=PortState.DOWN, phys_state=PhysState.DISABLED) for p in h.ports
+        )
+        return replace(h, ports=ports) if h.name == name else h
+
+    return replace(topo, hcas=tuple(port_down(h) for h in topo.hcas))
+
+
+def test_exclusive_devices_are_pci_addresses_with_numa(hgx: NodeTopology) -> None:
+    m = manager({})
+    assert m.update(hgx)
+    assert [(d.id, d.numa_nodes, d.hcas) for d in m.devices] == sorted(
+        (h.pci.address, (h.numa,), (h.name,)) for h in hgx.hcas if h.pci
+    )
+    assert not m.update(hgx)  # nothing changed, nothing to re-send
+
+
+def test_software_device_is_named_and_has_no_topology(hgx: NodeTopology) -> None:
+    rxe = replace(hgx.hcas[0], name="rxe0", pci=None)
+    m = manager({"selectors": {"hcaNames": ["rxe0"]}})
+    m.update(replace(hgx, hcas=(rxe,)))
+    assert [(d.id, d.numa_nodes) for d in m.devices] == [("rxe0", ())]
+    assert device_id(rxe) == "rxe0"
+
+
+def test_selectors_pick_the_pool(hgx: NodeTopology) -> None:
+    m = manager({"selectors": {"ifNames": ["ens108np0", "bond0"]}})
+    m.update(hgx)
+    assert sorted(h.name for h in m.members) == ["mlx5_0", "mlx5_bond_0"]
+
+
+def test_port_down_is_unhealthy_with_a_reason(hgx: NodeTopology) -> None:
+    m = manager({})
+    m.update(hgx)
+    assert m.update(down(hgx, "mlx5_2"))
+    bad = [d for d in m.devices if not d.healthy]
+    assert [d.hcas for d in bad] == [("mlx5_2",)]
+    assert bad[0].problem == "mlx5_2: no port ACTIVE and LinkUp (port 1 DOWN/DISABLED)"
+
+
+def test_shared_slots_grant_the_pool_and_fail_only_when_all_ports_do(hgx: NodeTopology) -> None:
+    m = manager({"mode": "shared", "slots": 3, "selectors": {"hcaNames": ["mlx5_0", "mlx5_4"]}})
+    m.update(hgx)
+    assert [(d.id, d.healthy, d.numa_nodes, d.hcas) for d in m.devices] == [
+        (f"hca-shared-{i:04d}", True, (0, 1), ("mlx5_0", "mlx5_4")) for i in range(3)
+    ]
+    m.update(down(hgx, "mlx5_0"))
+    assert all(d.healthy for d in m.devices)
+    m.update(down(down(hgx, "mlx5_0"), "mlx5_4"))
+    assert not any(d.healthy for d in m.devices)
+    with pytest.raises(AllocateError, match="hca-shared-0001 is unhealthy: mlx5_0: no port"):
+        m.allocate(["hca-shared-0001"])
+
+
+def test_preferred_set_uses_numa_and_roots(hgx: NodeTopology) -> None:
+    m = manager({})
+    m.update(hgx)
+    numa1 = [device_id(h) for h in hgx.hcas if h.numa == 1]
+    everything = [d.id for d in m.devices]
+    chosen = m.preferred(everything, [numa1[0]], 3)
+    assert set(chosen) <= set(numa1) and numa1[0] in chosen
+
+
+def test_missing_verbs_node_refuses_allocation(hgx: NodeTopology, tmp_path: Path) -> None:
+    m = manager({}, tmp_path)
+    m.update(hgx)
+    with pytest.raises(
+        AllocateError, match=f"no verbs device node .* \\(looked under {tmp_path}\\)"
+    ):
+        m.allocate([m.devices[0].id])
+
+
+def test_device_nodes_are_the_nodes_real_paths(hgx: NodeTopology, tmp_path: Path) -> None:
+    (tmp_path / "infiniband").mkdir()
+    hca = hgx.hca("mlx5_1")
+    assert hca and hca.uverbs and hca.ports[0].umad
+    for name in (hca.uverbs, hca.ports[0].umad):
+        (tmp_path / "infiniband" / name).touch()
+    m = manager({}, tmp_path)
+    m.update(hgx)
+    got = m.allocate([device_id(hca)])
+    assert got.device_nodes == (
+        f"/dev/infiniband/{hca.uverbs}",
+        f"/dev/infiniband/{hca.ports[0].umad}",
+    )  # no rdma_cm under this dev root, so none is handed out
+    assert got.envs["RDMAPLANE_HCAS"] == "mlx5_1"
+
+
+def test_vanished_device_stays_listed_as_unhealthy(hgx: NodeTopology) -> None:
+    m = manager({})
+    m.update(hgx)
+    gone = hgx.hca("mlx5_7")
+    assert gone
+    assert m.update(replace(hgx, hcas=tuple(h for h in hgx.hcas if h.name != "mlx5_7")))
+    dev = next(d for d in m.devices if d.id == device_id(gone))
+    assert not dev.healthy and dev.problem == "mlx5_7: device is gone"
+    assert m.update(hgx) and all(d.healthy for d in m.devices)

@@ -1,0 +1,111 @@
+"""The watch-fed cache: bound pods the agent has not accounted for yet, deletions, relists,
+bad objects and node readiness."""
+
+from __future__ import annotations
+
+import pytest
+
+from rdmaplane import nrt
+from rdmaplane import placement as pl
+from rdmaplane.scheduler import cache as cache_module
+from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.scheduler.layouts import layout
+from tests.scheduler_helpers import node, pod
+
+
+def _cache(*topologies: nrt.NodeResourceTopology) -> ClusterCache:
+    cache = ClusterCache()
+    cache.replace("nrt", [nrt.to_object(t) for t in topologies])
+    cache.replace("node", [node(t.name) for t in topologies])
+    cache.replace("pod", [])
+    return cache
+
+
+def _decide(cache: ClusterCache, name: str, gpus: int, hcas: int) -> pl.Verdict:
+    request = pl.pod_request(pod("x", gpus, hcas))
+    return cache.verdict(name, request)
+
+
+def test_two_pods_in_a_row_do_not_take_the_same_zone() -> None:
+    cache = _cache(layout("hgx", "n1", policy="single-numa-node"))
+    first = _decide(cache, "n1", 4, 4)
+    assert first.fits and first.placements[0].zones == (0,)
+    cache.apply("pod", "ADDED", pod("a", 4, 4, node="n1"))
+    second = _decide(cache, "n1", 4, 4)
+    assert second.fits and second.placements[0].zones == (1,)
+    cache.apply("pod", "ADDED", pod("b", 4, 4, node="n1"))
+    third = _decide(cache, "n1", 1, 1)
+    assert not third.fits and not third.unresolvable
+    assert cache.entry("n1").unaccounted == ("default/a", "default/b")  # type: ignore[union-attr]
+    cache.apply("pod", "DELETED", pod("a", 4, 4, node="n1"))
+    assert _decide(cache, "n1", 4, 4).fits
+
+
+def test_accounted_pods_are_not_subtracted_twice() -> None:
+    devices = [nrt.Device(nrt.GPU, 0, "r", in_use=True), nrt.Device(nrt.HCA, 0, "r", in_use=True)]
+    devices += [nrt.Device(nrt.GPU, 0, "s"), nrt.Device(nrt.HCA, 0, "s")]
+    cache = _cache(
+        nrt.build("n1", devices, policy="single-numa-node", accounted_pods=["default/a"])
+    )
+    cache.apply("pod", "ADDED", pod("a", 1, 1, node="n1"))
+    assert _decide(cache, "n1", 1, 1).fits
+    cache.apply("pod", "ADDED", pod("b", 1, 1, node="n1"))
+    assert not _decide(cache, "n1", 1, 1).fits
+
+
+def test_finished_pods_and_relists_release_devices() -> None:
+    cache = _cache(layout("hgx", "n1", policy="single-numa-node"))
+    cache.apply("pod", "ADDED", pod("a", 4, 4, node="n1"))
+    cache.apply("pod", "ADDED", pod("b", 4, 4, node="n1"))
+    assert not _decide(cache, "n1", 1, 1).fits
+    done = pod("a", 4, 4, node="n1")
+    done["status"]["phase"] = "Succeeded"
+    cache.apply("pod", "MODIFIED", done)
+    assert _decide(cache, "n1", 4, 4).fits
+    cache.replace("pod", [])
+    assert cache.entry("n1").unaccounted == ()  # type: ignore[union-attr]
+
+
+def test_missing_and_malformed_topology_fail_rdma_pods_only() -> None:
+    cache = _cache(layout("hgx", "n1"))
+    broken = nrt.to_object(layout("hgx", "n2"))
+    broken["zones"][0]["resources"][0]["available"] = "lots"
+    cache.apply("nrt", "ADDED", broken)
+    missing = _decide(cache, "n3", 1, 1)
+    assert not missing.fits and missing.unresolvable
+    assert missing.reason == "no NodeResourceTopology published for this node"
+    bad = _decide(cache, "n2", 1, 1)
+    assert not bad.fits and "zones[0].resources[0].available" in bad.reason
+    gpu_only = _decide(cache, "n3", 1, 0)
+    assert gpu_only.fits and gpu_only.score == 0
+    cache.replace("nrt", [])
+    assert cache.entry("n1") is None
+
+
+def test_rdma_not_ready_fails_rdma_pods() -> None:
+    cache = _cache(layout("hgx", "n1"))
+    cache.apply("node", "MODIFIED", node("n1", "False", "mlx5_3 port 1 DOWN"))
+    verdict = _decide(cache, "n1", 1, 1)
+    assert not verdict.fits and verdict.reason == "RDMAReady=False: mlx5_3 port 1 DOWN"
+    assert _decide(cache, "n1", 1, 0).fits
+    cache.apply("node", "MODIFIED", node("n1", "True"))
+    assert _decide(cache, "n1", 1, 1).fits
+
+
+def test_identical_nodes_share_one_state() -> None:
+    cache = _cache(layout("hgx", "n1"), layout("hgx", "n2"), layout("dgx-a100", "n3"))
+    sids = {name: cache.entry(name).sid for name in ("n1", "n2", "n3")}  # type: ignore[union-attr]
+    assert sids["n1"] == sids["n2"] != sids["n3"]
+    assert cache.ready
+
+
+def test_dead_states_are_dropped_and_decisions_stay_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache_module, "MIN_STATES", 4)
+    cache = _cache(layout("hgx", "n1", policy="single-numa-node"), layout("hgx", "n2"))
+    for i in range(20):  # every bind and delete makes a new state for n1
+        cache.apply("pod", "ADDED", pod(f"p{i}", 1, 1, node="n1"))
+        assert _decide(cache, "n1", 4, 4).fits == (i < 4)
+        if i >= 4:
+            cache.apply("pod", "DELETED", pod(f"p{i}", 1, 1, node="n1"))
+    assert len(cache._states) <= 8
+    assert _decide(cache, "n2", 8, 8).fits
