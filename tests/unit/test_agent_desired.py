@@ -8,20 +8,10 @@ import pytest
 
 from rdmaplane import nrt
 from rdmaplane.agent.allocation import Allocations, PodDevices, merge_containers
-from rdmaplane.agent.desired import (
-    LABEL_GID_INDEX,
-    LABEL_LINK_LAYER,
-    LABEL_RATE_GBPS,
-    LABEL_RDMA,
-    LABELS,
-    format_gbps,
-    node_labels,
-    rdma_ready,
-    topology_annotation,
-)
+from rdmaplane.agent.desired import LABELS, owned_labels, rdma_ready, topology_annotation
 from rdmaplane.agent.health import ERRORS_RISING, PORT_DOWN, HcaHealth, Problem
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
-from rdmaplane.model import LinkLayer, NodeTopology, PhysState, Port, PortState
+from rdmaplane.model import NodeTopology
 
 GPU = "nvidia.com/gpu"
 
@@ -35,33 +25,20 @@ def healthy(topo: NodeTopology) -> dict[str, HcaHealth]:
     return {h.name: HcaHealth(h.name) for h in topo.hcas}
 
 
-def port(layer: LinkLayer = LinkLayer.ETHERNET, rate: float | None = 400.0) -> Port:
-    return Port(1, PortState.ACTIVE, PhysState.LINK_UP, layer, rate_gbps=rate)
-
-
 # ---------------------------------------------------------------- labels
 
 
-def test_labels_for_uniform_roce_ports():
-    labels = node_labels(True, [port(), port()], 3)
+def test_owned_labels_remove_what_no_longer_holds(hgx: NodeTopology):
+    labels = owned_labels(nrt.node_labels(hgx, gid_index=3))
     assert labels == {
-        LABEL_RDMA: "true",
-        LABEL_LINK_LAYER: "Ethernet",
-        LABEL_RATE_GBPS: "400",
-        LABEL_GID_INDEX: "3",
+        nrt.LABEL_RDMA: "true",
+        nrt.LABEL_LINK_LAYER: "Ethernet",
+        nrt.LABEL_RATE_GBPS: "400",
+        nrt.LABEL_GID_INDEX: "3",
     }
-
-
-def test_labels_remove_what_no_longer_holds():
-    labels = node_labels(True, [port(), port(LinkLayer.INFINIBAND, 200.0)], None)
-    assert labels[LABEL_LINK_LAYER] == "Mixed"
-    assert labels[LABEL_RATE_GBPS] is None and labels[LABEL_GID_INDEX] is None
-    assert node_labels(False, [], None) == dict.fromkeys(LABELS)
-
-
-@pytest.mark.parametrize(("rate", "text"), [(400.0, "400"), (12.5, "12.5"), (25.0, "25")])
-def test_rate_label_text(rate: float, text: str):
-    assert format_gbps(rate) == text
+    assert owned_labels(nrt.node_labels(hgx))[nrt.LABEL_GID_INDEX] is None
+    assert owned_labels({}) == dict.fromkeys(LABELS)
+    assert set(LABELS) == {k for k in labels if k.startswith("rdmaplane.io/")}
 
 
 # ---------------------------------------------------------------- condition

@@ -7,21 +7,18 @@ function here must be deterministic (same input → same output, byte for byte).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane import nrt
 from rdmaplane.agent.health import ERRORS_RISING, PORT_DOWN, HcaHealth
-from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
+from rdmaplane.model import Hca, NodeTopology
 
-PREFIX = "rdmaplane.io/"
-LABEL_RDMA = PREFIX + "rdma"
-LABEL_LINK_LAYER = PREFIX + "link-layer"
-LABEL_RATE_GBPS = PREFIX + "rate-gbps"
-LABEL_GID_INDEX = PREFIX + "gid-index"
-LABELS = (LABEL_RDMA, LABEL_LINK_LAYER, LABEL_RATE_GBPS, LABEL_GID_INDEX)
-ANNOTATION_TOPOLOGY = PREFIX + "topology"
-CONDITION_TYPE = "RDMAReady"
+ANNOTATION_TOPOLOGY = "rdmaplane.io/topology"
+CONDITION_TYPE = nrt.CONDITION_RDMA_READY
+# Every node label the agent owns: one that no longer applies is removed, not left behind.
+LABELS = (nrt.LABEL_RDMA, nrt.LABEL_LINK_LAYER, nrt.LABEL_RATE_GBPS, nrt.LABEL_GID_INDEX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,32 +28,10 @@ class Condition:
     message: str
 
 
-def node_labels(
-    has_rdma: bool, ports: Sequence[Port], gid_index: int | None
-) -> dict[str, str | None]:
-    """The rdmaplane labels: `rdma` when the node offers RDMA devices, the rest describe its
-    compute ports. None = remove the label: every label the agent owns is in the result, so one
-    that no longer applies is deleted (a merge patch with null) instead of lingering.
-    """
-    labels: dict[str, str | None] = dict.fromkeys(LABELS)
-    if has_rdma:
-        labels[LABEL_RDMA] = "true"
-    layers = {p.link_layer for p in ports if p.link_layer != LinkLayer.UNKNOWN}
-    if len(layers) == 1:
-        labels[LABEL_LINK_LAYER] = layers.pop().value
-    elif layers:
-        labels[LABEL_LINK_LAYER] = "Mixed"
-    rates = {p.rate_gbps for p in ports if p.rate_gbps}
-    if len(rates) == 1:
-        labels[LABEL_RATE_GBPS] = format_gbps(rates.pop())
-    if gid_index is not None:
-        labels[LABEL_GID_INDEX] = str(gid_index)
-    return labels
-
-
-def format_gbps(rate: float) -> str:
-    """400.0 → "400", 12.5 → "12.5" (both valid label values)."""
-    return str(int(rate)) if rate == int(rate) else f"{rate:g}"
+def owned_labels(labels: Mapping[str, str]) -> dict[str, str | None]:
+    """`nrt.node_labels` as a merge patch: the labels the agent owns but does not set now are
+    None, which deletes them."""
+    return {name: labels.get(name) for name in LABELS}
 
 
 def rdma_ready(managed: Iterable[str], health: Mapping[str, HcaHealth]) -> Condition:

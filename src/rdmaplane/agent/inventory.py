@@ -92,12 +92,6 @@ def _numa(numa: int | None) -> int:
     return -1 if numa is None else numa
 
 
-def distances(topo: NodeTopology) -> dict[int, dict[int, int]]:
-    """NUMA distances as `{from: {to: distance}}` (the kernel lists them in node id order)."""
-    ids = [n.id for n in topo.numa_nodes]
-    return {n.id: dict(zip(ids, n.distances, strict=False)) for n in topo.numa_nodes if n.distances}
-
-
 def nrt_object(
     node_name: str,
     topo: NodeTopology,
@@ -118,7 +112,7 @@ def nrt_object(
         policy=policy,
         scope=scope,
         accounted_pods=allocations.accounted_pods(resources),
-        distances=distances(topo),
+        distances=nrt.numa_distances(topo),
         shared_pool_hcas=pool,
     )
     return nrt.to_object(topology)

@@ -23,6 +23,7 @@ from typing import Protocol
 from lightkube import AsyncClient
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from rdmaplane import nrt
 from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.config import AgentConfig, read_kubelet_topology_manager
@@ -271,7 +272,7 @@ class Agent:
         managed = self.managed()
         offered = self.plugin.offered() if self.plugin is not None else []
         return Desired(
-            labels=want.node_labels(bool(managed), [p for _, p in ports], gid_index),
+            labels=want.owned_labels(nrt.node_labels(topo, gid_index=gid_index)),
             annotations={
                 want.ANNOTATION_TOPOLOGY: want.topology_annotation(topo, health, gpu_ids(topo))
             },
