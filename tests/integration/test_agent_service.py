@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -14,8 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rdmaplane import nrt
 from rdmaplane.agent.config import AgentConfig
+from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
+from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
 from rdmaplane.model import NodeTopology
@@ -210,3 +216,49 @@ async def test_available_follows_pod_resources(
             await until(lambda: free("node-1") == 4)
     finally:
         await server.stop(None)
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """Unix socket paths are limited to 107 bytes: the plugin's socket needs a short folder."""
+    path = Path(tempfile.mkdtemp(prefix="rpa-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_rising_errors_reach_the_device_plugin(
+    node: Path, short_dir: Path, sample_nodes: dict[str, NodeTopology]
+):
+    """The embedded plugin learns of counter-based ill health from the agent (it sees port
+    states itself): ListAndWatch turns the HCA Unhealthy, and Healthy again once it recovers."""
+    cfg = AgentConfig(
+        node_name="hgx-h100-017",
+        sysfs_root=node,
+        kubelet_dir=short_dir / "kubelet",
+        poll_interval_s=POLL_S,
+        metrics_address="127.0.0.1",
+        metrics_port=0,
+        health={"window_s": 1.0, "thresholds": {"symbol_error": 10}},
+    )
+    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=short_dir)
+    mlx5_2 = sample_nodes["hgx-h100-roce"].hca("mlx5_2").pci.address
+    counter = node / "class/infiniband/mlx5_2/ports/1/counters/symbol_error"
+    async with Running(Agent(cfg, plugin=plugin)):
+        socket = next((cfg.kubelet_dir / "device-plugins").glob("rdmaplane-*.sock"))
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            stream = dp_grpc.DevicePluginStub(channel).ListAndWatch(dp.Empty())
+            health = await next_health(stream)
+            assert health[mlx5_2] == "Healthy" and len(health) == 9
+            counter.write_text("500\n")
+            while (health := await next_health(stream))[mlx5_2] == "Healthy":
+                pass
+            assert health[mlx5_2] == "Unhealthy"
+            assert sum(v == "Unhealthy" for v in health.values()) == 1
+            while (health := await next_health(stream))[mlx5_2] == "Unhealthy":
+                pass  # the increment ages out of the 1 s window
+            stream.cancel()
+
+
+async def next_health(stream) -> dict[str, str]:
+    response = await asyncio.wait_for(stream.read(), 10)
+    return {d.ID: d.health for d in response.devices}
