@@ -4,6 +4,8 @@ allocations from a PodResources stand-in. No API server here (see tests/e2e/test
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -120,6 +122,23 @@ async def test_metrics_endpoints_and_counters(node: Path, tmp_path: Path):
     assert m[("rdmaplane_agent_discoveries_total", (("trigger", "start"),))] == 1
     bond = labels("mlx5_bond_0", "bond0", 0)
     assert m[("rdmaplane_port_up", bond)] == 1
+
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "deploy/grafana/rdmaplane-dashboard.json"
+
+
+async def test_dashboard_queries_only_exported_metrics(node: Path, tmp_path: Path):
+    async with Running(Agent(config(node, tmp_path))) as run:
+        text = (await run.get("/metrics")).text
+    exported = set()
+    for family in text_string_to_metric_families(text):
+        suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
+        exported |= {family.name + s for s in suffixes.get(family.type, [""])}
+    panels = json.loads(DASHBOARD.read_text())["panels"]
+    exprs = [t["expr"] for p in panels for t in p.get("targets", [])]
+    used = {m for e in exprs for m in re.findall(r"rdmaplane_[a-z_]+", e)}
+    assert len(used) >= 20
+    assert used <= exported, f"not exported: {sorted(used - exported)}"
 
 
 async def test_port_flap_flips_health_and_condition(node: Path, tmp_path: Path):
