@@ -236,6 +236,21 @@ async def test_publishes_nrt_labels_annotation_and_condition(
         assert agent.metrics.writes.labels("node")._value.get() == writes
 
 
+async def test_restarted_agent_on_an_unchanged_node_writes_nothing(
+    kube: AsyncClient, agent_kubeconfig: Path, tree: Path, workdir: Path, kubelet: Lister
+):
+    name = await create_node(kube)
+    async with running_agent(agent_kubeconfig, name, tree, workdir) as agent:
+        await asyncio.wait_for(agent.publisher.in_sync.wait(), 30)
+    before = ((await kube.get(Node, name)).metadata.resourceVersion, await _nrt_version(kube, name))
+    async with running_agent(agent_kubeconfig, name, tree, workdir) as agent:
+        await asyncio.wait_for(agent.publisher.in_sync.wait(), 30)
+        await asyncio.sleep(POLL_S * 5)
+        assert agent.publisher.cycles == 0
+    after = ((await kube.get(Node, name)).metadata.resourceVersion, await _nrt_version(kube, name))
+    assert after == before
+
+
 async def _with_condition(kube: AsyncClient, name: str) -> Node | None:
     node = await kube.get(Node, name)
     return node if condition(node) is not None and node.metadata.labels else None

@@ -89,7 +89,6 @@ async def test_allocations_per_pod_and_allocatable_with_numa(kubelet):
     assert got.in_use(GPU) == {"GPU-a"}
     assert got.allocatable_ids(GPU) == {"GPU-a", "GPU-b", "GPU-c"}
     assert got.allocatable_ids("example.com/other") == frozenset()  # not ours: never asked for
-    assert got.numa_of[(GPU, "GPU-c")] == (1,)
     assert got.accounted_pods([GPU]) == ("team/train-0",)
     assert sorted(lister.calls) == ["GetAllocatableResources", "List"]
 

@@ -8,7 +8,7 @@ device plugin's IDs. `Allocations` keeps them per resource and per pod, so the N
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,6 @@ class Allocations:
 
     pods: tuple[PodDevices, ...] = ()
     allocatable: Mapping[str, frozenset[str]] | None = None
-    numa_of: Mapping[tuple[str, str], tuple[int, ...]] = field(default_factory=dict)
 
     def in_use(self, resource: str) -> frozenset[str]:
         return frozenset(i for p in self.pods for i in p.devices.get(resource, ()))

@@ -62,18 +62,12 @@ class PodResourcesClient:
             if devices.devices:
                 pods.append(devices)
         ids: dict[str, set[str]] = {r: set() for r in self.resources}
-        numa: dict[tuple[str, str], tuple[int, ...]] = {}
         for d in allocatable.devices:
-            if not self._ours(d):
-                continue
-            ids[d.resource_name].update(d.device_ids)
-            nodes = tuple(sorted(n.ID for n in d.topology.nodes))
-            for i in d.device_ids:
-                numa[(d.resource_name, i)] = nodes
+            if self._ours(d):
+                ids[d.resource_name].update(d.device_ids)
         return Allocations(
             pods=tuple(sorted(pods, key=lambda p: p.key)),
             allocatable={r: frozenset(v) for r, v in ids.items()},
-            numa_of=numa,
         )
 
     def _ours(self, d: api_pb2.ContainerDevices) -> bool:

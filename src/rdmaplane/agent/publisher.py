@@ -85,9 +85,11 @@ class Publisher:
         self._since: str | None = None
         self.failures = 0  # consecutive failed cycles
         self.cycles = 0  # cycles that wrote something
+        self.in_sync = asyncio.Event()  # set while the server holds the desired state
 
     def set_desired(self, desired: Desired) -> None:
         self._desired = desired
+        self.in_sync.clear()
         self._wake.set()
 
     def record_event(self, type_: str, reason: str, message: str) -> None:
@@ -104,7 +106,7 @@ class Publisher:
                     await asyncio.wait_for(self._wake.wait(), self.config.resync_interval_s)
             self._wake.clear()
             if time.monotonic() - last_resync >= self.config.resync_interval_s:
-                self._written = _Written()  # rewrite everything, in case someone else changed it
+                self._node_uid = None  # read back what the server holds, fix what drifted
                 last_resync = time.monotonic()
             try:
                 await self.publish_once()
@@ -122,8 +124,10 @@ class Publisher:
             self.failures = 0
             delay = self.config.backoff_initial_s
             self.metrics.api_reachable.set(1)
+            self.in_sync.set()
 
     def _failed(self, error: Exception, delay: float) -> None:
+        self.in_sync.clear()
         self.failures += 1
         self._written = _Written()
         self._node_uid = None
@@ -146,7 +150,7 @@ class Publisher:
         started = time.perf_counter()
         wrote = False
         if self._node_uid is None:
-            await self._read_node()
+            await self._read_back(desired)
         meta = tuple(sorted({**desired.labels, **desired.annotations}.items()))
         if meta != self._written.meta:
             await self._patch_meta(desired)
@@ -168,15 +172,38 @@ class Publisher:
             self.metrics.publish_seconds.observe(time.perf_counter() - started)
         return wrote
 
-    async def _read_node(self) -> None:
+    async def _read_back(self, desired: Desired) -> None:
+        """What the server holds (at start, after an outage, at each resync): the node's UID and
+        condition, and whatever already equals the desired state, which is then not rewritten
+        (a restarted agent on an unchanged node writes nothing)."""
+        self._written = _Written()
         node = await self.client.get(Node, self.node_name)
-        self._node_uid = node.metadata.uid if node.metadata else None
+        meta = node.metadata
+        self._node_uid = meta.uid if meta else None
+        labels, annotations = (meta.labels or {}, meta.annotations or {}) if meta else ({}, {})
+        if all(labels.get(k) == v for k, v in desired.labels.items()) and all(
+            annotations.get(k) == v for k, v in desired.annotations.items()
+        ):
+            self._written.meta = tuple(sorted({**desired.labels, **desired.annotations}.items()))
         conditions = (node.status.conditions if node.status else None) or []
         current = next((c for c in conditions if c.type == CONDITION_TYPE), None)
         if current is not None:
             self._status = current.status == "True"
             since = current.lastTransitionTime
             self._since = _timestamp(since) if isinstance(since, dt.datetime) else since
+            held = Condition(self._status, current.reason or "", current.message or "")
+            if held == desired.condition:
+                self._written.condition = held
+        try:
+            found = await self.client.get(NodeResourceTopology, self.node_name)
+            stored: dict[str, Any] = found.to_dict()  # type: ignore[no-untyped-call]
+        except ApiError as e:
+            if e.status.code != 404:
+                raise
+            return
+        self._written.nrt_version = _version_of(stored)
+        if all(stored.get(k) == desired.nrt.get(k) for k in ("attributes", "zones")):
+            self._written.nrt = desired.nrt
 
     async def _patch_meta(self, desired: Desired) -> None:
         patch = {
@@ -272,6 +299,11 @@ class Publisher:
 def _version(obj: Any) -> str | None:
     meta = getattr(obj, "metadata", None)
     return meta.resourceVersion if meta is not None else None
+
+
+def _version_of(obj: Mapping[str, Any]) -> str | None:
+    version = obj.get("metadata", {}).get("resourceVersion")
+    return version if isinstance(version, str) else None
 
 
 def _describe(error: Exception) -> str:
