@@ -18,15 +18,17 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rdmaplane import nrt
 from rdmaplane.agent.config import AgentConfig
+from rdmaplane.agent.metrics import NodeCollector, NodeView
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
 from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.discovery import read_node
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
-from rdmaplane.model import NodeTopology
+from rdmaplane.model import LinkLayer, NodeTopology
 
 GPU = "nvidia.com/gpu"
 POLL_S = 0.1
@@ -281,3 +283,35 @@ async def test_rising_errors_reach_the_device_plugin(
 async def next_health(stream) -> dict[str, str]:
     response = await asyncio.wait_for(stream.read(), 10)
     return {d.ID: d.health for d in response.devices}
+
+
+def test_infiniband_ports_export_no_roce_counters(sample_trees: dict[str, Path]):
+    """The sample's InfiniBand HCAs have no hw_counters: their RoCE metrics are absent, not 0;
+    its Ethernet HCAs (storage, front-end) have them."""
+    root = str(sample_trees["hgx-h200-ib"])
+    topo = read_node(root)
+    families = {m.name: m for m in NodeCollector(lambda: NodeView(root, topo, {}, None)).collect()}
+    ethernet = {h.name for h in topo.hcas if h.ports[0].link_layer == LinkLayer.ETHERNET}
+    assert ethernet and len(ethernet) < len(topo.hcas)
+    for metric in ("rdmaplane_port_cnp_sent", "rdmaplane_port_local_ack_timeout_errors"):
+        assert {s.labels["hca"] for s in families[metric].samples} == ethernet
+    sent = families["rdmaplane_port_transmit_bytes"].samples
+    assert len(sent) == sum(len(h.ports) for h in topo.hcas)
+    assert all(s.name == "rdmaplane_port_transmit_bytes_total" for s in sent)
+
+
+async def raw_http(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    return answer
+
+
+async def test_http_rejects_what_it_does_not_serve(node: Path, tmp_path: Path):
+    async with Running(Agent(config(node, tmp_path))) as run:
+        port = int(run.url.rsplit(":", 1)[1])
+        assert (await raw_http(port, b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
+        assert (await raw_http(port, b"nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400")
+        assert (await raw_http(port, b"GET /healthz HTTP/1.0\r\n\r\n")).endswith(b"ok\n")

@@ -1,0 +1,92 @@
+"""`rdmaplane agent` as a user runs it: usage errors, and a real process serving until SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from rdmaplane.cli import app
+
+runner = CliRunner()
+
+
+def test_bad_config_key_is_one_line_and_exit_2(tmp_path: Path):
+    config = tmp_path / "agent.yaml"
+    config.write_text("node_name: n\npoll_every: 5\n")
+    result = runner.invoke(app, ["agent", "--config", str(config)])
+    assert result.exit_code == 2
+    assert "poll_every: Extra inputs are not permitted" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_node_name_and_sysfs_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    result = runner.invoke(app, ["agent", "--no-publish"])
+    assert result.exit_code == 2 and "node_name: required" in result.output
+    result = runner.invoke(
+        app, ["agent", "--node-name", "n", "--sysfs-root", str(tmp_path / "none")]
+    )
+    assert result.exit_code == 2 and "is not a directory" in result.output
+
+
+def test_bad_device_plugin_config(sample_trees: dict[str, Path], tmp_path: Path):
+    plugin = tmp_path / "plugin.yaml"
+    plugin.write_text("pools: [{mode: sometimes}]\n")
+    result = runner.invoke(
+        app,
+        ["agent", "--node-name", "n", "--sysfs-root", str(sample_trees["workstation"]),
+         "--no-publish", "--device-plugin-config", str(plugin)],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "mode" in result.output
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rpa-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_serves_until_sigterm(sample_trees: dict[str, Path], short_dir: Path):
+    env = dict(os.environ, NODE_NAME="hgx-h100-017")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rdmaplane", "agent", "--sysfs-root",
+         str(sample_trees["hgx-h100-roce"]), "--kubelet-dir", str(short_dir),
+         "--no-publish", "--metrics-port", "0", "--log-format", "json"],
+        stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        lines = []
+        while not any("serving /metrics" in line for line in lines):
+            line = proc.stderr.readline()
+            assert line, f"agent exited: {''.join(lines)}"
+            lines.append(line)
+        port = int(re.search(r":(\d+)\"?$", json.loads(lines[-1])["msg"]).group(1))
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{url}/readyz").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        assert "rdmaplane_port_up" in httpx.get(f"{url}/metrics").text
+        assert (short_dir / "device-plugins").is_dir()  # the embedded plugin serves there
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=20)[1]
+    assert proc.returncode == 0
+    records = [json.loads(line) for line in (lines + out.splitlines()) if line.strip()]
+    assert any(r["msg"] == "shutting down" for r in records)
+    assert all({"ts", "level", "logger", "msg"} <= set(r) for r in records)
