@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from rdmaplane.model import (
+    NVIDIA_VENDOR,
     Gid,
     GidType,
     Gpu,
@@ -38,7 +39,7 @@ SIDECAR = ".rdmaplane/node.json"  # facts sysfs lacks (hostname, GPU UUIDs), kep
 _ROOT_COMPLEX = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 _BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
-_GPU_CLASSES = ("0x0300", "0x0302")
+_GPU_CLASS_BYTES = (b"0x0300", b"0x0302")  # VGA and 3D controllers
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # a FIFO planted in a tree must not hang the reader
 _ZERO_GID = b"0000:0000:0000:0000:0000:0000:0000:0000\n"
 _QUIET = (errno.ENOENT, errno.EINVAL, errno.ENODATA, errno.EOPNOTSUPP)
@@ -97,6 +98,35 @@ class _Sysfs:
         if self.recording is not None:
             self.recording.files[rel] = data
         return data
+
+    def read_many(self, folder: str, names: list[str]) -> list[tuple[str, bytes | OSError]]:
+        """`read` for many files of one directory, in one tight loop: a GID table is hundreds
+        of files, and per-file bookkeeping is what the reader spends its time on."""
+        try:
+            dir_fd = self._folder_fd(folder)
+        except OSError as e:
+            return [(name, e) for name in names]
+        recorded, recording = self.recorded_errors, self.recording
+        out: list[tuple[str, bytes | OSError]] = []
+        for name in names:
+            try:
+                if recorded and f"{folder}/{name}" in recorded:
+                    code = recorded[f"{folder}/{name}"]
+                    raise OSError(code, os.strerror(code))
+                fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
+                try:
+                    data = os.read(fd, 4096)
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                out.append((name, e))
+                if recording is not None and e.errno not in (None, errno.ENOENT):
+                    recording.files[f"{folder}/{name}"] = e.errno
+                continue
+            out.append((name, data))
+            if recording is not None:
+                recording.files[f"{folder}/{name}"] = data
+        return out
 
     def _folder_fd(self, folder: str) -> int:
         if folder != self._folder:
@@ -317,12 +347,13 @@ def _read_pci(fs: _Sysfs, address: str) -> PciDevice | None:
 def _read_gpus(fs: _Sysfs, pci: Callable[[str], PciDevice | None], info: object) -> tuple[Gpu, ...]:
     known = info if isinstance(info, dict) else {}
     found = []
-    for address in fs.listdir("bus/pci/devices", optional=True):
-        rel = f"bus/pci/devices/{address}"
-        cls = fs.text(f"{rel}/class", optional=True)
-        if not cls or not cls.startswith(_GPU_CLASSES):
+    base = "bus/pci/devices"
+    addresses = fs.listdir(base, optional=True)
+    classes = fs.read_many(base, [f"{a}/class" for a in addresses])  # hundreds on a big server
+    for address, (_, cls) in zip(addresses, classes, strict=True):
+        if isinstance(cls, OSError) or not cls.startswith(_GPU_CLASS_BYTES):
             continue
-        if fs.text(f"{rel}/vendor", optional=True) != "0x10de":
+        if fs.text(f"{base}/{address}/vendor", optional=True) != NVIDIA_VENDOR:
             continue
         dev = pci(address)
         if dev is not None:
@@ -525,13 +556,11 @@ def _read_gids(fs: _Sysfs, port_rel: str) -> tuple[tuple[Gid, ...], int]:
     folder = f"{port_rel}/gids"
     names = sorted((n for n in fs.listdir(folder, optional=True) if n.isdigit()), key=int)
     gids = []
-    for name in names:
-        try:
-            data = fs.read(f"{folder}/{name}")
-        except OSError as e:
-            fs.warn(f"{folder}/{name}", e.strerror or type(e).__name__)
-            continue
+    for name, data in fs.read_many(folder, names):
         if data == _ZERO_GID:
+            continue
+        if isinstance(data, OSError):
+            fs.warn(f"{folder}/{name}", data.strerror or type(data).__name__)
             continue
         raw = data.decode("ascii", "replace").strip()
         if _is_zero_gid(raw):
