@@ -53,6 +53,21 @@ def test_bad_device_plugin_config(sample_trees: dict[str, Path], tmp_path: Path)
     assert result.exit_code == 2 and "mode" in result.output
 
 
+def test_unusable_kubelet_folder_is_one_line_and_exit_1(
+    sample_trees: dict[str, Path], tmp_path: Path
+):
+    blocked = tmp_path / "kubelet"
+    blocked.write_text("a file where the kubelet folder should be\n")
+    result = runner.invoke(
+        app,
+        ["agent", "--node-name", "n", "--sysfs-root", str(sample_trees["workstation"]),
+         "--kubelet-dir", str(blocked), "--no-publish", "--metrics-port", "0"],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("error: ") and "Not a directory" in result.output
+    assert result.output.count("\n") == 1
+
+
 @pytest.fixture
 def short_dir() -> Iterator[Path]:
     path = Path(tempfile.mkdtemp(prefix="rpa-"))

@@ -20,6 +20,7 @@ from rdmaplane.agent.service import Agent
 from rdmaplane.cli.common import fail
 from rdmaplane.deviceplugin.config import ConfigError as PluginConfigError
 from rdmaplane.deviceplugin.config import PluginConfig, load_config
+from rdmaplane.deviceplugin.server import ServeError
 from rdmaplane.kube import async_client
 
 log = logging.getLogger("rdmaplane.agent")
@@ -102,7 +103,10 @@ def agent(
     resources = [cfg.gpu_resource, *(plugin.resources if plugin else [])]
     pod_resources = PodResourcesClient(cfg.pod_resources_socket, resources)
     service = Agent(cfg, kube=kube, plugin=plugin, allocation_source=pod_resources)
-    asyncio.run(_serve(service))
+    try:
+        asyncio.run(_serve(service))
+    except (ServeError, OSError) as e:  # e.g. the kubelet folder or the metrics port unusable
+        fail(str(e), code=1)
 
 
 def _plugin(cfg: agent_config.AgentConfig) -> EmbeddedPlugin | None:
