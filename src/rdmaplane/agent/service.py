@@ -202,38 +202,25 @@ class Agent:
         self._publish()
 
     def _report(self, t: Transition) -> None:
-        direction = "gone" if t.after is None else "healthy" if t.after.healthy else "unhealthy"
-        self.metrics.health_transitions.labels(direction).inc()
+        """Log, count and (through the publisher) post an Event for one health flip."""
         if t.after is None:
-            message, reason, kind = (
-                f"{t.hca} disappeared from the node",
-                "RDMADeviceGone",
-                "Warning",
-            )
+            direction, reason, message = "gone", "RDMADeviceGone", f"{t.hca} disappeared"
         elif t.after.healthy:
-            message, reason, kind = f"{t.hca} is healthy again", "RDMADeviceHealthy", "Normal"
+            direction, reason, message = "healthy", "RDMADeviceHealthy", f"{t.hca} is healthy"
         else:
             problems = "; ".join(map(str, t.after.problems))
-            message, reason, kind = (
-                f"{t.hca} unhealthy: {problems}",
-                "RDMADeviceUnhealthy",
-                "Warning",
-            )
-        log.log(
-            logging.INFO if kind == "Normal" else logging.WARNING, message, extra={"hca": t.hca}
-        )
+            direction, reason, message = "unhealthy", "RDMADeviceUnhealthy", f"{t.hca}: {problems}"
+        self.metrics.health_transitions.labels(direction).inc()
+        good = direction == "healthy"
+        log.log(logging.INFO if good else logging.WARNING, message, extra={"hca": t.hca})
         if self.publisher is not None:
-            self.publisher.record_event(kind, reason, message)
+            self.publisher.record_event("Normal" if good else "Warning", reason, message)
 
     def _feed_plugin(self) -> None:
         if self.plugin is None or self.topo is None:
             return
         fed = (self.topo, erroring(self.health_state.hcas))
-        if (
-            self._plugin_fed is None
-            or fed[0] is not self._plugin_fed[0]
-            or fed[1] != self._plugin_fed[1]
-        ):
+        if fed != self._plugin_fed:  # the same topology object compares by identity: cheap
             self.plugin.update(plugin_view(*fed))
             self._plugin_fed = fed
 
