@@ -300,7 +300,8 @@ def main() -> None:
             first, updates = asyncio.run(publish_latency(root, kubelet, cluster, args.cycles))
             updates.sort()
             print(
-                f"publish cycle  first full publish {first:.1f} ms (node patch, status, NRT create)"
+                f"publish cycle  first full publish {first:.1f} ms "
+                "(read back node and NRT, node patch, status patch, NRT create)"
             )
             median = statistics.median(updates)
             print(

@@ -167,7 +167,7 @@ class Agent:
     # ---------------------------------------------------------------- discovery and health
 
     async def discover(self, trigger: str) -> None:
-        """A full read of the node (in a thread: it takes ~0.1 s on a big node)."""
+        """A full read of the node, in a thread (tens of ms on a big node, off the event loop)."""
         started = time.perf_counter()
         topo = await asyncio.to_thread(read_node, self.root)
         self.metrics.discovery_seconds.observe(time.perf_counter() - started)
