@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rdmaplane import nrt
 from rdmaplane.agent.allocation import Allocations, PodDevices, merge_containers
@@ -14,6 +16,7 @@ from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
 from rdmaplane.model import NodeTopology
 
 GPU = "nvidia.com/gpu"
+HCA = "rdmaplane.io/hca"
 
 
 @pytest.fixture
@@ -235,3 +238,60 @@ def test_unknown_numa_publishes_one_zone(sample_nodes: dict[str, NodeTopology]):
     numa_zones = [z.name for z in nrt.from_object(obj).numa_zones()]
     assert numa_zones == ["node-0"]
     assert zones(obj)["node-0"].resource(GPU).capacity == 4
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sick=st.sets(st.sampled_from(COMPUTE)),
+    held_gpus=st.sets(st.integers(0, 7)),
+    held_hcas=st.sets(st.sampled_from(COMPUTE)),
+    listed_gpus=st.none() | st.sets(st.integers(0, 7)),
+)
+def test_zone_counts_add_up(hgx, sick, held_gpus, held_hcas, listed_gpus):
+    """Per resource, the NUMA zones' numbers are the node's devices counted one by one:
+    capacity = all, allocatable = healthy and listed by the kubelet, available = that and free."""
+    health = healthy(hgx)
+    for name in sick:
+        health[name] = HcaHealth(name, (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+    address = {h.name: h.pci.address for h in hgx.hcas if h.pci}
+    uuid = {g.index: g.uuid for g in hgx.gpus}
+    pod = PodDevices(
+        "ns",
+        "p",
+        {GPU: frozenset(uuid[i] for i in held_gpus), HCA: frozenset(address[n] for n in held_hcas)},
+    )
+    allocatable = None
+    if listed_gpus is not None:
+        allocatable = {
+            GPU: frozenset(uuid[i] for i in listed_gpus),
+            HCA: frozenset(address.values()),
+        }
+    obj = nrt_object(
+        "n",
+        hgx,
+        exclusive(hgx, COMPUTE),
+        health,
+        Allocations(pods=(pod,), allocatable=allocatable),
+        gpu_resource=GPU,
+        policy="none",
+        scope="container",
+    )
+    numa = nrt.from_object(obj).numa_zones()
+
+    def total(resource: str, field: str) -> int:
+        return sum(getattr(z.resource(resource), field) for z in numa if z.resource(resource))
+
+    listed = set(range(8)) if listed_gpus is None else listed_gpus
+    assert (total(GPU, "capacity"), total(GPU, "allocatable"), total(GPU, "available")) == (
+        8,
+        len(listed),
+        len(listed - held_gpus),
+    )
+    ok = set(COMPUTE) - sick
+    assert (total(HCA, "capacity"), total(HCA, "allocatable"), total(HCA, "available")) == (
+        8,
+        len(ok),
+        len(ok - held_hcas),
+    )
