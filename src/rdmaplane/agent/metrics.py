@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from rdmaplane import __version__
 from rdmaplane.agent.health import HcaHealth
-from rdmaplane.agent.probe import counter_files, read_small
+from rdmaplane.agent.probe import counter_files, leading_number, read_small
 from rdmaplane.model import NodeTopology
 
 PORT_LABELS = ("hca", "port", "netdev", "numa")
@@ -125,7 +125,8 @@ class NodeCollector(Collector):
                     str(hca.numa if hca.numa is not None else -1),
                 ]
                 base = f"{view.root}/class/infiniband/{hca.name}/ports/{port.number}"
-                s, p = _state(read_small(f"{base}/state")), _state(read_small(f"{base}/phys_state"))
+                s = leading_number(read_small(f"{base}/state"))
+                p = leading_number(read_small(f"{base}/phys_state"))
                 if s is not None:
                     state.add_metric(labels, s)
                 if p is not None:
@@ -138,7 +139,7 @@ class NodeCollector(Collector):
                 files = counter_files(view.root, hca.name, port.number, len(hca.ports) == 1)
                 for name, path in sorted(files.items()):
                     known = COUNTERS.get(name)
-                    value = _state(read_small(path)) if known else None
+                    value = leading_number(read_small(path)) if known else None
                     if known is None or value is None:
                         continue
                     metric, help_text, factor = known
@@ -158,16 +159,6 @@ class NodeCollector(Collector):
                 "1 when the RDMAReady condition is True",
                 value=1.0 if view.ready else 0.0,
             )
-
-
-def _state(raw: bytes | None) -> int | None:
-    """`4: ACTIVE` → 4; a plain counter value → itself."""
-    if raw is None:
-        return None
-    try:
-        return int(raw.split(b":", 1)[0])
-    except ValueError:
-        return None
 
 
 def _rate_gbps(raw: bytes | None) -> float | None:

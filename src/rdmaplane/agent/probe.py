@@ -44,7 +44,8 @@ def read_small(path: str) -> bytes | None:
         os.close(fd)
 
 
-def _number(raw: bytes | None) -> int | None:
+def leading_number(raw: bytes | None) -> int | None:
+    """`4: ACTIVE` → 4; a plain counter value → itself; None when unreadable."""
     if raw is None:
         return None
     try:
@@ -143,15 +144,15 @@ class Probe:
             fingerprint += [state_raw, phys_raw, *(read_small(p) for p in plan.fingerprinted)]
             counters = {}
             for name, path in plan.counters:
-                value = _number(read_small(path))
+                value = leading_number(read_small(path))
                 if value is not None:
                     counters[name] = value
             ports.append(
                 PortObservation(
                     hca=plan.hca,
                     port=plan.port,
-                    state=_enum(PortState, _number(state_raw), PortState.NOP),
-                    phys_state=_enum(PhysState, _number(phys_raw), PhysState.NOP),
+                    state=_enum(PortState, leading_number(state_raw), PortState.NOP),
+                    phys_state=_enum(PhysState, leading_number(phys_raw), PhysState.NOP),
                     counters=counters,
                 )
             )
