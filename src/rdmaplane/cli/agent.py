@@ -7,21 +7,16 @@ import logging
 import os
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from lightkube import ConfigError as KubeConfigError
 
-from rdmaplane.agent import config as agent_config
-from rdmaplane.agent import logs
-from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.agent.podresources import PodResourcesClient
-from rdmaplane.agent.service import Agent
 from rdmaplane.cli.common import fail
-from rdmaplane.deviceplugin.config import ConfigError as PluginConfigError
-from rdmaplane.deviceplugin.config import PluginConfig, load_config
-from rdmaplane.deviceplugin.server import ServeError
-from rdmaplane.kube import async_client
+
+if TYPE_CHECKING:
+    from rdmaplane.agent.config import AgentConfig
+    from rdmaplane.agent.plugin import EmbeddedPlugin
+    from rdmaplane.agent.service import Agent
 
 log = logging.getLogger("rdmaplane.agent")
 
@@ -75,6 +70,17 @@ def agent(
     ] = None,
 ) -> None:
     """Run the node agent: discovery, device plugin, topology publisher, health, metrics."""
+    # the agent's stack (gRPC, lightkube, prometheus) loads only when this command runs
+    from lightkube import ConfigError as KubeConfigError
+
+    from rdmaplane.agent import config as agent_config
+    from rdmaplane.agent import logs
+    from rdmaplane.agent.podresources import PodResourcesClient
+    from rdmaplane.agent.service import Agent
+    from rdmaplane.deviceplugin.config import ConfigError as PluginConfigError
+    from rdmaplane.deviceplugin.server import ServeError
+    from rdmaplane.kube import async_client
+
     overrides: dict[str, object] = {
         "node_name": node_name,
         "sysfs_root": sysfs_root,
@@ -109,7 +115,10 @@ def agent(
         fail(str(e), code=1)
 
 
-def _plugin(cfg: agent_config.AgentConfig) -> EmbeddedPlugin | None:
+def _plugin(cfg: AgentConfig) -> EmbeddedPlugin | None:
+    from rdmaplane.agent.plugin import EmbeddedPlugin
+    from rdmaplane.deviceplugin.config import PluginConfig, load_config
+
     if not cfg.device_plugin_enabled:
         return None
     plugin_config = (

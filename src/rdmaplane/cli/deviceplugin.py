@@ -10,8 +10,6 @@ from typing import Annotated
 import typer
 
 from rdmaplane.cli.common import fail
-from rdmaplane.deviceplugin import ConfigError, load_config, run_standalone
-from rdmaplane.deviceplugin.server import ServeError
 
 
 def device_plugin(
@@ -40,6 +38,10 @@ def device_plugin(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the kubelet device plugin for this node's RDMA NICs until SIGTERM."""
+    # gRPC and the plugin load only when this command runs: every other command starts faster
+    from rdmaplane.deviceplugin import ConfigError, load_config, run_standalone
+    from rdmaplane.deviceplugin.server import ServeError
+
     try:
         cfg = load_config(config)
     except ConfigError as e:
