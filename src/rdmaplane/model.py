@@ -8,6 +8,7 @@ between the device plugin, the publisher and the health monitor without copies.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 
@@ -269,3 +270,16 @@ def format_cpulist(cpus: tuple[int, ...]) -> str:
         else:
             runs.append([c, c])
     return ",".join(f"{a}-{b}" if a != b else f"{a}" for a, b in runs)
+
+
+_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
+
+
+def parse_rate_gbps(text: str) -> float:
+    """A port's `rate` as the kernel prints it: `400 Gb/sec (4X NDR)` → 400.0.
+
+    Raises ValueError on anything else."""
+    m = _RATE.match(text)
+    if not m:
+        raise ValueError(text)
+    return float(m.group(1))

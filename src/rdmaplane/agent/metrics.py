@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from rdmaplane import __version__
 from rdmaplane.agent.health import HcaHealth
 from rdmaplane.agent.probe import counter_files, leading_number, read_small
-from rdmaplane.model import NodeTopology
+from rdmaplane.model import NodeTopology, parse_rate_gbps
 
 PORT_LABELS = ("hca", "port", "netdev", "numa")
 
@@ -162,11 +162,8 @@ class NodeCollector(Collector):
 
 
 def _rate_gbps(raw: bytes | None) -> float | None:
-    """`400 Gb/sec (4X NDR)` → 400.0."""
-    if raw is None:
-        return None
     try:
-        return float(raw.split(b"Gb/sec", 1)[0])
+        return None if raw is None else parse_rate_gbps(raw.decode("ascii", "replace"))
     except ValueError:
         return None
 

@@ -32,13 +32,13 @@ from rdmaplane.model import (
     PortState,
     ReadWarning,
     parse_cpulist,
+    parse_rate_gbps,
 )
 
 SIDECAR = ".rdmaplane/node.json"  # facts sysfs lacks (hostname, GPU UUIDs), kept beside the tree
 
 _ROOT_COMPLEX = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 _BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_RATE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*Gb/sec")
 _GPU_CLASS_BYTES = (b"0x0300", b"0x0302")  # VGA and 3D controllers
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # a FIFO planted in a tree must not hang the reader
 _ZERO_GID = b"0000:0000:0000:0000:0000:0000:0000:0000\n"
@@ -154,7 +154,10 @@ class _Sysfs:
             return None
 
     def parsed(self, rel: str, parse: Callable[[str], T], *, optional: bool = False) -> T | None:
-        raw = self.text(rel, optional=optional)
+        return self.parse(rel, self.text(rel, optional=optional), parse)
+
+    def parse(self, rel: str, raw: str | None, parse: Callable[[str], T]) -> T | None:
+        """`parse(raw)`, or None with a warning naming `rel` when the content is junk."""
         if raw is None:
             return None
         try:
@@ -485,13 +488,6 @@ def _parse_state(text: str) -> int:
     return int(text.split(":", 1)[0])
 
 
-def _parse_rate(text: str) -> float:
-    m = _RATE.match(text)
-    if not m:
-        raise ValueError(text)
-    return float(m.group(1))
-
-
 def _parse_link_layer(text: str) -> LinkLayer:
     return LinkLayer(text)
 
@@ -506,6 +502,7 @@ def _read_port(
     parent_netdev: str | None,
 ) -> Port:
     rel = f"class/infiniband/{hca}/ports/{number}"
+    rate = fs.text(f"{rel}/rate")
     state = fs.parsed(f"{rel}/state", _parse_state) or 0
     phys = fs.parsed(f"{rel}/phys_state", _parse_state) or 0
     gids, table_len = _read_gids(fs, rel)
@@ -515,8 +512,8 @@ def _read_port(
         state=PortState(state) if state in PortState._value2member_map_ else PortState.NOP,
         phys_state=PhysState(phys) if phys in PhysState._value2member_map_ else PhysState.NOP,
         link_layer=fs.parsed(f"{rel}/link_layer", _parse_link_layer) or LinkLayer.UNKNOWN,
-        rate_gbps=fs.parsed(f"{rel}/rate", _parse_rate),
-        rate=fs.text(f"{rel}/rate", optional=True),
+        rate_gbps=fs.parse(f"{rel}/rate", rate, parse_rate_gbps),
+        rate=rate,
         lid=fs.parsed(f"{rel}/lid", _hex, optional=True),
         sm_lid=fs.parsed(f"{rel}/sm_lid", _hex, optional=True),
         netdev=_port_netdev(dev, number, netdevs, gids) or parent_netdev,
