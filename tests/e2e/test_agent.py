@@ -428,6 +428,9 @@ async def test_api_server_outage(
 
             down = await eventually(republished, within_s=90)
             assert "mlx5_6: port 1 DOWN" in down.message
+            # The condition shows mid-cycle; the NRT and Events follow in the same cycle, and
+            # only a finished cycle logs the recovery.
+            await asyncio.wait_for(agent.publisher.in_sync.wait(), 30)
 
     outage_logs = [r for r in caplog.records if "publishing to the API server failed" in r.message]
     attempts = [r.attempt for r in outage_logs]
