@@ -251,7 +251,8 @@ async def test_rising_errors_reach_the_device_plugin(
     node: Path, short_dir: Path, sample_nodes: dict[str, NodeTopology]
 ):
     """The embedded plugin learns of counter-based ill health from the agent (it sees port
-    states itself): ListAndWatch turns the HCA Unhealthy, and Healthy again once it recovers."""
+    states itself): ListAndWatch turns the HCA Unhealthy, Allocate refuses it naming the counter,
+    and it turns Healthy again once it recovers."""
     cfg = AgentConfig(
         node_name="hgx-h100-017",
         sysfs_root=node,
@@ -275,6 +276,14 @@ async def test_rising_errors_reach_the_device_plugin(
                 pass
             assert health[mlx5_2] == "Unhealthy"
             assert sum(v == "Unhealthy" for v in health.values()) == 1
+            with pytest.raises(grpc.aio.AioRpcError) as refused:  # with the real cause
+                await dp_grpc.DevicePluginStub(channel).Allocate(
+                    dp.AllocateRequest(
+                        container_requests=[dp.ContainerAllocateRequest(devices_ids=[mlx5_2])]
+                    )
+                )
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+            assert "mlx5_2: port 1 symbol_error +" in (refused.value.details() or "")
             while (health := await next_health(stream))[mlx5_2] == "Unhealthy":
                 pass  # the increment ages out of the 1 s window
             stream.cancel()

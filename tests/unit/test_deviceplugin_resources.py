@@ -63,6 +63,19 @@ def test_port_down_is_unhealthy_with_a_reason(hgx: NodeTopology) -> None:
     assert bad[0].problem == "mlx5_2: no port ACTIVE and LinkUp (port 1 DOWN/DISABLED)"
 
 
+def test_fault_from_outside_is_unhealthy_until_cleared(hgx: NodeTopology) -> None:
+    """The agent's counter verdicts arrive as faults; the reason is theirs, not a port state."""
+    m = manager({})
+    m.update(hgx)
+    fault = "port 1 symbol_error +12 within 60 s (max 10)"
+    assert m.update(hgx, {"mlx5_2": fault, "not-in-pool": "ignored"})
+    bad = [d for d in m.devices if not d.healthy]
+    assert [(d.hcas, d.problem) for d in bad] == [(("mlx5_2",), f"mlx5_2: {fault}")]
+    with pytest.raises(AllocateError, match="symbol_error"):
+        m.allocate([bad[0].id])
+    assert m.update(hgx) and all(d.healthy for d in m.devices)
+
+
 def test_shared_slots_grant_the_pool_and_fail_only_when_all_ports_do(hgx: NodeTopology) -> None:
     m = manager({"mode": "shared", "slots": 3, "selectors": {"hcaNames": ["mlx5_0", "mlx5_4"]}})
     m.update(hgx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from rdmaplane.agent.inventory import Offered
@@ -20,8 +21,8 @@ class EmbeddedPlugin:
     def resources(self) -> list[str]:
         return [p.resource_name for p in self.plugin.config.pools]
 
-    def update(self, topo: NodeTopology) -> None:
-        self.plugin.update(topo)
+    def update(self, topo: NodeTopology, faults: Mapping[str, str]) -> None:
+        self.plugin.update(topo, faults)
 
     async def start(self) -> None:
         await self.plugin.start()

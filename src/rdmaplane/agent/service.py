@@ -17,7 +17,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Protocol
 
 from lightkube import AsyncClient
@@ -36,7 +35,7 @@ from rdmaplane.agent.probe import Probe
 from rdmaplane.agent.publisher import Desired, Publisher
 from rdmaplane.discovery import read_node
 from rdmaplane.gid import plan_node
-from rdmaplane.model import NodeTopology, PhysState
+from rdmaplane.model import NodeTopology
 from rdmaplane.selectors import compute_ports
 
 log = logging.getLogger("rdmaplane.agent")
@@ -45,7 +44,7 @@ log = logging.getLogger("rdmaplane.agent")
 class DevicePlugin(Protocol):
     """What the agent needs of the embedded device plugin."""
 
-    def update(self, topo: NodeTopology) -> None: ...
+    def update(self, topo: NodeTopology, faults: Mapping[str, str]) -> None: ...
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     def offered(self) -> list[Offered]: ...
@@ -56,29 +55,15 @@ class AllocationSource(Protocol):
     async def close(self) -> None: ...
 
 
-def erroring(health: Mapping[str, HcaHealth]) -> frozenset[str]:
-    """HCAs unhealthy for rising error counters (the plugin sees port states for itself)."""
-    return frozenset(
-        n for n, h in health.items() if any(p.kind == ERRORS_RISING for p in h.problems)
-    )
-
-
-def plugin_view(topo: NodeTopology, sick: frozenset[str]) -> NodeTopology:
-    """The topology as the device plugin should judge it: the plugin calls an HCA healthy when a
-    port is ACTIVE and LinkUp, so ports of HCAs whose error counters are rising are handed over
-    in LinkErrorRecovery, which is what such a link is going through."""
-    if not sick:
-        return topo
-    hcas = tuple(
-        replace(
-            h,
-            ports=tuple(replace(p, phys_state=PhysState.LINK_ERROR_RECOVERY) for p in h.ports),
-        )
-        if h.name in sick
-        else h
-        for h in topo.hcas
-    )
-    return replace(topo, hcas=hcas)
+def faults(health: Mapping[str, HcaHealth]) -> dict[str, str]:
+    """HCAs unhealthy for rising error counters, with why (the plugin judges port states
+    itself, so those are left out)."""
+    out = {}
+    for name, h in health.items():
+        rising = [p.text for p in h.problems if p.kind == ERRORS_RISING]
+        if rising:
+            out[name] = "; ".join(rising)
+    return out
 
 
 class Agent:
@@ -106,7 +91,7 @@ class Agent:
         self._fingerprint: tuple[object, ...] | None = None
         self._discovered_at = 0.0
         self._polled_at = 0.0
-        self._plugin_fed: tuple[NodeTopology, frozenset[str]] | None = None
+        self._plugin_fed: tuple[NodeTopology, dict[str, str]] | None = None
         self._published_from: tuple[object, ...] | None = None
         self._allocation_problem: str | None = None
         self._rules = Rules(config.health.window_s, dict(config.health.thresholds))
@@ -219,9 +204,9 @@ class Agent:
     def _feed_plugin(self) -> None:
         if self.plugin is None or self.topo is None:
             return
-        fed = (self.topo, erroring(self.health_state.hcas))
+        fed = (self.topo, faults(self.health_state.hcas))
         if fed != self._plugin_fed:  # the same topology object compares by identity: cheap
-            self.plugin.update(plugin_view(*fed))
+            self.plugin.update(*fed)
             self._plugin_fed = fed
 
     # ---------------------------------------------------------------- allocations

@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import signal
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from rdmaplane.deviceplugin.config import PluginConfig, PoolConfig
@@ -60,10 +61,11 @@ class RdmaDevicePlugin:
             for pool in config.pools
         ]
 
-    def update(self, topo: NodeTopology) -> None:
-        """Take a new topology; streams are woken only for pools whose devices changed."""
+    def update(self, topo: NodeTopology, faults: Mapping[str, str] | None = None) -> None:
+        """Take a new topology and faults judged outside the plugin (HCA name → why); streams
+        are woken only for pools whose devices changed."""
         for server in self.servers:
-            if server.manager.update(topo):
+            if server.manager.update(topo, faults):
                 server.notify()
                 if self.config.cdi.enabled:
                     self._write_cdi_spec(server.manager)

@@ -9,7 +9,7 @@ Unhealthy instead of silently dropped (the kubelet then stops handing it out).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rdmaplane.alloc import Candidate, preferred_allocation
@@ -54,6 +54,7 @@ class AllocateError(Exception):
 class _Member:
     hca: Hca
     ports: list[Port] = field(default_factory=list)
+    fault: str | None = None  # judged outside the plugin (the agent's error counters)
 
     @property
     def up_ports(self) -> list[Port]:
@@ -61,6 +62,8 @@ class _Member:
 
     @property
     def problem(self) -> str | None:
+        if self.fault:
+            return f"{self.hca.name}: {self.fault}"
         if self.up_ports:
             return None
         states = ", ".join(
@@ -104,11 +107,14 @@ class ResourceManager:
     def members(self) -> list[Hca]:
         return [m.hca for m in self._members.values()]
 
-    def update(self, topo: NodeTopology) -> bool:
-        """Take a new topology; True when the device list the kubelet sees changed."""
+    def update(self, topo: NodeTopology, faults: Mapping[str, str] | None = None) -> bool:
+        """Take a new topology and the faults found elsewhere (HCA name → why; the plugin
+        judges port states itself); True when the device list the kubelet sees changed."""
+        faults = faults or {}
         members: dict[str, _Member] = {}
         for hca, port in compute_ports(topo, self.pool.selectors.selectors()):
-            members.setdefault(hca.name, _Member(hca)).ports.append(port)
+            member = members.setdefault(hca.name, _Member(hca, fault=faults.get(hca.name)))
+            member.ports.append(port)
         self.topo, self._members = topo, members
         fresh = self._shared_slots() if self.shared else self._exclusive()
         devices = dict(self._devices)
