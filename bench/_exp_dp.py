@@ -1,0 +1,182 @@
+"""Device plugin latency, measured where the kubelet sees it: at the gRPC client.
+
+Runs `rdmaplane device-plugin` as its own process on the largest sample node (hgx-h100-roce:
+9 HCAs on 2 NUMA nodes), with the kubelet stand-in from tests/ serving Registration, then:
+
+* p50/p99 of GetDevicePluginOptions (no work: the floor of gRPC + scheduling on this machine),
+  GetPreferredAllocation (2 and 4 of 9 devices, one must-include) and of Allocate
+  (1 and 4 devices: device nodes + the NCCL env plan) over the unix socket (goal p99 <= 2 ms);
+* how long 100 kubelet restarts in a row take to be noticed: kubelet back up -> plugin
+  registered again -> full device list received.
+
+    .venv/bin/python bench/deviceplugin.py [--calls 2000] [--restarts 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
+
+from kubelet_standin import KubeletStandIn
+
+from rdmaplane.deviceplugin import parse_config
+from rdmaplane.deviceplugin.resources import ResourceManager
+from rdmaplane.discovery import read_node, samples
+from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.model import NodeTopology
+
+SAMPLE = "hgx-h100-roce"
+RESOURCE = "rdmaplane.io/hca"
+
+
+def percentiles(samples_ms: list[float]) -> tuple[float, float]:
+    q = statistics.quantiles(samples_ms, n=100, method="inclusive")
+    return q[49], q[98]
+
+
+async def timed(call: Callable[[], Awaitable[object]], n: int) -> tuple[float, float]:
+    for _ in range(50):  # warm the channel and both processes
+        await call()
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await call()
+        out.append((time.perf_counter() - t) * 1000)
+    return percentiles(out)
+
+
+def dev_tree(sysfs: Path, root: Path) -> Path:
+    (root / "infiniband").mkdir(parents=True)
+    for cls in ("infiniband_verbs", "infiniband_mad"):
+        for entry in (sysfs / "class" / cls).iterdir():
+            if entry.is_symlink():
+                (root / "infiniband" / entry.name).touch()
+    (root / "infiniband" / "rdma_cm").touch()
+    return root
+
+
+async def bench(calls: int, restarts: int) -> None:
+    with samples.materialised(SAMPLE) as sysfs, tempfile.TemporaryDirectory(prefix="dp-") as tmp:
+        kubelet_dir = Path(tmp) / "kubelet"
+        config = Path(tmp) / "dp.yaml"
+        config.write_text("healthPollInterval: 3600\nresendInterval: 60\n")
+        kubelet = KubeletStandIn(kubelet_dir)
+        await kubelet.start()
+        topo = read_node(str(sysfs))
+        plugin = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "rdmaplane", "device-plugin", "--config", str(config),
+            "--sysfs-root", str(sysfs), "--dev-root", str(dev_tree(sysfs, Path(tmp) / "dev")),
+            "--kubelet-dir", str(kubelet_dir),
+            stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            await kubelet.wait_for(
+                lambda: (
+                    RESOURCE in kubelet.plugins
+                    and len(kubelet.plugins[RESOURCE].devices) == len(topo.hcas)
+                ),
+                within=30,
+            )
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"sample {SAMPLE}: {len(topo.hcas)} HCAs; {calls} calls each; load avg {load}")
+            print(f"at the gRPC client over a unix socket; plugin process; {os.cpu_count()} CPUs")
+            await latencies(kubelet, calls)
+            handler_times(topo, str(Path(tmp) / "dev"), calls)
+            await restart_times(kubelet, restarts, len(topo.hcas))
+        finally:
+            plugin.terminate()
+            await asyncio.wait_for(plugin.wait(), 20)
+            await kubelet.stop()
+
+
+async def latencies(kubelet: KubeletStandIn, calls: int) -> None:
+    stub = kubelet.stub(RESOURCE)
+    ids = sorted(kubelet.plugins[RESOURCE].devices)
+
+    def preferred(size: int) -> Callable[[], Awaitable[object]]:
+        request = dp.PreferredAllocationRequest(
+            container_requests=[
+                dp.ContainerPreferredAllocationRequest(
+                    available_deviceIDs=ids, must_include_deviceIDs=ids[-1:], allocation_size=size
+                )
+            ]
+        )
+        return lambda: stub.GetPreferredAllocation(request, timeout=5)
+
+    def allocate(count: int) -> Callable[[], Awaitable[object]]:
+        request = dp.AllocateRequest(
+            container_requests=[dp.ContainerAllocateRequest(devices_ids=ids[:count])]
+        )
+        return lambda: stub.Allocate(request, timeout=5)
+
+    for name, call in [
+        ("GetDevicePluginOptions (floor)", lambda: stub.GetDevicePluginOptions(dp.Empty())),
+        ("GetPreferredAllocation 2 of 9", preferred(2)),
+        ("GetPreferredAllocation 4 of 9", preferred(4)),
+        ("Allocate 1 device", allocate(1)),
+        ("Allocate 4 devices", allocate(4)),
+    ]:
+        p50, p99 = await timed(call, calls)
+        print(f"  {name:32s} p50 {p50:6.3f} ms   p99 {p99:6.3f} ms")
+
+
+def handler_times(topo: NodeTopology, dev_root: str, calls: int) -> None:
+    """The plugin's own share: the resource manager in-process, without gRPC."""
+    manager = ResourceManager(parse_config({}).pools[0], dev_root=dev_root)
+    manager.update(topo)
+    ids = [d.id for d in manager.devices]
+    print("in-process resource manager (the plugin's own work)")
+    for name, call in [
+        ("preferred 4 of 9", lambda: manager.preferred(ids, ids[-1:], 4)),
+        ("allocate 4 devices", lambda: manager.allocate(ids[:4])),
+    ]:
+        out = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            call()
+            out.append((time.perf_counter() - t) * 1000)
+        p50, p99 = percentiles(out)
+        print(f"  {name:32s} p50 {p50:6.3f} ms   p99 {p99:6.3f} ms")
+
+
+async def restart_times(kubelet: KubeletStandIn, restarts: int, devices: int) -> None:
+    out = []
+    for _ in range(restarts):
+        before = len(kubelet.registrations)
+        t = time.perf_counter()
+        await kubelet.restart()
+        await kubelet.wait_for(
+            lambda before=before: (
+                len(kubelet.registrations) > before  # type: ignore[misc]
+                and RESOURCE in kubelet.plugins
+                and len(kubelet.plugins[RESOURCE].devices) == devices
+            ),
+            within=10,
+        )
+        out.append((time.perf_counter() - t) * 1000)
+    p50, p99 = percentiles(out)
+    print(
+        f"  kubelet restart -> re-registered + full list ({restarts}x): "
+        f"p50 {p50:.0f} ms, p99 {p99:.0f} ms, max {max(out):.0f} ms (watch interval 1 s)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--restarts", type=int, default=100)
+    args = parser.parse_args()
+    asyncio.run(bench(args.calls, args.restarts))
+
+
+if __name__ == "__main__":
+    main()
