@@ -283,16 +283,36 @@ async def test_port_flap_flips_condition_with_events(
         (port / "state").write_text("4: ACTIVE\n")
         (port / "phys_state").write_text("5: LinkUp\n")
         await eventually(lambda: ready_is("True"))
-        seen = await eventually(
-            lambda: _events_at_least(kube, name, 4),
-        )
-    # Timestamps have one-second resolution, so only the set is certain, not the order.
-    assert sorted(seen) == [
-        ("RDMADeviceHealthy", "Normal"),
-        ("RDMADeviceUnhealthy", "Warning"),
-        ("RDMANotReady", "Warning"),
-        ("RDMAReady", "Normal"),
+        seen = await eventually(lambda: _events_at_least(kube, name, 4))
+        # Timestamps have one-second resolution, so only the set is certain, not the order.
+        assert sorted(seen) == [
+            ("RDMADeviceHealthy", "Normal"),
+            ("RDMADeviceUnhealthy", "Warning"),
+            ("RDMANotReady", "Warning"),
+            ("RDMAReady", "Normal"),
+        ]
+        for state, phys, ready in (
+            ("1: DOWN", "3: Disabled", "False"),
+            ("4: ACTIVE", "5: LinkUp", "True"),
+        ):
+            (port / "state").write_text(state + "\n")
+            (port / "phys_state").write_text(phys + "\n")
+            await eventually(lambda ready=ready: ready_is(ready))
+        counts = await eventually(lambda: _counts_reach(kube, name, 2))
+    assert counts == {  # the second flap raised the counts: still four Events
+        "RDMADeviceHealthy": 2,
+        "RDMADeviceUnhealthy": 2,
+        "RDMANotReady": 2,
+        "RDMAReady": 2,
+    }
+
+
+async def _counts_reach(kube: AsyncClient, name: str, n: int) -> dict[str, int] | None:
+    found = [
+        e async for e in kube.list(Event, namespace="default", fields={"involvedObject.name": name})
     ]
+    counts = {e.reason: e.count for e in found}
+    return counts if min(counts.values()) >= n else None
 
 
 async def _events_at_least(kube: AsyncClient, name: str, n: int) -> list[tuple[str, str]] | None:

@@ -61,6 +61,8 @@ class PublishConfig(_Strict):
     resync_interval_s: float = Field(default=600.0, gt=0)  # rewrite everything even if unchanged
     event_namespace: str = "default"
     max_pending_events: int = Field(default=100, ge=0)
+    # A repeat of the same Event within this window raises the first one's count.
+    event_aggregate_s: float = Field(default=600.0, ge=0)
 
 
 class AgentConfig(_Strict):

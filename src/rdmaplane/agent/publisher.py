@@ -14,7 +14,7 @@ import contextlib
 import datetime as dt
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -31,6 +31,7 @@ from rdmaplane.kube import NodeResourceTopology
 
 log = logging.getLogger("rdmaplane.agent.publisher")
 COMPONENT = "rdmaplane-agent"
+MAX_AGGREGATED = 64  # distinct Events remembered for aggregation
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,15 @@ class PendingEvent:
     reason: str
     message: str
     at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.UTC))
+
+
+@dataclass
+class _Posted:
+    """An Event we created, so a repeat within the window bumps its count instead."""
+
+    name: str
+    count: int
+    last: dt.datetime
 
 
 @dataclass
@@ -78,6 +88,7 @@ class Publisher:
         self._desired: Desired | None = None
         self._written = _Written()
         self._events: deque[PendingEvent] = deque(maxlen=config.max_pending_events)
+        self._posted: OrderedDict[tuple[str, str, str], _Posted] = OrderedDict()
         self._wake = asyncio.Event()
         self._node_uid: str | None = None
         # The condition as the node holds it: status and since when (kept across our restarts).
@@ -164,7 +175,7 @@ class Publisher:
             await self._write_nrt(desired.nrt)
             wrote = True
         while self._events:
-            await self._create_event(self._events[0])
+            await self._post_event(self._events[0])
             self._events.popleft()
             wrote = True
         if wrote:
@@ -267,9 +278,42 @@ class Publisher:
         self._written.nrt_version = _version(stored)
         self.metrics.writes.labels("nrt").inc()
 
-    async def _create_event(self, event: PendingEvent) -> None:
+    async def _post_event(self, event: PendingEvent) -> None:
+        """Create the Event, or, when the same one was posted within `event_aggregate_s`, bump
+        its count (as client-go's correlator does): a flapping port yields two Events with
+        rising counts, not a flood."""
+        key = (event.type, event.reason, event.message[:1024])
+        posted = self._posted.get(key)
+        window = dt.timedelta(seconds=self.config.event_aggregate_s)
+        if posted is not None and event.at - posted.last < window:
+            patch = {"count": posted.count + 1, "lastTimestamp": _timestamp(event.at)}
+            try:
+                await self.client.patch(
+                    Event,
+                    posted.name,
+                    patch,
+                    namespace=self.config.event_namespace,
+                    patch_type=PatchType.MERGE,
+                )
+            except ApiError as e:
+                if e.status.code != 404:  # expired (events have a TTL) or deleted: create anew
+                    raise
+            else:
+                posted.count, posted.last = posted.count + 1, event.at
+                self._posted.move_to_end(key)
+                self.metrics.writes.labels("event").inc()
+                return
+        created = await self.client.create(cast(Event, Event.from_dict(self._event_body(event))))
+        self.metrics.writes.labels("event").inc()
+        if created.metadata is not None and created.metadata.name:
+            self._posted[key] = _Posted(created.metadata.name, 1, event.at)
+            self._posted.move_to_end(key)
+            while len(self._posted) > MAX_AGGREGATED:
+                self._posted.popitem(last=False)
+
+    def _event_body(self, event: PendingEvent) -> dict[str, Any]:
         at = _timestamp(event.at)
-        body = {
+        return {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
@@ -292,8 +336,6 @@ class Publisher:
             "lastTimestamp": at,
             "count": 1,
         }
-        await self.client.create(cast(Event, Event.from_dict(body)))
-        self.metrics.writes.labels("event").inc()
 
 
 def _version(obj: Any) -> str | None:
