@@ -5,7 +5,8 @@ Runs `rdmaplane device-plugin` as its own process on the largest sample node (hg
 
 * p50/p99 of GetDevicePluginOptions (no work: the floor of gRPC + scheduling on this machine),
   GetPreferredAllocation (2 and 4 of 9 devices, one must-include) and of Allocate
-  (1 and 4 devices: device nodes + the NCCL env plan) over the unix socket (goal p99 <= 2 ms);
+  (1 and 4 devices: device nodes + the NCCL env plan) over the unix socket (goal p99 <= 2 ms),
+  called in rounds so that all of them see the same noise, and each one's cost above the floor;
 * how long 100 kubelet restarts in a row take to be noticed: kubelet back up -> plugin
   registered again -> full device list received.
 
@@ -43,15 +44,21 @@ def percentiles(samples_ms: list[float]) -> tuple[float, float]:
     return q[49], q[98]
 
 
-async def timed(call: Callable[[], Awaitable[object]], n: int) -> tuple[float, float]:
+Call = Callable[[], Awaitable[object]]
+
+
+async def timed(calls: dict[str, Call], n: int) -> dict[str, list[float]]:
+    """Each call once per round, `n` rounds: every call sees the same noise of this machine."""
     for _ in range(50):  # warm the channel and both processes
-        await call()
-    out = []
+        for call in calls.values():
+            await call()
+    out: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(n):
-        t = time.perf_counter()
-        await call()
-        out.append((time.perf_counter() - t) * 1000)
-    return percentiles(out)
+        for name, call in calls.items():
+            t = time.perf_counter()
+            await call()
+            out[name].append((time.perf_counter() - t) * 1000)
+    return out
 
 
 def dev_tree(sysfs: Path, root: Path) -> Path:
@@ -118,15 +125,23 @@ async def latencies(kubelet: KubeletStandIn, calls: int) -> None:
         )
         return lambda: stub.Allocate(request, timeout=5)
 
-    for name, call in [
-        ("GetDevicePluginOptions (floor)", lambda: stub.GetDevicePluginOptions(dp.Empty())),
-        ("GetPreferredAllocation 2 of 9", preferred(2)),
-        ("GetPreferredAllocation 4 of 9", preferred(4)),
-        ("Allocate 1 device", allocate(1)),
-        ("Allocate 4 devices", allocate(4)),
-    ]:
-        p50, p99 = await timed(call, calls)
-        print(f"  {name:32s} p50 {p50:6.3f} ms   p99 {p99:6.3f} ms")
+    floor = "GetDevicePluginOptions (floor)"
+    results = await timed(
+        {
+            floor: lambda: stub.GetDevicePluginOptions(dp.Empty()),
+            "GetPreferredAllocation 2 of 9": preferred(2),
+            "GetPreferredAllocation 4 of 9": preferred(4),
+            "Allocate 1 device": allocate(1),
+            "Allocate 4 devices": allocate(4),
+        },
+        calls,
+    )
+    floor_p50, floor_p99 = percentiles(results[floor])
+    print(f"  {'':32s} {'p50':>9s} {'p99':>9s}   above the floor: p50    p99")
+    for name, samples_ms in results.items():
+        p50, p99 = percentiles(samples_ms)
+        above = "" if name == floor else f"{p50 - floor_p50:+8.3f} {p99 - floor_p99:+8.3f}"
+        print(f"  {name:32s} {p50:6.3f} ms {p99:6.3f} ms   {above}")
 
 
 def handler_times(topo: NodeTopology, dev_root: str, calls: int) -> None:
