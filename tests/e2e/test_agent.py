@@ -459,7 +459,7 @@ async def test_api_server_outage(
     assert delays == sorted(delays) and delays[0] == 1 and delays[-1] <= 60
     assert len(outage_logs) >= failures >= 5  # 1+2+4+8+16 s < 60 s
     assert any("reachable again" in r.message for r in caplog.records)
-    assert served >= 10
+    assert served >= 8  # one round every ~5 s; fewer only if the device plugin or /metrics stalled
 
 
 async def _wait_crd(kube: AsyncClient) -> None:
