@@ -12,6 +12,18 @@ from rdmaplane.doctor import parse_nccl_log, parse_nccl_tests, parse_perftest
 from rdmaplane.doctor.verdict import ParseError
 
 # Lines that look almost right to each parser: they reach deeper than random text does.
+PERFTEST = [
+    "#bytes BW average[Gb/sec] #iterations",
+    " 1 2 3 4 5",
+    "x : y",
+    " GID: 1:2:3",
+    " local address:",
+    "BW peak[MB/sec]",
+    "1e999",
+    " #bytes t_avg[usec]",
+    "-",
+    "999:" * 16,
+]
 NEAR_MISSES: dict[str, tuple[Callable[[str], object], list[str]]] = {
     "nccl_log": (
         parse_nccl_log.parse,
@@ -41,36 +53,8 @@ NEAR_MISSES: dict[str, tuple[Callable[[str], object], list[str]]] = {
             "",
         ],
     ),
-    "perftest_bw": (
-        parse_perftest.parse_bw,
-        [
-            "#bytes BW average[Gb/sec] #iterations",
-            " 1 2 3 4 5",
-            "x : y",
-            " GID: 1:2:3",
-            " local address:",
-            "BW peak[MB/sec]",
-            "1e999",
-            " #bytes t_avg[usec]",
-            "-",
-            "999:" * 16,
-        ],
-    ),
-    "perftest_lat": (
-        parse_perftest.parse_lat,
-        [
-            "#bytes BW average[Gb/sec] #iterations",
-            " 1 2 3 4 5",
-            "x : y",
-            " GID: 1:2:3",
-            " local address:",
-            "BW peak[MB/sec]",
-            "1e999",
-            " #bytes t_avg[usec]",
-            "-",
-            "999:" * 16,
-        ],
-    ),
+    "perftest_bw": (parse_perftest.parse_bw, PERFTEST),
+    "perftest_lat": (parse_perftest.parse_lat, PERFTEST),
 }
 PARSERS = {name: parse for name, (parse, _) in NEAR_MISSES.items()}
 
