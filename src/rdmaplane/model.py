@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
 SCHEMA = "rdmaplane.io/node-topology/v1"
@@ -161,6 +162,22 @@ class Port:
     @property
     def is_up(self) -> bool:
         """Usable for traffic: logically ACTIVE and physically LinkUp."""
+        return self.state == PortState.ACTIVE and self.phys_state == PhysState.LINK_UP
+
+
+@dataclass(frozen=True, slots=True)
+class PortObservation:
+    """One poll's view of a port (the agent's cheap probe): its states and the watched error
+    counters that could be read."""
+
+    hca: str
+    port: int
+    state: PortState
+    phys_state: PhysState
+    counters: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def is_up(self) -> bool:
         return self.state == PortState.ACTIVE and self.phys_state == PhysState.LINK_UP
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.agent.probe import Probe
 from rdmaplane.discovery import read_node, samples
+from rdmaplane.discovery.probe import Probe
 from rdmaplane.discovery.samples import ip_gid
 from rdmaplane.model import PhysState, PortState
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -13,6 +14,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -69,9 +71,10 @@ async def running(
 ) -> AsyncIterator[None]:
     if kubelet:
         await kubelet.start()
-    plugin.update(read_node(str(sysfs)))
+    topo = read_node(str(sysfs))
+    plugin.update(topo)
     await plugin.start()
-    poller = asyncio.create_task(poll_topology(plugin, str(sysfs), POLL))
+    poller = asyncio.create_task(poll_topology(plugin, str(sysfs), topo, POLL))
     try:
         yield
     finally:
@@ -139,6 +142,46 @@ async def test_port_down_turns_unhealthy_and_back(
         finally:
             state.write_text("4: ACTIVE\n")
         await kubelet.wait_for(lambda: seen.devices[victim].health == "Healthy")
+
+
+class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Counts the full reads the poller hands off."""
+
+    submitted = 0
+
+    def submit(self, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        self.submitted += 1
+        return super().submit(*args, **kwargs)
+
+
+async def test_full_reads_only_when_the_probe_sees_a_change(
+    sysfs: Path, dev_root: Path, kubelet_dir: Path
+) -> None:
+    plugin = make_plugin({}, kubelet_dir, dev_root)
+    topo = read_node(str(sysfs))
+    plugin.update(topo)
+    state = sysfs / "class/infiniband/mlx5_5/ports/1/state"
+    manager = plugin.servers[0].manager
+
+    def healthy() -> bool:
+        return next(d for d in manager.devices if d.hcas == ("mlx5_5",)).healthy
+
+    with CountingExecutor(1) as reads:
+        poller = asyncio.create_task(poll_topology(plugin, str(sysfs), topo, POLL, reads))
+        try:
+            await asyncio.sleep(POLL * 10)
+            assert reads.submitted == 0  # ten quiet polls: probes only
+            state.write_text("1: DOWN\n")
+            for _ in range(200):
+                if not healthy():
+                    break
+                await asyncio.sleep(POLL)
+            assert not healthy() and reads.submitted == 1
+        finally:
+            state.write_text("4: ACTIVE\n")
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
 
 
 async def test_vanished_hca_is_reported_unhealthy(

@@ -11,11 +11,10 @@ from rdmaplane.agent.health import (
     ERRORS_RISING,
     PORT_DOWN,
     HealthState,
-    PortObservation,
     Rules,
     step,
 )
-from rdmaplane.model import PhysState, PortState
+from rdmaplane.model import PhysState, PortObservation, PortState
 
 RULES = Rules(window_s=60.0, thresholds={"symbol_error": 10, "link_downed": 0})
 UP = (PortState.ACTIVE, PhysState.LINK_UP)

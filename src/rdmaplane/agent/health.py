@@ -11,28 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rdmaplane.model import PhysState, PortState
+from rdmaplane.model import PortObservation
 
 
 @dataclass(frozen=True, slots=True)
 class Rules:
     window_s: float
     thresholds: Mapping[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class PortObservation:
-    """One poll's view of a port: its states and the watched counters that could be read."""
-
-    hca: str
-    port: int
-    state: PortState
-    phys_state: PhysState
-    counters: Mapping[str, int] = field(default_factory=dict)
-
-    @property
-    def is_up(self) -> bool:
-        return self.state == PortState.ACTIVE and self.phys_state == PhysState.LINK_UP
 
 
 PORT_DOWN = "PortDown"

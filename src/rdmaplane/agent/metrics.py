@@ -19,7 +19,7 @@ from prometheus_client.registry import Collector
 
 from rdmaplane import __version__
 from rdmaplane.agent.health import HcaHealth
-from rdmaplane.agent.probe import counter_files, leading_number, read_small
+from rdmaplane.discovery.probe import counter_files, leading_number, read_small
 from rdmaplane.model import NodeTopology, parse_rate_gbps
 
 PORT_LABELS = ("hca", "port", "netdev", "numa")

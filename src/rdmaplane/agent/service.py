@@ -31,9 +31,9 @@ from rdmaplane.agent.httpserver import HttpServer, Response
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
 from rdmaplane.agent.metrics import AgentMetrics, NodeView
 from rdmaplane.agent.podresources import PodResourcesError
-from rdmaplane.agent.probe import Probe
 from rdmaplane.agent.publisher import Desired, Publisher
 from rdmaplane.discovery import read_node
+from rdmaplane.discovery.probe import Probe
 from rdmaplane.gid import plan_node
 from rdmaplane.model import NodeTopology
 from rdmaplane.selectors import compute_ports

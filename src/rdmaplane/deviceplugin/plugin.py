@@ -23,6 +23,7 @@ from rdmaplane.deviceplugin.config import PluginConfig, PoolConfig
 from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.deviceplugin.server import PoolServer
 from rdmaplane.discovery import read_node
+from rdmaplane.discovery.probe import Probe
 from rdmaplane.model import NodeTopology
 
 log = logging.getLogger("rdmaplane.deviceplugin")
@@ -92,26 +93,41 @@ class RdmaDevicePlugin:
             log.error("cannot write CDI spec %s: %s", target, e)
 
 
+REDISCOVER_S = 300.0  # a full read now and then, for what the probe does not watch
+
+
 async def poll_topology(
     plugin: RdmaDevicePlugin,
     sysfs_root: str,
+    topo: NodeTopology,
     interval: float,
     executor: concurrent.futures.Executor | None = None,
 ) -> None:
-    """Read sysfs every `interval` seconds and feed it in.
+    """Probe sysfs every `interval` seconds (port states, device listings, in-use GIDs: ~120
+    small files on a big node) and read it fully only when the probe saw a change, or every
+    `REDISCOVER_S`.
 
-    A full read of a big node takes ~0.15 s of Python; in a thread it would hold the GIL and
+    A full read of a big node is tens of ms of Python; in a thread it would hold the GIL and
     stall gRPC answers for that long, so the standalone plugin passes a process pool. A read
     that fails keeps the last topology: a flaky read must not make devices vanish."""
     loop = asyncio.get_running_loop()
+    probe = Probe(sysfs_root, topo, watched=())
+    seen = (await asyncio.to_thread(probe.read)).fingerprint
+    read_at = loop.time()
     while True:
+        await asyncio.sleep(interval)
+        fingerprint = (await asyncio.to_thread(probe.read)).fingerprint
+        if fingerprint == seen and loop.time() - read_at < REDISCOVER_S:
+            continue
         try:
             topo = await loop.run_in_executor(executor, read_node, sysfs_root)
         except Exception as e:  # the reader is tolerant; anything left is logged, not fatal
             log.error("reading %s failed: %s", sysfs_root, e)
-        else:
-            plugin.update(topo)
-        await asyncio.sleep(interval)
+            continue
+        plugin.update(topo)
+        probe = Probe(sysfs_root, topo, watched=())
+        seen = (await asyncio.to_thread(probe.read)).fingerprint
+        read_at = loop.time()
 
 
 async def run_standalone(
@@ -123,7 +139,8 @@ async def run_standalone(
 ) -> None:
     """Serve until SIGTERM/SIGINT, then remove the sockets and return."""
     plugin = RdmaDevicePlugin(config, kubelet_dir=kubelet_dir, dev_root=dev_root)
-    plugin.update(await asyncio.to_thread(read_node, sysfs_root))
+    topo = await asyncio.to_thread(read_node, sysfs_root)
+    plugin.update(topo)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -132,7 +149,7 @@ async def run_standalone(
     # spawn, not fork: forking a process that runs gRPC threads is unsafe
     reader = concurrent.futures.ProcessPoolExecutor(1, multiprocessing.get_context("spawn"))
     poller = asyncio.create_task(
-        poll_topology(plugin, sysfs_root, config.health_poll_interval, reader)
+        poll_topology(plugin, sysfs_root, topo, config.health_poll_interval, reader)
     )
     try:
         await stop.wait()

@@ -21,8 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from rdmaplane.agent.health import PortObservation
-from rdmaplane.model import NodeTopology, PhysState, PortState
+from rdmaplane.model import NodeTopology, PhysState, PortObservation, PortState
 
 LISTED = ("class/infiniband", "class/net", "bus/pci/devices")
 GID_PROBE_FREE = 2
