@@ -8,9 +8,10 @@ Runs `rdmaplane device-plugin` as its own process on the largest sample node (hg
   (1 and 4 devices: device nodes + the NCCL env plan) over the unix socket (goal p99 <= 2 ms),
   called in rounds so that all of them see the same noise, and each one's cost above the floor;
 * how long 100 kubelet restarts in a row take to be noticed: kubelet back up -> plugin
-  registered again -> full device list received.
+  registered again -> full device list received;
+* the plugin's CPU while idle (it still probes sysfs every healthPollInterval).
 
-    .venv/bin/python bench/deviceplugin.py [--calls 2000] [--restarts 100]
+    .venv/bin/python bench/deviceplugin.py [--calls 2000] [--restarts 100] [--idle 60]
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from rdmaplane.model import NodeTopology
 
 SAMPLE = "hgx-h100-roce"
 RESOURCE = "rdmaplane.io/hca"
+POLL_S = 5.0  # the default healthPollInterval
 
 
 def percentiles(samples_ms: list[float]) -> tuple[float, float]:
@@ -71,11 +73,11 @@ def dev_tree(sysfs: Path, root: Path) -> Path:
     return root
 
 
-async def bench(calls: int, restarts: int) -> None:
+async def bench(calls: int, restarts: int, idle_s: float) -> None:
     with samples.materialised(SAMPLE) as sysfs, tempfile.TemporaryDirectory(prefix="dp-") as tmp:
         kubelet_dir = Path(tmp) / "kubelet"
         config = Path(tmp) / "dp.yaml"
-        config.write_text("healthPollInterval: 5\nresendInterval: 60\n")
+        config.write_text(f"healthPollInterval: {POLL_S:g}\nresendInterval: 60\n")
         kubelet = KubeletStandIn(kubelet_dir)
         await kubelet.start()
         topo = read_node(str(sysfs))
@@ -99,6 +101,7 @@ async def bench(calls: int, restarts: int) -> None:
             await latencies(kubelet, calls)
             handler_times(topo, str(Path(tmp) / "dev"), calls)
             await restart_times(kubelet, restarts, len(topo.hcas))
+            await idle_cpu(plugin.pid, idle_s)
         finally:
             plugin.terminate()
             await asyncio.wait_for(plugin.wait(), 20)
@@ -185,12 +188,47 @@ async def restart_times(kubelet: KubeletStandIn, restarts: int, devices: int) ->
     )
 
 
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process and its live descendants (a pool doing the plugin's reads
+    counts), from /proc/*/stat: fields 4 (ppid), 14 and 15."""
+    stats: dict[int, tuple[int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            ticks = int(fields[11]) + int(fields[12])
+            stats[int(entry)] = (int(fields[1]), ticks / os.sysconf("SC_CLK_TCK"))
+    tree, grown = {pid}, True
+    while grown:
+        below = {p for p, (parent, _) in stats.items() if parent in tree} - tree
+        tree |= below
+        grown = bool(below)
+    return sum(stats[p][1] for p in tree if p in stats)
+
+
+async def idle_cpu(pid: int, seconds: float) -> None:
+    """The plugin (and its reader process) with nothing asked of it: sysfs probes every poll,
+    ListAndWatch open."""
+    await asyncio.sleep(POLL_S)  # let the last restart's work settle
+    before, t = cpu_seconds(pid), time.perf_counter()
+    await asyncio.sleep(seconds)
+    used, wall = cpu_seconds(pid) - before, time.perf_counter() - t
+    print(
+        f"  idle plugin process over {wall:.0f} s (poll every {POLL_S:g} s): "
+        f"{used * 1000:.0f} ms CPU = {100 * used / wall:.2f} % of a core"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--restarts", type=int, default=100)
+    parser.add_argument("--idle", type=float, default=60.0, help="seconds of idle CPU sampling")
     args = parser.parse_args()
-    asyncio.run(bench(args.calls, args.restarts))
+    asyncio.run(bench(args.calls, args.restarts, args.idle))
 
 
 if __name__ == "__main__":
