@@ -19,7 +19,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -99,6 +101,7 @@ async def bench(calls: int, restarts: int, idle_s: float) -> None:
             print(f"sample {SAMPLE}: {len(topo.hcas)} HCAs; {calls} calls each; load avg {load}")
             print(f"at the gRPC client over a unix socket; plugin process; {os.cpu_count()} CPUs")
             await latencies(kubelet, calls)
+            transport_floor(calls)
             handler_times(topo, str(Path(tmp) / "dev"), calls)
             await restart_times(kubelet, restarts, len(topo.hcas))
             await idle_cpu(plugin.pid, idle_s)
@@ -145,6 +148,35 @@ async def latencies(kubelet: KubeletStandIn, calls: int) -> None:
         p50, p99 = percentiles(samples_ms)
         above = "" if name == floor else f"{p50 - floor_p50:+8.3f} {p99 - floor_p99:+8.3f}"
         print(f"  {name:32s} {p50:6.3f} ms {p99:6.3f} ms   {above}")
+
+
+ECHO = """
+import os, socket, sys
+s = socket.socket(fileno=int(sys.argv[1]))
+while data := s.recv(64):
+    s.send(data)
+"""
+
+
+def transport_floor(calls: int) -> None:
+    """A 40-byte ping-pong over a unix socket pair with an echo process: no gRPC, no Python
+    work to speak of; what this machine's scheduler alone costs a request/response."""
+    mine, theirs = socket.socketpair()
+    echo = subprocess.Popen(
+        [sys.executable, "-c", ECHO, str(theirs.fileno())], pass_fds=[theirs.fileno()]
+    )
+    theirs.close()
+    out = []
+    for i in range(calls + 50):
+        t = time.perf_counter()
+        mine.send(b"x" * 40)
+        mine.recv(64)
+        if i >= 50:
+            out.append((time.perf_counter() - t) * 1000)
+    mine.close()
+    echo.wait(10)
+    p50, p99 = percentiles(out)
+    print(f"  {'unix socket ping-pong, no gRPC':32s} {p50:6.3f} ms {p99:6.3f} ms   (this machine)")
 
 
 def handler_times(topo: NodeTopology, dev_root: str, calls: int) -> None:
