@@ -5,10 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from rdmaplane.discovery import samples
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
+
+# No per-example deadline: property tests check behaviour, not speed (that is bench/'s job), and
+# a loaded CI machine must not turn a slow example into a failure.
+settings.register_profile("rdmaplane", deadline=None, print_blob=True)
+settings.load_profile("rdmaplane")
 
 
 @pytest.fixture(scope="session")
