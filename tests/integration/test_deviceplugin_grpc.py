@@ -71,10 +71,9 @@ async def running(
 ) -> AsyncIterator[None]:
     if kubelet:
         await kubelet.start()
-    topo = read_node(str(sysfs))
-    plugin.update(topo)
+    plugin.update(read_node(str(sysfs)))
     await plugin.start()
-    poller = asyncio.create_task(poll_topology(plugin, str(sysfs), topo, POLL))
+    poller = asyncio.create_task(poll_topology(plugin, str(sysfs), POLL))
     try:
         yield
     finally:
@@ -157,9 +156,9 @@ class CountingExecutor(concurrent.futures.ThreadPoolExecutor):
 async def test_full_reads_only_when_the_probe_sees_a_change(
     sysfs: Path, dev_root: Path, kubelet_dir: Path
 ) -> None:
+    """A full read is two (the second proves the probe's baseline matches the first); after
+    the start, only a change the probe sees causes one."""
     plugin = make_plugin({}, kubelet_dir, dev_root)
-    topo = read_node(str(sysfs))
-    plugin.update(topo)
     state = sysfs / "class/infiniband/mlx5_5/ports/1/state"
     manager = plugin.servers[0].manager
 
@@ -167,16 +166,18 @@ async def test_full_reads_only_when_the_probe_sees_a_change(
         return next(d for d in manager.devices if d.hcas == ("mlx5_5",)).healthy
 
     with CountingExecutor(1) as reads:
-        poller = asyncio.create_task(poll_topology(plugin, str(sysfs), topo, POLL, reads))
+        poller = asyncio.create_task(poll_topology(plugin, str(sysfs), POLL, reads))
         try:
             await asyncio.sleep(POLL * 10)
-            assert reads.submitted == 0  # ten quiet polls: probes only
+            assert reads.submitted == 2  # the start, then ten quiet polls: probes only
             state.write_text("1: DOWN\n")
             for _ in range(200):
                 if not healthy():
                     break
                 await asyncio.sleep(POLL)
-            assert not healthy() and reads.submitted == 1
+            assert not healthy()
+            await asyncio.sleep(POLL * 5)
+            assert reads.submitted == 4
         finally:
             state.write_text("4: ACTIVE\n")
             poller.cancel()

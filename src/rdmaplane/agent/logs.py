@@ -31,8 +31,10 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(doc, default=str, separators=(",", ":"))
 
 
-def configure(fmt: str, level: str, stream: TextIO = sys.stderr) -> None:
-    handler = logging.StreamHandler(stream)
+def configure(fmt: str, level: str, stream: TextIO | None = None) -> None:
+    """Root logging to `stream` (the current sys.stderr when None, looked up now: a default
+    bound at import would outlive a replaced stderr)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

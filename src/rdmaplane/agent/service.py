@@ -33,7 +33,7 @@ from rdmaplane.agent.metrics import AgentMetrics, NodeView
 from rdmaplane.agent.podresources import PodResourcesError
 from rdmaplane.agent.publisher import Desired, Publisher
 from rdmaplane.discovery import read_node
-from rdmaplane.discovery.probe import Probe
+from rdmaplane.discovery.probe import Probe, Reading, settle
 from rdmaplane.gid import plan_node
 from rdmaplane.model import NodeTopology
 from rdmaplane.selectors import compute_ports
@@ -152,32 +152,37 @@ class Agent:
     # ---------------------------------------------------------------- discovery and health
 
     async def discover(self, trigger: str) -> None:
-        """A full read of the node, in a thread (tens of ms on a big node, off the event loop)."""
+        """A full read of the node, in a thread (tens of ms on a big node, off the event loop),
+        settled with the new probe's first reading (see `settle`)."""
         started = time.perf_counter()
-        topo = await asyncio.to_thread(read_node, self.root)
+        settled = await settle(
+            lambda: asyncio.to_thread(read_node, self.root),
+            lambda topo: Probe(self.root, topo, self._rules.thresholds),
+        )
         self.metrics.discovery_seconds.observe(time.perf_counter() - started)
         self.metrics.discoveries.labels(trigger).inc()
         if trigger != "start":
-            log.info("node changed (%s): rediscovered %d HCAs", trigger, len(topo.hcas))
-        self.topo = topo
-        self._probe = Probe(self.root, topo, self._rules.thresholds)
-        self._discovered_at = time.monotonic()
-        self._fingerprint = None
-        await self.poll(rediscovered=True)
+            log.info("node changed (%s): rediscovered %d HCAs", trigger, len(settled.topo.hcas))
+        self.topo, self._probe = settled.topo, settled.probe
+        self._discovered_at = self._polled_at = time.monotonic()
+        self._observe(settled.reading, settled.fingerprint)
 
-    async def poll(self, rediscovered: bool = False) -> None:
+    async def poll(self) -> None:
         """Probe; rediscover if something changed; step the health monitor; pass changes on."""
         assert self._probe is not None and self.topo is not None
         started = time.perf_counter()
         reading = self._probe.read()
         self.metrics.poll_seconds.observe(time.perf_counter() - started)
         self._polled_at = time.monotonic()
-        if not rediscovered:
-            stale = time.monotonic() - self._discovered_at >= self.config.rediscover_interval_s
-            if reading.fingerprint != self._fingerprint or stale:
-                await self.discover("changed" if not stale else "periodic")
-                return
-        self._fingerprint = reading.fingerprint
+        stale = time.monotonic() - self._discovered_at >= self.config.rediscover_interval_s
+        if reading.fingerprint != self._fingerprint or stale:
+            await self.discover("changed" if not stale else "periodic")
+            return
+        self._observe(reading, reading.fingerprint)
+
+    def _observe(self, reading: Reading, fingerprint: tuple[object, ...] | None) -> None:
+        """Step the health monitor on a probe reading and pass the result on."""
+        self._fingerprint = fingerprint
         self.health_state, transitions = step(
             self.health_state, time.monotonic(), reading.ports, self._rules
         )

@@ -23,7 +23,7 @@ from rdmaplane.deviceplugin.config import PluginConfig, PoolConfig
 from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.deviceplugin.server import PoolServer
 from rdmaplane.discovery import read_node
-from rdmaplane.discovery.probe import Probe
+from rdmaplane.discovery.probe import Probe, settle
 from rdmaplane.model import NodeTopology
 
 log = logging.getLogger("rdmaplane.deviceplugin")
@@ -99,35 +99,41 @@ REDISCOVER_S = 300.0  # a full read now and then, for what the probe does not wa
 async def poll_topology(
     plugin: RdmaDevicePlugin,
     sysfs_root: str,
-    topo: NodeTopology,
     interval: float,
     executor: concurrent.futures.Executor | None = None,
 ) -> None:
     """Probe sysfs every `interval` seconds (port states, device listings, in-use GIDs: ~120
     small files on a big node) and read it fully only when the probe saw a change, or every
-    `REDISCOVER_S`.
+    `REDISCOVER_S` (and once at the start, to settle the probe's baseline).
 
     A full read of a big node is tens of ms of Python; in a thread it would hold the GIL and
     stall gRPC answers for that long, so the standalone plugin passes a process pool. A read
     that fails keeps the last topology: a flaky read must not make devices vanish."""
     loop = asyncio.get_running_loop()
-    probe = Probe(sysfs_root, topo, watched=())
-    seen = (await asyncio.to_thread(probe.read)).fingerprint
-    read_at = loop.time()
+
+    async def read() -> NodeTopology:
+        return await loop.run_in_executor(executor, read_node, sysfs_root)
+
+    def probe_for(topo: NodeTopology) -> Probe:
+        return Probe(sysfs_root, topo, watched=())
+
+    probe: Probe | None = None
+    seen: tuple[object, ...] | None = None
+    read_at = 0.0
     while True:
-        await asyncio.sleep(interval)
-        fingerprint = (await asyncio.to_thread(probe.read)).fingerprint
-        if fingerprint == seen and loop.time() - read_at < REDISCOVER_S:
-            continue
+        if probe is not None:
+            fingerprint = (await asyncio.to_thread(probe.read)).fingerprint
+            if fingerprint == seen and loop.time() - read_at < REDISCOVER_S:
+                await asyncio.sleep(interval)
+                continue
         try:
-            topo = await loop.run_in_executor(executor, read_node, sysfs_root)
+            settled = await settle(read, probe_for)
         except Exception as e:  # the reader is tolerant; anything left is logged, not fatal
             log.error("reading %s failed: %s", sysfs_root, e)
-            continue
-        plugin.update(topo)
-        probe = Probe(sysfs_root, topo, watched=())
-        seen = (await asyncio.to_thread(probe.read)).fingerprint
-        read_at = loop.time()
+        else:
+            plugin.update(settled.topo)
+            probe, seen, read_at = settled.probe, settled.fingerprint, loop.time()
+        await asyncio.sleep(interval)
 
 
 async def run_standalone(
@@ -139,8 +145,7 @@ async def run_standalone(
 ) -> None:
     """Serve until SIGTERM/SIGINT, then remove the sockets and return."""
     plugin = RdmaDevicePlugin(config, kubelet_dir=kubelet_dir, dev_root=dev_root)
-    topo = await asyncio.to_thread(read_node, sysfs_root)
-    plugin.update(topo)
+    plugin.update(await asyncio.to_thread(read_node, sysfs_root))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -149,7 +154,7 @@ async def run_standalone(
     # spawn, not fork: forking a process that runs gRPC threads is unsafe
     reader = concurrent.futures.ProcessPoolExecutor(1, multiprocessing.get_context("spawn"))
     poller = asyncio.create_task(
-        poll_topology(plugin, sysfs_root, topo, config.health_poll_interval, reader)
+        poll_topology(plugin, sysfs_root, config.health_poll_interval, reader)
     )
     try:
         await stop.wait()

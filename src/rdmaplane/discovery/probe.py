@@ -11,13 +11,15 @@ A full `read_node` of an HGX node opens thousands of files (every GID table has 
 - per port the error counters the health monitor watches.
 
 Everything but the counters forms the fingerprint; a different fingerprint triggers a full
-rediscovery. `CounterReader` reads all counters of every port, for `/metrics` at scrape time.
+rediscovery; `settle` pairs a full read with its probe's first reading. (All counters of every
+port, for `/metrics` at scrape time, are read by `rdmaplane.agent.metrics`.)
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -156,6 +158,39 @@ class Probe:
                 )
             )
         return Reading(tuple(fingerprint), tuple(ports))
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A full read, its probe, and the probe's first reading, taken between two full reads that
+    agree; `fingerprint` is None when they never agreed (the next poll then reads again)."""
+
+    topo: NodeTopology
+    probe: Probe
+    reading: Reading
+    fingerprint: tuple[object, ...] | None
+
+
+async def settle(
+    read_node: Callable[[], Awaitable[NodeTopology]],
+    make_probe: Callable[[NodeTopology], Probe],
+    tries: int = 3,
+) -> Settled:
+    """Read the node, then the probe's baseline, then the node again, until two full reads agree.
+
+    A baseline taken after a full read could see a change the full read missed (a port that
+    went down in between); it would then match every later poll, and the stale topology would
+    stand until the next periodic read. A second full read that equals the first proves nothing
+    the probe watches changed before the baseline."""
+    topo = await read_node()
+    for _ in range(tries):
+        probe = make_probe(topo)
+        reading = await asyncio.to_thread(probe.read)
+        again = await read_node()
+        if again == topo:
+            return Settled(topo, probe, reading, reading.fingerprint)
+        topo = again
+    return Settled(topo, probe, reading, None)
 
 
 def _enum(kind: type[E], value: int | None, default: E) -> E:

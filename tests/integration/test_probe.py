@@ -1,16 +1,18 @@
-"""The cheap poll: its fingerprint changes exactly when a full rediscovery is worth it."""
+"""The cheap poll (`rdmaplane.discovery.probe`): its fingerprint changes exactly when a full
+rediscovery is worth it."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from rdmaplane.discovery import read_node, samples
-from rdmaplane.discovery.probe import Probe
+from rdmaplane.discovery.probe import Probe, settle
 from rdmaplane.discovery.samples import ip_gid
-from rdmaplane.model import PhysState, PortState
+from rdmaplane.model import NodeTopology, PhysState, PortState
 
 WATCHED = ("symbol_error", "link_downed", "port_rcv_errors", "local_ack_timeout_err")
 
@@ -149,3 +151,36 @@ def test_probe_survives_a_wiped_tree(node: Path):
     reading = p.read()
     assert reading.fingerprint[:3] == (None, None, None)  # the listings failed
     assert all(o.state == PortState.NOP for o in reading.ports)
+
+
+Reader = Callable[[], Awaitable[NodeTopology]]
+
+
+def flipping_reader(node: Path, flips: int) -> tuple[Reader, list[int]]:
+    """A full read after which mlx5_0's port flips, `flips` times: the race a probe's baseline
+    must not swallow (the full read saw the port one way, the baseline the other)."""
+    state, calls = port_dir(node, "mlx5_0") / "state", [0]
+
+    async def read() -> NodeTopology:
+        calls[0] += 1
+        topo = read_node(str(node))
+        if calls[0] <= flips:
+            up = topo.hca("mlx5_0").port(1).is_up  # type: ignore[union-attr]
+            state.write_text("1: DOWN\n" if up else "4: ACTIVE\n")
+        return topo
+
+    return read, calls
+
+
+async def test_settle_reads_again_when_the_node_changed_under_the_baseline(node: Path):
+    read, calls = flipping_reader(node, flips=1)
+    settled = await settle(read, lambda topo: Probe(str(node), topo, WATCHED))
+    assert calls[0] == 3  # read, baseline, read (differs), baseline, read (agrees)
+    assert settled.topo.hca("mlx5_0").port(1).is_up is False  # type: ignore[union-attr]
+    assert settled.fingerprint == settled.probe.read().fingerprint
+
+
+async def test_settle_gives_no_fingerprint_when_the_node_never_holds_still(node: Path):
+    read, calls = flipping_reader(node, flips=10)
+    settled = await settle(read, lambda topo: Probe(str(node), topo, WATCHED), tries=3)
+    assert calls[0] == 4 and settled.fingerprint is None  # the next poll reads again
