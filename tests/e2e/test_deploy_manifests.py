@@ -12,8 +12,10 @@ from lightkube import codecs
 from tests.e2e.controlplane import KubeCluster
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-# Component configuration, not API objects: checked by the loaders' tests instead.
+# Component configuration and kustomize's file, not API objects: checked by the loaders' tests
+# and tests/integration/test_deploy_configs.py instead.
 CONFIG_FILES = {
+    "kustomization.yaml",
     "device-plugin/config-exclusive.yaml",
     "device-plugin/config-shared.yaml",
     "scheduler/extender-config.yaml",

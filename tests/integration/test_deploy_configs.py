@@ -1,5 +1,5 @@
 """The rdmaplane configs that deploy/ ships inside ConfigMaps load with rdmaplane's own loaders,
-as the containers will load them."""
+as the containers will load them; the kustomization names the default install."""
 
 from __future__ import annotations
 
@@ -43,3 +43,15 @@ def test_embedded_config_loads(where: tuple[str, str], tmp_path: Path) -> None:
     path = tmp_path / where[1]
     path.write_text(embedded()[where])
     LOADERS[where](path)  # raises ConfigError naming the key on anything wrong
+
+
+def test_kustomization_is_the_default_install() -> None:
+    """The agent (plugin embedded), never the standalone plugin beside it: both would register
+    rdmaplane.io/hca with the kubelet."""
+    doc = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    resources = doc["resources"]
+    assert all((DEPLOY / r).is_file() for r in resources), resources
+    assert "agent/daemonset.yaml" in resources and "crds/noderesourcetopology.yaml" in resources
+    assert not any(r.startswith("device-plugin/") for r in resources)
+    kinds = {d["kind"] for r in resources for d in yaml.safe_load_all((DEPLOY / r).read_text())}
+    assert {"DaemonSet", "Deployment", "CustomResourceDefinition", "ClusterRole"} <= kinds
