@@ -176,7 +176,7 @@ class AgentMetrics:
         r = self.registry
         self.discovery_seconds = Histogram(
             "rdmaplane_agent_discovery_duration_seconds",
-            "Time of one full discovery (read_node)",
+            "Time of one full discovery (settled: two agreeing read_node calls and a probe)",
             registry=r,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
