@@ -101,10 +101,12 @@ async def poll_topology(
     sysfs_root: str,
     interval: float,
     executor: concurrent.futures.Executor | None = None,
+    first: NodeTopology | None = None,
 ) -> None:
     """Probe sysfs every `interval` seconds (port states, device listings, in-use GIDs: ~120
     small files on a big node) and read it fully only when the probe saw a change, or every
-    `REDISCOVER_S` (and once at the start, to settle the probe's baseline).
+    `REDISCOVER_S` (and at the start, to settle the probe's baseline against `first`, the
+    topology the plugin was started with, or a fresh read).
 
     A full read of a big node is tens of ms of Python; in a thread it would hold the GIL and
     stall gRPC answers for that long, so the standalone plugin passes a process pool. A read
@@ -127,12 +129,13 @@ async def poll_topology(
                 await asyncio.sleep(interval)
                 continue
         try:
-            settled = await settle(read, probe_for)
+            settled = await settle(read, probe_for, first=first)
         except Exception as e:  # the reader is tolerant; anything left is logged, not fatal
             log.error("reading %s failed: %s", sysfs_root, e)
         else:
             plugin.update(settled.topo)
             probe, seen, read_at = settled.probe, settled.fingerprint, loop.time()
+            first = None
         await asyncio.sleep(interval)
 
 
@@ -145,7 +148,8 @@ async def run_standalone(
 ) -> None:
     """Serve until SIGTERM/SIGINT, then remove the sockets and return."""
     plugin = RdmaDevicePlugin(config, kubelet_dir=kubelet_dir, dev_root=dev_root)
-    plugin.update(await asyncio.to_thread(read_node, sysfs_root))
+    topo = await asyncio.to_thread(read_node, sysfs_root)
+    plugin.update(topo)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -154,7 +158,7 @@ async def run_standalone(
     # spawn, not fork: forking a process that runs gRPC threads is unsafe
     reader = concurrent.futures.ProcessPoolExecutor(1, multiprocessing.get_context("spawn"))
     poller = asyncio.create_task(
-        poll_topology(plugin, sysfs_root, config.health_poll_interval, reader)
+        poll_topology(plugin, sysfs_root, config.health_poll_interval, reader, first=topo)
     )
     try:
         await stop.wait()

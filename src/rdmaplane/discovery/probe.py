@@ -175,14 +175,16 @@ async def settle(
     read_node: Callable[[], Awaitable[NodeTopology]],
     make_probe: Callable[[NodeTopology], Probe],
     tries: int = 3,
+    first: NodeTopology | None = None,
 ) -> Settled:
     """Read the node, then the probe's baseline, then the node again, until two full reads agree.
 
     A baseline taken after a full read could see a change the full read missed (a port that
     went down in between); it would then match every later poll, and the stale topology would
     stand until the next periodic read. A second full read that equals the first proves nothing
-    the probe watches changed before the baseline."""
-    topo = await read_node()
+    the probe watches changed before the baseline. `first` is a full read the caller already
+    has (it is checked like any other)."""
+    topo = first if first is not None else await read_node()
     for _ in range(tries):
         probe = make_probe(topo)
         reading = await asyncio.to_thread(probe.read)
