@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
 
-from kubelet_standin import KubeletStandIn
+from kubelet_standin import KubeletStandIn, device_nodes
 
 from rdmaplane.deviceplugin import parse_config
 from rdmaplane.deviceplugin.resources import ResourceManager
@@ -65,16 +65,6 @@ async def timed(calls: dict[str, Call], n: int) -> dict[str, list[float]]:
     return out
 
 
-def dev_tree(sysfs: Path, root: Path) -> Path:
-    (root / "infiniband").mkdir(parents=True)
-    for cls in ("infiniband_verbs", "infiniband_mad"):
-        for entry in (sysfs / "class" / cls).iterdir():
-            if entry.is_symlink():
-                (root / "infiniband" / entry.name).touch()
-    (root / "infiniband" / "rdma_cm").touch()
-    return root
-
-
 async def bench(calls: int, restarts: int, idle_s: float) -> None:
     with samples.materialised(SAMPLE) as sysfs, tempfile.TemporaryDirectory(prefix="dp-") as tmp:
         kubelet_dir = Path(tmp) / "kubelet"
@@ -85,7 +75,7 @@ async def bench(calls: int, restarts: int, idle_s: float) -> None:
         topo = read_node(str(sysfs))
         plugin = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "rdmaplane", "device-plugin", "--config", str(config),
-            "--sysfs-root", str(sysfs), "--dev-root", str(dev_tree(sysfs, Path(tmp) / "dev")),
+            "--sysfs-root", str(sysfs), "--dev-root", str(device_nodes(sysfs, Path(tmp) / "dev")),
             "--kubelet-dir", str(kubelet_dir),
             stderr=asyncio.subprocess.DEVNULL,
         )  # fmt: skip

@@ -25,6 +25,18 @@ from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
 
+def device_nodes(sysfs: Path, root: Path) -> Path:
+    """The host's `/dev` as the plugin sees it, under `root`: an `infiniband/` entry (a plain
+    file) for every uverbs/umad/issm device of the sysfs tree, and `rdma_cm`."""
+    (root / "infiniband").mkdir(parents=True)
+    for cls in ("infiniband_verbs", "infiniband_mad"):
+        for entry in (sysfs / "class" / cls).iterdir():
+            if entry.is_symlink():
+                (root / "infiniband" / entry.name).touch()
+    (root / "infiniband" / "rdma_cm").touch()
+    return root
+
+
 @dataclass
 class SeenDevice:
     health: str

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
-from kubelet_standin import KubeletStandIn
+from kubelet_standin import KubeletStandIn, device_nodes
 
 from rdmaplane.deviceplugin import RdmaDevicePlugin, parse_config
 from rdmaplane.deviceplugin.plugin import poll_topology
@@ -41,14 +41,7 @@ def sysfs() -> Iterator[Path]:
 @pytest.fixture(scope="module")
 def dev_root(tmp_path_factory: pytest.TempPathFactory, sysfs: Path) -> Path:
     """Device nodes as plain files: every uverbs/umad/issm the sample has, and rdma_cm."""
-    root = tmp_path_factory.mktemp("dev")
-    (root / "infiniband").mkdir(parents=True)
-    for cls in ("infiniband_verbs", "infiniband_mad"):
-        for entry in (sysfs / "class" / cls).iterdir():
-            if entry.is_symlink():
-                (root / "infiniband" / entry.name).touch()
-    (root / "infiniband" / "rdma_cm").touch()
-    return root
+    return device_nodes(sysfs, tmp_path_factory.mktemp("dev"))
 
 
 @pytest.fixture
