@@ -7,7 +7,7 @@ plus a synthetic PCIe server whose NICs sit on their own root complexes (see
 `rdmaplane.scheduler.layouts`), with a mix of
 Topology Manager policies is pre-fragmented with random running pods, then a trace of
 1/2/4/8-GPU jobs (one exclusive NIC per GPU) arrives while jobs finish. Every policy sees the
-same trace; the kubelet is modelled the same way for all (`rdmaplane.placement`: Topology
+same trace; the kubelet is modelled the same way for all (`rdmaplane.scheduler.placement`: Topology
 Manager admission, then the best achievable GPU-NIC pairing inside the NUMA zones it picks), so
 the differences come from the scheduler's choice of node alone.
 
@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from rdmaplane import placement as pl
+from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.layouts import layout
 
 T = TypeVar("T")

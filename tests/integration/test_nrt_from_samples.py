@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from rdmaplane import nrt
-from rdmaplane import placement as pl
 from rdmaplane.model import NodeTopology
+from rdmaplane.scheduler import placement as pl
 
 
 def test_hgx_publishes_one_gpu_nic_pair_per_root(sample_nodes: dict[str, NodeTopology]) -> None:

@@ -8,7 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.alloc import AllocationRequestError, Candidate, preferred_allocation, rank_order
+from rdmaplane.deviceplugin.alloc import (
+    AllocationRequestError,
+    Candidate,
+    preferred_allocation,
+    rank_order,
+)
 
 
 def brute_force(available: list[Candidate], must: list[str], size: int) -> list[str]:

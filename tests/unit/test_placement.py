@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdmaplane import nrt
-from rdmaplane import placement as pl
+from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.layouts import layout
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from rdmaplane import nrt
-from rdmaplane import placement as pl
 from rdmaplane.scheduler import cache as cache_module
+from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
 from tests.scheduler_helpers import node, pod

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane import placement as pl
+from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 
 JSON = st.recursive(

@@ -14,7 +14,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from rdmaplane import placement as pl
+from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.config import ConfigError, ExtenderConfig, load_config
 

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rdmaplane.alloc import Candidate, preferred_allocation
+from rdmaplane.deviceplugin.alloc import Candidate, preferred_allocation
 from rdmaplane.deviceplugin.config import PoolConfig
 from rdmaplane.model import Hca, NodeTopology, Port
 from rdmaplane.nccl import PlanError, nccl_env
@@ -152,7 +152,7 @@ class ResourceManager:
     def preferred(
         self, available: Sequence[str], must_include: Sequence[str], size: int
     ) -> list[str]:
-        """The preferred `size` of `available` (see `rdmaplane.alloc`); slots are all alike."""
+        """The preferred `size` of `available` (see `alloc`); slots are all alike."""
         candidates = [self._candidate(i) for i in dict.fromkeys(available)]
         return preferred_allocation(candidates, must_include, size)
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import grpc
 
-from rdmaplane.alloc import AllocationRequestError
+from rdmaplane.deviceplugin.alloc import AllocationRequestError
 from rdmaplane.deviceplugin.resources import AllocateError, PluginDevice, ResourceManager
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc

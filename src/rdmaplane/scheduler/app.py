@@ -27,7 +27,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from rdmaplane import placement as pl
+from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
 from rdmaplane.scheduler.config import ExtenderConfig

@@ -16,7 +16,7 @@ from operator import itemgetter
 from typing import Any
 
 from rdmaplane import nrt as nrtmod
-from rdmaplane import placement as pl
+from rdmaplane.scheduler import placement as pl
 
 KINDS = ("nrt", "node", "pod")
 REASON_PREFIX = "rdmaplane: "

@@ -8,7 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from rdmaplane import placement as pl
+from rdmaplane.scheduler import placement as pl
 
 _W = pl.Weights()
 
