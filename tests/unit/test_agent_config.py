@@ -38,7 +38,7 @@ def test_defaults_and_overrides(tmp_path: Path):
         ("node_name: n\nlog_format: xml\n", "log_format"),
         ("poll_interval_s: 3\n", "node_name: required"),
         ("- a\n- b\n", "expected a mapping"),
-        ("node_name: [\n", "not YAML"),
+        ("node_name: [\n", "not valid YAML"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, message: str):

@@ -12,6 +12,8 @@ from typing import Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rdmaplane.documents import DocumentError, expect_mapping, read_document
+
 Policy = Literal["none", "best-effort", "restricted", "single-numa-node"]
 Scope = Literal["container", "pod"]
 POLICIES: tuple[str, ...] = get_args(Policy)
@@ -114,14 +116,9 @@ def load(path: Path | None, **overrides: object) -> AgentConfig:
     if path is not None:
         where = str(path)
         try:
-            loaded = yaml.safe_load(path.read_text())
-        except OSError as e:
-            raise ConfigError(f"{path}: {e.strerror or e}") from e
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not YAML: {e}") from e
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: expected a mapping at the top level")
-        data = dict(loaded or {})
+            data = dict(expect_mapping(read_document(path), where))
+        except DocumentError as e:
+            raise ConfigError(str(e)) from None
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         config = AgentConfig.model_validate(data)

@@ -22,10 +22,10 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from rdmaplane.documents import DocumentError, read_document
 from rdmaplane.gid import GidPolicy
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.selectors import Selectors
@@ -202,13 +202,9 @@ def parse_config(doc: object, source: str = "config") -> PluginConfig:
 def load_config(path: str | Path) -> PluginConfig:
     """Read a YAML or JSON config file."""
     try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from e
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML/JSON: {e}") from e
+        doc = read_document(path)
+    except DocumentError as e:
+        raise ConfigError(str(e)) from None
     return parse_config(doc, str(path))
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rdmaplane.documents import DocumentError, expect_mapping, read_document
 from rdmaplane.scheduler import placement as pl
 
 _W = pl.Weights()
@@ -72,9 +72,9 @@ def load_config(path: Path | None) -> ExtenderConfig:
     if path is None:
         return ExtenderConfig.model_validate({})
     try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
+        data = expect_mapping(read_document(path), str(path))
+    except DocumentError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         return ExtenderConfig.model_validate(data)
     except ValidationError as exc:
