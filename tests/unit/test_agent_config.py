@@ -50,7 +50,7 @@ def test_errors_name_the_key(tmp_path: Path, text: str, message: str):
 
 
 def test_missing_file(tmp_path: Path):
-    with pytest.raises(ConfigError, match=r"nope\.yaml: No such file"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read: No such file"):
         load(tmp_path / "nope.yaml", node_name="n")
 
 
