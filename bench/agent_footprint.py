@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the e2e control-plane code lives under tests/
 
 from rdmaplane.agent.allocation import Allocations, PodDevices  # noqa: E402
-from rdmaplane.agent.config import AgentConfig  # noqa: E402
 from rdmaplane.agent.service import Agent  # noqa: E402
+from rdmaplane.config import AgentConfig  # noqa: E402
 from rdmaplane.discovery import read_node, samples  # noqa: E402
 
 SAMPLE = "hgx-h100-roce"

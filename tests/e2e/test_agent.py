@@ -26,11 +26,10 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node
 
 from rdmaplane import nrt
-from rdmaplane.agent.config import AgentConfig
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
-from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.config import AgentConfig, DevicePluginConfig
 from rdmaplane.kube import NodeResourceTopology, async_client
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
@@ -140,7 +139,9 @@ async def running_agent(
         metrics_port=0,
         **config,
     )
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=cfg.dev_root)
+    plugin = EmbeddedPlugin(
+        DevicePluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=cfg.dev_root
+    )
     agent = Agent(
         cfg,
         kube=async_client(kubeconfig),

@@ -17,12 +17,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rdmaplane import nrt
-from rdmaplane.agent.config import AgentConfig
 from rdmaplane.agent.metrics import NodeCollector, NodeView
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
-from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.config import AgentConfig, DevicePluginConfig
 from rdmaplane.discovery import read_node
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
@@ -256,13 +255,13 @@ async def test_rising_errors_reach_the_device_plugin(
     cfg = AgentConfig(
         node_name="hgx-h100-017",
         sysfs_root=node,
-        kubelet_dir=short_dir / "kubelet",
+        kubelet_dir=short_dir,
         poll_interval_s=POLL_S,
         metrics_address="127.0.0.1",
         metrics_port=0,
         health={"window_s": 1.0, "thresholds": {"symbol_error": 10}},
     )
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=short_dir)
+    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=short_dir)
     mlx5_2 = sample_nodes["hgx-h100-roce"].hca("mlx5_2").pci.address
     counter = node / "class/infiniband/mlx5_2/ports/1/counters/symbol_error"
     async with Running(Agent(cfg, plugin=plugin)):

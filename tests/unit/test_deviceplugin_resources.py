@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.deviceplugin import parse_config
+from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
 from rdmaplane.model import Hca, NodeTopology, PhysState, PortState
 
@@ -18,7 +18,7 @@ def hgx(sample_nodes: dict[str, NodeTopology]) -> NodeTopology:
 
 
 def manager(pool: dict[str, object], dev_root: Path | str = "/nonexistent") -> ResourceManager:
-    return ResourceManager(parse_config({"pools": [pool]}).pools[0], dev_root=str(dev_root))
+    return ResourceManager(DevicePluginConfig(pools=[pool]).pools[0], dev_root=str(dev_root))
 
 
 def down(topo: NodeTopology, name: str) -> NodeTopology:

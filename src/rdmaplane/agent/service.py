@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from lightkube import AsyncClient
@@ -25,13 +25,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rdmaplane import nrt
 from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
-from rdmaplane.agent.config import AgentConfig, read_kubelet_topology_manager
 from rdmaplane.agent.health import ERRORS_RISING, HcaHealth, HealthState, Rules, Transition, step
 from rdmaplane.agent.httpserver import HttpServer, Response
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
+from rdmaplane.agent.kubeletconfig import read_kubelet_topology_manager
 from rdmaplane.agent.metrics import AgentMetrics, NodeView
 from rdmaplane.agent.podresources import PodResourcesError
 from rdmaplane.agent.publisher import Desired, Publisher
+from rdmaplane.config import AgentConfig, DevicePluginConfig, PoolConfig
 from rdmaplane.discovery import read_node
 from rdmaplane.discovery.probe import Probe, Reading, settle
 from rdmaplane.gid import plan_node
@@ -74,8 +75,12 @@ class Agent:
         kube: AsyncClient | None = None,
         plugin: DevicePlugin | None = None,
         allocation_source: AllocationSource | None = None,
+        pools: Sequence[PoolConfig] | None = None,
     ) -> None:
         self.config = config
+        # the device plugin's pools (also when another process serves them): their GID policy
+        # gives the NCCL_IB_GID_INDEX pods get, and so the node's gid-index label
+        self.pools = list(pools if pools is not None else DevicePluginConfig().pools)
         self.root = str(config.sysfs_root)
         self.plugin = plugin
         self.allocation_source = allocation_source

@@ -2,7 +2,7 @@
 
 `RdmaDevicePlugin` takes its `NodeTopology` from outside (`update(topo)`), so the node agent's
 single discovery loop can feed it; `run_standalone` is the small loop of its own that
-`rdmaplane device-plugin` uses, reading sysfs every `healthPollInterval`.
+`rdmaplane device-plugin` uses, reading sysfs every `healthPollIntervalSeconds`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from rdmaplane.deviceplugin.config import PluginConfig, PoolConfig
+from rdmaplane.config import DevicePluginConfig, PoolConfig
 from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.deviceplugin.server import PoolServer
 from rdmaplane.discovery import read_node
@@ -40,7 +40,7 @@ class RdmaDevicePlugin:
 
     def __init__(
         self,
-        config: PluginConfig,
+        config: DevicePluginConfig,
         *,
         kubelet_dir: str | Path = "/var/lib/kubelet",
         dev_root: str = "/dev",
@@ -84,7 +84,9 @@ class RdmaDevicePlugin:
         folder = Path(self.config.cdi.spec_dir)
         target = folder / (kind.replace("/", "-") + ".json")
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            if not folder.is_dir():  # /var/run is tmpfs: gone after a reboot until written
+                folder.mkdir(parents=True)
+                log.info("created the CDI spec folder %s", folder)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rdmaplane-")
             with os.fdopen(fd, "w") as f:
                 json.dump(manager.cdi_spec(), f, indent=1)
@@ -140,7 +142,7 @@ async def poll_topology(
 
 
 async def run_standalone(
-    config: PluginConfig,
+    config: DevicePluginConfig,
     *,
     sysfs_root: str = "/sys",
     kubelet_dir: str = "/var/lib/kubelet",

@@ -12,8 +12,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rdmaplane.config import PoolConfig
 from rdmaplane.deviceplugin.alloc import Candidate, preferred_allocation
-from rdmaplane.deviceplugin.config import PoolConfig
 from rdmaplane.model import Hca, NodeTopology, Port
 from rdmaplane.nccl import PlanError, nccl_env
 from rdmaplane.selectors import compute_ports

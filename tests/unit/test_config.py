@@ -1,0 +1,213 @@
+"""The config package's shared rules: versioned kinds, camelCase keys, errors that name the key,
+defaults documented from the models (the docs' YAML blocks are checked against them)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+import pytest
+import yaml
+from pydantic import Field
+from typer.testing import CliRunner
+
+from rdmaplane.cli import app
+from rdmaplane.config import (
+    API_VERSION,
+    KINDS,
+    AgentConfig,
+    ConfigError,
+    DevicePluginConfig,
+    Kind,
+    SchedulerExtenderConfig,
+    Section,
+    load,
+    parse,
+    render_defaults,
+)
+from rdmaplane.config.base import key_for, section_type
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]
+BLOCK = re.compile(r"^```yaml\n(.*?)^```", re.S | re.M)
+
+
+def test_the_three_kinds_are_registered() -> None:
+    assert set(KINDS) >= {"AgentConfig", "DevicePluginConfig", "SchedulerExtenderConfig"}
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("node_name", "nodeName"),
+        ("poll_interval_s", "pollIntervalSeconds"),
+        ("metrics_address", "metricsAddress"),
+        ("kubeconfig", "kubeconfig"),
+    ],
+)
+def test_keys_are_camel_case_with_seconds_spelled_out(name: str, key: str) -> None:
+    assert key_for(name) == key
+
+
+def fields_of(model: type[Section]) -> list[tuple[str, str, object]]:
+    """(model, key, description) of every field, nested sections included."""
+    out = []
+    for name, field in model.model_fields.items():
+        out.append((model.__name__, field.alias or name, field.description))
+        inner = section_type(field.annotation) or section_type(
+            next(iter(getattr(field.annotation, "__args__", ())), None)
+        )
+        if inner is not None and inner is not model:
+            out += fields_of(inner)
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS), ids=str)
+def test_every_key_is_camel_case_and_explained(kind: str) -> None:
+    """Keys follow one style, and `render_defaults` (the docs) says what each one is for."""
+    for model, key, description in fields_of(KINDS[kind]):
+        assert re.fullmatch(r"[a-z][A-Za-z0-9]*", key), f"{model}.{key} is not camelCase"
+        assert description or key == "kind", f"{model}.{key} has no description"
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS), ids=str)
+def test_rendered_defaults_load_back_as_the_defaults(kind: str) -> None:
+    cls = KINDS[kind]
+    doc = yaml.safe_load(render_defaults(cls))
+    assert doc == cls().model_dump(mode="json", by_alias=True)
+    assert parse(doc, cls, "defaults") == cls()
+
+
+def doc_blocks() -> list[tuple[str, str]]:
+    """(file, text) of every YAML block in the docs that is an rdmaplane config."""
+    return [
+        (path.name, text)
+        for path in DOCS
+        for text in BLOCK.findall(path.read_text())
+        if f"apiVersion: {API_VERSION}" in text
+    ]
+
+
+@pytest.mark.parametrize(("where", "text"), doc_blocks(), ids=[w for w, _ in doc_blocks()])
+def test_config_blocks_in_the_docs_load(where: str, text: str) -> None:
+    """Every example loads as its kind; a defaults block is exactly what the model renders."""
+    kind = KINDS[yaml.safe_load(text)["kind"]]
+    parse(yaml.safe_load(text), kind, where)
+    if text.startswith(f"# {kind.__name__} defaults"):
+        assert text == render_defaults(kind), (
+            f"{where}: the {kind.__name__} defaults block is stale; replace it with the output "
+            f"of `rdmaplane config defaults {kind.__name__}`:\n{render_defaults(kind)}"
+        )
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS), ids=str)
+def test_each_kind_has_its_defaults_in_its_docs(kind: str) -> None:
+    cls = KINDS[kind]
+    blocks = BLOCK.findall((REPO / cls.docs).read_text())
+    assert render_defaults(cls) in blocks, f"{cls.docs} lacks `rdmaplane config defaults {kind}`"
+
+
+@pytest.mark.parametrize("kind", [AgentConfig, SchedulerExtenderConfig], ids=lambda k: k.__name__)
+def test_a_file_without_apiversion_and_kind_says_what_to_add(
+    kind: type[Kind], tmp_path: Path
+) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text("weights: {alignment: 1}\n")
+    with pytest.raises(ConfigError) as e:
+        load(path, kind)
+    assert str(e.value) == (
+        f"{path}: no apiVersion/kind: add `apiVersion: {API_VERSION}` and "
+        f"`kind: {kind.__name__}` at the top (keys are camelCase; see {kind.docs})"
+    )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("", "empty; a config file starts with apiVersion and kind"),
+        ("[]\n", "expected a mapping with apiVersion and kind, got a list"),
+        ("just text\n", "expected a mapping with apiVersion and kind, got a string"),
+        ("7\n", "expected a mapping with apiVersion and kind, got a number"),
+        ("kind: AgentConfig\n", "apiVersion: missing; use rdmaplane.io/v1alpha1"),
+        (f"apiVersion: {API_VERSION}\n", "kind: missing; expected AgentConfig"),
+        (
+            "apiVersion: rdmaplane.io/v1\nkind: AgentConfig\n",
+            "apiVersion: 'rdmaplane.io/v1' is not",
+        ),
+        ("a: " + "[" * 100 + "]" * 100 + "\n", "nested deeper than 64 levels"),
+    ],
+)
+def test_shapes_that_are_no_config(content: str, message: str, tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as e:
+        load(path, AgentConfig)
+    assert str(e.value).startswith(f"{path}: ") and message in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_every_problem_is_named_at_once() -> None:
+    doc = {
+        "apiVersion": API_VERSION,
+        "kind": "AgentConfig",
+        "pollInterval": 5,
+        "health": {"windowS": 1},
+        "metricsPort": 70000,
+    }
+    with pytest.raises(ConfigError) as e:
+        parse(doc, AgentConfig, "a.yaml")
+    assert str(e.value) == (
+        "a.yaml: metricsPort: Input should be less than or equal to 65535; "
+        "health.windowS: unknown key (did you mean windowSeconds?); "
+        "pollInterval: unknown key (did you mean pollIntervalSeconds?)"
+    )
+
+
+def test_a_new_kind_is_one_class() -> None:
+    """What docs/configuration.md promises: a kind and a section are classes, nothing else."""
+
+    class LimitsConfig(Section):
+        burst_s: float = Field(default=1.0, gt=0, description="how long a burst may last")
+
+    class WidgetConfig(Kind):
+        docs = "docs/widget.md"
+        read_by = "rdmaplane widget --config"
+        kind: Literal["WidgetConfig"] = "WidgetConfig"
+        limits: LimitsConfig = Field(default_factory=LimitsConfig, description="limits")
+
+    try:
+        assert KINDS["WidgetConfig"] is WidgetConfig
+        doc = {"apiVersion": API_VERSION, "kind": "WidgetConfig", "limits": {"burstSeconds": 2}}
+        assert parse(doc, WidgetConfig, "w.yaml").limits.burst_s == 2
+        with pytest.raises(ConfigError, match=r"limits.burst: unknown key \(did you mean burstS"):
+            parse({**doc, "limits": {"burst": 2}}, WidgetConfig, "w.yaml")
+        with pytest.raises(ConfigError, match=r"a WidgetConfig is read by rdmaplane widget"):
+            parse(doc, AgentConfig, "w.yaml")
+        assert "  burstSeconds: 1  # how long a burst may last\n" in render_defaults(WidgetConfig)
+    finally:
+        del KINDS["WidgetConfig"]
+
+
+runner = CliRunner()
+
+
+def test_cli_defaults_prints_what_the_docs_show() -> None:
+    result = runner.invoke(app, ["config", "defaults", "DevicePluginConfig"])
+    assert result.exit_code == 0 and result.output == render_defaults(DevicePluginConfig)
+    result = runner.invoke(app, ["config", "defaults", "Nonsense"])
+    assert result.exit_code == 2 and "unknown kind 'Nonsense'" in result.output
+
+
+def test_cli_validate_checks_each_file_by_its_kind(tmp_path: Path) -> None:
+    good = REPO / "deploy" / "device-plugin" / "config-from-shared-rdma-plugin.json"
+    bad = tmp_path / "agent.yaml"
+    bad.write_text(f"apiVersion: {API_VERSION}\nkind: AgentConfig\npollEvery: 3\n")
+    kindless = tmp_path / "kindless.yaml"
+    kindless.write_text("pools: []\n")
+    result = runner.invoke(app, ["config", "validate", str(good)])
+    assert result.exit_code == 0 and "a valid DevicePluginConfig" in result.output
+    result = runner.invoke(app, ["config", "validate", str(good), str(bad), str(kindless)])
+    assert result.exit_code == 2
+    assert f"error: {bad}: pollEvery: unknown key" in result.output
+    assert f"error: {kindless}: kind: missing; one of AgentConfig, " in result.output
