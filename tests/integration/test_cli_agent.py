@@ -107,7 +107,7 @@ def test_serves_until_sigterm(sample_trees: dict[str, Path], short_dir: Path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "rdmaplane", "agent", "--sysfs-root",
          str(sample_trees["hgx-h100-roce"]), "--kubelet-dir", str(short_dir),
-         "--no-publish", "--metrics-port", "0", "--log-format", "json"],
+         "--no-publish", "--metrics-port", "0", "--log-format", "json", "-v"],
         stderr=subprocess.PIPE, text=True, env=env,
     )  # fmt: skip
     try:
@@ -132,3 +132,6 @@ def test_serves_until_sigterm(sample_trees: dict[str, Path], short_dir: Path):
     records = [json.loads(line) for line in (lines + out.splitlines()) if line.strip()]
     assert any(r["msg"] == "shutting down" for r in records)
     assert all({"ts", "level", "logger", "msg"} <= set(r) for r in records)
+    # -v: rdmaplane's debug lines, no gRPC or asyncio internals
+    assert {r["logger"].split(".")[0] for r in records} == {"rdmaplane"}
+    assert any(r["msg"].startswith("rdmaplane.io/hca: 9 HCAs (exclusive)") for r in records)
