@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import shutil
 import tempfile
@@ -163,6 +164,30 @@ async def test_port_flap_flips_health_and_condition(node: Path, tmp_path: Path):
         m = await run.metrics()
         assert m[("rdmaplane_agent_health_transitions_total", (("to", "unhealthy"),))] == 1
         assert m[("rdmaplane_agent_health_transitions_total", (("to", "healthy"),))] == 1
+
+
+async def test_gid_label_comes_from_the_pools_and_a_mismatch_is_said(
+    node: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """The gid-index label is the NCCL_IB_GID_INDEX the plugin's pools inject; pools whose GID
+    policies give different indexes drop it, say why in RDMAReady and log a warning."""
+    v1 = {"resourceName": "example.com/hca-v1", "nccl": {"gid": {"roceVersion": 1}}}
+    pools = DevicePluginConfig(pools=[{}, v1]).pools
+    caplog.set_level(logging.INFO, logger="rdmaplane")
+    agent = Agent(config(node, tmp_path), pools=pools[:1])  # as with --no-device-plugin
+    await agent.discover("start")
+    assert agent.desired().labels[nrt.LABEL_GID_INDEX] == "3"
+    assert agent.condition is not None and agent.condition.reason == "AllDevicesHealthy"
+    agent = Agent(config(node, tmp_path), pools=pools)
+    await agent.discover("start")
+    desired = agent.desired()
+    assert desired.labels[nrt.LABEL_GID_INDEX] is None  # removed from the node
+    assert (desired.condition.status, desired.condition.reason) == (True, "GidIndexMismatch")
+    said = "NCCL_IB_GID_INDEX differs between device plugin pools "
+    said += "(example.com/hca-v1 → 2, rdmaplane.io/hca → 3)"
+    assert desired.condition.message.endswith(said)
+    warned = [r for r in caplog.records if r.getMessage().startswith(said)]
+    assert [r.levelname for r in warned] == ["WARNING"]
 
 
 async def test_rising_error_counters_make_the_hca_unhealthy(node: Path, tmp_path: Path):
