@@ -18,7 +18,7 @@ from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
 from rdmaplane.scheduler.watch import make_client, watch_all
-from tests.scheduler_helpers import node, pod, serve
+from tests.scheduler_helpers import node, pod, serve, unreachable_kubeconfig
 
 NAMES = ["paired", "lopsided", "full", "bare"]
 
@@ -229,13 +229,7 @@ def test_health_ready_and_metrics(url: str) -> None:
 
 def test_serves_without_a_cluster(tmp_path: Path) -> None:
     """An unreachable API server: the extender serves, stays unready, and keeps retrying."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-    )
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     cache = ClusterCache()
     app = create_app(
         cache,

@@ -28,6 +28,7 @@ from rdmaplane.cli import app
 from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin import RdmaDevicePlugin
 from rdmaplane.model import NodeTopology
+from tests.scheduler_helpers import unreachable_kubeconfig
 
 HEAD = "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n"
 
@@ -143,13 +144,7 @@ def test_device_plugin_logs_its_pools_in_json(sample_trees: dict[str, Path]) -> 
 
 
 def test_extender_logs_uvicorn_in_the_same_format(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-    )
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

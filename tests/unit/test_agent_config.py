@@ -60,17 +60,6 @@ def test_errors_name_the_key(tmp_path: Path, text: str, message: str):
     assert message in str(err.value)
 
 
-def test_a_file_of_another_kind_says_what_reads_it(tmp_path: Path):
-    path = tmp_path / "dp.yaml"
-    path.write_text("apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n")
-    with pytest.raises(ConfigError) as err:
-        load(path, AgentConfig)
-    assert str(err.value) == (
-        f"{path}: kind: 'DevicePluginConfig'; expected AgentConfig (a DevicePluginConfig is read "
-        "by rdmaplane device-plugin --config, or the agent's devicePluginConfig)"
-    )
-
-
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "127.0.0.1", "fe80::1"])
 def test_metrics_address_is_an_ip(address: str):
     assert AgentConfig(metrics_address=address).metrics_address == address

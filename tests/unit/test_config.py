@@ -108,18 +108,41 @@ def test_each_kind_has_its_defaults_in_its_docs(kind: str) -> None:
     assert render_defaults(cls) in blocks, f"{cls.docs} lacks `rdmaplane config defaults {kind}`"
 
 
-@pytest.mark.parametrize("kind", [AgentConfig, SchedulerExtenderConfig], ids=lambda k: k.__name__)
-def test_a_file_without_apiversion_and_kind_says_what_to_add(
-    kind: type[Kind], tmp_path: Path
+UNVERSIONED = "no apiVersion/kind: add `apiVersion: {v}` and `kind: {k}` at the top (keys are "
+UNVERSIONED += "camelCase; see {d})"
+
+
+@pytest.mark.parametrize(
+    ("content", "kind", "message"),
+    [
+        (
+            "weights: {alignment: 1}\n",
+            SchedulerExtenderConfig,
+            UNVERSIONED.format(
+                v=API_VERSION, k="SchedulerExtenderConfig", d=SchedulerExtenderConfig.docs
+            ),
+        ),
+        (
+            "nodeName: n\n",
+            AgentConfig,
+            UNVERSIONED.format(v=API_VERSION, k="AgentConfig", d=AgentConfig.docs),
+        ),
+        (
+            f"apiVersion: {API_VERSION}\nkind: DevicePluginConfig\n",
+            AgentConfig,
+            "kind: 'DevicePluginConfig'; expected AgentConfig (a DevicePluginConfig is read by "
+            "rdmaplane device-plugin --config, or the agent's devicePluginConfig)",
+        ),
+    ],
+)
+def test_a_file_says_what_it_lacks_or_what_reads_it(
+    content: str, kind: type[Kind], message: str, tmp_path: Path
 ) -> None:
-    path = tmp_path / "old.yaml"
-    path.write_text("weights: {alignment: 1}\n")
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
     with pytest.raises(ConfigError) as e:
         load(path, kind)
-    assert str(e.value) == (
-        f"{path}: no apiVersion/kind: add `apiVersion: {API_VERSION}` and "
-        f"`kind: {kind.__name__}` at the top (keys are camelCase; see {kind.docs})"
-    )
+    assert str(e.value) == f"{path}: {message}"
 
 
 @pytest.mark.parametrize(
