@@ -19,9 +19,10 @@ from typing import Literal, TextIO
 Format = Literal["text", "json"]
 FORMATS: tuple[str, ...] = ("text", "json")
 # Loggers that follow the level asked for; uvicorn's say where it listens (INFO) and, when on,
-# log each request (its access logger, INFO).
+# log each request (its access logger, INFO). Handlers uvicorn's own logging config may have
+# put on them are removed, so their lines take the one format too.
 OWN = ("rdmaplane",)
-LIBRARY_INFO = ("uvicorn.error", "uvicorn.access")
+LIBRARY_INFO = ("uvicorn", "uvicorn.error", "uvicorn.access")
 
 # Attributes every LogRecord has; anything else came in through `extra`.
 _STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
@@ -73,4 +74,7 @@ def configure(fmt: str = "text", level: str = "INFO", stream: TextIO | None = No
     for name in OWN:
         logging.getLogger(name).setLevel(level)
     for name in LIBRARY_INFO:
-        logging.getLogger(name).setLevel(logging.INFO)
+        library = logging.getLogger(name)
+        library.handlers.clear()
+        library.propagate = True
+        library.setLevel(logging.INFO)

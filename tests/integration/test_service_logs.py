@@ -35,11 +35,11 @@ HEAD = "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n"
 
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
-    loggers = [logging.getLogger(n) for n in ("", "rdmaplane", "uvicorn.error", "uvicorn.access")]
-    saved = [(lg, lg.handlers[:], lg.level) for lg in loggers]
+    names = ("", "rdmaplane", "uvicorn", "uvicorn.error", "uvicorn.access")
+    saved = [(lg, lg.handlers[:], lg.level, lg.propagate) for lg in map(logging.getLogger, names)]
     yield
-    for lg, handlers, level in saved:
-        lg.handlers[:], lg.level = handlers, level
+    for lg, handlers, level, propagate in saved:
+        lg.handlers[:], lg.level, lg.propagate = handlers, level, propagate
 
 
 def test_json_lines_carry_extra_fields(restore_logging: None) -> None:
@@ -68,7 +68,9 @@ def test_text_lines_append_extra_fields(restore_logging: None) -> None:
 
 def test_debug_is_ours_only(restore_logging: None) -> None:
     """-v: rdmaplane's DEBUG lines; gRPC's, httpx's and asyncio's stay at WARNING; uvicorn says
-    where it listens."""
+    where it listens, in our format even where its own logging config had been applied."""
+    logging.getLogger("uvicorn").addHandler(logging.StreamHandler(io.StringIO()))
+    logging.getLogger("uvicorn").propagate = False
     stream = io.StringIO()
     logs.configure("json", "DEBUG", stream)
     logging.getLogger("rdmaplane.deviceplugin").debug("ours")
