@@ -42,7 +42,9 @@ def agent(
     kubelet_dir: Annotated[
         Path | None,
         typer.Option(
-            "--kubelet-dir", metavar="DIR", help="The kubelet's root. Default: /var/lib/kubelet."
+            "--kubelet-dir",
+            metavar="DIR",
+            help="The kubelet's root; must exist (with the plugin on). Default: /var/lib/kubelet.",
         ),
     ] = None,
     kubeconfig: Annotated[
@@ -58,7 +60,8 @@ def agent(
         typer.Option(
             "--device-plugin-config",
             metavar="FILE",
-            help="A DevicePluginConfig file: the embedded plugin's pools.",
+            help="A DevicePluginConfig file: the plugin's pools (they also give the gid-index "
+            "label, so pass the standalone plugin's with --no-device-plugin).",
         ),
     ] = None,
     no_publish: Annotated[

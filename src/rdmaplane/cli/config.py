@@ -36,9 +36,9 @@ def defaults(
 def validate(
     files: Annotated[list[Path], typer.Argument(help="Config files of any rdmaplane kind.")],
 ) -> None:
-    """Check config files as the commands reading them would (kind from the file; a file
-    without apiVersion/kind is checked as the shared RDMA plugin's configList). Exit 2 when any
-    is wrong, one line per file."""
+    """Check config files as the commands reading them would (the kind from the file; a bare
+    configList is the shared RDMA plugin's format). Exit 2 when any is wrong, one line per
+    file."""
     from rdmaplane.config import ConfigError, load
     from rdmaplane.documents import DocumentError, read_document
 
