@@ -45,7 +45,8 @@ DEFAULT_LABEL_SCHEMES: tuple[tuple[str, ...], ...] = (
     ("cloud.google.com/gce-topology-subblock", "cloud.google.com/gce-topology-block"),
     tuple(f"topology.k8s.aws/network-node-layer-{i}" for i in (4, 3, 2, 1)),
     tuple(
-        f"oci.oraclecloud.com/rdma.{k}" for k in ("local_block_id", "network_block_id", "hpc_island_id")
+        f"oci.oraclecloud.com/rdma.{k}"
+        for k in ("local_block_id", "network_block_id", "hpc_island_id")
     ),
 )
 
@@ -292,9 +293,7 @@ def fabric_from_document(doc: Any, where: str = "fabric file") -> Fabric:
         raise FabricError(f"{where}: {key}: {first['msg']}") from None
     switches = [Switch(s.name, s.tier, s.parent, s.rail, s.group) for s in parsed.switches]
     nodes = [n if isinstance(n, str) else n.name for n in parsed.nodes]
-    links = [
-        Link(x.node, x.switch, x.hca, x.port, x.switch_port, x.rail) for x in parsed.links
-    ]
+    links = [Link(x.node, x.switch, x.hca, x.port, x.switch_port, x.rail) for x in parsed.links]
     return build_fabric(switches, links, nodes, where)
 
 

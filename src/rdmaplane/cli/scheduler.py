@@ -49,7 +49,7 @@ def scheduler_extender(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries)
+    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     application = create_app(
         cache, cfg, lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted)
     )
@@ -79,7 +79,7 @@ def explain_placement(
         typer.echo("error: -o must be table or json", err=True)
         raise typer.Exit(2)
     cfg = _config(config)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries)
+    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     try:
         pod_obj = _workload_pod(next(_documents(pod), None), pod)
         if kubeconfig is not None:

@@ -27,6 +27,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
@@ -185,13 +186,35 @@ def create_app(
         unresolvable_nodes.inc(len(unresolvable))
         return wire.filter_result(args, passed, failed, unresolvable)
 
+    weights = config.fabric.weights()
+
+    def score(
+        args: wire.ExtenderArgs,
+    ) -> tuple[pl.PodRequest, Sequence[pl.Verdict], list[int], list[float] | None]:
+        """Node-local verdicts, and the scores with the job-aware fabric term composed in."""
+        request, found = decide(args)
+        scores = list(map(_SCORE, found))
+        job = cache.job_context(args.pod)
+        if job is None:
+            return request, found, scores, None
+        names = args.node_names
+        terms = ja.fabric_terms(
+            names,
+            lambda i, cap: cache.slots(names[i], request, cap) if found[i].fits else 0,
+            cache.locations,
+            job,
+        )
+        if terms is not None:
+            scores = [ja.compose(s, t, weights) for s, t in zip(scores, terms, strict=True)]
+        return request, found, scores, terms
+
     def do_prioritize(args: wire.ExtenderArgs) -> bytes:
-        _, found = decide(args)
-        return wire.priorities(zip(args.node_names, map(_SCORE, found), strict=True))
+        _, _, scores, _ = score(args)
+        return wire.priorities(zip(args.node_names, scores, strict=True))
 
     def do_explain(args: wire.ExtenderArgs) -> bytes:
-        request, found = decide(args)
-        rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)))
+        request, found, scores, terms = score(args)
+        rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)), scores, terms)
         return orjson.dumps({"request": explain_request(request), "nodes": rows})
 
     @app.post("/filter")
@@ -266,23 +289,37 @@ def explain_request(request: pl.PodRequest) -> dict[str, Any]:
 
 
 def explain_rows(
-    cache: ClusterCache, decided: list[tuple[str, pl.Verdict]]
+    cache: ClusterCache,
+    decided: list[tuple[str, pl.Verdict]],
+    scores: Sequence[int] | None = None,
+    terms: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
+    """One row per node, best first; with job-aware scoring, the composed score and the
+    fabric term beside the node-local score."""
+    final = list(scores) if scores is not None else [v.score for _, v in decided]
+    order = sorted(
+        range(len(decided)), key=lambda i: (not decided[i][1].fits, -final[i], decided[i][0])
+    )
     rows: list[dict[str, Any]] = []
-    for name, v in sorted(decided, key=lambda d: (not d[1].fits, -d[1].score, d[0])):
+    for i in order:
+        name, v = decided[i]
         entry = cache.entry(name)
-        rows.append(
-            {
-                "node": name,
-                "policy": f"{entry.state.policy}/{entry.state.scope}" if entry else "",
-                "fits": v.fits,
-                "unresolvable": v.unresolvable,
-                "score": v.score,
-                "alignment": v.alignment,
-                "detail": v.reason,
-                "unaccountedPods": list(entry.unaccounted) if entry else [],
-            }
-        )
+        place = cache.locations.get(name)
+        row = {
+            "node": name,
+            "policy": f"{entry.state.policy}/{entry.state.scope}" if entry else "",
+            "fits": v.fits,
+            "unresolvable": v.unresolvable,
+            "score": final[i],
+            "nodeScore": v.score,
+            "alignment": v.alignment,
+            "detail": v.reason,
+            "unaccountedPods": list(entry.unaccounted) if entry else [],
+            "tiers": list(place.tiers) if place else [],
+        }
+        if terms is not None:
+            row["fabricTerm"] = round(terms[i], 3)
+        rows.append(row)
     return rows
 
 
