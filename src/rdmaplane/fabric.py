@@ -35,9 +35,9 @@ TOPOGRAPH_TIER = "fabric.topograph.run/tier-{}"
 DEFAULT_TIER_LABELS: tuple[str, ...] = tuple(TOPOGRAPH_TIER.format(i) for i in range(3))
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
-# Node label schemes clusters already carry, each closest tier first. A node takes the first
-# scheme it has any key of; keys it lacks are skipped, so its closest present key is its tier-0
-# (EKS adds a fourth, most selective layer on some instance types only).
+# Node label schemes clusters already carry, each closest tier first. A node takes the scheme
+# it has the most keys of (the first on a tie); keys it lacks are skipped, so its closest present
+# key is its tier-0 (EKS adds a fourth, most selective layer on some instance types only).
 DEFAULT_LABEL_SCHEMES: tuple[tuple[str, ...], ...] = (
     tuple(TOPOGRAPH_TIER.format(i) for i in range(4)),  # topograph ≥ 1.0, and our agent
     tuple(f"network.topology.nvidia.com/{t}" for t in ("leaf", "spine", "core")),
@@ -132,7 +132,7 @@ def object_name(prefix: str, name: str) -> str:
     hash suffix whenever the name had to change."""
     cleaned = _DNS_LABEL.sub("-", name.lower()).strip("-")
     plain = f"{prefix}-{cleaned}"
-    if cleaned == name and len(plain) <= 63:
+    if cleaned and cleaned == name and len(plain) <= 63:
         return plain
     return f"{plain[:52].rstrip('-')}-{_digest(name)}"
 
@@ -155,23 +155,21 @@ def tier_labels(location: Location, keys: Sequence[str]) -> dict[str, str]:
 def location_from_labels(
     labels: Mapping[str, str], schemes: Sequence[Sequence[str]] = DEFAULT_LABEL_SCHEMES
 ) -> Location | None:
-    """A node's tiers from its labels: the first scheme it has any key of."""
-    for scheme in schemes:
-        tiers = tuple(labels[k] for k in scheme if labels.get(k))
-        if tiers:
-            return Location(tiers)
-    return None
+    """A node's tiers from its labels (see `DEFAULT_LABEL_SCHEMES` for the rule)."""
+    keys = scheme_of(labels, schemes)
+    return Location(tuple(labels[k] for k in keys)) if keys else None
 
 
 def scheme_of(
     labels: Mapping[str, str], schemes: Sequence[Sequence[str]] = DEFAULT_LABEL_SCHEMES
 ) -> tuple[str, ...] | None:
-    """The label keys (closest first) a node's location came from."""
+    """The label keys (closest first) a node's location comes from, None when it has none."""
+    best: tuple[str, ...] = ()
     for scheme in schemes:
         present = tuple(k for k in scheme if labels.get(k))
-        if present:
-            return present
-    return None
+        if len(present) > len(best):
+            best = present
+    return best or None
 
 
 # ---------------------------------------------------------------------------------------------

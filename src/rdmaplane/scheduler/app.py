@@ -27,7 +27,6 @@ from prometheus_client import (
     generate_latest,
 )
 
-from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
@@ -191,21 +190,8 @@ def create_app(
     def score(
         args: wire.ExtenderArgs,
     ) -> tuple[pl.PodRequest, Sequence[pl.Verdict], list[int], list[float] | None]:
-        """Node-local verdicts, and the scores with the job-aware fabric term composed in."""
         request, found = decide(args)
-        scores = list(map(_SCORE, found))
-        job = cache.job_context(args.pod)
-        if job is None:
-            return request, found, scores, None
-        names = args.node_names
-        terms = ja.fabric_terms(
-            names,
-            lambda i, cap: cache.slots(names[i], request, cap) if found[i].fits else 0,
-            cache.locations,
-            job,
-        )
-        if terms is not None:
-            scores = [ja.compose(s, t, weights) for s, t in zip(scores, terms, strict=True)]
+        scores, terms = cache.job_scores(args.pod, args.node_names, request, found, weights)
         return request, found, scores, terms
 
     def do_prioritize(args: wire.ExtenderArgs) -> bytes:

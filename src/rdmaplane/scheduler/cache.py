@@ -357,6 +357,30 @@ class ClusterCache:
         remaining = size - len(bound) if group.size or known > 1 else None
         return ja.JobContext(peers, max(remaining, 1) if remaining is not None else None)
 
+    def job_scores(
+        self,
+        pod: Mapping[str, Any],
+        names: Sequence[str],
+        request: pl.PodRequest,
+        verdicts: Sequence[pl.Verdict],
+        weights: ja.FabricWeights,
+    ) -> tuple[list[int], list[float] | None]:
+        """The scores kube-scheduler gets: node-local, with the pod's fabric term composed in
+        when it has one (and that term per node, for explaining)."""
+        scores = [v.score for v in verdicts]
+        job = self.job_context(pod)
+        if job is None:
+            return scores, None
+        terms = ja.fabric_terms(
+            names,
+            lambda i, cap: self.slots(names[i], request, cap) if verdicts[i].fits else 0,
+            self.locations,
+            job,
+        )
+        if terms is None:
+            return scores, None
+        return [ja.compose(s, t, weights) for s, t in zip(scores, terms, strict=True)], terms
+
     def slots(self, name: str, request: pl.PodRequest, cap: int) -> int:
         """How many copies of the pod the node can still take, up to `cap`."""
         entry = self._entries.get(name)

@@ -118,10 +118,14 @@ def fabric_terms(
         return None
     peers = [locations[n] for n in job.peer_nodes if n in locations]
     if peers:
-        return [
-            sum(closeness(locations[n], p) for p in peers) / len(peers) if n in locations else 0.0
-            for n in names
-        ]
+        near: dict[Location, float] = {}  # nodes under one switch share a location: once each
+        terms = []
+        for n in names:
+            here = locations.get(n)
+            if here is not None and here not in near:
+                near[here] = sum(closeness(here, p) for p in peers) / len(peers)
+            terms.append(near[here] if here is not None else 0.0)
+        return terms
     if job.peer_nodes:
         return None  # peers bound on nodes of unknown place: no direction to give
     return _room_terms(names, slots, locations, job.remaining)
