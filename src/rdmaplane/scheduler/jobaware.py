@@ -10,10 +10,11 @@ kube-scheduler asks about one pod at a time. What this adds to each node's node-
 - **With peers bound**: the mean `fabric.closeness` of the node to the peers' nodes: 1 under
   their tier-0 switch, 0.5 under their tier-1, 0.25 under tier-2.
 - **No peer bound yet** (the job's first pod): room for the rest of the job. Per tier-0 switch,
-  how many copies of the pod the candidate nodes under it can still take; when the job's size
-  is known, the tightest switch that holds all of it scores highest (best fit keeps whole
-  switches free for larger jobs), switches too small for it score below every one that fits;
-  when the size is unknown, the switch with the most room scores highest.
+  how many copies of the pod the candidate nodes under it can still take. When the job's size
+  is known, the tightest switch that holds all of it scores 1 (best fit keeps whole switches free
+  for larger jobs), other switches that hold it 0.5–0.8, switches too small for it below 0.45:
+  steps wide enough to survive the rounding to whole scores. When the size is unknown, the
+  switch with the most room scores highest.
 - The node's score is `10 × (node × local/10 + fabric × F) / (node + fabric)`, weights
   configurable; a pod with no group, or no known fabric, keeps its node-local score.
 
@@ -144,6 +145,7 @@ def _room_terms(
         if here is not None and here.tier0 is not None:
             room[here.tier0] = room.get(here.tier0, 0) + slots(i, cap)
     most = max(room.values(), default=0)
+    tightest = min((r for r in room.values() if remaining and r >= remaining), default=0)
     terms = []
     for n in names:
         here = locations.get(n)
@@ -152,8 +154,10 @@ def _room_terms(
             terms.append(0.0)
         elif remaining is None:
             terms.append(free / most)
+        elif free == tightest:
+            terms.append(1.0)  # best fit: the smallest switch that holds the whole job
         elif free >= remaining:
-            terms.append(0.5 + 0.5 * remaining / free)  # fits: the tighter, the better
+            terms.append(0.5 + 0.3 * remaining / free)  # fits, but breaks a bigger switch
         else:
             terms.append(0.45 * free / remaining)  # too small: below every one that fits
     return terms
