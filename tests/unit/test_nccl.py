@@ -220,9 +220,9 @@ def test_env_names_exactly_the_set_and_is_byte_stable(
     }
     assert set(env["RDMAPLANE_HCAS"].split(",")) == {n for n, _ in want}  # the KV frameworks'
     if "MC_GID_INDEX" in env:  # ... one index, right for every port of the set
-        assert all(
-            any(g.index == int(env["MC_GID_INDEX"]) for g in p.gids) for _, p in chosen
-        ), env["MC_GID_INDEX"]
+        assert all(any(g.index == int(env["MC_GID_INDEX"]) for g in p.gids) for _, p in chosen), (
+            env["MC_GID_INDEX"]
+        )
     shuffled = list(chosen)
     random.Random(data.draw(st.integers())).shuffle(shuffled)
     assert json.dumps(nccl_env(topo, shuffled)) == json.dumps(env)
