@@ -207,3 +207,16 @@ def test_finished_and_deleted_pods_leave_their_group() -> None:
     cache.apply("pod", "ADDED", a)
     cache.apply("pod", "DELETED", a)
     assert cache.job_context(probe) == ja.JobContext((), None)
+
+
+def test_a_prefill_makes_room_for_its_pending_decode_pods() -> None:
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 13, 1: 10, 2: 16, 3: 16})  # free: 3 under leaf-0, 6 under leaf-1
+    prefill = [job_pod(f"pre-{i}", {"rdmaplane.io/group": "p"}) for i in range(2)]
+    decode_labels = {"rdmaplane.io/group": "d", "rdmaplane.io/kv-peers": "p"}
+    decode = [job_pod(f"dec-{i}", decode_labels) for i in range(3)]
+    for p in prefill + decode:  # created together, as llm-d or Dynamo deployments are
+        cache.apply("pod", "ADDED", p)
+    placed = [place(cache, p) for p in prefill + decode]
+    # alone, the prefill would best-fit leaf-0 (3 free) and push its decode pods away
+    assert {leaf_of(cache, n) for n in placed} == {"leaf-1"}

@@ -86,6 +86,8 @@ class ClusterCache:
         self.locations: dict[str, fab.Location] = {}
         self._group_of: dict[str, tuple[str, str]] = {}  # pod key → (group, node or "")
         self._members: dict[str, dict[str, str]] = {}  # group → {pod key: node or ""}
+        self._readers: dict[str, dict[str, str]] = {}  # group → {pending reader: its group}
+        self._reads: dict[str, str] = {}  # pending reader's key → the group it reads
 
     # ---- feeding -------------------------------------------------------------------------------
 
@@ -190,7 +192,9 @@ class ClusterCache:
             request = None  # the API server admitted it; we cannot count it, so we don't
         finished = phase in ("Succeeded", "Failed")
         wants = request is not None and request.wants_devices and not finished
-        self._track_group(key, ja.pod_group(obj).group if wants else None, node)
+        group = ja.pod_group(obj) if wants else ja.PodGroup(None, None, None)
+        self._track_group(key, group.group, node)
+        self._track_reader(key, group.kv_peers if group.group and not node else None, group.group)
         if not node or not wants or request is None:
             self._drop_pod(key)
             return
@@ -218,7 +222,21 @@ class ClusterCache:
             self._group_of[key] = (group, node)
             self._members.setdefault(group, {})[key] = node
 
+    def _track_reader(self, key: str, kv_peers: str | None, group: str | None) -> None:
+        """Pending pods that read another group's KV cache, by that group: its first pod makes
+        room for them too (decode deployments are created with their prefill)."""
+        was = self._reads.pop(key, None)
+        if was is not None:
+            readers = self._readers[was]
+            readers.pop(key, None)
+            if not readers:
+                del self._readers[was]
+        if kv_peers and group and kv_peers != group:
+            self._readers.setdefault(kv_peers, {})[key] = group
+            self._reads[key] = kv_peers
+
     def _forget_pod(self, key: str) -> None:
+        self._track_reader(key, None, None)
         self._track_group(key, None, "")
         self._drop_pod(key)
 
@@ -355,6 +373,9 @@ class ClusterCache:
         known = len(own) + 1
         size = max(group.size or 0, known) if group.group else 0
         remaining = size - len(bound) if group.size or known > 1 else None
+        readers = len(self._readers.get(group.group or "", {}))
+        if readers and not bound:
+            remaining = (remaining or 1) + readers
         return ja.JobContext(peers, max(remaining, 1) if remaining is not None else None)
 
     def job_scores(
