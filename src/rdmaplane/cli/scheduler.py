@@ -83,7 +83,7 @@ def explain_placement(
     try:
         pod_obj = _workload_pod(next(_documents(pod), None), pod)
         if kubeconfig is not None:
-            listed = _list_cluster(kubeconfig)
+            listed = list_cluster(kubeconfig)
         elif nrt or nodes:
             listed = {
                 "nrt": [d for p in nrt for d in _documents(p)],
@@ -144,7 +144,7 @@ def _name(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
-def _list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
+def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
     from lightkube import operators
     from lightkube.resources.core_v1 import Node, Pod
 
