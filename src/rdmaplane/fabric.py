@@ -232,16 +232,24 @@ class Fabric:
         return {n: loc for n, loc in found.items() if loc is not None}
 
 
-def rails_of(links: Sequence[Link], switches: Mapping[str, Switch]) -> tuple[tuple[int, str], ...]:
-    """Per HCA link its rail: the link's, else its switch's, else the HCA's position among the
+def hca_rails(links: Sequence[Link], switches: Mapping[str, Switch]) -> dict[str, int]:
+    """Per linked HCA its rail: the link's, else its switch's, else the HCA's position among the
     node's linked HCAs in natural name order (NIC k on rail k, the rail-optimised convention)."""
-    per_hca = sorted((link for link in links if link.hca), key=lambda x: _natural(x.hca))
-    rails = []
+    per_hca = sorted(
+        {link.hca: link for link in links if link.hca}.values(), key=lambda x: _natural(x.hca)
+    )
+    rails = {}
     for k, link in enumerate(per_hca):
         switch = switches.get(link.switch)
         given = link.rail if link.rail is not None else (switch.rail if switch else None)
-        rails.append((k if given is None else given, link.switch))
-    return tuple(sorted(set(rails)))
+        rails[link.hca] = k if given is None else given
+    return rails
+
+
+def rails_of(links: Sequence[Link], switches: Mapping[str, Switch]) -> tuple[tuple[int, str], ...]:
+    """(rail, tier-0 switch) of a node's linked HCAs (see `hca_rails`)."""
+    rails = hca_rails(links, switches)
+    return tuple(sorted({(rails[x.hca], x.switch) for x in links if x.hca}))
 
 
 def _natural(name: str) -> tuple[tuple[int, object], ...]:
