@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import uuid
@@ -22,11 +23,11 @@ from typing import Any
 
 import pytest
 import yaml
-from lightkube import AsyncClient, Client, codecs
+from lightkube import ApiError, AsyncClient, Client, codecs
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
 from typer.testing import CliRunner
 
 from rdmaplane import fabric as fab
@@ -138,6 +139,24 @@ async def test_an_indexed_job_lands_under_the_one_leaf_that_holds_it(
 ) -> None:
     run = uuid.uuid4().hex[:6]
     nodes = [f"fab-{run}-{k:02d}" for k in range(16)]
+    try:
+        await _place_the_job(kube, namespace, extender, start_scheduler, run, nodes)
+    finally:  # free nodes left behind would draw other tests' pods
+        for name in nodes:
+            with contextlib.suppress(ApiError):
+                await kube.delete(Node, name)
+            with contextlib.suppress(ApiError):
+                await kube.delete(NodeResourceTopology, name)
+
+
+async def _place_the_job(
+    kube: AsyncClient,
+    namespace: str,
+    extender: str,  # noqa: F811
+    start_scheduler: Callable[..., Process],
+    run: str,
+    nodes: list[str],
+) -> None:
     leaf = {n: f"leaf-{run}-{k // 4}" for k, n in enumerate(nodes)}
     for k, name in enumerate(nodes):
         labels = fab.tier_labels(
