@@ -58,6 +58,10 @@ from rdmaplane.cli import config as _config  # noqa: E402
 
 app.add_typer(_config.config_app, name="config")
 
+from rdmaplane.cli import fabric as _fabric  # noqa: E402
+
+app.add_typer(_fabric.app, name="fabric")
+
 
 def main() -> None:
     app()

@@ -53,7 +53,7 @@ def scheduler_extender(
     except KubeConfigError as exc:
         fail(str(exc))
     start_logging(log_format, verbose)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries)
+    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     application = create_app(
         cache, cfg, lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted)
     )
@@ -84,11 +84,11 @@ def explain_placement(
         typer.echo("error: -o must be table or json", err=True)
         raise typer.Exit(2)
     cfg = config_file(config, SchedulerExtenderConfig)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries)
+    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     try:
         pod_obj = _workload_pod(next(_documents(pod), None), pod)
         if kubeconfig is not None:
-            listed = _list_cluster(kubeconfig)
+            listed = list_cluster(kubeconfig)
         elif nrt or nodes:
             listed = {
                 "nrt": [d for p in nrt for d in _documents(p)],
@@ -149,7 +149,7 @@ def _name(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
-def _list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
+def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
     from lightkube import operators
     from lightkube.resources.core_v1 import Node, Pod
 

@@ -11,6 +11,8 @@ from pydantic import Field, field_validator
 
 from rdmaplane.config.base import Kind, Section
 from rdmaplane.counters import KNOWN_COUNTERS
+from rdmaplane.discovery.lldp import DEFAULT_COMMAND as DEFAULT_LLDP_COMMAND
+from rdmaplane.fabric import DEFAULT_TIER_LABELS
 
 Policy = Literal["none", "best-effort", "restricted", "single-numa-node"]
 Scope = Literal["container", "pod"]
@@ -76,6 +78,26 @@ class PublishConfig(Section):
     )
 
 
+class FabricConfig(Section):
+    """Where the node sits on the fabric, and the labels that say so (docs/fabric.md). Sources:
+    the operator's fabric file, else LLDP (lldpd's `lldpcli`) when it is installed."""
+
+    tier_labels: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_TIER_LABELS),
+        min_length=1,
+        description="node label keys of the tiers, closest first",
+    )
+    file: Path | None = Field(default=None, description="the operator's Fabric file")
+    lldp: Literal["auto", "off"] = Field(
+        default="auto", description="auto: read lldpcli's JSON when lldpcli is installed"
+    )
+    lldp_command: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_LLDP_COMMAND),
+        min_length=1,
+        description="how to ask lldpd for the neighbours",
+    )
+
+
 class AgentConfig(Kind):
     """Everything `rdmaplane agent` reads from its config file; flags override it."""
 
@@ -132,6 +154,9 @@ class AgentConfig(Kind):
     )
     health: HealthConfig = Field(default_factory=HealthConfig, description="health monitor")
     publish: PublishConfig = Field(default_factory=PublishConfig, description="API server")
+    fabric: FabricConfig = Field(
+        default_factory=FabricConfig, description="the node's place on the fabric"
+    )
 
     @field_validator("metrics_address")
     @classmethod

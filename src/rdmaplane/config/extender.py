@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rdmaplane.config.base import Kind, Section
+from rdmaplane.fabric import DEFAULT_LABEL_SCHEMES
+from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 
 _W = pl.Weights()
@@ -56,6 +58,24 @@ class ResourcesConfig(Section):
     hca_shared: str = Field(default=pl.ResourceNames.hca_shared, description="shared-pool slots")
 
 
+class FabricConfig(Section):
+    """Job-aware scoring (docs/fabric.md): the fabric term weighed against the node-local score,
+    and the node label schemes that say where a node sits (each closest tier first)."""
+
+    weight: float = Field(default=ja.FabricWeights.fabric, ge=0, description="the fabric term")
+    node_local: float = Field(
+        default=ja.FabricWeights.node, ge=0, description="... against the node-local score"
+    )
+    tier_labels: list[list[str]] = Field(
+        default_factory=lambda: [list(s) for s in DEFAULT_LABEL_SCHEMES],
+        min_length=1,
+        description="label schemes, each closest tier first; a node takes the one it has most of",
+    )
+
+    def weights(self) -> ja.FabricWeights:
+        return ja.FabricWeights(self.weight, self.node_local)
+
+
 class SchedulerExtenderConfig(Kind):
     """The extender's scoring weights, resource names and limits."""
 
@@ -71,6 +91,7 @@ class SchedulerExtenderConfig(Kind):
     memo_entries: int = Field(
         default=200_000, gt=0, description="cached decisions (node state, request)"
     )
+    fabric: FabricConfig = Field(default_factory=FabricConfig, description="job-aware scoring")
 
     def policy(self) -> pl.Policy:
         w = self.weights
