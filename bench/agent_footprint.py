@@ -273,7 +273,8 @@ def main() -> None:
         )
         config = workdir / "agent.yaml"
         config.write_text(
-            f"poll_interval_s: {args.poll_s}\nallocation_interval_s: {args.allocation_s}\n"
+            "apiVersion: rdmaplane.io/v1alpha1\nkind: AgentConfig\n"
+            f"pollIntervalSeconds: {args.poll_s}\nallocationIntervalSeconds: {args.allocation_s}\n"
         )
         with (
             api_server(args.unreachable, workdir) as (what, kubeconfig, cluster),
