@@ -274,7 +274,7 @@ def main() -> None:
         config = workdir / "agent.yaml"
         config.write_text(
             "apiVersion: rdmaplane.io/v1alpha1\nkind: AgentConfig\n"
-            f"pollIntervalSeconds: {args.poll_s}\nallocationIntervalSeconds: {args.allocation_s}\n"
+            f"pollInterval: {args.poll_s}\nallocationInterval: {args.allocation_s}\n"
         )
         with (
             api_server(args.unreachable, workdir) as (what, kubeconfig, cluster),

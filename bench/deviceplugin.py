@@ -9,7 +9,7 @@ Runs `rdmaplane device-plugin` as its own process on the largest sample node (hg
   called in rounds so that all of them see the same noise, and each one's cost above the floor;
 * how long 100 kubelet restarts in a row take to be noticed: kubelet back up -> plugin
   registered again -> full device list received;
-* the plugin's CPU while idle (it still probes sysfs every healthPollIntervalSeconds).
+* the plugin's CPU while idle (it still probes sysfs every healthPollInterval).
 
     .venv/bin/python bench/deviceplugin.py [--calls 2000] [--restarts 100] [--idle 60]
 """
@@ -41,7 +41,7 @@ from rdmaplane.model import NodeTopology
 SAMPLE = "hgx-h100-roce"
 RESOURCE = "rdmaplane.io/hca"
 CONFIG_HEAD = "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n"
-POLL_S = 5.0  # the default healthPollIntervalSeconds
+POLL_S = 5.0  # the default healthPollInterval
 
 
 def percentiles(samples_ms: list[float]) -> tuple[float, float]:
@@ -71,7 +71,7 @@ async def bench(calls: int, restarts: int, idle_s: float) -> None:
         kubelet_dir = Path(tmp) / "kubelet"
         config = Path(tmp) / "dp.yaml"
         config.write_text(
-            f"{CONFIG_HEAD}healthPollIntervalSeconds: {POLL_S:g}\nresendIntervalSeconds: 60\n"
+            f"{CONFIG_HEAD}healthPollInterval: {POLL_S:g}\nresendInterval: 60\n"
         )
         kubelet = KubeletStandIn(kubelet_dir)
         await kubelet.start()

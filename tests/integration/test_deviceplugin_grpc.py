@@ -379,8 +379,7 @@ def test_sigterm_shuts_down_cleanly_and_removes_the_socket(
 ) -> None:
     config = tmp_path / "dp.yaml"
     config.write_text(
-        "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n"
-        "healthPollIntervalSeconds: 0.05\n"
+        "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\nhealthPollInterval: 0.05\n"
     )
     proc = subprocess.Popen(
         [

@@ -21,9 +21,12 @@ def write(tmp_path: Path, text: str) -> Path:
 
 def test_defaults_and_overrides(tmp_path: Path):
     cfg = load(
-        write(tmp_path, "nodeName: n1\npollIntervalSeconds: 2\n"), AgentConfig, poll_interval_s=None
+        write(tmp_path, "nodeName: n1\npollInterval: 2s\nrediscoverInterval: 90\n"),
+        AgentConfig,
+        poll_interval_s=None,
     )
     assert (cfg.node_name, cfg.poll_interval_s, cfg.allocation_interval_s) == ("n1", 2.0, 30.0)
+    assert cfg.rediscover_interval_s == 90.0  # a plain number is seconds
     assert cfg.pod_resources_socket == Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     assert cfg.kubelet_config_path == Path("/var/lib/kubelet/config.yaml")
     assert load(None, AgentConfig, node_name="n2", metrics_port=1234).metrics_port == 1234
@@ -37,16 +40,16 @@ def test_defaults_and_overrides(tmp_path: Path):
         ("pollIntervalSecond: 3\n", "pollIntervalSecond: unknown key (did you mean pollInterval"),
         (
             "poll_interval_s: 3\n",
-            "poll_interval_s: unknown key (did you mean pollIntervalSeconds?)",
+            "poll_interval_s: unknown key (did you mean pollInterval?)",
         ),
-        ("pollIntervalSeconds: -1\n", "pollIntervalSeconds: Input should be greater than 0"),
+        ("pollInterval: -1\n", "pollInterval: Input should be greater than 0"),
         ("health: {thresholds: {symbol_error: -5}}\n", "health.thresholds"),
         (
             "health: {thresholds: {symbol_eror: 5}}\n",
             "health.thresholds: 'symbol_eror' is not a port counter the kernel exposes "
             "(did you mean symbol_error?)",
         ),
-        ("publish: {backoffMaxSeconds: soon}\n", "publish.backoffMaxSeconds"),
+        ("publish: {backoffMax: soon}\n", "publish.backoffMax"),
         ("logFormat: xml\n", "logFormat"),
         ("metricsAddress: not an ip\n", "metricsAddress: 'not an ip' is not an IP address"),
         ("metricsAddress: example.com\n", "metricsAddress: 'example.com' is not an IP address"),

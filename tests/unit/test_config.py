@@ -9,6 +9,8 @@ from typing import Literal
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import Field
 from typer.testing import CliRunner
 
@@ -26,7 +28,7 @@ from rdmaplane.config import (
     parse,
     render_defaults,
 )
-from rdmaplane.config.base import key_for, section_type
+from rdmaplane.config.base import Seconds, format_duration, key_for, parse_duration, section_type
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]
@@ -41,13 +43,34 @@ def test_the_three_kinds_are_registered() -> None:
     ("name", "key"),
     [
         ("node_name", "nodeName"),
-        ("poll_interval_s", "pollIntervalSeconds"),
+        ("poll_interval_s", "pollInterval"),  # the unit is in the value: 5s
         ("metrics_address", "metricsAddress"),
         ("kubeconfig", "kubeconfig"),
     ],
 )
-def test_keys_are_camel_case_with_seconds_spelled_out(name: str, key: str) -> None:
+def test_keys_are_camel_case(name: str, key: str) -> None:
     assert key_for(name) == key
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("5s", 5.0), ("1m30s", 90.0), ("500ms", 0.5), ("1h", 3600.0), ("1.5s", 1.5), (7, 7)],
+)
+def test_durations_read_as_kubernetes_writes_them(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["5", "5 s", "1m30", "soon", "-1s", "1d", ""])
+def test_what_is_no_duration(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_duration(text)
+
+
+@given(st.integers(min_value=0, max_value=10**9))
+def test_durations_written_read_back(millis: int) -> None:
+    text = format_duration(millis / 1000)
+    assert parse_duration(text) == pytest.approx(millis / 1000)
+    assert text == "0s" or not text.startswith("0")
 
 
 def fields_of(model: type[Section]) -> list[tuple[str, str, object]]:
@@ -175,16 +198,16 @@ def test_every_problem_is_named_at_once() -> None:
     doc = {
         "apiVersion": API_VERSION,
         "kind": "AgentConfig",
-        "pollInterval": 5,
-        "health": {"windowS": 1},
+        "pollIntervalSeconds": 5,
+        "health": {"window_s": 1},
         "metricsPort": 70000,
     }
     with pytest.raises(ConfigError) as e:
         parse(doc, AgentConfig, "a.yaml")
     assert str(e.value) == (
         "a.yaml: metricsPort: Input should be less than or equal to 65535; "
-        "health.windowS: unknown key (did you mean windowSeconds?); "
-        "pollInterval: unknown key (did you mean pollIntervalSeconds?)"
+        "health.window_s: unknown key (did you mean window?); "
+        "pollIntervalSeconds: unknown key (did you mean pollInterval?)"
     )
 
 
@@ -192,7 +215,7 @@ def test_a_new_kind_is_one_class() -> None:
     """What docs/configuration.md promises: a kind and a section are classes, nothing else."""
 
     class LimitsConfig(Section):
-        burst_s: float = Field(default=1.0, gt=0, description="how long a burst may last")
+        burst_s: Seconds = Field(default=1.0, gt=0, description="how long a burst may last")
 
     class WidgetConfig(Kind):
         docs = "docs/widget.md"
@@ -202,13 +225,15 @@ def test_a_new_kind_is_one_class() -> None:
 
     try:
         assert KINDS["WidgetConfig"] is WidgetConfig
-        doc = {"apiVersion": API_VERSION, "kind": "WidgetConfig", "limits": {"burstSeconds": 2}}
-        assert parse(doc, WidgetConfig, "w.yaml").limits.burst_s == 2
-        with pytest.raises(ConfigError, match=r"limits.burst: unknown key \(did you mean burstS"):
-            parse({**doc, "limits": {"burst": 2}}, WidgetConfig, "w.yaml")
+        doc = {"apiVersion": API_VERSION, "kind": "WidgetConfig", "limits": {"burst": "1m30s"}}
+        assert parse(doc, WidgetConfig, "w.yaml").limits.burst_s == 90
+        with pytest.raises(
+            ConfigError, match=r"limits.burstTime: unknown key \(did you mean burst"
+        ):
+            parse({**doc, "limits": {"burstTime": 2}}, WidgetConfig, "w.yaml")
         with pytest.raises(ConfigError, match=r"a WidgetConfig is read by rdmaplane widget"):
             parse(doc, AgentConfig, "w.yaml")
-        assert "  burstSeconds: 1  # how long a burst may last\n" in render_defaults(WidgetConfig)
+        assert "  burst: 1s  # how long a burst may last\n" in render_defaults(WidgetConfig)
     finally:
         del KINDS["WidgetConfig"]
 

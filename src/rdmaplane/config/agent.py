@@ -9,7 +9,7 @@ from typing import Literal, get_args
 
 from pydantic import Field, field_validator
 
-from rdmaplane.config.base import Kind, Section
+from rdmaplane.config.base import Kind, Seconds, Section
 from rdmaplane.counters import KNOWN_COUNTERS
 from rdmaplane.discovery.lldp import DEFAULT_COMMAND as DEFAULT_LLDP_COMMAND
 from rdmaplane.fabric import DEFAULT_TIER_LABELS
@@ -34,7 +34,7 @@ class HealthConfig(Section):
     """Error-counter rules: more than `thresholds[counter]` increments within `window_s` seconds
     make the HCA unhealthy; it recovers once the increments in the window fall back under."""
 
-    window_s: float = Field(default=300.0, gt=0, description="sliding window for error counters")
+    window_s: Seconds = Field(default=300.0, gt=0, description="sliding window for error counters")
     thresholds: dict[str, int] = Field(
         default_factory=lambda: dict(DEFAULT_THRESHOLDS),
         description="counter file → increments tolerated within the window (more: Unhealthy)",
@@ -60,11 +60,11 @@ class PublishConfig(Section):
     enabled: bool = Field(
         default=True, description="false: no API server (device plugin, metrics only)"
     )
-    backoff_initial_s: float = Field(
+    backoff_initial_s: Seconds = Field(
         default=1.0, gt=0, description="retry delay after a failed write, doubling ..."
     )
-    backoff_max_s: float = Field(default=60.0, gt=0, description="... up to this")
-    resync_interval_s: float = Field(
+    backoff_max_s: Seconds = Field(default=60.0, gt=0, description="... up to this")
+    resync_interval_s: Seconds = Field(
         default=600.0, gt=0, description="read back what the server holds and fix drift"
     )
     event_namespace: str = Field(
@@ -73,7 +73,7 @@ class PublishConfig(Section):
     max_pending_events: int = Field(
         default=100, ge=0, description="Events kept while the API server is away (oldest dropped)"
     )
-    event_aggregate_s: float = Field(
+    event_aggregate_s: Seconds = Field(
         default=600.0, ge=0, description="the same Event again within this window: count goes up"
     )
 
@@ -122,13 +122,13 @@ class AgentConfig(Kind):
     dev_root: Path = Field(
         default=Path("/dev"), description="where to look for /dev/infiniband/* (/host/dev in a pod)"
     )
-    poll_interval_s: float = Field(
+    poll_interval_s: Seconds = Field(
         default=5.0, gt=0, description="cheap change detection + health counters"
     )
-    rediscover_interval_s: float = Field(
+    rediscover_interval_s: Seconds = Field(
         default=600.0, gt=0, description="full discovery even when nothing seemed to change"
     )
-    allocation_interval_s: float = Field(
+    allocation_interval_s: Seconds = Field(
         default=30.0, gt=0, description="PodResources List + GetAllocatableResources"
     )
     topology_manager_policy: Policy | None = Field(

@@ -2,9 +2,11 @@
 
 A config file is one `Kind` (`apiVersion: rdmaplane.io/v1alpha1`, `kind: AgentConfig` …) made of
 `Section`s. Python code uses the snake_case attribute names; files use camelCase keys, derived
-from the attribute names by `key_for` (a trailing `_s`, seconds, is spelled `Seconds`). Unknown
-keys are errors (a typo must never fall back to a default silently), and every error names the
-file and the key, with the key it probably meant when the key is unknown.
+from the attribute names by `key_for`. Durations are written as Kubernetes component configs
+write them (`5s`, `1m30s`, `500ms`; a plain number is seconds) and held as float seconds in
+attributes named `..._s` (`poll_interval_s` ↔ `pollInterval: 5s`, type `Seconds`). Unknown keys
+are errors (a typo must never fall back to a default silently), and every error names the file
+and the key, with the key it probably meant when the key is unknown.
 
 Adding a section to a kind is one `Section` class and one field on the kind; adding a kind is
 one `Kind` subclass in a module of this package, imported by `__init__`: loading, the error
@@ -15,13 +17,21 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Final, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, ClassVar, Final, Literal, TypeVar, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+)
 from pydantic.alias_generators import to_camel
 
 from rdmaplane.documents import DocumentError, read_document
@@ -34,10 +44,44 @@ class ConfigError(ValueError):
 
 
 def key_for(name: str) -> str:
-    """The file's key for an attribute: `poll_interval_s` → `pollIntervalSeconds`."""
-    if name.endswith("_s"):
-        name = name[:-2] + "_seconds"
-    return to_camel(name)
+    """The file's key for an attribute: `node_name` → `nodeName`, `poll_interval_s` →
+    `pollInterval` (the unit is in the value: `5s`)."""
+    return to_camel(name.removesuffix("_s"))
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(value: object) -> object:
+    """`1m30s`, `500ms`, `5s` (Go's duration syntax, as Kubernetes configs use it) → seconds;
+    numbers are seconds already; anything else is left for the float check to refuse."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{value!r} is not a duration (e.g. 5s, 1m30s, 500ms, or seconds)")
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest duration string for `seconds`: 600 → `10m`, 90 → `1m30s`, 0.05 → `50ms`."""
+    millis = round(seconds * 1000)
+    if millis == 0:
+        return "0s"
+    out = ""
+    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
+        count, millis = divmod(millis, size)
+        out += f"{count}{unit}" if count else ""
+    return out
+
+
+Seconds = Annotated[
+    float,
+    BeforeValidator(parse_duration),
+    PlainSerializer(format_duration, return_type=str, when_used="json"),
+]
 
 
 class Section(BaseModel):
@@ -156,7 +200,11 @@ def _did_you_mean(model: type[BaseModel], loc: Sequence[int | str]) -> str:
     keys = [f.alias or n for n, f in section.model_fields.items()]
     unknown = loc[-1]
     near = [key_for(unknown)] if key_for(unknown) in keys else []  # snake_case of a key
-    near = near or [k for k in keys if k.lower().startswith(unknown.lower())]  # unit left out
+    near = near or sorted(  # a unit spelled into the key (`window`), or a part left out
+        (k for k in keys if unknown.lower().startswith(k.lower()) or k.startswith(unknown)),
+        key=len,
+        reverse=True,
+    )
     near = near or difflib.get_close_matches(unknown, keys, n=1, cutoff=0.6)
     return f" (did you mean {near[0]}?)" if near else ""
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from rdmaplane.config.base import API_VERSION, ConfigError, Kind, Section, describe
+from rdmaplane.config.base import API_VERSION, ConfigError, Kind, Seconds, Section, describe
 from rdmaplane.gid import GidPolicy
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.selectors import Selectors
@@ -145,17 +145,11 @@ class DevicePluginConfig(Kind):
     read_by = "rdmaplane device-plugin --config, or the agent's devicePluginConfig"
 
     kind: Literal["DevicePluginConfig"] = "DevicePluginConfig"
-    health_poll_interval: float = Field(
-        default=5.0,
-        gt=0,
-        alias="healthPollIntervalSeconds",
-        description="between sysfs probes (health, hot-plug); standalone only",
+    health_poll_interval: Seconds = Field(
+        default=5.0, gt=0, description="between sysfs probes (health, hot-plug); standalone only"
     )
-    resend_interval: float = Field(
-        default=60.0,
-        gt=0,
-        alias="resendIntervalSeconds",
-        description="between unconditional ListAndWatch re-sends",
+    resend_interval: Seconds = Field(
+        default=60.0, gt=0, description="between unconditional ListAndWatch re-sends"
     )
     registration: Literal["kubelet", "plugins-registry"] = Field(
         default="kubelet", description="kubelet (device-plugins/kubelet.sock) or plugins-registry"
@@ -228,5 +222,5 @@ class _LegacyConfig(Section):
         doc: dict[str, Any] = {"apiVersion": API_VERSION, "kind": "DevicePluginConfig"}
         doc["pools"] = pools
         if self.periodic_update_interval > 0:  # 0 turned periodic updates off there
-            doc["healthPollIntervalSeconds"] = self.periodic_update_interval
+            doc["healthPollInterval"] = self.periodic_update_interval
         return doc

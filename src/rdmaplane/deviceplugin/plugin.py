@@ -2,7 +2,7 @@
 
 `RdmaDevicePlugin` takes its `NodeTopology` from outside (`update(topo)`), so the node agent's
 single discovery loop can feed it; `run_standalone` is the small loop of its own that
-`rdmaplane device-plugin` uses, reading sysfs every `healthPollIntervalSeconds`.
+`rdmaplane device-plugin` uses, reading sysfs every `healthPollInterval`.
 """
 
 from __future__ import annotations
