@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -129,3 +131,12 @@ def test_benign_async_events_are_not_failures():
 @given(st.text())
 def test_classify_never_crashes(text):
     assert all(f.fix for f in failures.classify(text))
+
+
+def test_docs_list_every_status_and_every_known_failure():
+    """docs/doctor.md's tables name every code with its symbol, and every finding."""
+    doc = (Path(__file__).parents[2] / "docs" / "doctor.md").read_text()
+    for code, status in failures.WC_STATUSES.items():
+        assert f"| {code} | `{status.symbol}` |" in doc, code
+    for rule in failures.NCCL_RULES:
+        assert f"| `{rule.code}` | {rule.status.name} |" in doc, rule.code
