@@ -412,3 +412,21 @@ def test_both_modes_with_every_hca_visible_pass(tmp_path, sample_trees):
         root = netns_pod(tmp_path / mode, sample_trees["pcie-l40s-split"], hide=[], mode=mode)
         make_pod(root, ["uverbs0"])
         assert checks.devices(host(root), checks.load(host(root))).status == Status.PASS
+
+
+def test_hostile_proc_and_sys_files_are_findings_not_crashes(roce):
+    """Binary junk, truncated lines and directories where /proc and /sys have files."""
+    make_pod(roce, ["uverbs0"], gpus=(0,))
+    (roce / "proc/self/limits").write_bytes(b"Max locked memory\n\xff\xfe\x00")
+    (roce / "proc/self/status").write_text("CapEff:\n")
+    (roce / "proc/modules").unlink()
+    (roce / "proc/modules").mkdir()
+    info = next((roce / "proc/driver/nvidia/gpus").glob("*/information"))
+    info.write_bytes(b"\xff" * 64)
+    findings = by_name(checks.run_all(host(roce)))
+    assert findings["memlock"].status == Status.WARN
+    assert "not text" in findings["memlock"].detail and "CapEff" in findings["memlock"].detail
+    assert findings["gpudirect-rdma"].status == Status.WARN
+    assert "which GPUs /dev/nvidia0 are is unknown" in findings["gpu-nic"].detail
+    (roce / "proc/self/limits").write_text("Max locked memory\n")
+    assert "cannot parse" in checks.memlock(host(roce), checks.load(host(roce))).detail

@@ -121,6 +121,8 @@ FLAGS = [
     (["doctor", "perf", "--client", "x", "--gid-index", "-4"], "--gid-index"),
     (["doctor", "perf", "--client", "x", "--use-cuda", "-1"], "--use-cuda"),
     (["doctor", "perf", "--server", "--client", "x"], "--server"),
+    (["doctor", "perf", "--client", ""], "--client"),
+    (["doctor", "perf", "--client", "a b; reboot"], "--client"),
     (["doctor", "job", "a", "b", "--hcas", "0"], "--hcas"),
     (["doctor", "job", "a", "b", "--duration", "-1"], "--duration"),
     (["doctor", "job", "a", "b", "--namespace", "Bad_NS"], "--namespace"),

@@ -307,6 +307,8 @@ def perf_cmd(
     output = _output_kind(output)
     if server == (client is not None):
         _bad_input("give exactly one of --server and --client PEER")
+    if client is not None and (not client or client.startswith("-") or _has_space(client)):
+        _bad_input(f"--client {client!r}: not a host name or address")
     _check_perf_flags(duration, port, timeout, threshold, line_rate, gid_index, use_cuda)
     host = checks.Host(root=_root_dir(root))
     node = checks.load(host)
@@ -351,6 +353,10 @@ def perf_cmd(
         output,
         {"role": result.role, "runs": jsonable(result.runs), "tcp_gbps": result.tcp_gbps},
     )
+
+
+def _has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
 
 
 def _role(client: str | None) -> str:
@@ -421,7 +427,7 @@ def job_cmd(
             _bad_input(f"node {node!r}: not a Kubernetes node name (lowercase DNS name)")
     if not _DNS_LABEL.match(namespace):
         _bad_input(f"--namespace {namespace!r}: not a DNS label (lowercase, digits, '-')")
-    if not image.strip() or any(c.isspace() for c in image):
+    if not image or _has_space(image):
         _bad_input(f"--image {image!r}: not an image reference")
     if hcas < 1:
         _bad_input(f"--hcas {hcas}: a pod needs at least 1 HCA")

@@ -272,16 +272,16 @@ def _memlock_limit(host: Host) -> int | str | None:
     path = host.path("proc/self/limits")
     try:
         lines = path.read_text().splitlines()
-    except OSError as e:
-        return f"cannot read {path}: {e.strerror}"
+    except (OSError, UnicodeDecodeError) as e:
+        return f"cannot read {path}: {getattr(e, 'strerror', None) or 'not text'}"
     for line in lines:
         if line.startswith("Max locked memory"):
-            soft = line[len("Max locked memory") :].split()[0]
+            soft = (line[len("Max locked memory") :].split() or [""])[0]
             if soft == "unlimited":
                 return None
             if soft.isdigit():
                 return int(soft)
-            return f"cannot parse {line.strip()!r} in {path}"
+            return f"cannot parse {line.strip()[:60]!r} in {path}"
     return f"no 'Max locked memory' line in {path}"
 
 
@@ -291,9 +291,14 @@ def _ipc_lock(host: Host) -> bool | str:
     try:
         status_text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:
-        return f"cannot read {path}: {getattr(e, 'strerror', None) or e}"
+        return f"cannot read {path}: {getattr(e, 'strerror', None) or 'not text'}"
     caps = next(
-        (ln.split()[1] for ln in status_text.splitlines() if ln.startswith("CapEff:")), None
+        (
+            ln[len("CapEff:") :].strip()
+            for ln in status_text.splitlines()
+            if ln.startswith("CapEff:")
+        ),
+        None,
     )
     try:
         eff = int(caps or "", 16)
@@ -624,7 +629,7 @@ def gdr_module(host: Host, node: Node) -> Finding:
         return Finding(name, Status.PASS, "no GPU on this node")
     try:
         modules = host.path("proc/modules").read_text()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         modules = ""
     loaded = [m for m in ("nvidia_peermem", "nv_peer_mem") if f"\n{m} " in f"\n{modules}"]
     if not loaded and host.path("sys/module/nvidia_peermem").is_dir():
