@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -351,11 +351,19 @@ def netns_pod(tmp_path: Path, sample: Path, *, hide: list[str] | None, mode: str
     None = all), `class/infiniband_verbs` (not namespaced) still lists them. `mode` is what
     ib_core's netns_mode parameter reads (None: a kernel without the parameter)."""
     sys_root = tmp_path / "sys"
-    shutil.copytree(sample, sys_root, symlinks=True)
+    sys_root.mkdir(parents=True)
+    for top in sample.iterdir():  # share the sample tree; only class/infiniband is the pod's
+        if top.name not in ("class", "module"):
+            (sys_root / top.name).symlink_to(top)
+    for cls in (sample / "class").iterdir():
+        if cls.name != "infiniband":
+            (sys_root / "class" / cls.name).parent.mkdir(exist_ok=True)
+            (sys_root / "class" / cls.name).symlink_to(cls)
     infiniband = sys_root / "class/infiniband"
-    for entry in list(infiniband.iterdir()):
-        if hide is None or entry.name in hide:
-            entry.unlink()
+    infiniband.mkdir()
+    for entry in (sample / "class/infiniband").iterdir():
+        if hide is not None and entry.name not in hide:
+            (infiniband / entry.name).symlink_to(os.readlink(entry))
     params = sys_root / "module/ib_core/parameters"
     params.mkdir(parents=True)
     if mode is not None:
