@@ -70,9 +70,7 @@ async def bench(calls: int, restarts: int, idle_s: float) -> None:
     with samples.materialised(SAMPLE) as sysfs, tempfile.TemporaryDirectory(prefix="dp-") as tmp:
         kubelet_dir = Path(tmp) / "kubelet"
         config = Path(tmp) / "dp.yaml"
-        config.write_text(
-            f"{CONFIG_HEAD}healthPollInterval: {POLL_S:g}\nresendInterval: 60\n"
-        )
+        config.write_text(f"{CONFIG_HEAD}healthPollInterval: {POLL_S:g}\nresendInterval: 60\n")
         kubelet = KubeletStandIn(kubelet_dir)
         await kubelet.start()
         topo = read_node(str(sysfs))
