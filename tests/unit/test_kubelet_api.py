@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.kubelet.api.dra.v1 import api_pb2 as dra
+from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2 as dra_beta
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 
@@ -34,6 +36,16 @@ REPO = Path(__file__).resolve().parents[2]
         ),
         (reg, "pluginregistration.Registration", ["GetInfo", "NotifyRegistrationStatus"]),
         (pr, "v1.PodResourcesLister", ["List", "GetAllocatableResources", "Get"]),
+        (
+            dra,
+            "k8s.io.kubelet.pkg.apis.dra.v1.DRAPlugin",
+            ["NodePrepareResources", "NodeUnprepareResources"],
+        ),
+        (
+            dra_beta,
+            "k8s.io.kubelet.pkg.apis.dra.v1beta1.DRAPlugin",
+            ["NodePrepareResources", "NodeUnprepareResources"],
+        ),
     ],
 )
 def test_method_paths_are_upstreams(module: object, service: str, methods: list[str]) -> None:
@@ -63,6 +75,23 @@ def test_method_paths_are_upstreams(module: object, service: str, methods: list[
             {"name": 1, "devices": 2, "cpu_ids": 3, "memory": 4, "dynamic_resources": 5},
         ),
         (pr.DynamicResource, {"claim_name": 2, "claim_namespace": 3, "claim_resources": 4}),
+        (dra.Claim, {"namespace": 1, "uid": 2, "name": 3}),
+        (dra.NodePrepareResourceResponse, {"devices": 1, "error": 2}),
+        (
+            dra.Device,
+            {
+                "request_names": 1,
+                "pool_name": 2,
+                "device_name": 3,
+                "cdi_device_ids": 4,
+                "share_id": 5,
+            },
+        ),
+        (
+            dra_beta.Device,
+            {"request_names": 1, "pool_name": 2, "device_name": 3, "cdi_device_ids": 4},
+        ),
+        (dra.NodeUnprepareResourceResponse, {"error": 1}),
     ],
 )
 def test_field_numbers_are_upstreams(message: type, fields: dict[str, int]) -> None:
