@@ -29,6 +29,9 @@ CORE = [
     "rdmaplane.fabric",
     "rdmaplane.fabric_export",
     "rdmaplane.scheduler.jobaware",
+    "rdmaplane.dra.devices",
+    "rdmaplane.dra.slices",
+    "rdmaplane.dra.claims",
 ]
 SERVICES = ["agent", "scheduler", "doctor"]
 IO_MODULES = {

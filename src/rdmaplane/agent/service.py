@@ -37,7 +37,9 @@ from rdmaplane.config import AgentConfig, DevicePluginConfig, PoolConfig
 from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.discovery import read_node
 from rdmaplane.discovery.probe import Probe, Reading, settle
-from rdmaplane.model import NodeTopology
+from rdmaplane.dra.driver import DraDriver
+from rdmaplane.dra.slices import DEGRADED, FATAL, PortFault
+from rdmaplane.model import NodeTopology, PortObservation
 
 log = logging.getLogger("rdmaplane.agent")
 
@@ -54,6 +56,23 @@ class DevicePlugin(Protocol):
 class AllocationSource(Protocol):
     async def allocations(self) -> Allocations: ...
     async def close(self) -> None: ...
+
+
+def port_faults(
+    ports: Sequence[PortObservation], health: Mapping[str, HcaHealth]
+) -> dict[tuple[str, int], PortFault]:
+    """The health monitor's view per port, for the DRA driver's taints: a port that is not
+    ACTIVE/LinkUp is fatal; an HCA whose error counters rise is degraded on every port."""
+    out = {}
+    for p in ports:
+        hca = health.get(p.hca)
+        rising = [x.text for x in hca.problems if x.kind == ERRORS_RISING] if hca else []
+        if not p.is_up:
+            why = f"port {p.port} {p.state.name} ({p.phys_state.name})"
+            out[(p.hca, p.port)] = PortFault(FATAL, why)
+        elif rising:
+            out[(p.hca, p.port)] = PortFault(DEGRADED, "; ".join(rising))
+    return out
 
 
 def faults(health: Mapping[str, HcaHealth]) -> dict[str, str]:
@@ -76,8 +95,10 @@ class Agent:
         plugin: DevicePlugin | None = None,
         allocation_source: AllocationSource | None = None,
         pools: Sequence[PoolConfig] | None = None,
+        dra: DraDriver | None = None,
     ) -> None:
         self.config = config
+        self.dra = dra
         # the device plugin's pools (also when another process serves them): their GID policy
         # gives the NCCL_IB_GID_INDEX pods get, and so the node's gid-index label
         self.pools = list(pools if pools is not None else DevicePluginConfig().pools)
@@ -124,6 +145,10 @@ class Agent:
             await self.discover("start")
             if self.plugin is not None:
                 await self.plugin.start()
+            if self.dra is not None:
+                await self.dra.start()
+                if self.dra.publisher is not None:
+                    tasks.append(asyncio.create_task(self.dra.publisher.run(), name="slices"))
             self.ready.set()
             tasks.append(asyncio.create_task(self._poll_loop(), name="poll"))
             if self.allocation_source is not None:
@@ -142,6 +167,8 @@ class Agent:
                     await task
             if self.plugin is not None:
                 await self.plugin.stop()
+            if self.dra is not None:
+                await self.dra.stop()
             if self.allocation_source is not None:
                 await self.allocation_source.close()
             await self.http.close()
@@ -200,6 +227,9 @@ class Agent:
         for t in transitions:
             self._report(t)
         self._feed_plugin()
+        if self.dra is not None and self.topo is not None:
+            faults_now = port_faults(reading.ports, self.health_state.hcas)
+            self.dra.update(self.topo, faults_now, self.node_fabric.uplinks)
         self._publish()
 
     def _report(self, t: Transition) -> None:
@@ -247,9 +277,12 @@ class Agent:
     # ---------------------------------------------------------------- publishing
 
     def managed(self) -> list[str]:
-        """The HCAs offered to pods: the device plugin's, else every HCA with a PCI function."""
+        """The HCAs offered to pods: the device plugin's or the DRA driver's, else every HCA
+        with a PCI function."""
         if self.plugin is not None:
             return sorted({n for o in self.plugin.offered() for n in o.hcas})
+        if self.dra is not None:
+            return self.dra.hcas()
         return [h.name for h in self.topo.hcas if h.pci is not None] if self.topo else []
 
     def gid_label(self) -> tuple[int | None, str | None]:

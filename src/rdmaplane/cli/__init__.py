@@ -54,6 +54,10 @@ from rdmaplane.cli import agent as _agent  # noqa: E402
 
 app.command("agent")(_agent.agent)
 
+from rdmaplane.cli import dra as _dra  # noqa: E402
+
+app.command("dra-driver")(_dra.dra_driver)
+
 from rdmaplane.cli import config as _config  # noqa: E402
 
 app.add_typer(_config.config_app, name="config")

@@ -28,33 +28,42 @@ if TYPE_CHECKING:
 log = logging.getLogger("rdmaplane.agent")
 
 
+NodeNameOption = Annotated[
+    str | None,
+    typer.Option("--node-name", envvar="NODE_NAME", help="The Node this agent speaks for."),
+]
+SysfsDirOption = Annotated[
+    Path | None,
+    typer.Option("--sysfs-root", metavar="DIR", help="A tree laid out like /sys. Default: /sys."),
+]
+KubeletDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubelet-dir",
+        metavar="DIR",
+        help="The kubelet's root; must exist (with the plugin on). Default: /var/lib/kubelet.",
+    ),
+]
+KubeconfigOption = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", metavar="FILE", help="Default: the pod's service account."),
+]
+AgentConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", metavar="FILE", help="An AgentConfig file (YAML or JSON)."),
+]
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option("--metrics-port", help="Port of /metrics, /healthz, /readyz. Default: 9478."),
+]
+
+
 def agent(
-    node_name: Annotated[
-        str | None,
-        typer.Option("--node-name", envvar="NODE_NAME", help="The Node this agent speaks for."),
-    ] = None,
-    sysfs_root: Annotated[
-        Path | None,
-        typer.Option(
-            "--sysfs-root", metavar="DIR", help="A tree laid out like /sys. Default: /sys."
-        ),
-    ] = None,
-    kubelet_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--kubelet-dir",
-            metavar="DIR",
-            help="The kubelet's root; must exist (with the plugin on). Default: /var/lib/kubelet.",
-        ),
-    ] = None,
-    kubeconfig: Annotated[
-        Path | None,
-        typer.Option("--kubeconfig", metavar="FILE", help="Default: the pod's service account."),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", metavar="FILE", help="An AgentConfig file (YAML or JSON)."),
-    ] = None,
+    node_name: NodeNameOption = None,
+    sysfs_root: SysfsDirOption = None,
+    kubelet_dir: KubeletDirOption = None,
+    kubeconfig: KubeconfigOption = None,
+    config: AgentConfigOption = None,
     device_plugin_config: Annotated[
         Path | None,
         typer.Option(
@@ -70,22 +79,13 @@ def agent(
     no_device_plugin: Annotated[
         bool, typer.Option("--no-device-plugin", help="Do not serve the kubelet.")
     ] = False,
-    metrics_port: Annotated[
-        int | None,
-        typer.Option("--metrics-port", help="Port of /metrics, /healthz, /readyz. Default: 9478."),
-    ] = None,
+    metrics_port: MetricsPortOption = None,
     log_format: LogFormatOption = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Run the node agent: discovery, device plugin, topology publisher, health, metrics."""
     # the agent's stack (gRPC, lightkube, prometheus) loads only when this command runs
-    from lightkube import ConfigError as KubeConfigError
-
-    from rdmaplane.agent.podresources import PodResourcesClient
-    from rdmaplane.agent.service import Agent
-    from rdmaplane.config import AgentConfig, DevicePluginConfig
-    from rdmaplane.deviceplugin.server import ServeError
-    from rdmaplane.kube import async_client
+    from rdmaplane.config import AgentConfig
 
     cfg = config_file(
         config,
@@ -98,16 +98,36 @@ def agent(
         metrics_port=metrics_port,
         log_format=log_format,
     )
-    if not cfg.node_name:
-        fail(f"{f'{config}: ' if config else ''}nodeName: required (--node-name or $NODE_NAME)")
     if no_publish:
         cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"enabled": False})})
     if no_device_plugin:
         cfg = cfg.model_copy(update={"device_plugin_enabled": False})
-    # The pools are read with the plugin off too: they say which GID index the node label names.
+    serve(cfg, verbose, config)
+
+
+def serve(cfg: AgentConfig, verbose: bool, source: Path | None) -> None:
+    """Run the agent as `cfg` (read from `source`) says: with the device plugin, the DRA
+    driver, or neither."""
+    from lightkube import ConfigError as KubeConfigError
+
+    from rdmaplane.agent.podresources import PodResourcesClient
+    from rdmaplane.agent.service import Agent
+    from rdmaplane.config import DevicePluginConfig
+    from rdmaplane.deviceplugin.server import ServeError
+    from rdmaplane.dra.driver import DraDriver
+    from rdmaplane.dra.kubeletplugin import ServeError as DraServeError
+    from rdmaplane.kube import async_client
+
+    where = f"{source}: " if source else ""
+    if not cfg.node_name:
+        fail(f"{where}nodeName: required (--node-name or $NODE_NAME)")
+    if cfg.dra.enabled and not cfg.publish.enabled:
+        fail(f"{where}dra.enabled: the DRA driver needs the API server (no --no-publish)")
+    # The pools are read with the plugin off too: they say which GID index the node label names,
+    # and which ports the DRA driver offers with which plan.
     plugin_config = config_file(cfg.device_plugin_config, DevicePluginConfig)
     existing_dir("--sysfs-root", cfg.sysfs_root)
-    if cfg.device_plugin_enabled:
+    if cfg.device_plugin_enabled or cfg.dra.enabled:
         existing_dir("--kubelet-dir", cfg.kubelet_dir)
     start_logging(cfg.log_format, verbose, cfg.log_level)
     try:
@@ -115,6 +135,7 @@ def agent(
     except KubeConfigError as e:
         fail(str(e))
     plugin = _plugin(cfg, plugin_config)
+    dra = DraDriver(cfg, plugin_config.pools, kube) if cfg.dra.enabled else None
     resources = [cfg.gpu_resource, *(plugin.resources if plugin else [])]
     pod_resources = PodResourcesClient(cfg.pod_resources_socket, resources)
     service = Agent(
@@ -123,10 +144,11 @@ def agent(
         plugin=plugin,
         allocation_source=pod_resources,
         pools=plugin_config.pools,
+        dra=dra,
     )
     try:
         asyncio.run(_serve(service))
-    except (ServeError, OSError) as e:  # e.g. the kubelet folder or the metrics port unusable
+    except (ServeError, DraServeError, OSError) as e:  # a kubelet folder or the port unusable
         fail(str(e), code=1)
 
 

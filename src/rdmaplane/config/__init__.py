@@ -1,7 +1,7 @@
 """rdmaplane's configuration files: one versioned kind per component, all in this package.
 
     apiVersion: rdmaplane.io/v1alpha1
-    kind: AgentConfig | DevicePluginConfig | SchedulerExtenderConfig
+    kind: AgentConfig | DevicePluginConfig | SchedulerExtenderConfig | RdmaDeviceConfig
 
 `load(path, AgentConfig)` reads and validates a file (`ConfigError`: one line naming the file
 and the key); `render_defaults(kind)` is the documented default file of a kind. See `base` for
@@ -20,6 +20,7 @@ from rdmaplane.config.base import (
     render_defaults,
 )
 from rdmaplane.config.deviceplugin import DevicePluginConfig, PoolConfig
+from rdmaplane.config.dra import DraConfig, RdmaDeviceConfig
 from rdmaplane.config.extender import SchedulerExtenderConfig
 
 __all__ = [
@@ -28,10 +29,12 @@ __all__ = [
     "AgentConfig",
     "ConfigError",
     "DevicePluginConfig",
+    "DraConfig",
     "HealthConfig",
     "Kind",
     "PoolConfig",
     "PublishConfig",
+    "RdmaDeviceConfig",
     "SchedulerExtenderConfig",
     "Section",
     "load",

@@ -7,9 +7,10 @@ import ipaddress
 from pathlib import Path
 from typing import Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from rdmaplane.config.base import Kind, Seconds, Section
+from rdmaplane.config.dra import DraConfig
 from rdmaplane.counters import KNOWN_COUNTERS
 from rdmaplane.discovery.lldp import DEFAULT_COMMAND as DEFAULT_LLDP_COMMAND
 from rdmaplane.fabric import DEFAULT_TIER_LABELS
@@ -157,6 +158,21 @@ class AgentConfig(Kind):
     fabric: FabricConfig = Field(
         default_factory=FabricConfig, description="the node's place on the fabric"
     )
+    dra: DraConfig = Field(default_factory=DraConfig, description="the DRA driver (docs/dra.md)")
+
+    @model_validator(mode="after")
+    def _one_kubelet_plugin(self) -> AgentConfig:
+        if self.dra.enabled and self.device_plugin_enabled:
+            raise ValueError(
+                "dra.enabled: the device plugin is on too; one process must not offer the same "
+                "HCAs through both: set devicePluginEnabled: false (rdmaplane dra-driver does)"
+            )
+        if self.dra.enabled and not self.publish.enabled:
+            raise ValueError(
+                "dra.enabled: the DRA driver reads claims from and publishes ResourceSlices to "
+                "the API server; publish.enabled must be true"
+            )
+        return self
 
     @field_validator("metrics_address")
     @classmethod
@@ -172,6 +188,10 @@ class AgentConfig(Kind):
     @property
     def kubelet_config_path(self) -> Path:
         return self.kubelet_config or self.kubelet_dir / "config.yaml"
+
+    @property
+    def dra_plugin_dir(self) -> Path:
+        return self.dra.plugin_dir or self.kubelet_dir / "plugins" / self.dra.driver_name
 
     @property
     def pod_resources_socket(self) -> Path:

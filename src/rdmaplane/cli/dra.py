@@ -1,0 +1,59 @@
+"""`rdmaplane dra-driver`: the node agent with the DRA driver in place of the device plugin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rdmaplane.cli.agent import (
+    AgentConfigOption,
+    KubeconfigOption,
+    KubeletDirOption,
+    MetricsPortOption,
+    NodeNameOption,
+    SysfsDirOption,
+    serve,
+)
+from rdmaplane.cli.common import LogFormatOption, VerboseOption, config_file
+
+
+def dra_driver(
+    node_name: NodeNameOption = None,
+    sysfs_root: SysfsDirOption = None,
+    kubelet_dir: KubeletDirOption = None,
+    kubeconfig: KubeconfigOption = None,
+    config: AgentConfigOption = None,
+    device_plugin_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--device-plugin-config",
+            metavar="FILE",
+            help="A DevicePluginConfig file: its pools choose the ports offered and their NCCL "
+            "settings, as they would for the device plugin.",
+        ),
+    ] = None,
+    metrics_port: MetricsPortOption = None,
+    log_format: LogFormatOption = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Run the node agent as the DRA driver rdma.rdmaplane.io: ResourceSlices for this node,
+    the kubelet's DRA plugin, CDI specs per claim, device taints for faults (docs/dra.md).
+    Never with the device plugin: a node's HCAs are offered one way or the other."""
+    from rdmaplane.config import AgentConfig
+
+    cfg = config_file(
+        config,
+        AgentConfig,
+        node_name=node_name,
+        sysfs_root=sysfs_root,
+        kubelet_dir=kubelet_dir,
+        kubeconfig=kubeconfig,
+        device_plugin_config=device_plugin_config,
+        metrics_port=metrics_port,
+        log_format=log_format,
+        device_plugin_enabled=False,
+    )
+    cfg = cfg.model_copy(update={"dra": cfg.dra.model_copy(update={"enabled": True})})
+    serve(cfg, verbose, config)

@@ -1,0 +1,278 @@
+"""The DRA driver as the node agent embeds it: fed topologies and port faults, it keeps the
+node's ResourceSlices current and prepares the claims the kubelet hands it.
+
+Prepare, per batch: claims already prepared are answered from the checkpoint (their CDI spec
+written again only if it went missing); the others are read from the API server (concurrently,
+outside the lock), resolved (`claims.prepare`), saved as `started`, their specs written, then
+saved as `prepared`. Every failure stays with its claim. Unprepare removes the spec and the
+entry; a claim the driver never saw is unprepared already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import httpx2
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.resource_v1 import ResourceClaim
+
+from rdmaplane.config import AgentConfig, PoolConfig, RdmaDeviceConfig, parse
+from rdmaplane.dra import files
+from rdmaplane.dra.checkpoint import PREPARED, STARTED, Checkpoint, Entry
+from rdmaplane.dra.claims import ClaimError, ClaimRef, PreparedClaim, prepare, spec_name
+from rdmaplane.dra.devices import DraDevice, Pool, offer
+from rdmaplane.dra.kubeletplugin import KubeletPlugin, Outcome
+from rdmaplane.dra.publisher import SlicePublisher
+from rdmaplane.dra.slices import DEGRADED, FATAL, PortFault, Taint, device_taints
+from rdmaplane.model import NodeTopology
+from rdmaplane.nccl import NcclSettings
+from rdmaplane.nrt import Uplink
+from rdmaplane.selectors import natural_key
+
+log = logging.getLogger("rdmaplane.dra")
+
+
+def pools_of(configs: Sequence[PoolConfig]) -> list[Pool]:
+    """The device plugin's pools, as the DRA driver offers them (the same ports, same plan)."""
+    return [Pool(p.resource_name, p.selectors.selectors(), p.nccl.settings()) for p in configs]
+
+
+def read_device_config(parameters: object, where: str) -> NcclSettings | None:
+    """An `RdmaDeviceConfig` from a claim's opaque parameters; ConfigError names `where`."""
+    config = parse(parameters, RdmaDeviceConfig, where)
+    return config.nccl.settings() if config.nccl is not None else None
+
+
+class DraDriver:
+    def __init__(
+        self,
+        config: AgentConfig,
+        pools: Sequence[PoolConfig],
+        kube: AsyncClient | None,
+        *,
+        watch_interval: float = 1.0,
+    ) -> None:
+        dra = config.dra
+        self.driver = dra.driver_name
+        self.node = config.node_name
+        self.pools = pools_of(pools)
+        self.settings = {p.name: p.settings for p in self.pools}
+        self.effects = {
+            FATAL: None if dra.taints.fatal == "off" else dra.taints.fatal,
+            DEGRADED: None if dra.taints.degraded == "off" else dra.taints.degraded,
+        }
+        self.cdi_dir = dra.cdi_dir
+        self.devices_dir = config.dev_root / "infiniband"
+        self.checkpoint = Checkpoint(config.dra_plugin_dir / "checkpoint.json")
+        self.kube = kube
+        self.plugin = KubeletPlugin(
+            self.driver,
+            self,
+            plugin_dir=config.dra_plugin_dir,
+            registry_dir=config.kubelet_dir / "plugins_registry",
+            watch_interval=watch_interval,
+        )
+        self.publisher = (
+            SlicePublisher(kube, self.driver, self.node, config.publish) if kube else None
+        )
+        self.topo = NodeTopology()
+        self.devices: dict[str, DraDevice] = {}
+        self.taints: dict[str, Taint] = {}
+        self.stats: Counter[str] = Counter()  # prepared, cached, failed, unprepared
+        self._lock = asyncio.Lock()
+
+    # ---------------------------------------------------------------- what the node offers
+
+    def update(
+        self,
+        topo: NodeTopology,
+        faults: Mapping[tuple[str, int], PortFault],
+        uplinks: Iterable[Uplink] = (),
+    ) -> None:
+        """Take a new topology and the faults of its ports; republish when that changes what
+        the slices say."""
+        devices = offer(topo, self.pools, uplinks, self.devices)
+        taints = device_taints(devices, faults, self.effects)
+        self.topo = topo
+        if devices == self.devices and taints == self.taints:
+            return
+        self._log_changes(devices, taints)
+        self.devices, self.taints = devices, taints
+        if self.publisher is not None:
+            self.publisher.set_devices(list(devices.values()), taints)
+
+    def _log_changes(self, devices: Mapping[str, DraDevice], taints: Mapping[str, Taint]) -> None:
+        gone = sorted(set(self.devices) - set(devices))
+        new = sorted(set(devices) - set(self.devices))
+        if new:
+            log.info("offering %s", ", ".join(f"{n} ({_port(devices[n])})" for n in new))
+        if gone:
+            log.warning("no longer offering %s (gone from the node)", ", ".join(gone))
+        for name in sorted(set(taints) | set(self.taints)):
+            before, after = self.taints.get(name), taints.get(name)
+            if before != after and after is not None:
+                log.warning("%s: tainted %s=%s:%s", name, after.key, after.value, after.effect)
+            elif before != after:
+                log.info("%s: taint %s removed", name, before.key if before else "")
+
+    def hcas(self) -> list[str]:
+        """The HCAs offered to claims."""
+        return sorted({d.hca for d in self.devices.values()}, key=natural_key)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        self.checkpoint.load()
+        for folder in (self.cdi_dir, self.checkpoint.path.parent):
+            for left in files.leftovers(folder):
+                files.remove(left)
+                log.info("removed %s, left by an interrupted write", left)
+        await self.plugin.start()
+
+    async def stop(self) -> None:
+        await self.plugin.stop()
+
+    # ---------------------------------------------------------------- the kubelet's calls
+
+    async def prepare(self, claims: Sequence[ClaimRef]) -> dict[str, Outcome]:
+        out: dict[str, Outcome] = {}
+        todo = []
+        for ref in claims:
+            entry = self.checkpoint.entries.get(ref.uid)
+            if entry is not None and entry.state == PREPARED:
+                out[ref.uid] = await self._cached(entry)
+            else:
+                todo.append(ref)
+        fetched = await asyncio.gather(*(self._read_claim(ref) for ref in todo))
+        async with self._lock:
+            resolved: list[PreparedClaim] = []
+            for ref, claim in zip(todo, fetched, strict=True):
+                try:
+                    if isinstance(claim, str):
+                        raise ClaimError(claim)
+                    resolved.append(self._resolve(claim, ref))
+                except ClaimError as e:
+                    out[ref.uid] = self._failed(ref, str(e))
+            out.update(await asyncio.to_thread(self._write, resolved))
+        return out
+
+    def _resolve(self, claim: Mapping[str, Any], ref: ClaimRef) -> PreparedClaim:
+        return prepare(
+            claim,
+            ref,
+            driver=self.driver,
+            pool=self.node,
+            devices=self.devices,
+            topo=self.topo,
+            pool_settings=self.settings,
+            read_config=read_device_config,
+            present=lambda name: os.path.exists(self.devices_dir / name),
+        )
+
+    def _write(self, resolved: Sequence[PreparedClaim]) -> dict[str, Outcome]:
+        """Checkpoint as started, write the specs, checkpoint as prepared (see `checkpoint`)."""
+        out: dict[str, Outcome] = {}
+        if not resolved:
+            return out
+        for claim in resolved:
+            self.checkpoint.entries[claim.ref.uid] = Entry(STARTED, claim)
+        try:
+            self.checkpoint.save()
+        except OSError as e:
+            for claim in resolved:
+                del self.checkpoint.entries[claim.ref.uid]
+                out[claim.ref.uid] = self._failed(claim.ref, f"cannot save the checkpoint: {e}")
+            return out
+        for claim in resolved:
+            try:
+                self._write_spec(claim)
+            except OSError as e:
+                out[claim.ref.uid] = self._failed(claim.ref, f"cannot write its CDI spec: {e}")
+                continue
+            self.checkpoint.entries[claim.ref.uid] = Entry(PREPARED, claim)
+            out[claim.ref.uid] = Outcome(claim.devices)
+            self.stats["prepared"] += 1
+            log.info(
+                "prepared claim %s (%s): %s",
+                claim.ref,
+                claim.ref.uid,
+                ", ".join(d.device for d in claim.devices) or "no device of this driver",
+                extra={"claim": str(claim.ref), "uid": claim.ref.uid},
+            )
+        try:
+            self.checkpoint.save()
+        except OSError as e:  # the specs are there; the next call finds them `started`
+            log.error("cannot save the checkpoint %s: %s", self.checkpoint.path, e)
+        return out
+
+    def _write_spec(self, claim: PreparedClaim) -> None:
+        if claim.spec is not None:
+            files.write_json(self.cdi_dir / f"{claim.spec_name}.json", claim.spec)
+
+    async def _cached(self, entry: Entry) -> Outcome:
+        claim = entry.claim
+        self.stats["cached"] += 1
+        log.debug("claim %s: prepared already (checkpoint)", claim.ref)
+        if claim.spec is not None and not (self.cdi_dir / f"{claim.spec_name}.json").exists():
+            try:
+                await asyncio.to_thread(self._write_spec, claim)
+            except OSError as e:
+                return self._failed(claim.ref, f"cannot write its CDI spec again: {e}")
+            log.warning("claim %s: its CDI spec had gone; written again", claim.ref)
+        return Outcome(claim.devices)
+
+    async def _read_claim(self, ref: ClaimRef) -> Mapping[str, Any] | str:
+        """The claim as the API server holds it, or why it cannot be had."""
+        if self.kube is None:
+            return f"claim {ref}: no API server to read it from"
+        try:
+            found = await self.kube.get(ResourceClaim, ref.name, namespace=ref.namespace)
+        except ApiError as e:
+            if e.status.code == 404:
+                return f"claim {ref}: not found"
+            return f"claim {ref}: reading it failed: HTTP {e.status.code}: {e.status.message}"
+        except (httpx2.HTTPError, OSError) as e:
+            return f"claim {ref}: the API server cannot be reached: {type(e).__name__}: {e}"
+        claim: dict[str, Any] = found.to_dict()
+        return claim
+
+    def _failed(self, ref: ClaimRef, error: str) -> Outcome:
+        self.stats["failed"] += 1
+        message = error if error.startswith(f"claim {ref}") else f"claim {ref}: {error}"
+        log.warning(message, extra={"claim": str(ref), "uid": ref.uid})
+        return Outcome(error=message)
+
+    async def unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        async with self._lock:
+            return await asyncio.to_thread(self._unprepare, claims)
+
+    def _unprepare(self, claims: Sequence[ClaimRef]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for ref in claims:
+            entry = self.checkpoint.entries.get(ref.uid)
+            name = entry.claim.spec_name if entry is not None else spec_name(self.driver, ref.uid)
+            try:
+                files.remove(self.cdi_dir / f"{name}.json")
+            except OSError as e:
+                out[ref.uid] = f"claim {ref}: cannot remove its CDI spec: {e}"
+                continue
+            self.checkpoint.entries.pop(ref.uid, None)
+            out[ref.uid] = ""
+            if entry is not None:
+                self.stats["unprepared"] += 1
+                log.info("unprepared claim %s (%s)", ref, ref.uid)
+        try:
+            self.checkpoint.save()
+        except OSError as e:
+            unsaved = f"cannot save the checkpoint: {e}"
+            return {uid: error or unsaved for uid, error in out.items()}
+        return out
+
+
+def _port(device: DraDevice) -> str:
+    return f"{device.hca} port {device.port}"

@@ -1,0 +1,163 @@
+"""The node's ResourceSlices (`resource.k8s.io/v1`) and the taints of faulty devices; pure.
+
+One pool per node, named after the node, split over as many slices as the API allows (128
+devices a slice, 64 once any device carries a taint). Every slice of a pool carries the same
+`pool.generation` and `resourceSliceCount`; the scheduler only trusts a pool whose slices all
+show its newest generation, so a change is published as a new generation on every slice.
+
+A device whose port has a fault gets the taint `rdmaplane.io/rdma-unhealthy=<class>` with the
+effect configured for that class: the scheduler then allocates it to no claim that does not
+tolerate the taint, and with NoExecute kube-controller-manager evicts the pods using it (after
+the tolerationSeconds their claims allow). The taint sits in the slice rather than in a
+DeviceTaintRule: the driver owns its slices already (no extra RBAC), and the taint comes and
+goes with the same write that publishes the device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rdmaplane.dra.devices import AttributeValue, DraDevice
+
+API_VERSION = "resource.k8s.io/v1"
+TAINT_KEY = "rdmaplane.io/rdma-unhealthy"  # the node taint's key too: one toleration for both
+MAX_DEVICES = 128
+MAX_DEVICES_TAINTED = 64
+MAX_NAME = 253
+FATAL, DEGRADED = "fatal", "degraded"
+
+
+@dataclass(frozen=True, slots=True)
+class PortFault:
+    """A fault of one HCA port as the health side sees it: `fatal` or `degraded`, and why."""
+
+    cls: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # NoSchedule | NoExecute | None
+
+
+def device_taints(
+    devices: Mapping[str, DraDevice],
+    faults: Mapping[tuple[str, int], PortFault],
+    effects: Mapping[str, str | None],
+) -> dict[str, Taint]:
+    """The taint of each faulty device (by name); `effects[cls]` None: that class taints not."""
+    out = {}
+    for name, device in devices.items():
+        fault = faults.get((device.hca, device.port))
+        effect = effects.get(fault.cls) if fault is not None else None
+        if fault is not None and effect is not None:
+            out[name] = Taint(TAINT_KEY, fault.cls, effect)
+    return out
+
+
+def slice_name(node: str, driver: str, index: int) -> str:
+    """`<node>-<driver>-<index>`, shortened with a digest when the node name is long."""
+    name = f"{node}-{driver}-{index}"
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(f"{node}/{driver}".encode()).hexdigest()[:10]
+    keep = MAX_NAME - len(f"-{digest}-{driver}-{index}")
+    return f"{node[:keep].rstrip('-.')}-{digest}-{driver}-{index}"
+
+
+def slice_objects(
+    driver: str,
+    node: str,
+    devices: Sequence[DraDevice],
+    taints: Mapping[str, Mapping[str, Any]],
+    generation: int,
+    owner_uid: str | None = None,
+) -> list[dict[str, Any]]:
+    """The pool's slices as API objects; `taints[name]` is the device's taint object as it goes
+    on the wire (key, value, effect, timeAdded). No devices: no slices (no pool)."""
+    ordered = sorted(devices, key=lambda d: d.name)
+    size = MAX_DEVICES_TAINTED if any(d.name in taints for d in ordered) else MAX_DEVICES
+    chunks = [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    out = []
+    for index, chunk in enumerate(chunks):
+        metadata: dict[str, Any] = {"name": slice_name(node, driver, index)}
+        if owner_uid:
+            metadata["ownerReferences"] = [
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": owner_uid}
+            ]
+        out.append(
+            {
+                "apiVersion": API_VERSION,
+                "kind": "ResourceSlice",
+                "metadata": metadata,
+                "spec": {
+                    "driver": driver,
+                    "nodeName": node,
+                    "pool": {
+                        "name": node,
+                        "generation": generation,
+                        "resourceSliceCount": len(chunks),
+                    },
+                    "devices": [_device(d, taints.get(d.name)) for d in chunk],
+                },
+            }
+        )
+    return out
+
+
+def _device(device: DraDevice, taint: Mapping[str, Any] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": device.name,
+        "attributes": {name: _attribute(value) for name, value in device.attributes},
+    }
+    if taint is not None:
+        body["taints"] = [dict(taint)]
+    return body
+
+
+def _attribute(value: AttributeValue) -> dict[str, AttributeValue]:
+    if isinstance(value, bool):  # before int: a bool is an int too
+        return {"bool": value}
+    if isinstance(value, int):
+        return {"int": value}
+    return {"string": value}
+
+
+def same_content(stored: Sequence[Mapping[str, Any]], wanted: Sequence[Mapping[str, Any]]) -> bool:
+    """Do the stored slices publish what `wanted` does (names, devices, their order in slices),
+    whatever generation they carry? A taint's `timeAdded` is compared too: the server keeps
+    what we send."""
+    return _content(stored) == _content(wanted)
+
+
+def _content(slices: Sequence[Mapping[str, Any]]) -> list[tuple[str, int, object]]:
+    out = []
+    for s in slices:
+        spec = s.get("spec", {})
+        pool = spec.get("pool", {})
+        out.append((s["metadata"]["name"], pool.get("resourceSliceCount"), spec.get("devices")))
+    return sorted(out, key=lambda c: c[0])
+
+
+def generation_of(slices: Sequence[Mapping[str, Any]]) -> int:
+    """The newest pool generation among stored slices (0 when there are none)."""
+    return max(
+        (int(s.get("spec", {}).get("pool", {}).get("generation", 0)) for s in slices), default=0
+    )
+
+
+_RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+def taint_object(taint: Taint, added: str) -> dict[str, str]:
+    """The taint as it goes into the slice, `added` an RFC 3339 UTC time (second precision, as
+    the API server stores it)."""
+    if not _RFC3339.match(added):
+        raise ValueError(f"timeAdded {added!r} is not RFC 3339 UTC with second precision")
+    return {"key": taint.key, "value": taint.value, "effect": taint.effect, "timeAdded": added}

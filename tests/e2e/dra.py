@@ -1,0 +1,191 @@
+"""What the DRA end-to-end tests share: a sample node whose HCA ports the driver's own code
+publishes, GPU slices as NVIDIA's GPU DRA driver publishes them for the same sample, the
+DeviceClasses, and claims made from deploy/dra/'s templates."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.events_v1 import Event
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+
+from rdmaplane.config import AgentConfig, DevicePluginConfig, PublishConfig
+from rdmaplane.discovery.samples import read_sample
+from rdmaplane.dra.driver import DraDriver
+from rdmaplane.dra.slices import PortFault
+from rdmaplane.model import NodeTopology
+from tests.e2e.controlplane import add_ready_node
+
+REPO = Path(__file__).resolve().parents[2]
+DRA_DEPLOY = REPO / "deploy" / "dra"
+DRIVER = "rdma.rdmaplane.io"
+GPU_DRIVER = "gpu.nvidia.com"
+GROUP_LABEL = "e2e.rdmaplane.io/dra-group"
+WAIT_S = 60.0
+# As NVIDIA's GPU DRA driver installs it (its Helm chart): full GPUs of driver gpu.nvidia.com.
+GPU_CLASS = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "DeviceClass",
+    "metadata": {"name": "gpu.nvidia.com"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.driver == 'gpu.nvidia.com' && "
+                    "device.attributes['gpu.nvidia.com'].type == 'gpu'"
+                }
+            }
+        ]
+    },
+}
+
+
+def templates() -> dict[str, dict[str, Any]]:
+    """deploy/dra/claim-templates.yaml by name."""
+    docs = yaml.safe_load_all((DRA_DEPLOY / "claim-templates.yaml").read_text())
+    return {d["metadata"]["name"]: d for d in docs}
+
+
+def gpu_slice(node: str, topo: NodeTopology) -> dict[str, Any]:
+    """The node's GPUs as NVIDIA's driver announces them: `gpu-<minor>`, its `type`, `uuid`
+    and `productName`, and the standard PCI and NUMA attributes."""
+    devices = []
+    for gpu in topo.gpus:
+        attributes: dict[str, Any] = {
+            "type": {"string": "gpu"},
+            "uuid": {"string": gpu.uuid or f"GPU-{gpu.index}"},
+            "productName": {"string": gpu.name or "NVIDIA GPU"},
+            "resource.kubernetes.io/pcieRoot": {"string": gpu.pci.root},
+            "resource.kubernetes.io/pciBusID": {"string": gpu.pci.address},
+        }
+        if gpu.pci.numa is not None and gpu.pci.numa >= 0:
+            attributes["resource.kubernetes.io/numaNode"] = {"int": gpu.pci.numa}
+        devices.append({"name": f"gpu-{gpu.index}", "attributes": attributes})
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{GPU_DRIVER}"},
+        "spec": {
+            "driver": GPU_DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+async def ensure_device_classes(kube: AsyncClient) -> None:
+    ours = yaml.safe_load((DRA_DEPLOY / "deviceclass.yaml").read_text())
+    for body in (ours, GPU_CLASS):
+        try:
+            await kube.create(cast(DeviceClass, DeviceClass.from_dict(body)))
+        except ApiError as e:
+            if e.status.code != 409:
+                raise
+
+
+@dataclass
+class DraNode:
+    """A Node of the sample, its GPU slice, and the DRA driver publishing its HCA ports."""
+
+    name: str
+    group: str
+    topo: NodeTopology
+    driver: DraDriver
+    faults: dict[tuple[str, int], PortFault] = field(default_factory=dict)
+
+    async def publish(self) -> None:
+        """Feed the driver the sample and the current faults; wait until the server has it."""
+        self.driver.update(self.topo, self.faults)
+        assert self.driver.publisher is not None
+        await self.driver.publisher.publish_once()
+
+    def device_of(self, hca: str) -> str:
+        return next(n for n, d in self.driver.devices.items() if d.hca == hca)
+
+
+def agent_config(node: str, **dra: object) -> AgentConfig:
+    return AgentConfig(
+        node_name=node,
+        device_plugin_enabled=False,
+        dra={"enabled": True, **dra},
+        publish=PublishConfig(),
+    )
+
+
+@asynccontextmanager
+async def dra_node(
+    kube: AsyncClient, sample: str, pools: DevicePluginConfig | None = None
+) -> AsyncIterator[DraNode]:
+    group = uuid.uuid4().hex[:8]
+    name = f"dra-{sample}-{group}"
+    await add_ready_node(kube, name, {GROUP_LABEL: group}, {})
+    topo = read_sample(sample)
+    await kube.create(cast(ResourceSlice, ResourceSlice.from_dict(gpu_slice(name, topo))))
+    driver = DraDriver(agent_config(name), (pools or DevicePluginConfig()).pools, kube)
+    node = DraNode(name, group, topo, driver)
+    await node.publish()
+    try:
+        yield node
+    finally:
+        async for s in kube.list(ResourceSlice, fields={"spec.nodeName": name}):
+            assert s.metadata is not None and s.metadata.name
+            await kube.delete(ResourceSlice, s.metadata.name)
+        await kube.delete(Node, name)
+
+
+async def claim_pod(
+    kube: AsyncClient, namespace: str, node: DraNode, template: str
+) -> tuple[str, str]:
+    """A ResourceClaim with the template's spec, and a pod using it on `node`'s group: what
+    kube-controller-manager's resourceclaim controller makes of a pod that names the template."""
+    claim_name = f"{template}-{uuid.uuid4().hex[:6]}"
+    spec = templates()[template]["spec"]["spec"]
+    claim = {"metadata": {"name": claim_name, "namespace": namespace}, "spec": spec}
+    await kube.create(cast(ResourceClaim, ResourceClaim.from_dict(claim)))
+    pod_name = f"train-{uuid.uuid4().hex[:6]}"
+    pod = {
+        "metadata": {"name": pod_name, "namespace": namespace},
+        "spec": {
+            "nodeSelector": {GROUP_LABEL: node.group},
+            "resourceClaims": [{"name": "gpus-nics", "resourceClaimName": claim_name}],
+            "containers": [
+                {
+                    "name": "trainer",
+                    "image": "registry.example/trainer:1",
+                    "resources": {"claims": [{"name": "gpus-nics"}]},
+                }
+            ],
+        },
+    }
+    await kube.create(cast(Pod, Pod.from_dict(pod)))
+    return pod_name, claim_name
+
+
+async def allocation(kube: AsyncClient, namespace: str, claim: str) -> list[Mapping[str, Any]]:
+    """The claim's allocated devices, once the scheduler has written them."""
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            found = (await kube.get(ResourceClaim, claim, namespace=namespace)).to_dict()
+            results = found.get("status", {}).get("allocation", {}).get("devices", {})
+            if results.get("results"):
+                return cast(list[Mapping[str, Any]], results["results"])
+            await asyncio.sleep(0.25)
+
+
+async def failed_scheduling_note(kube: AsyncClient, namespace: str, pod: str) -> str:
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            async for event in kube.list(Event, namespace=namespace):
+                if event.reason == "FailedScheduling" and event.regarding.name == pod:
+                    return event.note or ""
+            await asyncio.sleep(0.5)
