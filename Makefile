@@ -4,8 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SAMPLE ?= hgx-h100-roce
-# Where scripts/build-k8s.sh keeps kube-apiserver, kube-scheduler and etcd for the e2e tests.
+# Where scripts/build-k8s.sh keeps kube-apiserver, kube-scheduler and etcd for the e2e tests,
+# and the kubelet admission harness (device manager + Topology Manager) for tests/kubelet.
 K8S_BIN = $(shell scripts/build-k8s.sh --bin-dir)
+KUBELET_HARNESS = $(shell scripts/build-k8s.sh kubelet-harness --path)
 LINT_DIRS := $(wildcard src tests bench)
 
 .PHONY: demo test test-fast lint typecheck bench clean k8s-bins
@@ -27,16 +29,18 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Everything but the end-to-end tiers: the quick loop while developing.
+# Everything but the tiers that need Go-built upstream binaries: the quick loop while developing.
 test-fast: lint typecheck
-	$(BIN)/pytest -q -m "not e2e"
+	$(BIN)/pytest -q -m "not e2e and not kubelet"
 
-# Builds the e2e control plane on first use (tens of minutes on 2 cores), then reuses it.
+# Builds the e2e control plane and the kubelet harness on first use (tens of minutes on 2
+# cores), then reuses them.
 k8s-bins:
 	scripts/build-k8s.sh
+	scripts/build-k8s.sh kubelet-harness
 
 test: lint typecheck k8s-bins
-	RDMAPLANE_K8S_BIN="$(K8S_BIN)" $(BIN)/pytest -q
+	RDMAPLANE_K8S_BIN="$(K8S_BIN)" RDMAPLANE_KUBELET_HARNESS="$(KUBELET_HARNESS)" $(BIN)/pytest -q
 
 bench: $(STAMP)
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
