@@ -49,6 +49,12 @@ class Container:
     gpus: int = 0
     hcas: int = 0
     shared: int = 0
+    zeros: bool = False  # name the resources it wants none of, with a count of "0"
+
+    @property
+    def named(self) -> bool:
+        """Whether the container names a device resource at all (so the kubelet hints it)."""
+        return self.devices != pl.ZERO or (self.zeros and 0 in self.devices)
 
     @property
     def devices(self) -> pl.Vec:
@@ -71,7 +77,7 @@ class PodShape:
     def manifest(self, name: str) -> dict[str, Any]:
         init, apps = [], []
         for i, c in enumerate(self.containers):
-            limits = {k: str(v) for k, v in zip(RESOURCES, c.devices, strict=True) if v}
+            limits = {k: str(v) for k, v in zip(RESOURCES, c.devices, strict=True) if v or c.zeros}
             body: dict[str, Any] = {
                 "name": f"{c.kind}-{i}",
                 "image": "registry.k8s.io/pause:3.10",
@@ -186,20 +192,24 @@ def _without_numa(harness: KubeletHarness) -> frozenset[int]:
 
 
 def _hint(
-    state: pl.NodeState, unit: pl.Vec, reusable: pl.Reusable, no_numa: frozenset[int]
+    state: pl.NodeState,
+    unit: pl.Vec,
+    reusable: pl.Reusable,
+    no_numa: frozenset[int],
+    zero: tuple[int, ...],
 ) -> tuple[pl.Hint, bool] | None:
     """`placement.kubelet_hint`, except that a resource whose devices report no NUMA node
     gives the kubelet no preference (`{any, preferred}`) where the NRT, which publishes such
     devices in node-0, makes the prediction treat them as node-0's."""
-    if not no_numa & {r for r in range(3) if unit[r]}:
-        return pl.kubelet_hint(state, unit, reusable)
+    named = {r for r in range(3) if unit[r]} | set(zero)
+    if not no_numa & named:
+        return pl.kubelet_hint(state, unit, reusable, zero)
     if state.policy == "none":
         return None
     full = (1 << len(state.zones)) - 1
     hints = [
         [pl.Hint(full, True)] if r in no_numa else pl.resource_hints(state, r, unit[r], reusable)
-        for r in range(3)
-        if unit[r]
+        for r in sorted(named)
     ]
     best = pl.merge_hints(state, hints)
     return best, best.preferred or state.policy == "best-effort"
@@ -237,14 +247,12 @@ def judge(harness: KubeletHarness, shape: PodShape, name: str) -> Outcome:
     verdict = pl.evaluate(state, request)
     admission = harness.admit(manifest)
     with_devices = [
-        c
-        for c, spec in zip(admission.containers, shape.kubelet_order(), strict=True)
-        if spec.devices != pl.ZERO
+        c for c, spec in zip(admission.containers, shape.kubelet_order(), strict=True) if spec.named
     ]
     pairs = list(zip(request.steps, with_devices, strict=True))
     failed = _failed_at(admission, pairs, state.scope)
     replay = _Replay(harness, state)
-    replay.run(request.total, pairs, failed)
+    replay.run(request, pairs, failed)
     decided_at = len(pairs) if failed is None else failed
     diverged = replay.diverged_at < decided_at
     problems = replay.problems
@@ -277,13 +285,15 @@ class _Replay:
 
     def run(
         self,
-        total: pl.Vec,
+        request: pl.PodRequest,
         pairs: Sequence[tuple[pl.ContainerRequest, ContainerAdmission]],
         failed: int | None,
     ) -> None:
         pod_hint = None
         if self.state.scope == "pod":
-            pod_hint = _hint(self.state, total, self._reusable(), self.no_numa)
+            pod_hint = _hint(
+                self.state, request.total, self._reusable(), self.no_numa, request.zero
+            )
             refused = pod_hint is not None and not pod_hint[1]
             if refused != (failed == -1):
                 kubelet = "refused" if failed == -1 else "did not"
@@ -294,7 +304,7 @@ class _Replay:
             if self.state.scope == "pod":
                 decided = pod_hint
             else:
-                decided = _hint(self.state, step.devices, self._reusable(), self.no_numa)
+                decided = _hint(self.state, step.devices, self._reusable(), self.no_numa, step.zero)
             if not self._container(k, step, got, decided, failed == k):
                 return
         if failed is not None:

@@ -185,102 +185,18 @@ def _admission(reply: Mapping[str, Any]) -> Admission:
 
 
 # ---------------------------------------------------------------------------------------------
-# The plugins, in a thread of their own
+# The Go process and the plugins' event loop, each shared by any number of nodes
 
 
-class PluginHost:
-    """rdmaplane's embedded plugin and the GPU stand-in, served from their own event loop."""
+class HarnessProcess:
+    """The Go harness: one process, any number of nodes; one JSON request and reply a line."""
 
-    def __init__(
-        self,
-        node: SampleNode,
-        kubelet_dir: Path,
-        dev_root: Path,
-        *,
-        gpu_preference: str,
-        shared_slots: int,
-    ) -> None:
-        self.node = node
-        self.kubelet_dir = kubelet_dir
-        self.dev_root = dev_root
-        self.gpu_preference = gpu_preference
-        self.shared_slots = shared_slots
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.rdma: EmbeddedPlugin | None = None
-        self.gpu: GpuPluginStandIn | None = None
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = REPLY_TIMEOUT_S) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def start(self) -> None:
-        self.thread.start()
-        self.run(self._start())
-
-    async def _start(self) -> None:
-        self.rdma = EmbeddedPlugin(
-            plugin_config(self.node.topology, self.shared_slots),
-            kubelet_dir=self.kubelet_dir,
-            dev_root=self.dev_root,
-        )
-        self.rdma.update(self.node.topology, {})
-        self.gpu = GpuPluginStandIn(
-            self.node.gpus(), self.kubelet_dir / "device-plugins", self.gpu_preference
-        )
-        await self.rdma.start()
-        await self.gpu.start()
-
-    def stop(self) -> None:
-        if self.thread.is_alive():
-            self.run(self._stop())
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
-        self.loop.close()
-
-    async def _stop(self) -> None:
-        if self.gpu is not None:
-            await self.gpu.stop()
-        if self.rdma is not None:
-            await self.rdma.stop()
-
-
-# ---------------------------------------------------------------------------------------------
-# The harness
-
-
-@dataclass
-class KubeletHarness:
-    """One node's kubelet admission: the Go harness plus the plugins registered with it."""
-
-    node: SampleNode
-    policy: str
-    scope: str
-    gpu_preference: str = "index"
-    shared_slots: int = 4
-    active: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> pod, admitted
-    admissions: dict[str, Admission] = field(default_factory=dict)  # uid -> admission
-    facts: dict[str, DeviceFact] = field(default_factory=dict)  # device ID -> fact
-    _proc: subprocess.Popen[str] | None = None
-    _replies: queue.Queue[str | None] = field(default_factory=queue.Queue)
-    _host: PluginHost | None = None
-    _workdir: Path | None = None
-
-    # --- lifecycle
-    def start(self) -> KubeletHarness:
-        # unix socket paths are limited to 107 bytes: a short folder right under /tmp
-        self._workdir = Path(tempfile.mkdtemp(prefix="kh-", dir="/tmp"))
-        kubelet_dir = self._workdir / "kubelet"
-        plugin_dir = kubelet_dir / "device-plugins"
-        plugin_dir.mkdir(parents=True)
-        self.log = self._workdir / "harness.log"
+    def __init__(self, workdir: Path) -> None:
+        self.log = workdir / "harness.log"
+        self._replies: queue.Queue[str | None] = queue.Queue()
+        self._lock = threading.Lock()
         self._proc = subprocess.Popen(
-            [
-                str(harness_binary()),
-                f"-plugin-dir={plugin_dir}",
-                f"-numa={','.join(map(str, self.node.numa_ids))}",
-                f"-policy={self.policy}",
-                f"-scope={self.scope}",
-            ],
+            [str(harness_binary())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log.open("w"),
@@ -288,55 +204,11 @@ class KubeletHarness:
             bufsize=1,
         )
         threading.Thread(target=self._read_replies, daemon=True).start()
-        self._reply()  # {"ready": socket}: kubelet.sock is served
-        self._host = PluginHost(
-            self.node,
-            kubelet_dir,
-            device_nodes(self.node.sysfs, self._workdir / "dev"),
-            gpu_preference=self.gpu_preference,
-            shared_slots=self.shared_slots,
-        )
-        self._host.start()
-        self.facts = self._expected_devices()
-        want = {r: sum(1 for f in self.facts.values() if f.resource == r) for r in RESOURCES}
-        seen = self.request({"op": "wait", "resources": want, "timeoutSeconds": REPLY_TIMEOUT_S})
-        self._check_reported_topology(seen["devices"])
-        return self
+        self._reply()  # {"ready": true}
 
-    def close(self) -> None:
-        if self._proc is not None:
-            if self._proc.stdin:
-                self._proc.stdin.close()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-        if self._host is not None:
-            self._host.stop()
-            self._host = None
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
-
-    def __enter__(self) -> KubeletHarness:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def plugins(self) -> PluginHost:
-        if self._host is None:
-            raise HarnessError("the harness is not started")
-        return self._host
-
-    # --- talking to the Go process
     def _read_replies(self) -> None:
-        proc = self._proc
-        assert proc is not None and proc.stdout is not None
-        for line in proc.stdout:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
             self._replies.put(line)
         self._replies.put(None)
 
@@ -344,26 +216,185 @@ class KubeletHarness:
         try:
             line = self._replies.get(timeout=REPLY_TIMEOUT_S)
         except queue.Empty:
-            tail = self._log_tail()
+            tail = self.log_tail()
             raise HarnessError(f"no answer within {REPLY_TIMEOUT_S:.0f} s; {tail}") from None
         if line is None:
-            raise HarnessError(f"the harness exited; {self._log_tail()}")
+            raise HarnessError(f"the harness exited; {self.log_tail()}")
         reply: dict[str, Any] = json.loads(line)
         if "error" in reply:
             raise HarnessError(reply["error"])
         return reply
 
     def request(self, message: Mapping[str, Any]) -> dict[str, Any]:
-        proc = self._proc
-        if proc is None or proc.stdin is None:
-            raise HarnessError("the harness is not started")
-        proc.stdin.write(json.dumps(message) + "\n")
-        proc.stdin.flush()
-        return self._reply()
+        with self._lock:
+            stdin = self._proc.stdin
+            if stdin is None or self._proc.poll() is not None:
+                raise HarnessError(f"the harness is not running; {self.log_tail()}")
+            stdin.write(json.dumps(message) + "\n")
+            stdin.flush()
+            return self._reply()
 
-    def _log_tail(self, lines: int = 30) -> str:
+    def log_tail(self, lines: int = 30) -> str:
         text = self.log.read_text(errors="replace").splitlines() if self.log.exists() else []
         return "last lines of its log:\n" + "\n".join(text[-lines:])
+
+    def close(self) -> None:
+        if self._proc.stdin:
+            self._proc.stdin.close()
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+
+
+class PluginHost:
+    """An event loop in a thread of its own, serving the device plugins of any number of nodes
+    (rdmaplane's embedded plugin and the GPU stand-in, per node)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.served: list[EmbeddedPlugin | GpuPluginStandIn] = []
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = REPLY_TIMEOUT_S) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def serve(
+        self,
+        node: SampleNode,
+        kubelet_dir: Path,
+        dev_root: Path,
+        *,
+        gpu_preference: str,
+        shared_slots: int,
+    ) -> tuple[EmbeddedPlugin, GpuPluginStandIn]:
+        return self.run(self._serve(node, kubelet_dir, dev_root, gpu_preference, shared_slots))
+
+    async def _serve(
+        self,
+        node: SampleNode,
+        kubelet_dir: Path,
+        dev_root: Path,
+        gpu_preference: str,
+        shared_slots: int,
+    ) -> tuple[EmbeddedPlugin, GpuPluginStandIn]:
+        rdma = EmbeddedPlugin(
+            plugin_config(node.topology, shared_slots), kubelet_dir=kubelet_dir, dev_root=dev_root
+        )
+        rdma.update(node.topology, {})
+        gpu = GpuPluginStandIn(node.gpus(), kubelet_dir / "device-plugins", gpu_preference)
+        await rdma.start()
+        self.served.append(rdma)
+        await gpu.start()
+        self.served.append(gpu)
+        return rdma, gpu
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.run(self._stop())
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+        self.loop.close()
+
+    async def _stop(self) -> None:
+        for served in reversed(self.served):
+            await served.stop()
+        rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in rest:  # the streams the kubelets had open
+            task.cancel()
+        await asyncio.gather(*rest, return_exceptions=True)
+
+
+@dataclass
+class Backend:
+    """What nodes share: a temporary folder, the Go process and the plugins' event loop."""
+
+    workdir: Path
+    process: HarnessProcess
+    host: PluginHost
+
+    @classmethod
+    def start(cls) -> Backend:
+        # unix socket paths are limited to 107 bytes: a short folder right under /tmp
+        workdir = Path(tempfile.mkdtemp(prefix="kh-", dir="/tmp"))
+        return cls(workdir, HarnessProcess(workdir), PluginHost())
+
+    def close(self) -> None:
+        self.host.close()  # plugins first: they would take the kubelets' going for a restart
+        self.process.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# A node
+
+
+@dataclass
+class KubeletHarness:
+    """One node's kubelet admission: a device manager and Topology Manager in the Go process,
+    and the node's device plugins registered with them. Without a `backend` it starts (and
+    closes) one of its own."""
+
+    node: SampleNode
+    policy: str
+    scope: str
+    gpu_preference: str = "index"
+    shared_slots: int = 4
+    name: str = "node"
+    backend: Backend | None = None
+    active: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> pod, admitted
+    admissions: dict[str, Admission] = field(default_factory=dict)  # uid -> admission
+    facts: dict[str, DeviceFact] = field(default_factory=dict)  # device ID -> fact
+    rdma: EmbeddedPlugin | None = None
+    gpu: GpuPluginStandIn | None = None
+    _own_backend: bool = False
+
+    # --- lifecycle
+    def start(self) -> KubeletHarness:
+        if self.backend is None:
+            self.backend, self._own_backend = Backend.start(), True
+        kubelet_dir = self.backend.workdir / self.name
+        plugin_dir = kubelet_dir / "device-plugins"
+        plugin_dir.mkdir(parents=True)
+        self.request(
+            {
+                "op": "start",
+                "pluginDir": str(plugin_dir),
+                "numa": list(self.node.numa_ids),
+                "policy": self.policy,
+                "scope": self.scope,
+            }
+        )
+        self.rdma, self.gpu = self.backend.host.serve(
+            self.node,
+            kubelet_dir,
+            device_nodes(self.node.sysfs, kubelet_dir / "dev"),
+            gpu_preference=self.gpu_preference,
+            shared_slots=self.shared_slots,
+        )
+        self.facts = self._expected_devices()
+        want = {r: sum(1 for f in self.facts.values() if f.resource == r) for r in RESOURCES}
+        seen = self.request({"op": "wait", "resources": want, "timeoutSeconds": REPLY_TIMEOUT_S})
+        self._check_reported_topology(seen["devices"])
+        return self
+
+    def close(self) -> None:
+        if self._own_backend and self.backend is not None:
+            self.backend.close()
+            self.backend = None
+
+    def __enter__(self) -> KubeletHarness:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(self, message: Mapping[str, Any]) -> dict[str, Any]:
+        if self.backend is None:
+            raise HarnessError("the harness is not started")
+        return self.backend.process.request({**message, "node": self.name})
 
     # --- pods
     def admit(self, pod: Mapping[str, Any]) -> Admission:
@@ -396,9 +427,8 @@ class KubeletHarness:
             g.id: DeviceFact(GPU, g.id, (g.numa,) if g.numa is not None else (), root)
             for g, root in zip(self.node.gpus(), self.node.gpu_roots().values(), strict=True)
         }
-        rdma = self.plugins.rdma
-        assert rdma is not None
-        for offered in rdma.offered():
+        assert self.rdma is not None
+        for offered in self.rdma.offered():
             hcas = [h for h in (topo.hca(n) for n in offered.hcas) if h is not None]
             numa = tuple(sorted({h.numa for h in hcas if h.numa is not None}))
             roots = {h.pcie_root for h in hcas}
@@ -430,13 +460,12 @@ class KubeletHarness:
 
     def published(self) -> nrt.NodeResourceTopology:
         """The NRT the node agent would publish now, from the kubelet's real allocations."""
-        rdma = self.plugins.rdma
-        assert rdma is not None
+        assert self.rdma is not None
         health = {h.name: HcaHealth(h.name) for h in self.node.topology.hcas}
         obj = nrt_object(
-            self.node.name,
+            self.name,
             self.node.topology,
-            rdma.offered(),
+            self.rdma.offered(),
             health,
             self.allocations(),
             gpu_resource=GPU,

@@ -37,6 +37,7 @@ def containers(kind: str) -> st.SearchStrategy[Container]:
         Container,
         st.just(kind),
         *(st.sampled_from(COUNTS[k]) for k in ("gpus", "hcas", "shared")),
+        zeros=st.sampled_from((False,) * 9 + (True,)),  # now and then `hca: "0"` and the like
     )
 
 

@@ -25,7 +25,7 @@ def _roots(h: KubeletHarness, a: Admission, resource: str) -> list[str]:
 
 def _hca_preference(h: KubeletHarness, available: list[str], size: int) -> list[str]:
     """What rdmaplane's plugin answers GetPreferredAllocation with (its own resource manager)."""
-    rdma = h.plugins.rdma
+    rdma = h.rdma
     assert rdma is not None
     exclusive = next(s for s in rdma.plugin.servers if s.resource_name == HCA)
     return sorted(exclusive.manager.preferred(available, [], size))
@@ -42,7 +42,7 @@ def test_each_plugins_preference_is_followed_on_its_own(nodes: dict[str, SampleN
     with KubeletHarness(
         nodes["hgx-h100-roce"], "single-numa-node", "container", gpu_preference="reverse"
     ) as h:
-        gpu = h.plugins.gpu
+        gpu = h.gpu
         assert gpu is not None
         got = h.admit(_pod(gpus=2, hcas=2))
         assert got.admitted and got.containers[0].affinity == (0,)
@@ -72,7 +72,7 @@ def test_not_asked_when_the_affinity_holds_exactly_enough(nodes: dict[str, Sampl
     """devicesToAllocate calls GetPreferredAllocation only when the aligned devices outnumber
     the request; with exactly as many it takes them all without asking."""
     with KubeletHarness(nodes["hgx-h100-roce"], "single-numa-node", "container") as h:
-        gpu = h.plugins.gpu
+        gpu = h.gpu
         assert gpu is not None
         assert h.admit(_pod(gpus=4, hcas=4)).admitted
         assert gpu.preferred_calls == []
@@ -86,7 +86,7 @@ def test_too_few_aligned_devices_are_completed_with_must_include(
     """best-effort with an affinity that holds 1 of 2 GPUs: the device manager takes the aligned
     one, then asks for 2 out of every free GPU with that one as must-include."""
     with KubeletHarness(nodes["hgx-h100-roce"], "best-effort", "container") as h:
-        gpu = h.plugins.gpu
+        gpu = h.gpu
         assert gpu is not None
         first = h.admit(_pod(hcas=4))  # node 0's NICs
         h.admit(_pod(hcas=4))  # node 1's

@@ -138,3 +138,16 @@ def test_devices_without_a_numa_node_are_no_preference(nodes: dict[str, SampleNo
         refused = _admit(h, _app(gpus=5)).admission
         assert refused.reason == "UnexpectedAdmissionError"
         assert "requested number of devices unavailable for nvidia.com/gpu" in refused.message
+
+
+def test_a_resource_named_with_zero_still_gets_hints(nodes: dict[str, SampleNode]) -> None:
+    """devicemanager `getContainerDeviceRequest` keeps every device resource in the limits,
+    0 included, and hints it: every set of its zones, the one-zone sets preferred. 8 GPUs need
+    both zones (preferred); `rdmaplane.io/hca: "0"` next to them makes that merge not preferred,
+    so restricted refuses what it admits without the zero."""
+    with KubeletHarness(nodes["hgx-h100-roce"], "restricted", "container") as h:
+        plain = _admit(h, _app(gpus=8))
+        assert plain.admission.admitted
+        h.delete(plain.admission.uid)
+        zero = _admit(h, PodShape((Container("app", gpus=8, zeros=True),)))
+        assert zero.admission.reason == "TopologyAffinityError"

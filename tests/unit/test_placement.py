@@ -316,3 +316,13 @@ def test_an_admitted_preferred_unit_inside_one_zone_is_numa_aligned(
     if verdict.fits and len(state.zones) > 1:
         (p,) = verdict.placements
         assert p.aligned and len(p.zones) == 1 and p.numa_pairs == p.needed
+
+
+def test_a_resource_named_with_zero_spoils_a_two_zone_merge() -> None:
+    """Upstream hints a device resource named with a count of 0 too (one-zone sets preferred),
+    so 8 GPUs with `rdmaplane.io/hca: "0"` have no preferred merge: restricted refuses."""
+    zero = pl.pod_request(_pod({nrt.GPU: 8, nrt.HCA: 0}))
+    assert zero.steps[0].zero == (1,) and zero.zero == (1,)
+    assert pl.evaluate(_state("hgx", "restricted"), pl.pod_request(_pod({nrt.GPU: 8}))).fits
+    assert not pl.evaluate(_state("hgx", "restricted"), zero).fits
+    assert pl.evaluate(_state("hgx", "best-effort"), zero).fits

@@ -81,14 +81,16 @@ class ContainerRequest:
 
     kind: str
     devices: Vec
+    zero: tuple[int, ...] = ()  # resources its limits name with a count of 0 (see kubelet_hint)
 
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
     """Device requests of a pod, as the scheduler and the kubelet count them."""
 
-    steps: tuple[ContainerRequest, ...]  # containers with devices, in the kubelet's order
+    steps: tuple[ContainerRequest, ...]  # containers naming devices, in the kubelet's order
     total: Vec  # the effective pod request (max of the app sum and each init container)
+    zero: tuple[int, ...] = ()  # resources named by some container, 0 in total
 
     @classmethod
     def of(cls, *devices: Vec) -> PodRequest:
@@ -128,20 +130,28 @@ def pod_request(pod: Any, names: ResourceNames = ResourceNames()) -> PodRequest:
     steps: list[ContainerRequest] = []
     sidecars: Vec = ZERO
     total: Vec = ZERO
+    named: set[int] = set()
     for i, c in _items(spec, "initContainers"):
-        vec = _container_vec(c, f"Pod.spec.initContainers[{i}]", names)
-        if c.get("restartPolicy") == "Always":
-            steps.append(ContainerRequest("sidecar", vec))
+        vec, names_here = _container_vec(c, f"Pod.spec.initContainers[{i}]", names)
+        kind = "sidecar" if c.get("restartPolicy") == "Always" else "init"
+        steps.append(ContainerRequest(kind, vec, tuple(r for r in names_here if not vec[r])))
+        named.update(names_here)
+        if kind == "sidecar":
             sidecars = _add(sidecars, vec)
         else:
-            steps.append(ContainerRequest("init", vec))
             total = _max(total, _add(vec, sidecars))
     apps = sidecars
     for i, c in _items(spec, "containers"):
-        vec = _container_vec(c, f"Pod.spec.containers[{i}]", names)
-        steps.append(ContainerRequest("app", vec))
+        vec, names_here = _container_vec(c, f"Pod.spec.containers[{i}]", names)
+        steps.append(ContainerRequest("app", vec, tuple(r for r in names_here if not vec[r])))
+        named.update(names_here)
         apps = _add(apps, vec)
-    return PodRequest(tuple(s for s in steps if s.devices != ZERO), _max(total, apps))
+    total = _max(total, apps)
+    return PodRequest(
+        tuple(s for s in steps if s.devices != ZERO or s.zero),
+        total,
+        tuple(r for r in sorted(named) if not total[r]),
+    )
 
 
 def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, Any]]]:
@@ -156,14 +166,18 @@ def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, An
     return list(enumerate(value))
 
 
-def _container_vec(container: Mapping[str, Any], where: str, names: ResourceNames) -> Vec:
+def _container_vec(
+    container: Mapping[str, Any], where: str, names: ResourceNames
+) -> tuple[Vec, tuple[int, ...]]:
+    """The container's GPUs, HCAs and shared slots, and which of them it names at all."""
     resources = container.get("resources")
     if resources is None:
-        return ZERO
+        return ZERO, ()
     if not isinstance(resources, Mapping):
         raise RequestError(f"{where}.resources: expected an object")
     amounts = []
-    for name in names.as_tuple():
+    named = []
+    for r, name in enumerate(names.as_tuple()):
         value = 0
         for kind in ("limits", "requests"):  # requests win when both are set
             table = resources.get(kind)
@@ -173,8 +187,9 @@ def _container_vec(container: Mapping[str, Any], where: str, names: ResourceName
                 raise RequestError(f"{where}.resources.{kind}: expected an object")
             if name in table:
                 value = parse_count(table[name], f"{where}.resources.{kind}[{name}]")
+                named.append(r)
         amounts.append(value)
-    return (amounts[0], amounts[1], amounts[2])
+    return (amounts[0], amounts[1], amounts[2]), tuple(dict.fromkeys(named))
 
 
 def parse_count(value: Any, where: str) -> int:
@@ -471,16 +486,25 @@ def merge_hints(state: NodeState, hints: Sequence[Sequence[Hint]]) -> Hint:
     return Hint(min(merged, key=_narrowness), False)
 
 
-def kubelet_hint(state: NodeState, unit: Vec, reusable: Reusable) -> tuple[Hint, bool] | None:
+def kubelet_hint(
+    state: NodeState, unit: Vec, reusable: Reusable, zero: Iterable[int] = ()
+) -> tuple[Hint, bool] | None:
     """The affinity the Topology Manager gives a unit and whether it admits it; None under
     policy `none` (no hints, no affinity). Beyond 8 NUMA zones the kubelet refuses to start
-    with a policy (`max-allowable-numa-nodes`): treated as no alignment at all."""
+    with a policy (`max-allowable-numa-nodes`): treated as no alignment at all.
+
+    A resource named with a count of 0 (`rdmaplane.io/hca: "0"`) still gets hints upstream:
+    every set of its zones, the one-zone sets preferred. So it can spoil a merge: 8 GPUs (both
+    zones, preferred) next to `hca: 0` (both zones: not preferred) is refused by restricted."""
     if state.policy == "none" or not state.zones:
         return None
     full = (1 << len(state.zones)) - 1
     if len(state.zones) > MAX_MASK_ZONES:
         return Hint(full, False), state.policy not in ("restricted", "single-numa-node")
-    hints = [resource_hints(state, r, unit[r], reusable) for r in range(3) if unit[r]]
+    named = {r for r in range(3) if unit[r]} | {
+        r for r in zero if any(z.capacity[r] for z in state.zones)
+    }
+    hints = [resource_hints(state, r, unit[r], reusable) for r in sorted(named)]
     if not hints:  # no device asked for: the providers have no preference
         return Hint(full, True), True
     best = merge_hints(state, hints)
@@ -751,13 +775,16 @@ def place_pod(
     first."""
     pod_hint: tuple[Hint, bool] | None = None
     if state.scope == "pod":
-        pod_hint = kubelet_hint(state, request.total, Reusable(_no_devices(state)))
+        pod_hint = kubelet_hint(state, request.total, Reusable(_no_devices(state)), request.zero)
         if pod_hint is not None and not pod_hint[1]:
             return Rejection(_misfit_reason(state, request.total, names))
     placements = []
     reusable = Reusable(_no_devices(state))
     for step in request.steps:
-        decided = pod_hint if state.scope == "pod" else kubelet_hint(state, step.devices, reusable)
+        if state.scope == "pod":
+            decided = pod_hint
+        else:
+            decided = kubelet_hint(state, step.devices, reusable, step.zero)
         affinity: tuple[int, ...] = ()
         preferred = False
         if decided is not None:
