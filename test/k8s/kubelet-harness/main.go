@@ -2,10 +2,14 @@
 // Topology Manager (pkg/kubelet/cm/topologymanager) outside a kubelet, so that real device
 // plugins register with it and pods are admitted exactly as a kubelet would admit them.
 //
-// It serves the device plugin Registration service on <plugin-dir>/kubelet.sock, dials every
-// plugin that registers, and then reads one JSON request per line on stdin and answers one JSON
-// line on stdout:
+// One process holds any number of nodes, each its own device manager and Topology Manager
+// serving the device plugin Registration service on <pluginDir>/kubelet.sock (plugins register
+// there and are dialled back). It reads one JSON request per line on stdin and answers one JSON
+// line on stdout ("node" names the node every request but "start" is for):
 //
+//	{"op":"start","node":"n1","pluginDir":"/tmp/x","numa":[0,1],"policy":"restricted",
+//	 "scope":"container","policyOptions":{}}
+//	    a new node; answers {"started":"n1"}
 //	{"op":"wait","resources":{"nvidia.com/gpu":8},"timeoutSeconds":60}
 //	    until the device manager holds that many healthy devices of each resource;
 //	    answers {"devices":{resource:{id:[numa...]}}} (the topology the plugins reported)
@@ -29,7 +33,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -54,11 +57,17 @@ func newManagerImpl(logger klog.Logger, socketPath string, topology []cadvisorap
 	store topologymanager.Store) (*devicemanager.ManagerImpl, error)
 
 type request struct {
-	Op             string         `json:"op"`
-	Pod            *v1.Pod        `json:"pod,omitempty"`
-	UID            string         `json:"uid,omitempty"`
-	Resources      map[string]int `json:"resources,omitempty"`
-	TimeoutSeconds float64        `json:"timeoutSeconds,omitempty"`
+	Op             string            `json:"op"`
+	Node           string            `json:"node"`
+	Pod            *v1.Pod           `json:"pod,omitempty"`
+	UID            string            `json:"uid,omitempty"`
+	Resources      map[string]int    `json:"resources,omitempty"`
+	TimeoutSeconds float64           `json:"timeoutSeconds,omitempty"`
+	PluginDir      string            `json:"pluginDir,omitempty"`
+	NUMA           []int             `json:"numa,omitempty"`
+	Policy         string            `json:"policy,omitempty"`
+	Scope          string            `json:"scope,omitempty"`
+	PolicyOptions  map[string]string `json:"policyOptions,omitempty"`
 }
 
 type containerResult struct {
@@ -217,24 +226,41 @@ func (h *harness) wait(want map[string]int, timeout time.Duration) (map[string]m
 	}
 }
 
-func (h *harness) handle(line []byte) any {
+// nodes: every node this process holds, by name.
+type nodes struct {
+	logger klog.Logger
+	byName map[string]*harness
+}
+
+func errorReply(format string, args ...any) map[string]string {
+	return map[string]string{"error": fmt.Sprintf(format, args...)}
+}
+
+func (n *nodes) handle(line []byte) any {
 	var req request
 	if err := json.Unmarshal(line, &req); err != nil {
-		return map[string]string{"error": "request: " + err.Error()}
+		return errorReply("request: %v", err)
+	}
+	if req.Op == "start" {
+		return n.start(req)
+	}
+	h, ok := n.byName[req.Node]
+	if !ok {
+		return errorReply("%s: no node %q (start it first)", req.Op, req.Node)
 	}
 	switch req.Op {
 	case "admit":
 		if req.Pod == nil {
-			return map[string]string{"error": "admit: pod is required"}
+			return errorReply("admit: pod is required")
 		}
 		result, err := h.admit(req.Pod)
 		if err != nil {
-			return map[string]string{"error": "admit: " + err.Error()}
+			return errorReply("admit: %v", err)
 		}
 		return result
 	case "delete":
 		if err := h.delete(req.UID); err != nil {
-			return map[string]string{"error": "delete: " + err.Error()}
+			return errorReply("delete: %v", err)
 		}
 		return map[string]string{"deleted": req.UID}
 	case "wait":
@@ -244,34 +270,34 @@ func (h *harness) handle(line []byte) any {
 		}
 		devices, err := h.wait(req.Resources, timeout)
 		if err != nil {
-			return map[string]string{"error": "wait: " + err.Error()}
+			return errorReply("wait: %v", err)
 		}
 		return map[string]any{"devices": devices}
 	default:
-		return map[string]string{"error": fmt.Sprintf("unknown op %q (admit, delete, wait)", req.Op)}
+		return errorReply("unknown op %q (start, admit, delete, wait)", req.Op)
 	}
 }
 
-func parseNUMA(list string) ([]cadvisorapi.Node, error) {
-	var nodes []cadvisorapi.Node
-	for _, field := range strings.Split(list, ",") {
-		id, err := strconv.Atoi(strings.TrimSpace(field))
-		if err != nil || id < 0 {
-			return nil, fmt.Errorf("-numa: %q is not a NUMA node id", field)
-		}
-		nodes = append(nodes, cadvisorapi.Node{Id: id})
+func (n *nodes) start(req request) any {
+	if _, taken := n.byName[req.Node]; taken {
+		return errorReply("start: node %q exists", req.Node)
 	}
-	return nodes, nil
-}
-
-func parseOptions(list string) map[string]string {
-	options := map[string]string{}
-	for _, kv := range strings.Split(list, ",") {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			options[strings.TrimSpace(k)] = strings.TrimSpace(v)
-		}
+	if !filepath.IsAbs(req.PluginDir) {
+		return errorReply("start: pluginDir %q must be an absolute path", req.PluginDir)
 	}
-	return options
+	if len(req.NUMA) == 0 {
+		return errorReply("start: numa must list the machine's NUMA node ids")
+	}
+	topology := make([]cadvisorapi.Node, 0, len(req.NUMA))
+	for _, id := range req.NUMA {
+		topology = append(topology, cadvisorapi.Node{Id: id})
+	}
+	h, err := start(n.logger, req.PluginDir, topology, req.Policy, req.Scope, req.PolicyOptions)
+	if err != nil {
+		return errorReply("start: %v", err)
+	}
+	n.byName[req.Node] = h
+	return map[string]string{"started": req.Node}
 }
 
 func start(logger klog.Logger, pluginDir string, numa []cadvisorapi.Node, policy, scope string, options map[string]string) (*harness, error) {
@@ -293,29 +319,10 @@ func start(logger klog.Logger, pluginDir string, numa []cadvisorapi.Node, policy
 
 func main() {
 	klog.InitFlags(nil)
-	pluginDir := flag.String("plugin-dir", "", "folder for kubelet.sock and the plugins' sockets (absolute)")
-	numaList := flag.String("numa", "0", "the machine's NUMA node ids, comma separated")
-	policy := flag.String("policy", "none", "Topology Manager policy: none, best-effort, restricted, single-numa-node")
-	scope := flag.String("scope", "container", "Topology Manager scope: container or pod")
-	options := flag.String("policy-options", "", "Topology Manager policy options, k=v,k=v")
 	flag.Parse()
-	if *pluginDir == "" || !filepath.IsAbs(*pluginDir) {
-		fmt.Fprintln(os.Stderr, "kubelet-harness: -plugin-dir must be an absolute path")
-		os.Exit(2)
-	}
-	numa, err := parseNUMA(*numaList)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kubelet-harness:", err)
-		os.Exit(2)
-	}
-	logger := klog.Background()
-	h, err := start(logger, *pluginDir, numa, *policy, *scope, parseOptions(*options))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "kubelet-harness:", err)
-		os.Exit(1)
-	}
+	n := &nodes{logger: klog.Background(), byName: map[string]*harness{}}
 	out := json.NewEncoder(os.Stdout)
-	if err := out.Encode(map[string]any{"ready": filepath.Join(*pluginDir, "kubelet.sock")}); err != nil {
+	if err := out.Encode(map[string]bool{"ready": true}); err != nil {
 		os.Exit(1)
 	}
 	in := bufio.NewScanner(os.Stdin)
@@ -324,13 +331,17 @@ func main() {
 		if len(strings.TrimSpace(in.Text())) == 0 {
 			continue
 		}
-		if err := out.Encode(h.handle(in.Bytes())); err != nil {
+		if err := out.Encode(n.handle(in.Bytes())); err != nil {
 			os.Exit(1)
 		}
 	}
+	code := 0
 	if err := in.Err(); err != nil {
 		fmt.Fprintln(os.Stderr, "kubelet-harness: stdin:", err)
-		os.Exit(1)
+		code = 1
 	}
-	_ = h.dm.Stop(logger)
+	for _, h := range n.byName {
+		_ = h.dm.Stop(n.logger)
+	}
+	os.Exit(code)
 }
