@@ -43,6 +43,7 @@ test: lint typecheck k8s-bins
 	RDMAPLANE_K8S_BIN="$(K8S_BIN)" RDMAPLANE_KUBELET_HARNESS="$(KUBELET_HARNESS)" $(BIN)/pytest -q
 
 bench: $(STAMP)
+	scripts/build-k8s.sh kubelet-harness >/dev/null  # bench/placement.py's judge
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -1,9 +1,10 @@
 """The kubelet's own admission as a judge: the Go harness with real device plugins registered.
 
-`KubeletHarness` runs `test/k8s/kubelet-harness` (the kubelet's `devicemanager.ManagerImpl` and
-Topology Manager from k8s.io/kubernetes, built by `scripts/build-k8s.sh kubelet-harness`) for one
-sample node, policy and scope, in a temporary kubelet folder (no root, no mount namespace), and
-registers with it, from a thread with its own event loop:
+`KubeletHarness` is one node: in the Go harness `test/k8s/kubelet-harness` (built by
+`scripts/build-k8s.sh kubelet-harness`), the kubelet's `devicemanager.ManagerImpl` and Topology
+Manager from k8s.io/kubernetes for a sample node, policy and scope, serving in a kubelet folder
+of its own under /tmp (no root, no mount namespace); and registered with it, from an event loop
+in a thread of its own:
 
 - rdmaplane's device plugin exactly as the agent embeds it (`agent.plugin.EmbeddedPlugin`) on the
   sample's materialised sysfs tree: `rdmaplane.io/hca` (exclusive) and `rdmaplane.io/hca-shared`
@@ -15,6 +16,9 @@ registers with it, from a thread with its own event loop:
 plugins' GetPreferredAllocation and Allocate as a kubelet does) and returns what it decided and
 which devices each container got; `delete(uid)` ends a pod. `published()` is the
 NodeResourceTopology the agent would publish from those real allocations.
+
+A node starts its own Go process and event loop, or shares a `Backend` (one Go process, one
+plugin loop, one temporary folder) with many others: bench/placement.py runs a cluster so.
 """
 
 from __future__ import annotations
@@ -261,18 +265,7 @@ class PluginHost:
     def run(self, coro: Coroutine[Any, Any, T], timeout: float = REPLY_TIMEOUT_S) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def serve(
-        self,
-        node: SampleNode,
-        kubelet_dir: Path,
-        dev_root: Path,
-        *,
-        gpu_preference: str,
-        shared_slots: int,
-    ) -> tuple[EmbeddedPlugin, GpuPluginStandIn]:
-        return self.run(self._serve(node, kubelet_dir, dev_root, gpu_preference, shared_slots))
-
-    async def _serve(
+    async def serve(
         self,
         node: SampleNode,
         kubelet_dir: Path,
@@ -280,6 +273,7 @@ class PluginHost:
         gpu_preference: str,
         shared_slots: int,
     ) -> tuple[EmbeddedPlugin, GpuPluginStandIn]:
+        """Start and register a node's plugins (run it on this host's loop: `run(serve(…))`)."""
         rdma = EmbeddedPlugin(
             plugin_config(node.topology, shared_slots), kubelet_dir=kubelet_dir, dev_root=dev_root
         )
@@ -367,12 +361,10 @@ class KubeletHarness:
                 "scope": self.scope,
             }
         )
-        self.rdma, self.gpu = self.backend.host.serve(
-            self.node,
-            kubelet_dir,
-            device_nodes(self.node.sysfs, kubelet_dir / "dev"),
-            gpu_preference=self.gpu_preference,
-            shared_slots=self.shared_slots,
+        host = self.backend.host
+        dev_root = device_nodes(self.node.sysfs, kubelet_dir / "dev")
+        self.rdma, self.gpu = host.run(
+            host.serve(self.node, kubelet_dir, dev_root, self.gpu_preference, self.shared_slots)
         )
         self.facts = self._expected_devices()
         want = {r: sum(1 for f in self.facts.values() if f.resource == r) for r in RESOURCES}
