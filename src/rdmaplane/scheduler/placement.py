@@ -1,22 +1,27 @@
 """Where a GPU/RDMA pod fits on a node, and how well: the scheduler extender's policy.
 
 Pure: it takes a node's published topology (`rdmaplane.nrt`) and a pod's requests and predicts
-what the kubelet's Topology Manager will do with them, the way the kubelet does it:
+what the node's kubelet will do with them, following the kubelet's own code (Topology Manager
+and device manager, v1.37) and checked against it (tests/kubelet):
 
-- per requested device resource, NUMA hints: every set of NUMA zones whose free devices cover
-  the request; *preferred* when the set is as small as the node's capacity allows;
-- hints of all resources merged by intersection, the best being preferred first, then narrowest,
-  then lowest-numbered; `single-numa-node` keeps only preferred one-zone hints, `restricted` and
-  `single-numa-node` reject a pod whose best hint is not preferred, `best-effort` and `none`
-  admit it anyway (for `none` we assume the same narrowest choice, which the plugins may or may
-  not make);
-- scope `container` aligns each container alone, in order (init containers each on their own,
-  as their devices are reused); scope `pod` aligns the pod's effective request at once.
+- containers are admitted in the kubelet's order (init containers and sidecars, then apps);
+  scope `container` asks for a hint per container, scope `pod` one for the pod's effective
+  request, which every container then gets;
+- per requested device resource, the device manager's hints (`resource_hints`): the sets of
+  the NUMA zones holding that resource that have enough free devices (and every device the
+  container may reuse from the pod's init containers), preferred when no smaller set has that
+  many installed;
+- the Topology Manager's merge (`merge_hints`): preferred only when every resource's hint is
+  preferred and they are the same zones; `single-numa-node` keeps one-zone hints only,
+  `restricted` and `single-numa-node` refuse a hint that is not preferred, `best-effort` admits
+  it, `none` gives no affinity at all;
+- the device manager's allocation (`allocate`): reusable devices first, then every free device
+  inside the affinity before any other.
 
-Inside the chosen NUMA zones it then takes devices so as to pair every GPU with a NIC on its
-PCIe root where possible (the *best achievable* pairing; the kubelet itself knows only NUMA), and
-scores the node 0-10 from that alignment and a packing term that keeps whole NUMA zones and whole
-nodes free for large jobs.
+Which devices inside the affinity is the device plugins' choice; the prediction takes the ones
+that pair every GPU with a NIC on its PCIe root where possible (the *best achievable* pairing:
+the kubelet itself knows only NUMA), and scores the node 0-10 from that alignment and a packing
+term that keeps whole NUMA zones and whole nodes free for large jobs.
 """
 
 from __future__ import annotations
@@ -335,12 +340,7 @@ class UnitPlacement:
     @property
     def devices(self) -> Roots:
         """All of the container's GPUs and HCAs: reused and newly taken."""
-        if not self.reused:
-            return self.taken
-        return tuple(
-            tuple((g + rg, h + rh) for (g, h), (rg, rh) in zip(z, rz, strict=True))
-            for z, rz in zip(self.taken, self.reused, strict=True)
-        )
+        return _plus(self.taken, self.reused, 1) if self.reused else self.taken
 
     @property
     def spilled(self) -> tuple[int, ...]:
@@ -550,9 +550,6 @@ class _Pool:
         for i in sorted(range(len(self.free[z])), key=lambda i: partner.free[z][i] > 0):
             got += self.take(z, i, count - got)
         return got
-
-    def total(self, zones: Iterable[int]) -> int:
-        return sum(sum(self.free[z]) for z in zones)
 
 
 def _free(state: NodeState) -> Roots:
