@@ -43,7 +43,7 @@ from rdmaplane.agent.allocation import Allocations, merge_containers
 from rdmaplane.agent.health import HcaHealth
 from rdmaplane.agent.inventory import gpu_ids, nrt_object
 from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.deviceplugin.config import PluginConfig, PoolConfig, SelectorConfig
+from rdmaplane.config.deviceplugin import DevicePluginConfig, PoolConfig, SelectorConfig
 from rdmaplane.discovery import samples
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
@@ -129,11 +129,11 @@ def sample_node(name: str) -> Iterator[SampleNode]:
         yield SampleNode(name, root, read_node(str(root)))
 
 
-def plugin_config(topology: NodeTopology, shared_slots: int) -> PluginConfig:
+def plugin_config(topology: NodeTopology, shared_slots: int) -> DevicePluginConfig:
     """Both pools over the compute HCAs (the fastest class that is up), as a site's selectors
     would pick them; the storage and front-end NICs stay out."""
     compute = SelectorConfig(hca_names=sorted({h.name for h, _ in compute_ports(topology)}))
-    return PluginConfig(
+    return DevicePluginConfig(
         pools=[
             PoolConfig(selectors=compute),
             PoolConfig(mode="shared", slots=shared_slots, selectors=compute),
