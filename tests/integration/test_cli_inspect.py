@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import re
+import tarfile
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 import typer
 import yaml
 from typer.testing import CliRunner
 
 from rdmaplane.cli import app
 from rdmaplane.cli.inspect import dot_text, matrix_text
+from rdmaplane.discovery import samples
 from rdmaplane.model import NodeTopology
 
 runner = CliRunner()
@@ -73,10 +77,51 @@ def test_no_rdma_here_says_so_and_points_to_samples(tmp_path: Path, monkeypatch)
     import rdmaplane.cli.inspect as mod
 
     real = mod.load
-    monkeypatch.setattr(mod, "load", lambda *a: real(str(tmp_path), None, None))
+    live = lambda *a: replace(real(str(tmp_path), None, None), source="/sys")  # noqa: E731
+    monkeypatch.setattr(mod, "load", live)
     code, _, err = run("inspect")
     assert code == 1
     assert "no RDMA device found" in err and "--sample" in err
+
+
+@pytest.fixture(scope="module")
+def rdma_less(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The ways to hand over a node without RDMA devices: an empty tree, an empty snapshot, a
+    tree with GPUs only."""
+    base = tmp_path_factory.mktemp("rdma-less")
+    (base / "empty").mkdir()
+    with tarfile.open(base / "empty.tar.gz", "w:gz"):
+        pass
+    spec = samples.load("workstation").spec
+    samples.build({**spec, "hcas": []}, base / "gpus-only")
+    return {
+        "empty tree": str(base / "empty"),
+        "empty snapshot": str(base / "empty.tar.gz"),
+        "GPUs only": str(base / "gpus-only"),
+    }
+
+
+@pytest.mark.parametrize("source", ["empty tree", "empty snapshot", "GPUs only"])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["inspect"],
+        ["inspect", "-o", "json"],
+        ["inspect", "-o", "dot"],
+        ["gid", "explain"],
+        ["env"],
+        ["nrt"],
+    ],
+    ids=" ".join,
+)
+def test_a_node_without_rdma_fails_the_same_way_everywhere(
+    rdma_less: dict[str, str], source: str, command: list[str]
+) -> None:
+    path = rdma_less[source]
+    flag = "--snapshot" if path.endswith(".tar.gz") else "--sysfs-root"
+    code, _, err = run(*command, flag, path)
+    name = "snapshot " + path if flag == "--snapshot" else path + "/class/infiniband"
+    assert (code, err) == (1, f"error: no RDMA device in {name}\n")
 
 
 def test_bad_sources_are_usage_errors(tmp_path: Path) -> None:
