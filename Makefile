@@ -8,7 +8,7 @@ SAMPLE ?= hgx-h100-roce
 K8S_BIN = $(shell scripts/build-k8s.sh --bin-dir)
 LINT_DIRS := $(wildcard src tests bench)
 
-.PHONY: demo test test-fast lint typecheck bench clean k8s-bins
+.PHONY: demo test test-fast lint typecheck bench clean k8s-bins graphviz
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,15 +27,21 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# Graphviz's `dot` judges `rdmaplane inspect -o dot` in the tests (Debian's package, once).
+graphviz:
+	@command -v dot >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends graphviz >/dev/null; } || \
+	  { echo "Graphviz is needed for the tests: apt-get install graphviz" >&2; exit 1; }
+
 # Everything but the end-to-end tiers: the quick loop while developing.
-test-fast: lint typecheck
+test-fast: lint typecheck graphviz
 	$(BIN)/pytest -q -m "not e2e"
 
 # Builds the e2e control plane on first use (tens of minutes on 2 cores), then reuses it.
 k8s-bins:
 	scripts/build-k8s.sh
 
-test: lint typecheck k8s-bins
+test: lint typecheck graphviz k8s-bins
 	RDMAPLANE_K8S_BIN="$(K8S_BIN)" $(BIN)/pytest -q
 
 bench: $(STAMP)

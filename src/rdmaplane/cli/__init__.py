@@ -40,7 +40,7 @@ class _Rdmaplane(TyperGroup):
             sys.exit(2)  # the help is printed already
         except _errors.UsageError as e:
             where = f"{e.ctx.command_path}: " if e.ctx else ""
-            hint = f" (see {e.ctx.command_path} --help)" if e.ctx else ""
+            hint = f" (see {e.ctx.command_path if e.ctx else self.name} --help)"
             _exit(f"{where}{e.format_message()}{hint}", e.exit_code)
         except _errors.ClickException as e:
             _exit(e.format_message(), e.exit_code)

@@ -303,8 +303,9 @@ def materialize(
         fail(str(e))
     except OSError as e:
         fail(f"cannot write {dest}: {e.strerror or e}", code=1)
+    where = escape(str(dest))
     console.print(
-        f"wrote sample {name} to {escape(str(dest))}; read it with --sysfs-root {escape(str(dest))}"
+        f"wrote sample {name} to {where}; read it with --sysfs-root {where}", soft_wrap=True
     )
 
 
