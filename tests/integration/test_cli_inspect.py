@@ -305,7 +305,7 @@ def test_materialize_lays_out_the_sample(
     [
         ("hgx-h100-roce", "full", "not empty"),
         ("hgx-h100-roce", "file", "exists and is not a directory"),
-        ("hgx-h100-roce", "missing/x", "missing: no such directory"),
+        ("hgx-h100-roce", "missing/x", "missing/x: its directory"),
         ("../../etc", "new", "no sample named '../../etc'"),
     ],
 )

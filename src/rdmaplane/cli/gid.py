@@ -19,7 +19,6 @@ from rdmaplane.cli.common import (
     fail,
     load_rdma_node,
 )
-from rdmaplane.discovery import NodeSourceError, load_node
 from rdmaplane.documents import DocumentError, read_document
 from rdmaplane.gid import (
     ClusterAudit,
@@ -316,11 +315,12 @@ def audit_command(
     roce_version: RoceOption = 2,
     output: TableOutput = Format.table,
 ) -> None:
-    """Is one GID index right for every compute port of every node? Exit 1 when not."""
+    """Is one GID index right for every compute port of every node? Exit 1 when not (or when a
+    node has no RDMA device), 2 on bad input."""
     policy = _policy(family, addr_range, roce_version)
     nodes = [_read_node_document(f) for f in files or ()]
-    nodes += [_load_one(snapshot_file=s) for s in snapshot or ()]
-    nodes += [_load_one(sample=s) for s in sample or ()]
+    nodes += [load_rdma_node(None, s, None) for s in snapshot or ()]
+    nodes += [load_rdma_node(None, None, s) for s in sample or ()]
     if not nodes:
         fail("give node documents, --snapshot FILE or --sample NAME")
     result = audit(nodes, _selectors(hca), policy)
@@ -334,16 +334,12 @@ def audit_command(
 
 def _read_node_document(path: str) -> NodeTopology:
     try:
-        return from_document(read_document(path), where=path)
+        topo = from_document(read_document(path), where=path)
     except DocumentError as e:
         fail(str(e))
-
-
-def _load_one(**source: str) -> NodeTopology:
-    try:
-        return load_node(**source)
-    except NodeSourceError as e:
-        fail(str(e))
+    if not topo.hcas:
+        fail(f"no RDMA device in node document {path}", code=1)
+    return topo
 
 
 def _print_audit(result: ClusterAudit) -> None:

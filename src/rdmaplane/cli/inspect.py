@@ -357,6 +357,8 @@ def snapshot_create(
 
 def _check_target(output: str) -> None:
     """Refuse an output path that cannot take a file before reading the node."""
+    if not output:
+        fail("-o: empty; give a file name, or - for stdout")
     if os.path.isdir(output):
         fail(
             f"-o {output}: is a directory; give a file name, e.g. {output.rstrip('/')}/node.tar.gz"

@@ -137,7 +137,7 @@ def materialise(name: str, dest: Path) -> None:
     if dest.exists() and not dest.is_dir():
         raise SampleError(f"{dest}: exists and is not a directory")
     if not dest.parent.is_dir():
-        raise SampleError(f"{dest.parent}: no such directory")
+        raise SampleError(f"{dest}: its directory {dest.parent} does not exist")
     build(spec, dest)
 
 
