@@ -33,7 +33,8 @@ from rdmaplane.cli import app
 from rdmaplane.discovery import samples
 from rdmaplane.scheduler.layouts import layout
 from rdmaplane.untrusted import printable
-from tests.scheduler_helpers import pod
+from tests.fabrics import leaf_spine
+from tests.scheduler_helpers import node, pod
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -182,8 +183,8 @@ def values(*given: tuple[str, str]) -> tuple[Hostile, ...]:
 @dataclass(frozen=True)
 class Slot:
     """One place a command takes input: the command, then its arguments with `{}` for the
-    hostile one and `{pod}`, `{nrt}`, `{tree}`, `{root}`, `{plugin}`, `{nccl-tests}` for
-    known-good inputs (see `good`)."""
+    hostile one and `{pod}`, `{nrt}`, `{tree}`, `{root}`, `{plugin}`, `{nccl-tests}`,
+    `{fabric}`, `{nodes}` for known-good inputs (see `good`)."""
 
     command: str
     args: tuple[str, ...]
@@ -267,6 +268,19 @@ SLOTS: list[Slot] = [
     Slot("explain-placement", ("{pod}", "--kubeconfig", "{}"), DOCUMENTS),
     Slot("explain-placement", ("{pod}", "--nrt", "{nrt}", "--config", "{}"), DOCUMENTS),
     Slot("explain-placement", ("{pod}", "--nrt", "{nrt}", "-o", "{}"), values(("xml", "xml"))),
+    Slot("fabric show", ("--fabric-file", "{}"), DOCUMENTS),
+    Slot("fabric show", ("--nodes", "{}"), DOCUMENTS),
+    Slot("fabric show", ("--nodes", "{nodes}", "--nrt", "{}"), DOCUMENTS),
+    Slot("fabric show", ("--fabric-file", "{fabric}", "--pods", "{}"), DOCUMENTS),
+    Slot("fabric show", ("--kubeconfig", "{}"), DOCUMENTS),
+    Slot("fabric show", ("--fabric-file", "{fabric}", "-o", "{}"), values(("xml", "'xml'"))),
+    Slot("fabric export", ("--volcano", "--fabric-file", "{}"), DOCUMENTS),
+    Slot("fabric export", ("--kueue", "--nodes", "{}"), DOCUMENTS),
+    Slot(
+        "fabric export",
+        ("--kueue", "--fabric-file", "{fabric}", "--name", "{}"),
+        values(("", "name")),
+    ),
 ]
 
 # (slot id, hostile name) → the branch that owns the fix, and what is wrong on this one
@@ -344,6 +358,8 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (base / "nrt.yaml").write_text(yaml.safe_dump(nrt.to_object(topology)))
     samples.build(samples.load("workstation").spec, base / "tree")
     samples.build(samples.load("hgx-h100-roce").spec, base / "root" / "sys")  # `doctor --root`
+    (base / "fabric.yaml").write_text(yaml.safe_dump(leaf_spine(2, 4)))
+    (base / "nodes.yaml").write_text(yaml.safe_dump({"kind": "List", "items": [node("gpu-000")]}))
     return {
         "{pod}": str(base / "pod.yaml"),
         "{nrt}": str(base / "nrt.yaml"),
@@ -351,6 +367,8 @@ def good(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "{root}": str(base / "root"),
         "{plugin}": str(REPO / "deploy/device-plugin/config-exclusive.yaml"),
         "{nccl-tests}": str(REPO / "tests/doctor/fixtures/nccl/all_reduce_2node_mpirun.txt"),
+        "{fabric}": str(base / "fabric.yaml"),
+        "{nodes}": str(base / "nodes.yaml"),
     }
 
 

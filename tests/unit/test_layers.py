@@ -26,6 +26,9 @@ CORE = [
     "rdmaplane.agent.allocation",
     "rdmaplane.agent.inventory",
     "rdmaplane.untrusted",
+    "rdmaplane.fabric",
+    "rdmaplane.fabric_export",
+    "rdmaplane.scheduler.jobaware",
 ]
 SERVICES = ["agent", "scheduler", "doctor"]
 IO_MODULES = {

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, NoReturn
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from rdmaplane.discovery import NodeSourceError, load_node, samples
-from rdmaplane.documents import printable
+from rdmaplane.documents import DocumentError, printable, read_documents
 from rdmaplane.model import NodeTopology
 
 
@@ -96,3 +98,54 @@ def load_rdma_node(
     if not topo.hcas:
         fail(no_rdma(topo), code=1)
     return topo
+
+
+def read_objects(paths: Iterable[Path], kind: str) -> list[dict[str, Any]]:
+    """The Kubernetes objects of `kind` in files (one per YAML document, the items of a List,
+    or a YAML list of them), read like every document; exit 2 naming the file and the object
+    when one lacks the envelope every reader of it relies on."""
+    found: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            docs = read_documents(path)
+        except DocumentError as e:
+            fail(str(e))
+        for i, doc in enumerate(docs):
+            items = doc.get("items") if isinstance(doc, dict) else doc
+            batch = items if isinstance(items, list) else [doc]
+            for j, obj in enumerate(batch):
+                where = f"{path}: document {i + 1}" + (f", items[{j}]" if batch is items else "")
+                found.append(_kube_object(obj, kind, where))
+    return found
+
+
+def _kube_object(obj: object, kind: str, where: str) -> dict[str, Any]:
+    """`obj` when it is an object of `kind` (if it names one) with `metadata.name`, and with
+    objects, lists and strings where readers take them for such."""
+    if not isinstance(obj, dict):
+        fail(f"{where}: expected a {kind} object, got {type(obj).__name__}")
+    if obj.get("kind", kind) != kind:
+        fail(f"{where}: kind is {obj.get('kind')!r}, expected {kind}")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        fail(f"{where}: metadata.name: expected a non-empty string")
+    shapes = {
+        "metadata.namespace": (meta.get("namespace"), str),
+        "metadata.creationTimestamp": (meta.get("creationTimestamp"), str),
+        "metadata.labels": (meta.get("labels"), dict),
+        "metadata.annotations": (meta.get("annotations"), dict),
+        "spec": (obj.get("spec"), dict),
+        "status": (obj.get("status"), dict),
+    }
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if isinstance(spec, dict):
+        shapes["spec.nodeName"] = (spec.get("nodeName"), str)
+    if isinstance(status, dict):
+        shapes["status.conditions"] = (status.get("conditions"), list)
+    for key, (value, expected) in shapes.items():
+        if value is not None and not isinstance(value, expected):
+            fail(f"{where}: {key}: expected {_WORDS[expected]}")
+    return obj
+
+
+_WORDS = {str: "a string", dict: "an object", list: "a list"}

@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from rdmaplane.cli.common import fail
+from rdmaplane.cli.common import fail, read_objects
 from rdmaplane.documents import DocumentError, printable, read_documents
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
@@ -50,7 +50,7 @@ def scheduler_extender(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries)
+    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     application = create_app(
         cache, cfg, lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted)
     )
@@ -80,19 +80,22 @@ def explain_placement(
     if output not in ("table", "json"):
         fail(f"-o {output!r}: choose table or json")
     cfg = _config(config)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries)
+    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     pod_obj = _workload_pod(pod)
     try:
         request = pl.pod_request(pod_obj, cache.policy.names)
     except pl.RequestError as exc:
         fail(f"{pod}: {exc}")
     if kubeconfig is not None:
-        listed = _list_cluster(kubeconfig)
+        try:
+            listed = list_cluster(kubeconfig)
+        except ClusterError as exc:
+            fail(str(exc), exc.code)
     elif nrt or nodes:
         listed = {
-            "nrt": [o for p in nrt for o in _objects(p, "NodeResourceTopology")],
-            "node": [o for p in nodes for o in _objects(p, "Node")],
-            "pod": [o for p in pods for o in _objects(p, "Pod")],
+            "nrt": read_objects(nrt, "NodeResourceTopology"),
+            "node": read_objects(nodes, "Node"),
+            "pod": read_objects(pods, "Pod"),
         }
     else:
         fail("give --nrt/--nodes files or --kubeconfig")
@@ -121,46 +124,6 @@ def _print_table(request: pl.PodRequest, rows: list[dict[str, Any]]) -> None:
     Console(width=200).print(table)
 
 
-def _objects(path: Path, kind: str) -> list[dict[str, Any]]:
-    """The objects of `kind` in a file (one per YAML document, or the items of a List); exit
-    2 naming the file and the object when one is not a Kubernetes object of that kind."""
-    try:
-        docs = read_documents(path)
-    except DocumentError as exc:
-        fail(str(exc))
-    found: list[dict[str, Any]] = []
-    for i, doc in enumerate(docs):
-        items = doc.get("items") if isinstance(doc, dict) else None
-        batch = items if isinstance(items, list) else [doc]
-        for j, obj in enumerate(batch):
-            where = f"{path}: document {i + 1}" + (f", items[{j}]" if batch is items else "")
-            found.append(_checked(obj, kind, where))
-    return found
-
-
-def _checked(obj: object, kind: str, where: str) -> dict[str, Any]:
-    """`obj` when it has the envelope every reader of it relies on: an object of `kind`
-    (when it names one) with `metadata.name`, and objects where `spec` and `status` are."""
-    if not isinstance(obj, dict):
-        fail(f"{where}: expected a {kind} object, got {type(obj).__name__}")
-    if obj.get("kind", kind) != kind:
-        fail(f"{where}: kind is {obj.get('kind')!r}, expected {kind}")
-    meta = obj.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        fail(f"{where}: metadata.name: expected a non-empty string")
-    for key in ("namespace", "creationTimestamp"):
-        if not isinstance(meta.get(key, ""), str):
-            fail(f"{where}: metadata.{key}: expected a string")
-    for key in ("spec", "status"):
-        if not isinstance(obj.get(key) or {}, dict):
-            fail(f"{where}: {key}: expected an object")
-    if not isinstance((obj.get("status") or {}).get("conditions") or [], list):
-        fail(f"{where}: status.conditions: expected a list")
-    if not isinstance((obj.get("spec") or {}).get("nodeName") or "", str):
-        fail(f"{where}: spec.nodeName: expected a string")
-    return obj
-
-
 def _workload_pod(path: Path) -> dict[str, Any]:
     """The pod in the file: a Pod, or the `spec.template` of a workload (Job, Deployment...)."""
     try:
@@ -184,9 +147,17 @@ def _name(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["name"])
 
 
-def _list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
-    """NRTs, nodes and bound pods from the cluster; exit 2 for an unusable kubeconfig, 1 when
-    the API server cannot be reached or refuses."""
+class ClusterError(Exception):
+    """The cluster cannot be read: `code` 2 for an unusable kubeconfig, 1 when the API server
+    cannot be reached or refuses; the message is one line."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
+    """NRTs, nodes and bound pods from the cluster, or `ClusterError`."""
     import httpx2  # lightkube's transport: its errors are what an unreachable server raises
     from lightkube import ApiError, ConfigError, operators
     from lightkube.resources.core_v1 import Node, Pod
@@ -197,7 +168,7 @@ def _list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
     try:
         client = sync_client(kubeconfig)
     except ConfigError as exc:
-        fail(str(exc))
+        raise ClusterError(str(exc), 2) from None
     bound: dict[str, Any] = {"spec.nodeName": operators.not_equal("")}
     try:
         return {
@@ -206,6 +177,6 @@ def _list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
             "pod": [as_dict(o) for o in client.list(Pod, namespace="*", fields=bound)],
         }
     except ApiError as exc:
-        fail(f"the API server refused: {exc.status.message or exc}", code=1)
+        raise ClusterError(f"the API server refused: {exc.status.message or exc}", 1) from None
     except (httpx2.HTTPError, OSError) as exc:
-        fail(f"cannot reach the API server of {kubeconfig}: {exc}", code=1)
+        raise ClusterError(f"cannot reach the API server of {kubeconfig}: {exc}", 1) from None
