@@ -365,7 +365,7 @@ def test_shell_completion(tmp_path: Path) -> None:
     shown = subprocess.run(
         [exe, "--show-completion", "bash"], capture_output=True, text=True, env=env, timeout=120
     )
-    assert shown.returncode == 0 and "_RDMAPLANE_COMPLETE" in shown.stdout
+    assert shown.returncode == 0 and "_RDMAPLANE_COMPLETE" in shown.stdout, shown.stderr
     words = "rdmaplane inspect --sample hgx"
     env |= {"_RDMAPLANE_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": "3"}
     done = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=120)
