@@ -361,7 +361,8 @@ def test_shell_completion(tmp_path: Path) -> None:
     """Through the installed entry point, as a shell runs it."""
     exe = shutil.which("rdmaplane", path=str(Path(sys.executable).parent))
     assert exe is not None
-    env = {**os.environ, "HOME": str(tmp_path)}
+    # typer's own switch: take the shell from the flag, not from the parent process (make's sh)
+    env = {**os.environ, "HOME": str(tmp_path), "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
     shown = subprocess.run(
         [exe, "--show-completion", "bash"], capture_output=True, text=True, env=env, timeout=120
     )
