@@ -4,12 +4,14 @@ CRD's schema is the judge of the object, the server's RBAC the judge of a refusa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from pathlib import Path
 
 import yaml
-from lightkube import AsyncClient
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Node
 from typer.testing import CliRunner
 
 from rdmaplane import nrt
@@ -32,11 +34,16 @@ async def test_the_nrt_command_writes_what_the_cluster_takes_and_the_extender_re
     )
     assert made.exit_code == 0, made.output
     await kube.create(nrt_crd(json.loads(made.stdout)))  # the CRD's schema validates it
-    await add_ready_node(kube, name, {}, {nrt.GPU: "8", nrt.HCA: "9"})
-    job = tmp_path / "job.yaml"
-    job.write_text(yaml.safe_dump(pod("job", 4, 4)))
-    args = ["explain-placement", str(job), "--kubeconfig", str(kube_cluster.kubeconfig)]
-    result = await asyncio.to_thread(CliRunner().invoke, app, [*args, "-o", "json"])
+    try:
+        await add_ready_node(kube, name, {}, {nrt.GPU: "8", nrt.HCA: "9"})
+        job = tmp_path / "job.yaml"
+        job.write_text(yaml.safe_dump(pod("job", 4, 4)))
+        args = ["explain-placement", str(job), "--kubeconfig", str(kube_cluster.kubeconfig)]
+        result = await asyncio.to_thread(CliRunner().invoke, app, [*args, "-o", "json"])
+    finally:  # a free node left behind would draw the pods of the tests after this one
+        with contextlib.suppress(ApiError):
+            await kube.delete(Node, name)
+        await kube.delete(nrt_crd, name)
     assert result.exit_code == 0, result.output
     row = next(r for r in json.loads(result.stdout)["nodes"] if r["node"] == name)
     assert row["fits"] and row["alignment"] == "pcie" and row["policy"].startswith("single")
