@@ -10,11 +10,10 @@ import yaml
 from typer.testing import CliRunner
 
 from rdmaplane import nrt
-from rdmaplane.agent.config import AgentConfig
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.service import Agent
 from rdmaplane.cli import app
-from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.config import AgentConfig, DevicePluginConfig
 from rdmaplane.discovery import samples
 from tests.scheduler_helpers import pod
 
@@ -41,7 +40,7 @@ async def test_the_nrt_is_the_one_the_agent_publishes(
         topology_manager_scope="pod",
         metrics_port=0,
     )
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=tmp_path, dev_root=tmp_path)
+    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=tmp_path, dev_root=tmp_path)
     agent = Agent(config, plugin=plugin)
     await agent.discover("start")
     published = agent.desired().nrt
@@ -93,7 +92,9 @@ def test_bad_inputs(tmp_path: Path) -> None:
     )
     assert run("nrt", "--sysfs-root", str(nameless), "--node-name", "ws")[0] == 0
     bad = tmp_path / "plugin.yaml"
-    bad.write_text("pools: [{mode: sideways}]\n")
+    bad.write_text(
+        "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\npools: [{mode: sideways}]\n"
+    )
     code, _, err = run("nrt", "--sample", "workstation", "--device-plugin-config", str(bad))
     assert code == 2 and err.startswith(f"error: {bad}: ") and "mode" in err
     code, _, err = run("nrt", "--sample", "workstation", "--topology-manager-policy", "best")

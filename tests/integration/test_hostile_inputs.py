@@ -236,7 +236,11 @@ SLOTS: list[Slot] = [
     Slot("device-plugin", ("--config", "{plugin}", "--kubelet-dir", "{}"), DIRS),
     Slot("agent", (*AGENT, "--config", "{}"), DOCUMENTS),
     Slot("agent", (*AGENT, "--device-plugin-config", "{}"), DOCUMENTS),
-    Slot("agent", ("--node-name", "n", "--kubeconfig", "{}", "--sysfs-root", "{tree}"), DOCUMENTS),
+    Slot(
+        "agent",
+        ("--node-name", "n", "--no-device-plugin", "--sysfs-root", "{tree}", "--kubeconfig", "{}"),
+        DOCUMENTS,
+    ),
     Slot("agent", (*AGENT, "--sysfs-root", "{}"), DIRS),
     Slot(
         "agent",
@@ -260,7 +264,9 @@ SLOTS: list[Slot] = [
     ),
     Slot("doctor job", ("{}",), values(("only-one", "two"))),
     Slot("scheduler-extender", ("--config", "{}"), DOCUMENTS),
-    Slot("scheduler-extender", ("--log-level", "{}"), values(("loud", "loud"))),
+    Slot("scheduler-extender", ("--log-format", "{}"), values(("xml", "'xml'"))),
+    Slot("scheduler-extender", ("--port", "{}"), values(("99999", "99999"), ("http", "'http'"))),
+    Slot("scheduler-extender", ("--kubeconfig", "{}"), DOCUMENTS),
     Slot("explain-placement", ("{}", "--nrt", "{nrt}"), DOCUMENTS),
     Slot("explain-placement", ("{pod}", "--nrt", "{}"), DOCUMENTS),
     Slot("explain-placement", ("{pod}", "--nrt", "{nrt}", "--nodes", "{}"), DOCUMENTS),
@@ -268,6 +274,8 @@ SLOTS: list[Slot] = [
     Slot("explain-placement", ("{pod}", "--kubeconfig", "{}"), DOCUMENTS),
     Slot("explain-placement", ("{pod}", "--nrt", "{nrt}", "--config", "{}"), DOCUMENTS),
     Slot("explain-placement", ("{pod}", "--nrt", "{nrt}", "-o", "{}"), values(("xml", "xml"))),
+    Slot("config validate", ("{}",), DOCUMENTS),
+    Slot("config defaults", ("{}",), values(("Nope", "'Nope'"), ("", "''"))),
     Slot("fabric show", ("--fabric-file", "{}"), DOCUMENTS),
     Slot("fabric show", ("--nodes", "{}"), DOCUMENTS),
     Slot("fabric show", ("--nodes", "{nodes}", "--nrt", "{}"), DOCUMENTS),
@@ -287,18 +295,10 @@ SLOTS: list[Slot] = [
 CONFIGS = "owned by branch configs"
 DOCTOR = "owned by branch doctor"
 OWNED: dict[tuple[str, str], str] = {
-    ("scheduler-extender --config {}", "escape-in-the-name"): f"{CONFIGS}: `_config` echoes "
-    "the error raw (typer.echo strips escapes only off a terminal); use cli.common.fail",
-    ("explain-placement {pod} --nrt {nrt} --config {}", "escape-in-the-name"): f"{CONFIGS}: "
-    "the extender config's error is echoed raw by `_config`; use cli.common.fail",
-    ("scheduler-extender --log-level {}", "value-loud"): f"{CONFIGS}: --log-level is not "
-    "checked; the extender starts serving",
-    ("agent --node-name n --no-publish --sysfs-root {}", "empty-string"): f"{CONFIGS}: an "
-    "empty --sysfs-root becomes Path('') = '.', and the agent starts",
+    ("scheduler-extender --port {}", "value-99999"): f"{CONFIGS} (the extender's flags): --port "
+    "is not bounded to 0-65535; the server is set up and uvicorn fails at bind",
     ("agent --node-name n --no-publish --metrics-port {}", "value-99999"): f"{CONFIGS}: the "
-    "error names the key metrics_port and 'configuration', not --metrics-port 99999",
-    ("agent --node-name n --no-publish --log-format {}", "value-xml"): f"{CONFIGS}: the error "
-    "names the key log_format and 'configuration', not --log-format xml",
+    "error names the key metricsPort, not the flag --metrics-port or the value 99999",
     ("doctor --root {}", "empty-string"): f"{DOCTOR}: --root '' is Path('') = the working "
     "directory; the checks run and fail without an error line",
     ("doctor perf --server --root {}", "empty-string"): f"{DOCTOR}: --root '' is Path('') = "

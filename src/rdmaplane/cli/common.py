@@ -1,12 +1,14 @@
-"""What every command that reads a node shares: the three node sources and error reporting."""
+"""What the commands share: the three node sources, error reporting, and the options of the
+long-running services (logging, config files)."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Iterable
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -15,6 +17,11 @@ from rich.markup import escape
 from rdmaplane.discovery import NodeSourceError, load_node, samples
 from rdmaplane.documents import DocumentError, printable, read_documents
 from rdmaplane.model import NodeTopology
+
+if TYPE_CHECKING:
+    from rdmaplane.config import Kind
+
+K = TypeVar("K", bound="Kind")
 
 
 def _console(stderr: bool = False) -> Console:
@@ -58,12 +65,16 @@ SampleOption = Annotated[
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """One line on stderr and the exit code: 2 for bad input, 1 for a failure or failed check.
-
-    The message is shown as plain text on one line whatever it holds (file names and values
-    from the user or from a snapshot: markup brackets, escape sequences, line breaks)."""
-    err_console.print(f"[bold red]error:[/] {escape(printable(message))}", soft_wrap=True)
+    """One line on stderr and the exit code: 2 for bad input, 1 for a failure or failed check."""
+    say_error(message)
     raise typer.Exit(code)
+
+
+def say_error(message: str) -> None:
+    """`error: message` on stderr as one line, however long (never wrapped), taken literally
+    whatever it holds: brackets in key paths such as `pools[0]` are not markup, and escape
+    sequences or line breaks from file names and snapshot values are shown escaped."""
+    err_console.print(f"[bold red]error:[/] {escape(printable(message))}", soft_wrap=True)
 
 
 def load(sysfs_root: str | None, snapshot: str | None, sample: str | None) -> NodeTopology:
@@ -149,3 +160,46 @@ def _kube_object(obj: object, kind: str, where: str) -> dict[str, Any]:
 
 
 _WORDS = {str: "a string", dict: "an object", list: "a list"}
+
+
+class LogFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+LogFormatOption = Annotated[
+    LogFormat | None,
+    typer.Option(
+        "--log-format", help="text (for people) or json (one object per line). Default: text."
+    ),
+]
+VerboseOption = Annotated[
+    bool,
+    typer.Option("--verbose", "-v", help="rdmaplane's debug lines (never the libraries')."),
+]
+
+
+def start_logging(fmt: str | None, verbose: bool, level: str = "INFO") -> None:
+    """The services' one log format (see `rdmaplane.logs`)."""
+    from rdmaplane import logs
+
+    logs.configure(fmt or "text", "DEBUG" if verbose else level)
+
+
+def config_file(path: str | Path | None, kind: type[K], **overrides: object) -> K:
+    """A config file of `kind` (None: its defaults) with flags on top; exit 2 naming the file
+    and the key when it cannot be used (the config models load only for the commands that
+    read one)."""
+    from rdmaplane.config import ConfigError, load
+
+    try:
+        return load(path, kind, **overrides)
+    except ConfigError as e:
+        fail(str(e))
+
+
+def existing_dir(flag: str, path: str | Path) -> None:
+    """Exit 2 unless `path` is a directory: folders that belong to someone else (sysfs, the
+    kubelet's root) are never created, so a wrong path is said at once."""
+    if not str(path) or not Path(path).is_dir():  # Path("") is ".", the working directory
+        fail(f"{flag} {str(path)!r}: not a directory")

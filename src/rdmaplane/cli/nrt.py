@@ -20,13 +20,14 @@ from rdmaplane.cli.common import (
     SampleOption,
     SnapshotOption,
     SysfsRootOption,
+    config_file,
     fail,
     load_rdma_node,
 )
 from rdmaplane.model import NodeTopology, PortObservation
 
 if TYPE_CHECKING:
-    from rdmaplane.deviceplugin.config import PluginConfig
+    from rdmaplane.config import DevicePluginConfig
 
 
 class Format(StrEnum):
@@ -71,11 +72,14 @@ def nrt_command(
     Feed it to `rdmaplane explain-placement POD --nrt FILE`. Exit 1 when the node has no
     RDMA device, 2 on bad input.
     """
+    from rdmaplane.config import DevicePluginConfig
+
+    plugin_config = config_file(device_plugin_config, DevicePluginConfig)
     topo = load_rdma_node(sysfs_root, snapshot, sample)
     name = node_name or topo.hostname
     if not name:
         fail("--node-name: required (the node does not say its hostname)")
-    obj = agent_nrt(topo, name, _plugin_config(device_plugin_config), str(policy), str(scope))
+    obj = agent_nrt(topo, name, plugin_config, str(policy), str(scope))
     if output is Format.json:
         typer.echo(json.dumps(obj, indent=2))
     else:
@@ -83,7 +87,7 @@ def nrt_command(
 
 
 def agent_nrt(
-    topo: NodeTopology, node_name: str, plugin_config: PluginConfig, policy: str, scope: str
+    topo: NodeTopology, node_name: str, plugin_config: DevicePluginConfig, policy: str, scope: str
 ) -> dict[str, object]:
     """The agent's NRT object for `topo` right after its first poll, with no pod on the node."""
     from rdmaplane.agent.allocation import Allocations
@@ -110,14 +114,3 @@ def agent_nrt(
         policy=policy,
         scope=scope,
     )
-
-
-def _plugin_config(path: Path | None) -> PluginConfig:
-    from rdmaplane.deviceplugin import ConfigError, PluginConfig, load_config
-
-    if path is None:
-        return PluginConfig()
-    try:
-        return load_config(path)
-    except ConfigError as e:
-        fail(str(e))
