@@ -202,4 +202,4 @@ def existing_dir(flag: str, path: str | Path) -> None:
     """Exit 2 unless `path` is a directory: folders that belong to someone else (sysfs, the
     kubelet's root) are never created, so a wrong path is said at once."""
     if not str(path) or not Path(path).is_dir():  # Path("") is ".", the working directory
-        fail(f"{flag} {str(path)!r}: not a directory")
+        fail(f"{flag} {str(path) or repr('')}: not a directory")
