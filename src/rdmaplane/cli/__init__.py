@@ -11,7 +11,7 @@ import typer
 from typer.core import TyperGroup
 
 from rdmaplane import __version__
-from rdmaplane.cli.common import fail
+from rdmaplane.cli.common import say_error
 from rdmaplane.cli.deviceplugin import device_plugin
 
 # click's exceptions, from wherever this typer takes click (newer releases vendor it)
@@ -50,10 +50,8 @@ class _Rdmaplane(TyperGroup):
 
 
 def _exit(message: str, code: int) -> NoReturn:
-    try:
-        fail(message, code)
-    except typer.Exit as e:
-        sys.exit(e.exit_code)
+    say_error(message)
+    sys.exit(code)
 
 
 app = typer.Typer(

@@ -187,7 +187,7 @@ def matrix_text(topo: NodeTopology) -> str:
 
 def dot_text(topo: NodeTopology) -> str:
     """NUMA nodes as clusters holding their root complexes; switches and bridges as small
-    boxes; GPUs and NICs as leaves, a NIC with a port not ACTIVE/LinkUp filled red and its
+    boxes; GPUs and NICs as leaves, a NIC with a port not ACTIVE/LinkUp filled pink and its
     port states in its label; dashed edges mark each GPU's nearest NIC (PIX/PXB).
 
     Every ID is a quoted string: `node`, `edge`, `graph` and `subgraph` are DOT keywords, and
