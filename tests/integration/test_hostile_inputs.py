@@ -242,6 +242,7 @@ SLOTS: list[Slot] = [
         DOCUMENTS,
     ),
     Slot("agent", (*AGENT, "--sysfs-root", "{}"), DIRS),
+    Slot("agent", (*AGENT, "--sysfs-root", "{tree}", "--kubelet-dir", "{}"), DIRS),
     Slot(
         "agent",
         ("--node-name", "n", "--no-publish", "--metrics-port", "{}"),
@@ -250,6 +251,26 @@ SLOTS: list[Slot] = [
     Slot(
         "agent", ("--node-name", "n", "--no-publish", "--log-format", "{}"), values(("xml", "xml"))
     ),
+    Slot("dra-driver", ("--node-name", "n", "--config", "{}"), DOCUMENTS),
+    Slot("dra-driver", ("--node-name", "n", "--device-plugin-config", "{}"), DOCUMENTS),
+    Slot("dra-driver", ("--node-name", "n", "--sysfs-root", "{}"), DIRS),
+    Slot("dra-driver", ("--node-name", "n", "--sysfs-root", "{tree}", "--kubelet-dir", "{}"), DIRS),
+    Slot(
+        "dra-driver",
+        (
+            "--node-name",
+            "n",
+            "--sysfs-root",
+            "{tree}",
+            "--kubelet-dir",
+            "{tree}",
+            "--kubeconfig",
+            "{}",
+        ),
+        DOCUMENTS,
+    ),
+    Slot("dra-driver", ("--node-name", "n", "--metrics-port", "{}"), values(("99999", "99999"))),
+    Slot("dra-driver", ("--node-name", "n", "--log-format", "{}"), values(("xml", "xml"))),
     Slot("doctor", ("--root", "{}"), DIRS),
     Slot("doctor", ("-o", "{}"), values(("xml", "xml"))),
     Slot("doctor nccl-tests", ("{}",), TEXTS),
@@ -299,6 +320,8 @@ OWNED: dict[tuple[str, str], str] = {
     "is not bounded to 0-65535; the server is set up and uvicorn fails at bind",
     ("agent --node-name n --no-publish --metrics-port {}", "value-99999"): f"{CONFIGS}: the "
     "error names the key metricsPort, not the flag --metrics-port or the value 99999",
+    ("dra-driver --node-name n --metrics-port {}", "value-99999"): f"{CONFIGS}: as for the "
+    "agent (the same option and loader)",
     ("doctor --root {}", "empty-string"): f"{DOCTOR}: --root '' is Path('') = the working "
     "directory; the checks run and fail without an error line",
     ("doctor perf --server --root {}", "empty-string"): f"{DOCTOR}: --root '' is Path('') = "

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,20 +29,37 @@ if TYPE_CHECKING:
 log = logging.getLogger("rdmaplane.agent")
 
 
+def _a_folder(flag: str) -> Callable[[str | None], Path | None]:
+    """The folder a flag names; '' is refused (as a Path it would be the working directory)."""
+
+    def check(value: str | None) -> Path | None:
+        if value == "":
+            fail(f"{flag} '': not a directory")
+        return None if value is None else Path(value)
+
+    return check
+
+
 NodeNameOption = Annotated[
     str | None,
     typer.Option("--node-name", envvar="NODE_NAME", help="The Node this agent speaks for."),
 ]
 SysfsDirOption = Annotated[
-    Path | None,
-    typer.Option("--sysfs-root", metavar="DIR", help="A tree laid out like /sys. Default: /sys."),
+    str | None,
+    typer.Option(
+        "--sysfs-root",
+        metavar="DIR",
+        help="A tree laid out like /sys. Default: /sys.",
+        callback=_a_folder("--sysfs-root"),
+    ),
 ]
 KubeletDirOption = Annotated[
-    Path | None,
+    str | None,
     typer.Option(
         "--kubelet-dir",
         metavar="DIR",
         help="The kubelet's root; must exist (with the plugin on). Default: /var/lib/kubelet.",
+        callback=_a_folder("--kubelet-dir"),
     ),
 ]
 KubeconfigOption = Annotated[
