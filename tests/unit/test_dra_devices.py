@@ -1,0 +1,146 @@
+"""What the DRA driver offers: one device per HCA port of the pools, named and described so the
+scheduler can pair it (pcieRoot, numaNode as the standard attribute helpers write them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rdmaplane.discovery.samples import names, read_sample
+from rdmaplane.dra.devices import (
+    MAX_STRING,
+    NUMA_NODE,
+    PCI_BUS_ID,
+    PCIE_ROOT,
+    Pool,
+    device_name,
+    offer,
+)
+from rdmaplane.gid import select_gid
+from rdmaplane.model import Hca, LinkLayer, NodeTopology, PhysState, Port, PortState
+from rdmaplane.nrt import Uplink
+from rdmaplane.selectors import Selectors, compute_ports
+
+SAMPLES = {name: read_sample(name) for name in names()}
+ALL = Pool("rdmaplane.io/hca", Selectors())  # the device plugin's default pool: every HCA
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+def test_every_port_of_the_pool_is_one_device_with_a_dns_label(sample: str) -> None:
+    topo = SAMPLES[sample]
+    devices = offer(topo, [ALL])
+    ports = {(h.name, p.number) for h, p in compute_ports(topo, Selectors())}
+    assert {(d.hca, d.port) for d in devices.values()} == ports
+    assert all(DNS_LABEL.match(name) for name in devices)
+    assert offer(topo, [ALL]) == devices  # the same node, the same names and attributes
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+def test_attributes_say_where_the_port_sits(sample: str) -> None:
+    topo = SAMPLES[sample]
+    for device in offer(topo, [ALL]).values():
+        hca = topo.hca(device.hca)
+        assert hca is not None
+        port = hca.port(device.port)
+        assert port is not None
+        assert device.attribute(PCIE_ROOT) == (hca.pci.root if hca.pci else None)
+        assert device.attribute(PCI_BUS_ID) == (hca.pci.address if hca.pci else None)
+        assert device.name == device_name(hca, port.number)
+        assert device.attribute("rdmaDevice") == hca.name
+        assert device.attribute("linkLayer") == port.link_layer.value
+        assert device.attribute("netdev") == port.netdev
+        numa = hca.numa if hca.numa is not None and hca.numa >= 0 else None
+        assert device.attribute(NUMA_NODE) == numa == device.attribute("numaNode")
+        if port.link_layer == LinkLayer.ETHERNET:
+            assert device.attribute("gidIndex") == select_gid(hca, port).index
+        else:
+            assert device.attribute("gidIndex") is None  # NCCL uses index 0 on InfiniBand
+        assert all(not isinstance(v, str) or 0 < len(v) <= MAX_STRING for _, v in device.attributes)
+
+
+def test_names_come_from_the_pci_address_not_the_hca_name() -> None:
+    topo = SAMPLES["hgx-h100-roce"]
+    hca = topo.hca("mlx5_0")
+    assert hca is not None and hca.pci is not None
+    assert (
+        device_name(hca, 1) == "pci-" + hca.pci.address.replace(":", "-").replace(".", "-") + "-p1"
+    )
+    renamed = dataclasses.replace(hca, name="mlx5_7")  # cards added: the kernel's numbering moved
+    assert device_name(renamed, 1) == device_name(hca, 1)
+
+
+def test_software_devices_with_punctuation_twins_get_distinct_names() -> None:
+    port = Port(1, PortState.ACTIVE, PhysState.LINK_UP, LinkLayer.ETHERNET, 25.0)
+    topo = NodeTopology(hcas=(Hca("rxe_0", None, (port,)), Hca("rxe-0", None, (port,))))
+    devices = offer(topo, [ALL])
+    assert len(devices) == 2 and all(DNS_LABEL.match(n) for n in devices)
+    assert all(d.attribute(PCIE_ROOT) is None for d in devices.values())
+
+
+@given(st.text(alphabet="abcXYZ_-.:09", min_size=1, max_size=120), st.integers(1, 255))
+def test_any_hca_name_becomes_a_dns_label(name: str, number: int) -> None:
+    assert DNS_LABEL.match(device_name(Hca(name, None), number))
+
+
+def test_a_port_that_goes_down_stays_offered_and_a_vanished_hca_leaves() -> None:
+    topo = SAMPLES["hgx-h100-roce"]
+    default = Pool("rdmaplane.io/hca")  # no selectors: the fastest ports that are up
+    before = offer(topo, [default])
+    down = _with_port_down(topo, "mlx5_3")
+    assert ("mlx5_3", 1) not in {(h.name, p.number) for h, p in compute_ports(down, None)}
+
+    after = offer(down, [default], before=before)
+
+    assert set(after) == set(before)  # still offered (and tainted, see test_dra_slices)
+    gone = dataclasses.replace(down, hcas=tuple(h for h in down.hcas if h.name != "mlx5_3"))
+    assert {d.hca for d in offer(gone, [default], before=after).values()} == {
+        d.hca for d in before.values()
+    } - {"mlx5_3"}
+
+
+@settings(max_examples=50)
+@given(st.sets(st.sampled_from([h.name for h in SAMPLES["dgx-a100"].hcas])))
+def test_remembered_devices_are_exactly_those_whose_port_still_exists(removed: set[str]) -> None:
+    topo = SAMPLES["dgx-a100"]
+    before = offer(topo, [ALL])
+    left = dataclasses.replace(topo, hcas=tuple(h for h in topo.hcas if h.name not in removed))
+    after = offer(left, [Pool(ALL.name, Selectors(hca_names=("none",)))], before=before)
+    assert {d.hca for d in after.values()} == {d.hca for d in before.values()} - removed
+
+
+def test_a_port_two_pools_select_belongs_to_the_first() -> None:
+    topo = SAMPLES["hgx-h100-roce"]
+    compute = Pool("rdmaplane.io/hca", Selectors(hca_names=("mlx5_[0-7]",)))
+    devices = offer(topo, [compute, Pool("rdmaplane.io/storage", Selectors())])
+    pools = {d.hca: d.attribute("pool") for d in devices.values()}
+    assert pools["mlx5_0"] == "rdmaplane.io/hca"
+    assert pools["mlx5_bond_0"] == "rdmaplane.io/storage"
+
+
+def test_fabric_attributes_when_the_uplinks_are_known() -> None:
+    topo = SAMPLES["hgx-h100-roce"]
+    uplinks = [Uplink("mlx5_0", "leaf-3", rail=0), Uplink("mlx5_1", "x" * 80, rail=1)]
+    devices = {d.hca: d for d in offer(topo, [ALL], uplinks).values()}
+    assert devices["mlx5_0"].attribute("tier0Switch") == "leaf-3"
+    assert devices["mlx5_0"].attribute("rail") == 0
+    assert devices["mlx5_1"].attribute("tier0Switch") is None  # too long for an attribute
+    assert devices["mlx5_1"].attribute("rail") == 1
+    assert devices["mlx5_2"].attribute("rail") is None
+
+
+def _with_port_down(topo: NodeTopology, name: str) -> NodeTopology:
+    hcas = []
+    for h in topo.hcas:
+        if h.name == name:
+            ports = tuple(
+                dataclasses.replace(p, state=PortState.DOWN, phys_state=PhysState.DISABLED)
+                for p in h.ports
+            )
+            h = dataclasses.replace(h, ports=ports)
+        hcas.append(h)
+    return dataclasses.replace(topo, hcas=tuple(hcas))
