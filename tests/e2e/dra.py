@@ -144,19 +144,22 @@ async def dra_node(
 
 
 async def claim_pod(
-    kube: AsyncClient, namespace: str, node: DraNode, template: str
+    kube: AsyncClient, namespace: str, node: DraNode | str, template: str | Mapping[str, Any]
 ) -> tuple[str, str]:
-    """A ResourceClaim with the template's spec, and a pod using it on `node`'s group: what
-    kube-controller-manager's resourceclaim controller makes of a pod that names the template."""
-    claim_name = f"{template}-{uuid.uuid4().hex[:6]}"
-    spec = templates()[template]["spec"]["spec"]
+    """A ResourceClaim with the template's spec (a name in deploy/dra/claim-templates.yaml, or
+    a claim spec), and a pod using it on `node`'s group: what kube-controller-manager's
+    resourceclaim controller makes of a pod that names a template."""
+    label = template if isinstance(template, str) else "claim"
+    claim_name = f"{label}-{uuid.uuid4().hex[:6]}"
+    spec = templates()[template]["spec"]["spec"] if isinstance(template, str) else template
     claim = {"metadata": {"name": claim_name, "namespace": namespace}, "spec": spec}
     await kube.create(cast(ResourceClaim, ResourceClaim.from_dict(claim)))
     pod_name = f"train-{uuid.uuid4().hex[:6]}"
+    group = node.group if isinstance(node, DraNode) else node
     pod = {
         "metadata": {"name": pod_name, "namespace": namespace},
         "spec": {
-            "nodeSelector": {GROUP_LABEL: node.group},
+            "nodeSelector": {GROUP_LABEL: group},
             "resourceClaims": [{"name": "gpus-nics", "resourceClaimName": claim_name}],
             "containers": [
                 {
@@ -169,6 +172,20 @@ async def claim_pod(
     }
     await kube.create(cast(Pod, Pod.from_dict(pod)))
     return pod_name, claim_name
+
+
+def nics(count: int, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A claim spec for `count` NIC ports (and `config`, opaque parameters for the driver)."""
+    spec: dict[str, Any] = {
+        "devices": {
+            "requests": [
+                {"name": f"nic-{k}", "exactly": {"deviceClassName": DRIVER}} for k in range(count)
+            ]
+        }
+    }
+    if config is not None:
+        spec["devices"]["config"] = [{"opaque": {"driver": DRIVER, "parameters": dict(config)}}]
+    return spec
 
 
 async def allocation(kube: AsyncClient, namespace: str, claim: str) -> list[Mapping[str, Any]]:

@@ -16,6 +16,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # and tests/integration/test_deploy_configs.py instead.
 CONFIG_FILES = {
     "kustomization.yaml",
+    "dra/kustomization.yaml",
     "device-plugin/config-exclusive.yaml",
     "device-plugin/config-shared.yaml",
     "scheduler/extender-config.yaml",

@@ -4,6 +4,7 @@ own loader, as the containers will load them; the kustomization names the defaul
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -21,6 +22,8 @@ EMBEDDED: dict[tuple[str, str], type[Kind]] = {
     ("agent/daemonset.yaml", "agent.yaml"): AgentConfig,
     ("agent/daemonset.yaml", "device-plugin.yaml"): DevicePluginConfig,
     ("device-plugin/daemonset.yaml", "config.yaml"): DevicePluginConfig,
+    ("dra/daemonset.yaml", "agent.yaml"): AgentConfig,
+    ("dra/daemonset.yaml", "device-plugin.yaml"): DevicePluginConfig,
     ("scheduler/extender.yaml", "config.yaml"): SchedulerExtenderConfig,
 }
 FILES: dict[str, type[Kind]] = {
@@ -83,3 +86,33 @@ def test_kustomization_is_the_default_install() -> None:
     assert not any(r.startswith("device-plugin/") for r in resources)
     kinds = {d["kind"] for r in resources for d in yaml.safe_load_all((DEPLOY / r).read_text())}
     assert {"DaemonSet", "Deployment", "CustomResourceDefinition", "ClusterRole"} <= kinds
+
+
+def test_dra_kustomization_installs_the_driver_and_not_the_plugin() -> None:
+    """Every file it names exists; the DRA DaemonSet and never the agent's (it would offer the
+    same HCAs through the device plugin); the two DaemonSets keep off each other's nodes."""
+    doc = yaml.safe_load((DEPLOY / "dra" / "kustomization.yaml").read_text())
+    resources = [str((DEPLOY / "dra" / r).resolve().relative_to(DEPLOY)) for r in doc["resources"]]
+    assert all((DEPLOY / r).is_file() for r in resources), resources
+    assert "dra/daemonset.yaml" in resources and "agent/daemonset.yaml" not in resources
+    ids = [
+        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+        for r in resources
+        for d in yaml.safe_load_all((DEPLOY / r).read_text())
+    ]
+    assert len(ids) == len(set(ids)), "kustomize refuses an object defined twice"
+    dra, agent = (_pod_spec(f"{d}/daemonset.yaml") for d in ("dra", "agent"))
+    assert dra["nodeSelector"]["rdmaplane.io/kubelet-plugin"] == "dra"
+    terms = agent["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    (expression,) = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert expression == {
+        "key": "rdmaplane.io/kubelet-plugin",
+        "operator": "NotIn",
+        "values": ["dra"],
+    }
+
+
+def _pod_spec(path: str) -> dict[str, Any]:
+    docs = yaml.safe_load_all((DEPLOY / path).read_text())
+    daemonset = next(d for d in docs if d["kind"] == "DaemonSet")
+    return cast(dict[str, Any], daemonset["spec"]["template"]["spec"])

@@ -188,6 +188,7 @@ class DraDriver:
                 del self.checkpoint.entries[claim.ref.uid]
                 out[claim.ref.uid] = self._failed(claim.ref, f"cannot save the checkpoint: {e}")
             return out
+        done = []
         for claim in resolved:
             try:
                 self._write_spec(claim)
@@ -196,6 +197,13 @@ class DraDriver:
                 continue
             self.checkpoint.entries[claim.ref.uid] = Entry(PREPARED, claim)
             out[claim.ref.uid] = Outcome(claim.devices)
+            done.append(claim)
+        try:
+            self.checkpoint.save()
+        except OSError as e:  # the specs are there; the next call finds them `started`
+            log.error("cannot save the checkpoint %s: %s", self.checkpoint.path, e)
+            return out
+        for claim in done:  # logged once recorded: a claim is prepared once
             self.stats["prepared"] += 1
             log.info(
                 "prepared claim %s (%s): %s",
@@ -204,10 +212,6 @@ class DraDriver:
                 ", ".join(d.device for d in claim.devices) or "no device of this driver",
                 extra={"claim": str(claim.ref), "uid": claim.ref.uid},
             )
-        try:
-            self.checkpoint.save()
-        except OSError as e:  # the specs are there; the next call finds them `started`
-            log.error("cannot save the checkpoint %s: %s", self.checkpoint.path, e)
         return out
 
     def _write_spec(self, claim: PreparedClaim) -> None:

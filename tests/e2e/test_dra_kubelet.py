@@ -1,0 +1,440 @@
+"""The driver as it runs on a node: `rdmaplane dra-driver` in its own process on a sample tree,
+authenticated as its ServiceAccount with deploy/dra's RBAC, publishing to the real API server;
+claims allocated by the real kube-scheduler; the kubelet side played by a stand-in built from
+the DRA and plugin-registration protos (tests/integration/dra_kubelet.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from lightkube import AsyncClient, codecs
+from lightkube.resources.core_v1 import Node
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+
+from rdmaplane.dra.claims import spec_name
+from tests.e2e.controlplane import KubeCluster, Process, add_ready_node
+from tests.e2e.dra import (
+    DRA_DEPLOY,
+    DRIVER,
+    GROUP_LABEL,
+    allocation,
+    claim_pod,
+    ensure_device_classes,
+    gpu_slice,
+    nics,
+)
+from tests.integration.dra_kubelet import Claim, DraKubelet
+from tests.integration.kubelet_standin import device_nodes
+from tests.unit.test_dra_claims import CDI
+
+REPO = Path(__file__).resolve().parents[2]
+DRIVER_USER = "system:serviceaccount:rdmaplane:rdmaplane-dra-driver"
+WAIT_S = 60.0
+
+
+def install_rbac(cluster: KubeCluster) -> Path:
+    """The agent's and the driver's RBAC, for real (the own-node admission policy is tested on
+    its own below: a client certificate carries no node name)."""
+    with cluster.client() as client:
+        for path in (REPO / "deploy/agent/rbac.yaml", DRA_DEPLOY / "rbac.yaml"):
+            for obj in codecs.load_all_yaml(path.read_text()):
+                if "AdmissionPolicy" not in obj.kind:
+                    client.apply(obj, force=True)
+    return cluster.kubeconfig_for(DRIVER_USER)
+
+
+@pytest.fixture(scope="module")
+def driver_kubeconfig(kube_cluster: KubeCluster, nrt_crd: object) -> Path:
+    return install_rbac(kube_cluster)
+
+
+@dataclass
+class DraHost:
+    name: str
+    group: str
+    workdir: Path
+    tree: Path
+    config: Path
+
+    @property
+    def kubelet_dir(self) -> Path:
+        return self.workdir / "kubelet"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.workdir / "cdi"
+
+
+@pytest.fixture
+async def node(
+    kube: AsyncClient, sample_trees: dict[str, Path], sample_nodes: dict[str, Any]
+) -> AsyncIterator[DraHost]:
+    """A Node for the sample hgx-h100-roce with its GPU slice, a copy of its sysfs tree and
+    device nodes in a short temporary folder (unix socket paths are limited to 107 bytes)."""
+    await ensure_device_classes(kube)
+    group = uuid.uuid4().hex[:8]
+    name = f"dra-node-{group}"
+    await add_ready_node(kube, name, {GROUP_LABEL: group}, {})
+    gpus = gpu_slice(name, sample_nodes["hgx-h100-roce"])
+    await kube.create(ResourceSlice.from_dict(gpus))  # type: ignore[arg-type]
+    workdir = Path(tempfile.mkdtemp(prefix="rdr-"))
+    tree = Path(shutil.copytree(sample_trees["hgx-h100-roce"], workdir / "sys", symlinks=True))
+    device_nodes(tree, workdir / "dev")
+    (workdir / "kubelet").mkdir()
+    config = {
+        "apiVersion": "rdmaplane.io/v1alpha1",
+        "kind": "AgentConfig",
+        "sysfsRoot": str(tree),
+        "kubeletDir": str(workdir / "kubelet"),
+        "devRoot": str(workdir / "dev"),
+        "pollInterval": "200ms",
+        "metricsAddress": "127.0.0.1",
+        "metricsPort": 0,
+        "logFormat": "json",
+        "fabric": {"lldp": "off"},
+        "publish": {"backoffInitial": "200ms", "backoffMax": "2s"},
+        "dra": {"cdiDir": str(workdir / "cdi")},
+    }
+    (workdir / "agent.yaml").write_text(yaml.safe_dump(config))
+    yield DraHost(name, group, workdir, tree, workdir / "agent.yaml")
+    async for s in kube.list(ResourceSlice, fields={"spec.nodeName": name}):
+        await kube.delete(ResourceSlice, s.metadata.name)  # type: ignore[union-attr]
+    await kube.delete(Node, name)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
+class DriverProcess:
+    """`rdmaplane dra-driver` in its own process, its JSON log lines in a file per run."""
+
+    def __init__(self, node: DraHost, kubeconfig: Path, run: int) -> None:
+        self.log = node.workdir / f"driver-{run}.log"
+        command = [
+            sys.executable, "-m", "rdmaplane", "dra-driver",
+            "--node-name", node.name, "--config", str(node.config), "--kubeconfig", str(kubeconfig),
+        ]  # fmt: skip
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+
+    def lines(self) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log.read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                out.append(json.loads(line))
+        return out
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def start_driver(node: DraHost, driver_kubeconfig: Path) -> Iterator[Callable[[], DriverProcess]]:
+    runs: list[DriverProcess] = []
+
+    def start() -> DriverProcess:
+        runs.append(DriverProcess(node, driver_kubeconfig, len(runs)))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        run.stop()
+
+
+@pytest.fixture
+def scheduler(start_scheduler: Callable[..., Process]) -> Process:
+    return start_scheduler()
+
+
+async def registered(node: DraHost) -> DraKubelet:
+    kubelet = DraKubelet(node.kubelet_dir, DRIVER)
+    await kubelet.register(WAIT_S)
+    return kubelet
+
+
+async def slice_devices(kube: AsyncClient, node: DraHost) -> dict[str, dict[str, Any]]:
+    """The driver's devices as the API server holds them, by name."""
+    out = {}
+    async for s in kube.list(
+        ResourceSlice, fields={"spec.nodeName": node.name, "spec.driver": DRIVER}
+    ):
+        for d in s.to_dict()["spec"].get("devices", []):
+            out[d["name"]] = d
+    return out
+
+
+async def until(check: Callable[[], Any], what: str) -> Any:
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            found = await check()
+            if found:
+                return found
+            await asyncio.sleep(0.2)
+    raise AssertionError(what)  # pragma: no cover
+
+
+async def published(kube: AsyncClient, node: DraHost) -> dict[str, dict[str, Any]]:
+    return await until(lambda: slice_devices(kube, node), "the driver's slice")
+
+
+async def allocated_claim(
+    kube: AsyncClient, namespace: str, node: DraHost, spec: str | dict[str, Any]
+) -> tuple[Claim, list[dict[str, Any]]]:
+    _, name = await claim_pod(kube, namespace, node.group, spec)
+    results = await allocation(kube, namespace, name)
+    stored = await kube.get(ResourceClaim, name, namespace=namespace)
+    assert stored.metadata is not None and stored.metadata.uid
+    return Claim(namespace, name, stored.metadata.uid), [dict(r) for r in results]
+
+
+def prepared_lines(runs: list[DriverProcess], uid: str) -> int:
+    return sum(
+        1
+        for run in runs
+        for line in run.lines()
+        if line.get("uid") == uid and str(line.get("msg", "")).startswith("prepared claim")
+    )
+
+
+def spec_of(node: DraHost, uid: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((node.cdi_dir / f"{spec_name(DRIVER, uid)}.json").read_text())
+    return data
+
+
+# ---------------------------------------------------------------- the tests
+
+
+async def test_registers_and_prepares_exactly_the_allocated_devices(
+    kube: AsyncClient,
+    namespace: str,
+    node: DraHost,
+    start_driver: Callable[[], DriverProcess],
+    scheduler: Process,
+) -> None:
+    driver = start_driver()
+    kubelet = await registered(node)
+    assert kubelet.info is not None
+    assert kubelet.info.type == "DRAPlugin" and kubelet.info.name == DRIVER
+    assert list(kubelet.info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert kubelet.service == "v1.DRAPlugin"
+    devices = await published(kube, node)
+    claim, results = await allocated_claim(kube, namespace, node, "gpu-nic-pcie-x4")
+    ours = {r["request"]: r["device"] for r in results if r["driver"] == DRIVER}
+
+    first = (await kubelet.prepare([claim]))[claim.uid]
+
+    assert first.error == ""
+    assert sorted((d[0], d[2]) for d in first.devices) == sorted(((r,), d) for r, d in ours.items())
+    assert all(d[1] == node.name for d in first.devices)
+    spec = spec_of(node, claim.uid)
+    CDI.validate(spec)
+    env = dict(e.split("=", 1) for e in spec["containerEdits"]["env"])
+    hcas = {f"{devices[d]['attributes']['rdmaDevice']['string']}:1" for d in ours.values()}
+    assert set(env["NCCL_IB_HCA"].removeprefix("=").split(",")) == hcas
+    assert set(env["UCX_NET_DEVICES"].split(",")) == hcas
+    kind = spec["kind"]
+    assert {i for d in first.devices for i in d[3]} == {
+        f"{kind}={d['name']}" for d in spec["devices"]
+    }
+
+    # again, in both API versions: the same answer, nothing prepared twice
+    assert (await kubelet.prepare([claim]))[claim.uid] == first
+    assert (await kubelet.prepare([claim], "v1beta1.DRAPlugin"))[claim.uid] == first
+    assert prepared_lines([driver], claim.uid) == 1
+
+    assert await kubelet.unprepare([claim]) == {claim.uid: ""}
+    assert not (node.cdi_dir / f"{spec_name(DRIVER, claim.uid)}.json").exists()
+    assert await kubelet.unprepare([claim], "v1beta1.DRAPlugin") == {claim.uid: ""}
+    assert driver.proc.poll() is None
+
+
+async def test_bad_claims_fail_alone_and_the_driver_carries_on(
+    kube: AsyncClient,
+    namespace: str,
+    node: DraHost,
+    start_driver: Callable[[], DriverProcess],
+    scheduler: Process,
+) -> None:
+    driver = start_driver()
+    kubelet = await registered(node)
+    devices = await published(kube, node)
+    vanishing, results = await allocated_claim(kube, namespace, node, nics(1))
+    gone = devices[results[0]["device"]]["attributes"]["rdmaDevice"]["string"]
+    (node.tree / "class" / "infiniband" / gone).unlink()  # the HCA leaves the node
+    await until(lambda: _without(kube, node, results[0]["device"]), f"{gone} gone from the slice")
+    good, _ = await allocated_claim(kube, namespace, node, nics(2))
+    typo = {"apiVersion": "rdmaplane.io/v1alpha1", "kind": "RdmaDeviceConfig", "ncl": {}}
+    malformed, _ = await allocated_claim(kube, namespace, node, nics(1, typo))
+    missing = Claim(namespace, "no-such-claim", str(uuid.uuid4()))
+    replaced = Claim(namespace, good.name, str(uuid.uuid4()))
+
+    got = await kubelet.prepare([good, vanishing, malformed, missing, replaced])
+
+    assert set(got) == {c.uid for c in (good, vanishing, malformed, missing, replaced)}
+    assert got[good.uid].error == "" and len(got[good.uid].devices) == 2
+    expected = {
+        vanishing.uid: f"claim {namespace}/{vanishing.name}: device {results[0]['device']} "
+        "(request nic-0) is not on this node any more",
+        malformed.uid: f"claim {namespace}/{malformed.name}: config[0] (FromClaim): ncl: "
+        "unknown key (did you mean nccl?)",
+        missing.uid: f"claim {namespace}/no-such-claim: not found",
+        replaced.uid: f"claim {namespace}/{good.name}: the API server holds UID {good.uid}",
+    }
+    for uid, message in expected.items():
+        assert got[uid].devices == () and got[uid].error.startswith(message), got[uid].error
+    assert driver.proc.poll() is None
+    again = await kubelet.prepare([good])
+    assert again[good.uid] == got[good.uid]
+
+
+async def _without(kube: AsyncClient, node: DraHost, device: str) -> bool:
+    devices = await slice_devices(kube, node)
+    return bool(devices) and device not in devices
+
+
+async def test_a_restart_mid_prepare_prepares_nothing_twice(
+    kube: AsyncClient,
+    namespace: str,
+    node: DraHost,
+    start_driver: Callable[[], DriverProcess],
+    scheduler: Process,
+) -> None:
+    runs = [start_driver()]
+    await registered(node)
+    await published(kube, node)
+    claims = [(await allocated_claim(kube, namespace, node, nics(1)))[0] for _ in range(6)]
+    plugin_dir = node.kubelet_dir / "plugins" / DRIVER
+
+    def states() -> dict[str, str]:
+        saved = json.loads((plugin_dir / "checkpoint.json").read_text())["claims"]
+        return {c.name: saved[c.uid]["state"] for c in claims if c.uid in saved}
+
+    # 1. The CDI folder cannot be written (a file stands where it should be): the batch is
+    # checkpointed as started, no spec gets written, and the driver is killed in that state.
+    node.cdi_dir.write_text("not a folder")
+    failed = await (await registered(node)).prepare(claims[:3])
+    assert all("cannot write its CDI spec" in failed[c.uid].error for c in claims[:3])
+    assert set(states().values()) == {"started"}
+    runs[-1].kill()
+    node.cdi_dir.unlink()
+
+    # 2. Half a batch: one claim's spec cannot be written (a folder holds its name), the others
+    # are prepared; killed again.
+    blocked = node.cdi_dir / f"{spec_name(DRIVER, claims[4].uid)}.json"
+    blocked.mkdir(parents=True)
+    runs.append(start_driver())
+    half = await (await registered(node)).prepare(claims)
+    assert [bool(half[c.uid].error) for c in claims] == [False, False, False, False, True, False]
+    assert states() == {c.name: "started" if c == claims[4] else "prepared" for c in claims}
+    runs[-1].kill()
+    blocked.rmdir()
+
+    # 3. Restarted, asked for the whole batch again, as the kubelet does after a failed call.
+    runs.append(start_driver())
+    final = await (await registered(node)).prepare(claims)
+
+    for claim in claims:
+        assert final[claim.uid].error == "" and len(final[claim.uid].devices) == 1
+        assert prepared_lines(runs, claim.uid) == 1, f"{claim.name} prepared twice (or never)"
+        CDI.validate(spec_of(node, claim.uid))
+    assert [prepared_lines(runs[-1:], c.uid) for c in claims] == [0, 0, 0, 0, 1, 0]
+    assert all(final[c.uid] == half[c.uid] for c in claims if c != claims[4])
+    assert set(states().values()) == {"prepared"}
+    left = [p.name for p in [*node.cdi_dir.iterdir(), *plugin_dir.iterdir()]]
+    assert not [n for n in left if n.startswith(".rdmaplane-")], left
+
+    # 4. Killed right after answering: the next driver answers from the checkpoint alone.
+    runs[-1].kill()
+    runs.append(start_driver())
+    assert (await (await registered(node)).prepare(claims)) == final
+    assert sum(prepared_lines(runs[-1:], c.uid) for c in claims) == 0
+    assert runs[-1].proc.poll() is None
+
+
+async def test_the_driver_may_write_only_its_own_nodes_slices(
+    kube_cluster: KubeCluster, kube: AsyncClient
+) -> None:
+    """deploy/dra/rbac.yaml's admission policy, for a user of this test's own (the driver's
+    name would catch the other tests' driver, which authenticates without a node name)."""
+    user = f"system:serviceaccount:e2e:vap-{uuid.uuid4().hex[:6]}"
+    objects = list(codecs.load_all_yaml((DRA_DEPLOY / "rbac.yaml").read_text()))
+    policy = next(o for o in objects if o.kind == "ValidatingAdmissionPolicy")
+    binding = next(o for o in objects if o.kind == "ValidatingAdmissionPolicyBinding")
+    suffix = uuid.uuid4().hex[:6]
+    policy.metadata.name += f"-{suffix}"
+    binding.metadata.name += f"-{suffix}"
+    binding.spec.policyName = policy.metadata.name
+    condition = policy.spec.matchConditions[0]
+    condition.expression = condition.expression.replace(DRIVER_USER, user)
+    role_binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"vap-{suffix}"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": "rdmaplane-dra-driver",
+        },
+        "subjects": [{"kind": "User", "name": user}],
+    }
+    with kube_cluster.client() as client:
+        for obj in [codecs.from_dict(role_binding), policy, binding]:
+            client.create(obj)
+    try:
+
+        async def status(slice_node: str, node_claim: str | None) -> int:
+            headers = {"Impersonate-User": user}
+            if node_claim is not None:
+                headers["Impersonate-Extra-authentication.kubernetes.io%2Fnode-name"] = node_claim
+            body = {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"vap-{uuid.uuid4().hex[:6]}"},
+                "spec": {
+                    "driver": DRIVER,
+                    "nodeName": slice_node,
+                    "pool": {"name": slice_node, "generation": 1, "resourceSliceCount": 1},
+                },
+            }
+            async with httpx.AsyncClient(verify=kube_cluster.tls_context()) as http:
+                answer = await http.post(
+                    f"{kube_cluster.server}/apis/resource.k8s.io/v1/resourceslices?dryRun=All",
+                    json=body,
+                    headers=headers,
+                )
+            return answer.status_code
+
+        async def denied() -> bool:  # the policy takes effect once its informer has it
+            return await status("node-b", "node-a") in (403, 422)
+
+        await until(denied, "the policy in effect")
+        assert await status("node-a", "node-a") == 201
+        assert await status("node-a", None) in (403, 422)
+    finally:
+        with kube_cluster.client() as client:
+            for obj in (binding, policy):
+                client.delete(type(obj), obj.metadata.name)
+            client.delete(type(codecs.from_dict(role_binding)), f"vap-{suffix}")

@@ -1,0 +1,147 @@
+"""A kubelet stand-in for DRA drivers, speaking the plugin watcher's and the DRA plugin API's
+protocols from the generated stubs (wire-checked against k8s.io/kubelet v0.37.2 by
+`scripts/gen-protos.sh --compare-upstream`).
+
+It does what the kubelet's plugin manager and DRA manager do with a driver, no more: find the
+registration socket in `plugins_registry/`, ask `GetInfo`, refuse what the kubelet refuses
+(another plugin type, a name other than the driver's, no gRPC service it knows), pick the
+service as the kubelet does (the first in the plugin's list that the kubelet supports), report
+`NotifyRegistrationStatus`, dial the endpoint and call `NodePrepareResources` /
+`NodeUnprepareResources` with claims named by namespace, name and UID.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import grpc
+
+from rdmaplane.kubelet.api.dra.v1 import api_pb2 as v1
+from rdmaplane.kubelet.api.dra.v1 import api_pb2_grpc as v1_grpc
+from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2 as v1beta1
+from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
+from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+
+# What kubelet v1.37 supports, newest first (pkg/kubelet/cm/dra/plugin: servicesSupportedByKubelet).
+KUBELET_SERVICES = {"v1.DRAPlugin": (v1, v1_grpc), "v1beta1.DRAPlugin": (v1beta1, v1beta1_grpc)}
+
+
+CALL_TIMEOUT_S = 45.0  # the kubelet's timeout for a DRA plugin call
+
+
+class Refused(Exception):
+    """The kubelet would refuse this plugin; the message is why."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    namespace: str
+    name: str
+    uid: str
+
+
+@dataclass(frozen=True)
+class Prepared:
+    devices: tuple[
+        tuple[tuple[str, ...], str, str, tuple[str, ...]], ...
+    ]  # requests, pool, device, cdi
+    error: str
+
+
+class DraKubelet:
+    def __init__(self, kubelet_dir: Path, driver: str) -> None:
+        self.registry = Path(kubelet_dir) / "plugins_registry"
+        self.driver = driver
+        self.info: reg.PluginInfo | None = None
+        self.service = ""
+
+    async def register(self, within_s: float = 30.0) -> reg.PluginInfo:
+        """Register the driver as the kubelet does, once its registration socket answers (a
+        socket a killed driver left behind refuses connections until the next one serves)."""
+        deadline = asyncio.get_running_loop().time() + within_s
+        while True:
+            try:
+                return await self._register_once()
+            except (FileNotFoundError, grpc.aio.AioRpcError) as e:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise TimeoutError(f"no driver registered in {within_s} s: {e}") from e
+                await asyncio.sleep(0.1)
+
+    async def _register_once(self) -> reg.PluginInfo:
+        sockets = sorted(self.registry.glob("*.sock")) if self.registry.is_dir() else []
+        if not sockets:
+            raise FileNotFoundError(f"no registration socket in {self.registry}")
+        (socket,) = sockets
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            watcher = reg_grpc.RegistrationStub(channel)
+            info = await watcher.GetInfo(reg.InfoRequest(), timeout=5)
+            try:
+                self.service = self._validate(info)
+            except Refused as e:
+                await watcher.NotifyRegistrationStatus(
+                    reg.RegistrationStatus(plugin_registered=False, error=str(e)), timeout=5
+                )
+                raise
+            await watcher.NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=True), timeout=5
+            )
+        self.info = info
+        return info
+
+    def _validate(self, info: reg.PluginInfo) -> str:
+        if info.type != "DRAPlugin":
+            raise Refused(f"plugin type {info.type!r}")
+        if info.name != self.driver:
+            raise Refused(f"registered as {info.name!r}, not as the driver {self.driver!r}")
+        chosen = next((s for s in info.supported_versions if s in KUBELET_SERVICES), None)
+        if chosen is None:
+            raise Refused(f"none of {list(info.supported_versions)} is supported")
+        return chosen
+
+    def _api(self, service: str | None) -> tuple[ModuleType, ModuleType]:
+        return KUBELET_SERVICES[service or self.service]
+
+    async def prepare(
+        self, claims: Sequence[Claim], service: str | None = None
+    ) -> dict[str, Prepared]:
+        """One NodePrepareResources call (within the kubelet's own 45 s)."""
+        api, api_grpc = self._api(service)
+        request = api.NodePrepareResourcesRequest(claims=[_claim(api, c) for c in claims])
+        async with self._channel() as channel:
+            response = await api_grpc.DRAPluginStub(channel).NodePrepareResources(
+                request, timeout=CALL_TIMEOUT_S
+            )
+        return {
+            uid: Prepared(
+                tuple(
+                    (tuple(d.request_names), d.pool_name, d.device_name, tuple(d.cdi_device_ids))
+                    for d in r.devices
+                ),
+                r.error,
+            )
+            for uid, r in response.claims.items()
+        }
+
+    async def unprepare(
+        self, claims: Sequence[Claim], service: str | None = None
+    ) -> dict[str, str]:
+        api, api_grpc = self._api(service)
+        request = api.NodeUnprepareResourcesRequest(claims=[_claim(api, c) for c in claims])
+        async with self._channel() as channel:
+            response = await api_grpc.DRAPluginStub(channel).NodeUnprepareResources(
+                request, timeout=CALL_TIMEOUT_S
+            )
+        return {uid: r.error for uid, r in response.claims.items()}
+
+    def _channel(self) -> grpc.aio.Channel:
+        assert self.info is not None, "register first"
+        return grpc.aio.insecure_channel(f"unix://{self.info.endpoint}")
+
+
+def _claim(api: ModuleType, c: Claim) -> object:
+    return api.Claim(namespace=c.namespace, name=c.name, uid=c.uid)
