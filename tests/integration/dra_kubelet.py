@@ -59,6 +59,7 @@ class DraKubelet:
         self.driver = driver
         self.info: reg.PluginInfo | None = None
         self.service = ""
+        self._channel: grpc.aio.Channel | None = None  # one, as the kubelet keeps one
 
     async def register(self, within_s: float = 30.0) -> reg.PluginInfo:
         """Register the driver as the kubelet does, once its registration socket answers (a
@@ -91,7 +92,15 @@ class DraKubelet:
                 reg.RegistrationStatus(plugin_registered=True), timeout=5
             )
         self.info = info
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel = grpc.aio.insecure_channel(f"unix://{info.endpoint}")
         return info
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
 
     def _validate(self, info: reg.PluginInfo) -> str:
         if info.type != "DRAPlugin":
@@ -112,10 +121,9 @@ class DraKubelet:
         """One NodePrepareResources call (within the kubelet's own 45 s)."""
         api, api_grpc = self._api(service)
         request = api.NodePrepareResourcesRequest(claims=[_claim(api, c) for c in claims])
-        async with self._channel() as channel:
-            response = await api_grpc.DRAPluginStub(channel).NodePrepareResources(
-                request, timeout=CALL_TIMEOUT_S
-            )
+        response = await api_grpc.DRAPluginStub(self._dialled()).NodePrepareResources(
+            request, timeout=CALL_TIMEOUT_S
+        )
         return {
             uid: Prepared(
                 tuple(
@@ -132,15 +140,14 @@ class DraKubelet:
     ) -> dict[str, str]:
         api, api_grpc = self._api(service)
         request = api.NodeUnprepareResourcesRequest(claims=[_claim(api, c) for c in claims])
-        async with self._channel() as channel:
-            response = await api_grpc.DRAPluginStub(channel).NodeUnprepareResources(
-                request, timeout=CALL_TIMEOUT_S
-            )
+        response = await api_grpc.DRAPluginStub(self._dialled()).NodeUnprepareResources(
+            request, timeout=CALL_TIMEOUT_S
+        )
         return {uid: r.error for uid, r in response.claims.items()}
 
-    def _channel(self) -> grpc.aio.Channel:
-        assert self.info is not None, "register first"
-        return grpc.aio.insecure_channel(f"unix://{self.info.endpoint}")
+    def _dialled(self) -> grpc.aio.Channel:
+        assert self._channel is not None, "register first"
+        return self._channel
 
 
 def _claim(api: ModuleType, c: Claim) -> object:
