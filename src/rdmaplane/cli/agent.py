@@ -107,10 +107,31 @@ def agent(
     verbose: VerboseOption = False,
 ) -> None:
     """Run the node agent: discovery, device plugin, topology publisher, health, metrics."""
-    # the agent's stack (gRPC, lightkube, prometheus) loads only when this command runs
+    flags = (node_name, sysfs_root, kubelet_dir, kubeconfig, device_plugin_config, metrics_port)
+    cfg = configured(config, *flags, log_format)
+    if no_publish:
+        cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"enabled": False})})
+    if no_device_plugin:
+        cfg = cfg.model_copy(update={"device_plugin_enabled": False})
+    serve(cfg, verbose, config)
+
+
+def configured(
+    config: Path | None,
+    node_name: str | None,
+    sysfs_root: str | None,
+    kubelet_dir: str | None,
+    kubeconfig: Path | None,
+    device_plugin_config: Path | None,
+    metrics_port: int | None,
+    log_format: str | None,
+    **more: object,
+) -> AgentConfig:
+    """The AgentConfig of the file (or the defaults) with the flags that were given on top."""
+    # the agent's stack (gRPC, lightkube, prometheus) loads only when the command runs
     from rdmaplane.config import AgentConfig
 
-    cfg = config_file(
+    return config_file(
         config,
         AgentConfig,
         node_name=node_name,
@@ -120,12 +141,8 @@ def agent(
         device_plugin_config=device_plugin_config,
         metrics_port=metrics_port,
         log_format=log_format,
+        **more,
     )
-    if no_publish:
-        cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"enabled": False})})
-    if no_device_plugin:
-        cfg = cfg.model_copy(update={"device_plugin_enabled": False})
-    serve(cfg, verbose, config)
 
 
 def serve(cfg: AgentConfig, verbose: bool, source: Path | None) -> None:

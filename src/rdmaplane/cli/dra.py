@@ -14,9 +14,10 @@ from rdmaplane.cli.agent import (
     MetricsPortOption,
     NodeNameOption,
     SysfsDirOption,
+    configured,
     serve,
 )
-from rdmaplane.cli.common import LogFormatOption, VerboseOption, config_file
+from rdmaplane.cli.common import LogFormatOption, VerboseOption
 
 
 def dra_driver(
@@ -41,19 +42,7 @@ def dra_driver(
     """Run the node agent as the DRA driver rdma.rdmaplane.io: ResourceSlices for this node,
     the kubelet's DRA plugin, CDI specs per claim, device taints for faults (docs/dra.md).
     Never with the device plugin: a node's HCAs are offered one way or the other."""
-    from rdmaplane.config import AgentConfig
-
-    cfg = config_file(
-        config,
-        AgentConfig,
-        node_name=node_name,
-        sysfs_root=sysfs_root,
-        kubelet_dir=kubelet_dir,
-        kubeconfig=kubeconfig,
-        device_plugin_config=device_plugin_config,
-        metrics_port=metrics_port,
-        log_format=log_format,
-        device_plugin_enabled=False,
-    )
+    flags = (node_name, sysfs_root, kubelet_dir, kubeconfig, device_plugin_config, metrics_port)
+    cfg = configured(config, *flags, log_format, device_plugin_enabled=False)
     cfg = cfg.model_copy(update={"dra": cfg.dra.model_copy(update={"enabled": True})})
     serve(cfg, verbose, config)
