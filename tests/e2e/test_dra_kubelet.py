@@ -219,6 +219,23 @@ def prepared_lines(runs: list[DriverProcess], uid: str) -> int:
     )
 
 
+async def metrics(driver: DriverProcess) -> dict[str, float]:
+    """The driver's /metrics, at the address its log names."""
+    served = next(
+        line["msg"]
+        for line in driver.lines()
+        if str(line.get("msg", "")).startswith("serving /metrics")
+    )
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://{served.rsplit(' ', 1)[1]}/metrics")).text
+    return {
+        name: float(value)
+        for name, value in (
+            line.rsplit(" ", 1) for line in text.splitlines() if line and line[0] != "#"
+        )
+    }
+
+
 def spec_of(node: DraHost, uid: str) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((node.cdi_dir / f"{spec_name(DRIVER, uid)}.json").read_text())
     return data
@@ -264,6 +281,12 @@ async def test_registers_and_prepares_exactly_the_allocated_devices(
     assert (await kubelet.prepare([claim]))[claim.uid] == first
     assert (await kubelet.prepare([claim], "v1beta1.DRAPlugin"))[claim.uid] == first
     assert prepared_lines([driver], claim.uid) == 1
+
+    figures = await metrics(driver)
+    assert figures['rdmaplane_dra_prepare_results_total{result="prepared"}'] == 1
+    assert figures['rdmaplane_dra_prepare_results_total{result="cached"}'] == 2
+    assert figures["rdmaplane_dra_prepared_claims"] == 1
+    assert figures["rdmaplane_dra_devices"] == len(devices)
 
     assert await kubelet.unprepare([claim]) == {claim.uid: ""}
     assert not (node.cdi_dir / f"{spec_name(DRIVER, claim.uid)}.json").exists()

@@ -38,6 +38,7 @@ from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.discovery import read_node
 from rdmaplane.discovery.probe import Probe, Reading, settle
 from rdmaplane.dra.driver import DraDriver
+from rdmaplane.dra.metrics import DraCollector
 from rdmaplane.dra.slices import DEGRADED, FATAL, PortFault
 from rdmaplane.model import NodeTopology, PortObservation
 
@@ -109,6 +110,8 @@ class Agent:
         self.plugin = plugin
         self.allocation_source = allocation_source
         self.metrics = AgentMetrics(self.view)
+        if dra is not None:
+            self.metrics.registry.register(DraCollector(dra))
         self.publisher = (
             Publisher(kube, config.node_name, config.publish, self.metrics) if kube else None
         )
