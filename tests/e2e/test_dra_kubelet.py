@@ -333,6 +333,43 @@ async def test_bad_claims_fail_alone_and_the_driver_carries_on(
     assert again[good.uid] == got[good.uid]
 
 
+async def test_a_port_down_taints_its_device_until_it_comes_back(
+    kube: AsyncClient,
+    node: DraHost,
+    start_driver: Callable[[], DriverProcess],
+) -> None:
+    start_driver()
+    devices = await published(kube, node)
+    by_hca = {d["attributes"]["rdmaDevice"]["string"]: n for n, d in devices.items()}
+
+    def set_port(hca: str, up: bool) -> None:
+        port = node.tree / "class/infiniband" / hca / "ports/1"
+        (port / "state").write_text("4: ACTIVE\n" if up else "1: DOWN\n")
+        (port / "phys_state").write_text("5: LinkUp\n" if up else "3: Disabled\n")
+
+    async def taints(hca: str) -> list[dict[str, Any]]:
+        return list((await slice_devices(kube, node))[by_hca[hca]].get("taints", []))
+
+    set_port("mlx5_4", up=False)
+    (first,) = await until(lambda: taints("mlx5_4"), "mlx5_4 tainted")
+    assert (first["key"], first["value"], first["effect"]) == (
+        "rdmaplane.io/rdma-unhealthy",
+        "fatal",
+        "NoExecute",
+    )
+    set_port("mlx5_5", up=False)  # another change: the pool is published again
+    await until(lambda: taints("mlx5_5"), "mlx5_5 tainted")
+    assert await taints("mlx5_4") == [first]  # the same timeAdded: tolerations keep counting
+    set_port("mlx5_4", up=True)
+    set_port("mlx5_5", up=True)
+
+    async def clear() -> bool:
+        return not await taints("mlx5_4") and not await taints("mlx5_5")
+
+    await until(clear, "taints removed")
+    assert set(await slice_devices(kube, node)) == set(devices)  # nothing left the pool
+
+
 async def _without(kube: AsyncClient, node: DraHost, device: str) -> bool:
     devices = await slice_devices(kube, node)
     return bool(devices) and device not in devices
