@@ -261,7 +261,10 @@ async def test_registers_and_prepares_exactly_the_allocated_devices(
     claim, results = await allocated_claim(kube, namespace, node, "gpu-nic-pcie-x4")
     ours = {r["request"]: r["device"] for r in results if r["driver"] == DRIVER}
 
-    first = (await kubelet.prepare([claim]))[claim.uid]
+    # two calls for one claim at once: whatever the caller does, a claim is prepared once
+    one, two = await asyncio.gather(kubelet.prepare([claim]), kubelet.prepare([claim]))
+    first = one[claim.uid]
+    assert two[claim.uid] == first
 
     assert first.error == ""
     assert sorted((d[0], d[2]) for d in first.devices) == sorted(((r,), d) for r, d in ours.items())
@@ -284,7 +287,7 @@ async def test_registers_and_prepares_exactly_the_allocated_devices(
 
     figures = await metrics(driver)
     assert figures['rdmaplane_dra_prepare_results_total{result="prepared"}'] == 1
-    assert figures['rdmaplane_dra_prepare_results_total{result="cached"}'] == 2
+    assert figures['rdmaplane_dra_prepare_results_total{result="cached"}'] == 3
     assert figures["rdmaplane_dra_prepared_claims"] == 1
     assert figures["rdmaplane_dra_devices"] == len(devices)
 

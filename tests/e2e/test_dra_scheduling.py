@@ -114,5 +114,7 @@ async def test_a_tainted_nic_is_not_allocated_until_its_fault_clears(
 
         node.faults.clear()
         await node.publish()
+        assert node.driver.publisher is not None
+        assert not await node.driver.publisher.publish_once()  # the server holds it: no write
         got = by_request(await allocation(kube, namespace, claim))
         assert tainted in {device for _, device in got.values()}

@@ -152,6 +152,10 @@ class DraDriver:
         async with self._lock:
             resolved: list[PreparedClaim] = []
             for ref, claim in zip(todo, fetched, strict=True):
+                entry = self.checkpoint.entries.get(ref.uid)
+                if entry is not None and entry.state == PREPARED:  # a concurrent call did it
+                    out[ref.uid] = await self._cached(entry)
+                    continue
                 try:
                     if isinstance(claim, str):
                         raise ClaimError(claim)

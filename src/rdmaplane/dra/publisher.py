@@ -117,6 +117,8 @@ class SlicePublisher:
                 ResourceSlice, fields={"spec.nodeName": self.node, "spec.driver": self.driver}
             )
         ]
+        if not stored and not self._devices:
+            return False  # no devices, no pool: nothing to publish or remove
         held = generation_of(stored)
         taints = self._stamped(stored)
         wanted = slice_objects(self.driver, self.node, self._devices, taints, held, self._node_uid)
