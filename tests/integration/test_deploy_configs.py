@@ -116,3 +116,28 @@ def _pod_spec(path: str) -> dict[str, Any]:
     docs = yaml.safe_load_all((DEPLOY / path).read_text())
     daemonset = next(d for d in docs if d["kind"] == "DaemonSet")
     return cast(dict[str, Any], daemonset["spec"]["template"]["spec"])
+
+
+def test_every_claim_template_pairs_gpu_k_with_nic_k() -> None:
+    """deploy/dra/claim-templates.yaml: x<N> templates hold N GPU and N NIC requests of the two
+    DeviceClasses and one constraint per pair (one constraint over all of them would ask for a
+    single root), by the attribute their name says."""
+    docs = list(yaml.safe_load_all((DEPLOY / "dra" / "claim-templates.yaml").read_text()))
+    assert {d["metadata"]["name"] for d in docs} >= {"gpu-nic-pcie-x4", "gpu-nic-numa-x4"}
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        kind, size = name.split("-")[2], int(name.rsplit("-x", 1)[1])
+        devices = doc["spec"]["spec"]["devices"]
+        classes = {r["name"]: r["exactly"]["deviceClassName"] for r in devices["requests"]}
+        assert classes == {
+            **{f"gpu-{k}": "gpu.nvidia.com" for k in range(size)},
+            **{f"nic-{k}": "rdma.rdmaplane.io" for k in range(size)},
+        }, name
+        attribute = {"pcie": "pcieRoot", "numa": "numaNode"}[kind]
+        assert devices["constraints"] == [
+            {
+                "requests": [f"gpu-{k}", f"nic-{k}"],
+                "matchAttribute": f"resource.kubernetes.io/{attribute}",
+            }
+            for k in range(size)
+        ], name
