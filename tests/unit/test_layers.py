@@ -25,6 +25,7 @@ CORE = [
     "rdmaplane.agent.desired",
     "rdmaplane.agent.allocation",
     "rdmaplane.agent.inventory",
+    "rdmaplane.faults",
 ]
 SERVICES = ["agent", "scheduler", "doctor"]
 IO_MODULES = {
