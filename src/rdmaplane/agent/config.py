@@ -6,11 +6,21 @@ names the key it is about.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AliasGenerator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
+from pydantic.alias_generators import to_camel
 
 from rdmaplane.documents import DocumentError, expect_mapping, read_document
 
@@ -67,6 +77,60 @@ class PublishConfig(_Strict):
     event_aggregate_s: float = Field(default=600.0, ge=0)
 
 
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(value: object) -> object:
+    """A duration as Kubernetes writes it (`30s`, `1m30s`, `500ms`) or a number of seconds."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{value!r} is not a duration (e.g. 5s, 1m30s, 500ms, or seconds)")
+    return sum(float(n) * _UNIT_S[u] for n, u in parts)
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds), Field(ge=0)]
+
+
+class FaultConfig(BaseModel):
+    """`fault:` what the agent does when an RDMA port fails under a pod (docs/faults.md).
+
+    camelCase keys, as every versioned rdmaplane config; durations as `5s`/`1m` or seconds."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=AliasGenerator(validation_alias=to_camel, serialization_alias=to_camel),
+    )
+
+    # Fatal symptoms must persist this long before they are a fault (one blip is not).
+    fatal_after: Seconds = 5.0
+    # A fault clears only after this long without its symptoms (a flapping port stays one fault).
+    clear_after: Seconds = 60.0
+    # observe: log and count; notify: notice + RDMAFault condition; evict: and the Eviction API.
+    action: Literal["observe", "notify", "evict"] = "evict"
+    # Between the notice (annotation + Event) and the action: time for an emergency checkpoint.
+    grace_seconds: Seconds = 30.0
+    max_evictions_per_minute: int = Field(default=4, ge=0)
+    # Counters whose increments within health.windowS are fatal above this many (else degraded).
+    fatal_thresholds: dict[str, int] = Field(default_factory=lambda: {"link_downed": 0})
+    # The node taint when every compute HCA is fatal; null: never taint.
+    taint_effect: Literal["NoExecute", "NoSchedule", "PreferNoSchedule"] | None = "NoExecute"
+    # The same taint when every compute HCA is at least degraded; null (default): not then.
+    degraded_taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = None
+
+    @field_validator("fatal_thresholds")
+    @classmethod
+    def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = [k for k, n in v.items() if n < 0]
+        if bad:
+            raise ValueError(f"thresholds must be >= 0: {', '.join(sorted(bad))}")
+        return v
+
+
 class AgentConfig(_Strict):
     node_name: str = Field("", description="the Node object this agent speaks for")
     sysfs_root: Path = Path("/sys")
@@ -98,6 +162,7 @@ class AgentConfig(_Strict):
 
     health: HealthConfig = HealthConfig()
     publish: PublishConfig = PublishConfig()
+    fault: FaultConfig = FaultConfig()
 
     @property
     def kubelet_config_path(self) -> Path:
