@@ -27,7 +27,6 @@ PortKey = tuple[str, int]  # (hca, port)
 ANNOTATION = "rdmaplane.io/fault"
 CONDITION = "RDMAFault"
 TAINT_KEY = "rdmaplane.io/rdma-unhealthy"
-EXIT_RESTART = 75  # "checkpoint saved, restart me" (EX_TEMPFAIL); rdmaplane.train uses it
 
 
 class FaultClass(StrEnum):
