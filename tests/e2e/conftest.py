@@ -24,6 +24,12 @@ Fixtures
   passed through as is (e.g. with an `extenders:` entry); only apiVersion/kind,
   `clientConnection.kubeconfig` and `leaderElection.leaderElect: false` are filled in when
   missing. Returns once /readyz is 200; stopped after the test.
+- `controller_manager` (session): kube-controller-manager with the Job and taint-eviction
+  controllers (`launch_controller_manager(cluster, controllers)` for another set), started on
+  first use and kept for the session.
+- `kwok` (session): KWOK managing nodes annotated `kwok.x-k8s.io/node=fake` with the stages in
+  `kwok-stages.yaml`; make such nodes with `add_kwok_node(kube, name, labels, extended)`. The
+  binary comes from `RDMAPLANE_KWOK_BIN` or `scripts/build-k8s.sh --kwok-bin-dir`.
 Startup failures raise `StartError` naming the binary, its flags and its log tail.
 """
 
@@ -47,6 +53,8 @@ from tests.e2e.controlplane import (
     SchedulerConfig,
     StartError,
     control_plane,
+    launch_controller_manager,
+    launch_kwok,
     launch_scheduler,
     missing_binaries,
     poll_until,
@@ -68,13 +76,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def k8s_bin_dir() -> Path:
     configured = os.environ.get("RDMAPLANE_K8S_BIN")
-    if configured:
-        bin_dir = Path(configured)
-    else:
-        found = subprocess.run(
-            [str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True, check=True
-        )
-        bin_dir = Path(found.stdout.strip())
+    bin_dir = Path(configured) if configured else _script_dir("--bin-dir")
     missing = missing_binaries(bin_dir)
     if missing:
         pytest.fail(
@@ -83,6 +85,46 @@ def k8s_bin_dir() -> Path:
             pytrace=False,
         )
     return bin_dir
+
+
+def _script_dir(flag: str) -> Path:
+    found = subprocess.run([str(BUILD_SCRIPT), flag], capture_output=True, text=True, check=True)
+    return Path(found.stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def kwok_bin() -> Path:
+    configured = os.environ.get("RDMAPLANE_KWOK_BIN")
+    binary = Path(configured) if configured else _script_dir("--kwok-bin-dir") / "kwok"
+    if not binary.is_file():
+        pytest.fail(
+            f"kwok missing at {binary}: run `make k8s-bins` (or {BUILD_SCRIPT.relative_to(REPO)})",
+            pytrace=False,
+        )
+    return binary
+
+
+def _started(start: Callable[[], Process]) -> Iterator[Process]:
+    """A session process as a fixture: one-line failure on StartError, stopped at the end."""
+    try:
+        process = start()
+    except StartError as err:
+        failure = str(err)
+    else:
+        yield process
+        process.stop()
+        return
+    pytest.fail(failure, pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def controller_manager(kube_cluster: KubeCluster) -> Iterator[Process]:
+    yield from _started(lambda: launch_controller_manager(kube_cluster))
+
+
+@pytest.fixture(scope="session")
+def kwok(kube_cluster: KubeCluster, kwok_bin: Path) -> Iterator[Process]:
+    yield from _started(lambda: launch_kwok(kube_cluster, kwok_bin))
 
 
 @pytest.fixture(scope="session")

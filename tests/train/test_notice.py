@@ -135,3 +135,41 @@ def test_notice_saves_exits_75_and_the_restart_resumes_exactly(tmp_path: Path, t
     assert again.returncode == 0, err
     assert out.splitlines()[0] == f"start {saved}"
     assert out.splitlines()[-1] == f"done 3000 {sum(range(3_000))}"
+
+
+# A launcher that, like torchrun, turns any failed worker into its own exit 1.
+LAUNCHER = "import subprocess, sys; sys.exit(1 if subprocess.call(sys.argv[1:]) else 0)"
+
+
+def test_run_keeps_exit_75_through_a_launcher(tmp_path: Path):
+    args = [sys.executable, "-c", LOOP, str(tmp_path / "ckpt"), str(tmp_path / "annotations")]
+    wrapped = subprocess.Popen(
+        [sys.executable, "-m", "rdmaplane.train.run", "--", sys.executable, "-c", LAUNCHER, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for_step(tmp_path, 200)
+    write_like_kubelet(tmp_path / "annotations", {N.ANNOTATION: json.dumps(FAULT)})
+    _, err = wrapped.communicate(timeout=60)
+    assert wrapped.returncode == train.EXIT_RESTART, err
+
+
+@pytest.mark.parametrize(
+    ("script", "code"),
+    [("raise SystemExit(3)", 3), ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 137)],
+)
+def test_run_passes_other_exits_through(script: str, code: int):
+    result = subprocess.run(
+        [sys.executable, "-m", "rdmaplane.train.run", "--", sys.executable, "-c", script],
+        timeout=60,
+    )
+    assert result.returncode == code
+
+
+def test_run_without_a_command_is_a_usage_error():
+    result = subprocess.run(
+        [sys.executable, "-m", "rdmaplane.train.run"], capture_output=True, text=True, timeout=60
+    )
+    assert (result.returncode, result.stderr.count("\n")) == (2, 1)
+    assert "usage: python -m rdmaplane.train.run -- COMMAND" in result.stderr

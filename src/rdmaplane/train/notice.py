@@ -9,6 +9,7 @@ sets the notice; the training loop checks it each step, saves, and exits with `E
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -26,6 +27,9 @@ ANNOTATION = "rdmaplane.io/fault"
 EXIT_RESTART = 75
 DEFAULT_ANNOTATIONS_FILE = "/etc/podinfo/annotations"
 ENV_ANNOTATIONS_FILE = "RDMAPLANE_ANNOTATIONS_FILE"
+# Set by `python -m rdmaplane.train.run`: `exit_for_restart` creates this file, so the wrapper
+# can exit 75 even when a launcher (torchrun) between them reports its own code.
+ENV_RESTART_FILE = "RDMAPLANE_RESTART_FILE"
 
 
 class NoticeWarning(UserWarning):
@@ -156,7 +160,12 @@ class FaultNotice:
 
 
 def exit_for_restart() -> NoReturn:
-    """Exit with `EXIT_RESTART` (75): "checkpoint saved, restart me"."""
+    """Exit with `EXIT_RESTART` (75): "checkpoint saved, restart me" (and tell
+    `rdmaplane.train.run`, if it started us, through its file)."""
+    marker = os.environ.get(ENV_RESTART_FILE)
+    if marker:
+        with contextlib.suppress(OSError):
+            Path(marker).touch()
     sys.stdout.flush()
     sys.stderr.flush()
     raise SystemExit(EXIT_RESTART)
