@@ -69,14 +69,22 @@ def watched_ports(
 ) -> dict[str, tuple[int, ...]]:
     """The ports to judge, per managed HCA: its compute ports now, plus those it had before.
     A port that goes down drops out of the compute set, and a vanished HCA out of the topology:
-    both must stay watched to be seen as faulty."""
+    both must stay watched to be seen as faulty. While a watched port is down or gone, no port
+    joins: the compute class is chosen among ports that are up, so with every fast port down a
+    slower storage port would pass for compute (and hide that every compute HCA is dead)."""
+    impaired = any(
+        (hca := topo.hca(name)) is None or (port := hca.port(n)) is None or not port.is_up
+        for name, numbers in before.items()
+        for n in numbers
+    )
     now: dict[str, set[int]] = {}
-    for hca, port in compute:
-        now.setdefault(hca, set()).add(port)
+    for hca_name, number in compute:
+        if not impaired or number in before.get(hca_name, ()):
+            now.setdefault(hca_name, set()).add(number)
     out = {}
     for name in sorted(set(managed)):
         ports = now.get(name, set()) | set(before.get(name, ()))
-        if not ports and topo.hca(name) is None:
+        if not ports and topo.hca(name) is None and not impaired:
             ports = {1}  # gone before we ever saw a compute port of it
         if ports:
             out[name] = tuple(sorted(ports))

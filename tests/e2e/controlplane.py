@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import ctypes
 import datetime as dt
 import ipaddress
-import signal
 import socket
 import ssl
 import subprocess
@@ -75,10 +73,10 @@ def poll_until(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.25)
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it when pytest dies, so no binary outlives a run."""
-    prctl_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(prctl_set_pdeathsig, signal.SIGKILL)
+# SIGKILL the child when pytest dies, so no binary outlives a run. util-linux's setpriv sets
+# PR_SET_PDEATHSIG and execs the binary: no Python runs between fork and exec (a preexec_fn
+# does, and in a process with gRPC threads the child sometimes aborted before exec).
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--")
 
 
 @dataclass
@@ -94,11 +92,10 @@ class Process:
     def start(cls, binary: Path, args: Sequence[str], log_path: Path) -> Process:
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
-                [str(binary), *args],
+                [*DIE_WITH_PARENT, str(binary), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
             )
         return cls(binary, list(args), log_path, popen)
 

@@ -56,6 +56,7 @@ FAULT = FaultConfig.model_validate(
 )
 PUBLISH = PublishConfig(backoff_initial_s=0.2, backoff_max_s=1.0)
 CHAIN_S = 120.0  # generous: the machine is shared and loaded
+RIG_LABEL = "e2e.rdmaplane.io/rig"  # generous: the machine is shared and loaded
 
 
 # ---------------------------------------------------------------- the rig
@@ -69,6 +70,8 @@ class Rig:
     b: str
     tree: Path
     lister: Lister
+    extender: str
+    label: str
     seen: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # pod → its versions
 
     def port(self, hca: str, up: bool, link_downed: int | None = None) -> None:
@@ -114,27 +117,51 @@ def _holding(topo_lister: Lister, pods: list[Pod], node: str) -> list[pr.PodReso
 
 
 async def _stand_in_kubelet(rig: Rig) -> None:
-    """Keep PodResources in step with the pods bound to A, and record every version of every
-    pod (evicted pods are gone within a second; their last versions show what happened)."""
+    """Keep PodResources in step with the pods bound to A."""
     while True:
-        pods = await rig.pods()
-        for p in pods:
-            assert p.metadata is not None and p.metadata.name is not None
-            versions = rig.seen.setdefault(p.metadata.name, [])
-            obj = p.to_dict()
-            if not versions or versions[-1] != obj:
-                versions.append(obj)
-        rig.lister.pods = _holding(rig.lister, pods, rig.a)
+        rig.lister.pods = _holding(rig.lister, await rig.pods(), rig.a)
         await asyncio.sleep(0.1)
 
 
-async def _start_job(kube: AsyncClient, namespace: str) -> str:
+async def _record(rig: Rig) -> None:
+    """Every version of every pod, from a watch (an evicted pod without a finalizer is gone
+    within milliseconds; its versions show what happened)."""
+    async for _, pod in rig.kube.watch(Pod, namespace=rig.namespace):
+        assert pod.metadata is not None and pod.metadata.name is not None
+        rig.seen.setdefault(pod.metadata.name, []).append(pod.to_dict())
+
+
+async def _start_job(rig: Rig) -> str:
     docs = list(yaml.safe_load_all(EXAMPLE_JOB.read_text()))
     job = next(d for d in docs if d["kind"] == "Job")
     name = f"train-{uuid.uuid4().hex[:5]}"
-    job["metadata"] = {"name": name, "namespace": namespace}
-    await kube.create(Job.from_dict(job))
+    job["metadata"] = {"name": name, "namespace": rig.namespace}
+    # The changes: this test's nodes only (the session cluster has others), and no shared
+    # storage here (the pods run nothing anyway).
+    job["spec"]["template"]["spec"]["nodeSelector"] = {RIG_LABEL: rig.label}
+    for volume in job["spec"]["template"]["spec"]["volumes"]:
+        if "persistentVolumeClaim" in volume:
+            volume.pop("persistentVolumeClaim")
+            volume["emptyDir"] = {}
+    await rig.kube.create(Job.from_dict(job))
     return name
+
+
+async def placed_on(rig: Rig, nodes: set[str]) -> dict[str, str]:
+    """Wait until the Job's live pods run on exactly `nodes`; on timeout say where they are."""
+    try:
+        return await eventually(lambda: _placed(rig, nodes), CHAIN_S)  # type: ignore[no-any-return]
+    except AssertionError:
+        pods = [
+            (p.metadata.name, p.spec.nodeName, p.status.phase if p.status else None)
+            for p in await rig.pods()
+            if p.metadata and p.spec
+        ]
+        events = [
+            (e.involvedObject.name, e.reason, e.message)
+            async for e in rig.kube.list(Event, namespace=rig.namespace)
+        ]
+        raise AssertionError(f"pods not on {nodes}: {pods}; events: {events}") from None
 
 
 async def _placed(rig: Rig, nodes: set[str]) -> dict[str, str] | None:
@@ -163,12 +190,12 @@ async def fault_rig(
     a, b = f"gpu-a-{prefix}", f"gpu-b-{prefix}"
     capacity = {nrt.GPU: "8", nrt.HCA: "8"}
     for name in (a, b):
-        await add_kwok_node(kube, name, {"rdmaplane.io/rdma": "true"}, capacity)
+        await add_kwok_node(kube, name, {RIG_LABEL: prefix}, capacity)
     await kube.create(
         NodeResourceTopology(nrt.to_object(layout("hgx", b, policy="best-effort", scope="pod")))
     )
     start_scheduler(_scheduler_config(extender_url))
-    rig = Rig(kube, namespace, a, b, tree, kubelet)
+    rig = Rig(kube, namespace, a, b, tree, kubelet, extender_url, prefix)
     # 8 GPUs + 8 HCAs span both NUMA nodes of the HGX layout: best-effort admits that.
     config = {
         "fault": FAULT,
@@ -178,21 +205,37 @@ async def fault_rig(
         **agent_config,
     }
     async with running_agent(agent_kubeconfig, a, tree, workdir, **config) as agent:
-        watcher = asyncio.create_task(_stand_in_kubelet(rig))
+        # A pod the extender turns away for want of an NRT waits minutes in the scheduler's
+        # unschedulable queue (NRTs are no scheduler event): publish first.
+        await asyncio.wait_for(agent.publisher.in_sync.wait(), CHAIN_S)
+        await _extender_knows(extender_url, a)
+        tasks = [asyncio.create_task(_stand_in_kubelet(rig)), asyncio.create_task(_record(rig))]
         try:
             yield rig, agent
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+async def _extender_knows(url: str, node: str) -> None:
+    async def known() -> bool:
+        async with httpx.AsyncClient() as client:
+            reply = await client.get(f"{url}/debug/nodes/{node}")
+        return reply.status_code == 200
+
+    await eventually(known, CHAIN_S)
 
 
 async def _add_spare(rig: Rig) -> str:
     c = f"gpu-c-{uuid.uuid4().hex[:5]}"
-    await add_kwok_node(rig.kube, c, {"rdmaplane.io/rdma": "true"}, {nrt.GPU: "8", nrt.HCA: "8"})
+    await add_kwok_node(rig.kube, c, {RIG_LABEL: rig.label}, {nrt.GPU: "8", nrt.HCA: "8"})
     await rig.kube.create(
         NodeResourceTopology(nrt.to_object(layout("hgx", c, policy="best-effort", scope="pod")))
     )
+    await _extender_knows(rig.extender, c)
     return c
 
 
@@ -201,9 +244,11 @@ def _condition(version: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return next((c for c in conditions if c["type"] == type_ and c["status"] == "True"), None)
 
 
-def _metric(agent: Agent, name: str, **labels: str) -> float:
-    """The sum of a metric's samples that carry `labels`, scraped from the agent's /metrics."""
-    body = httpx.get(_metrics_url(agent), timeout=10).text
+async def _metric(agent: Agent, name: str, **labels: str) -> float:
+    """The sum of a metric's samples that carry `labels`, scraped from the agent's /metrics
+    (the agent serves it on this event loop: never a blocking request here)."""
+    async with httpx.AsyncClient() as client:
+        body = (await client.get(_metrics_url(agent), timeout=10)).text
     wanted = [f'{k}="{v}"' for k, v in labels.items()]
     return sum(
         float(line.rsplit(" ", 1)[1])
@@ -230,17 +275,14 @@ async def test_port_down_notice_condition_eviction_replacement(
     async with fault_rig(
         kube, namespace, agent_kubeconfig, tree, workdir, kubelet, start_scheduler, extender
     ) as (rig, agent):
-        job = await _start_job(kube, namespace)
-        placed = await eventually(lambda: _placed(rig, {rig.a, rig.b}), CHAIN_S)
+        job = await _start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
         victim = next(p for p, n in placed.items() if n == rig.a)
         spare = await _add_spare(rig)
 
         rig.port("mlx5_3", up=False)
 
-        async def replaced() -> dict[str, str] | None:
-            return await _placed(rig, {spare, rig.b})
-
-        now_placed = await eventually(replaced, CHAIN_S)
+        now_placed = await placed_on(rig, {spare, rig.b})
         assert victim not in now_placed
 
         # The victim's recorded versions: notice, condition, then the eviction.
@@ -264,9 +306,8 @@ async def test_port_down_notice_condition_eviction_replacement(
 
         status = (await kube.get(Job, job, namespace=namespace)).status
         assert status is not None and not status.failed  # Ignored: no failure counted
-        assert (
-            _metric(agent, "rdmaplane_agent_fault_decisions_total", verb="act", outcome="done") == 1
-        )
+        acted = await _metric(agent, "rdmaplane_agent_fault_decisions_total", verb="act")
+        assert acted == 1
 
 
 async def test_flapping_port_evicts_at_most_once(
@@ -284,8 +325,8 @@ async def test_flapping_port_evicts_at_most_once(
     async with fault_rig(
         kube, namespace, agent_kubeconfig, tree, workdir, kubelet, start_scheduler, extender
     ) as (rig, agent):
-        await _start_job(kube, namespace)
-        await eventually(lambda: _placed(rig, {rig.a, rig.b}), CHAIN_S)
+        await _start_job(rig)
+        await placed_on(rig, {rig.a, rig.b})
         await _add_spare(rig)
         # Down and up every 0.3 s for 12 s; the hardware counts each fall in link_downed.
         for n in range(1, 41):
@@ -297,7 +338,7 @@ async def test_flapping_port_evicts_at_most_once(
         evicted = rig.versions_with(lambda v: _condition(v, "DisruptionTarget") is not None)
         assert len(evicted) <= 1
         assert len(await rig.events("RDMAFaultEviction")) <= 1
-        raised = _metric(agent, "rdmaplane_agent_fault_changes_total", to="fatal")
+        raised = await _metric(agent, "rdmaplane_agent_fault_changes_total", to="fatal")
         assert raised == 1  # one fault for the whole flapping episode
 
 
@@ -424,8 +465,8 @@ async def test_api_server_away_during_the_fault_then_the_right_action(
     async with fault_rig(
         kube, namespace, via_proxy, tree, workdir, kubelet, start_scheduler, extender
     ) as (rig, agent):
-        await _start_job(kube, namespace)
-        placed = await eventually(lambda: _placed(rig, {rig.a, rig.b}), CHAIN_S)
+        await _start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
         victim = next(p for p, n in placed.items() if n == rig.a)
         await _add_spare(rig)
         await asyncio.wait_for(agent.publisher.in_sync.wait(), CHAIN_S)
@@ -453,4 +494,4 @@ async def _raised(agent: Agent) -> bool:
 
 
 async def _held(agent: Agent) -> bool:
-    return _metric(agent, "rdmaplane_agent_fault_decisions_total", outcome="held") > 0
+    return await _metric(agent, "rdmaplane_agent_fault_decisions_total", outcome="held") > 0

@@ -370,3 +370,23 @@ def test_decisions_never_exceed_the_rate_or_act_before_grace(rounds):
                 evictions.append(now)
         assert sum(1 for t in evictions if now - t < 60.0) <= EVICT.max_evictions_per_minute
         ledger = carry_out(ledger, decisions, now).forget_gone(set(hurt) | set(ledger.pods), now)
+
+
+def test_no_port_joins_while_a_watched_one_is_down(hgx):
+    """With every 400G port down, the storage NIC's slower port becomes the fastest class that
+    is up: it must not join the watch (it would hide that every compute HCA is dead)."""
+    compute = [("mlx5_0", 1), ("mlx5_1", 1)]
+    first = F.watched_ports(hgx, ["mlx5_0", "mlx5_1", "mlx5_bond_0"], compute, {})
+    hca = hgx.hca("mlx5_0")
+    down = dataclasses.replace(hca.ports[0], state=PortState.DOWN, phys_state=PhysState.DISABLED)
+    topo = dataclasses.replace(
+        hgx,
+        hcas=tuple(dataclasses.replace(h, ports=(down,)) if h is hca else h for h in hgx.hcas),
+    )
+    later = F.watched_ports(topo, ["mlx5_0", "mlx5_1", "mlx5_bond_0"], [("mlx5_bond_0", 1)], first)
+    assert later == first == {"mlx5_0": (1,), "mlx5_1": (1,)}
+    # Once every watched port is up again, a new compute port joins.
+    again = F.watched_ports(
+        hgx, ["mlx5_0", "mlx5_1", "mlx5_bond_0"], [*compute, ("mlx5_bond_0", 1)], later
+    )
+    assert again == {**first, "mlx5_bond_0": (1,)}
