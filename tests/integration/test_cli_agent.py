@@ -106,3 +106,24 @@ def test_serves_until_sigterm(sample_trees: dict[str, Path], short_dir: Path):
     records = [json.loads(line) for line in (lines + out.splitlines()) if line.strip()]
     assert any(r["msg"] == "shutting down" for r in records)
     assert all({"ts", "level", "logger", "msg"} <= set(r) for r in records)
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("{fatal_after: 5}", "fault.fatal_after: Extra inputs are not permitted"),
+        ("{fatalAfter: soon}", "fault.fatalAfter: Value error, 'soon' is not a duration"),
+        ("{action: delete}", "fault.action: Input should be 'observe', 'notify' or 'evict'"),
+        ("{graceSeconds: -1}", "fault.graceSeconds: Input should be greater than or equal to 0"),
+        ("{taintEffect: Evict}", "fault.taintEffect: Input should be 'NoExecute'"),
+        ("[evict]", "fault: Input should be a valid dictionary"),
+    ],
+)
+def test_malformed_fault_config_is_one_line_and_exit_2(tmp_path: Path, fault: str, message: str):
+    config = tmp_path / "agent.yaml"
+    config.write_text(f"node_name: n\nfault: {fault}\n")
+    result = runner.invoke(app, ["agent", "--config", str(config)])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())  # the console wraps long lines at its width
+    assert said.startswith(f"error: {config}: ") and message in said, result.output
+    assert "Traceback" not in result.output
