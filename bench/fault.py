@@ -171,6 +171,9 @@ def main() -> None:
          "graceSeconds": args.grace}
     )  # fmt: skip
     bin_dir, kwok_bin = script_dir("--bin-dir"), script_dir("--kwok-bin-dir") / "kwok"
+    missing = [str(p) for p in (bin_dir / "kube-controller-manager", kwok_bin) if not p.is_file()]
+    if missing:
+        sys.exit(f"bench/fault.py: {', '.join(missing)} missing: run `make k8s-bins` first")
     with control_plane(bin_dir) as cluster:
         with cluster.client() as client:
             for path in ("deploy/crds/noderesourcetopology.yaml", "deploy/agent/rbac.yaml"):

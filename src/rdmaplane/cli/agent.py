@@ -69,7 +69,8 @@ def agent(
         ),
     ] = None,
 ) -> None:
-    """Run the node agent: discovery, device plugin, topology publisher, health, metrics."""
+    """Run the node agent: discovery, device plugin, topology publisher, health, fault
+    actions (notice, eviction, taint: docs/faults.md), metrics."""
     # the agent's stack (gRPC, lightkube, prometheus) loads only when this command runs
     from lightkube import ConfigError as KubeConfigError
 
