@@ -11,12 +11,15 @@ on the spare node (A has only 7 healthy HCAs left).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from lightkube import AsyncClient
 from lightkube.resources.batch_v1 import Job
@@ -61,10 +64,11 @@ async def _metric(agent: Agent, name: str, **labels: str) -> float:
     )
 
 
-# ---------------------------------------------------------------- tests
+RigFactory = Callable[..., contextlib.AbstractAsyncContextManager[tuple[Rig, Agent]]]
 
 
-async def test_port_down_notice_condition_eviction_replacement(
+@pytest.fixture
+def chain(
     kube: AsyncClient,
     namespace: str,
     agent_kubeconfig: Path,  # noqa: F811
@@ -75,10 +79,29 @@ async def test_port_down_notice_condition_eviction_replacement(
     extender: str,  # noqa: F811
     controller_manager: Process,
     kwok: Process,
+) -> RigFactory:
+    """`fault_rig` on this test's namespace and fixtures: `async with chain() as (rig, agent)`,
+    or `chain(agent_kubeconfig=other)`."""
+    return functools.partial(
+        fault_rig,
+        kube=kube,
+        namespace=namespace,
+        agent_kubeconfig=agent_kubeconfig,
+        tree=tree,
+        workdir=workdir,
+        kubelet=kubelet,
+        start_scheduler=start_scheduler,
+        extender_url=extender,
+    )
+
+
+# ---------------------------------------------------------------- tests
+
+
+async def test_port_down_notice_condition_eviction_replacement(
+    chain: RigFactory, kube: AsyncClient, namespace: str
 ):
-    async with fault_rig(
-        kube, namespace, agent_kubeconfig, tree, workdir, kubelet, start_scheduler, extender
-    ) as (rig, agent):
+    async with chain() as (rig, agent):
         job = await start_job(rig)
         placed = await placed_on(rig, {rig.a, rig.b})
         victim = next(p for p, n in placed.items() if n == rig.a)
@@ -99,11 +122,10 @@ async def test_port_down_notice_condition_eviction_replacement(
         fault = json.loads(notice[0]["metadata"]["annotations"]["rdmaplane.io/fault"])
         assert (fault["hca"], fault["port"], fault["class"]) == ("mlx5_3", 1, "fatal")
         assert fault["reason"] == "port 1 DOWN (DISABLED)" and fault["since"].endswith("Z")
-        rdma_fault = next(c for v in rig.versions(victim) if (c := condition_true(v, "RDMAFault")))
+        versions = rig.versions(victim)
+        rdma_fault = next(c for v in versions if (c := condition_true(v, "RDMAFault")))
         assert "mlx5_3 port 1 fatal" in rdma_fault["message"]
-        disruption = next(
-            c for v in rig.versions(victim) if (c := condition_true(v, "DisruptionTarget"))
-        )
+        disruption = next(c for v in versions if (c := condition_true(v, "DisruptionTarget")))
         assert disruption["reason"] == "EvictionByEvictionAPI"
         reasons = {e.reason for e in await rig.events("RDMAFault")} | {
             e.reason for e in await rig.events("RDMAFaultEviction")
@@ -116,21 +138,8 @@ async def test_port_down_notice_condition_eviction_replacement(
         assert acted == 1
 
 
-async def test_flapping_port_evicts_at_most_once(
-    kube: AsyncClient,
-    namespace: str,
-    agent_kubeconfig: Path,  # noqa: F811
-    tree: Path,  # noqa: F811
-    workdir: Path,  # noqa: F811
-    kubelet: Lister,  # noqa: F811
-    start_scheduler: Callable[..., Process],
-    extender: str,  # noqa: F811
-    controller_manager: Process,
-    kwok: Process,
-):
-    async with fault_rig(
-        kube, namespace, agent_kubeconfig, tree, workdir, kubelet, start_scheduler, extender
-    ) as (rig, agent):
+async def test_flapping_port_evicts_at_most_once(chain: RigFactory):
+    async with chain() as (rig, agent):
         await start_job(rig)
         await placed_on(rig, {rig.a, rig.b})
         await add_spare(rig)
@@ -149,20 +158,9 @@ async def test_flapping_port_evicts_at_most_once(
 
 
 async def test_every_compute_hca_fatal_taints_the_node_until_clear_after(
-    kube: AsyncClient,
-    namespace: str,
-    agent_kubeconfig: Path,  # noqa: F811
-    tree: Path,  # noqa: F811
-    workdir: Path,  # noqa: F811
-    kubelet: Lister,  # noqa: F811
-    start_scheduler: Callable[..., Process],
-    extender: str,  # noqa: F811
-    controller_manager: Process,
-    kwok: Process,
+    chain: RigFactory, kube: AsyncClient, namespace: str
 ):
-    async with fault_rig(
-        kube, namespace, agent_kubeconfig, tree, workdir, kubelet, start_scheduler, extender
-    ) as (rig, _):
+    async with chain() as (rig, _):
         hcas = [f"mlx5_{i}" for i in range(8)]
 
         async def taint() -> Any:
@@ -204,17 +202,12 @@ async def test_every_compute_hca_fatal_taints_the_node_until_clear_after(
 
 
 async def test_api_server_away_during_the_fault_then_the_right_action(
+    chain: RigFactory,
     kube: AsyncClient,
     kube_cluster: KubeCluster,
     namespace: str,
     agent_kubeconfig: Path,  # noqa: F811
-    tree: Path,  # noqa: F811
     workdir: Path,  # noqa: F811
-    kubelet: Lister,  # noqa: F811
-    start_scheduler: Callable[..., Process],
-    extender: str,  # noqa: F811
-    controller_manager: Process,
-    kwok: Process,
 ):
     """While the agent cannot reach the API server, the fault is raised but nothing is done to
     the pod (its view is stale); once it can, the notice and eviction follow."""
@@ -229,9 +222,7 @@ async def test_api_server_away_during_the_fault_then_the_right_action(
         Path(user["client-certificate"]),
         Path(user["client-key"]),
     )
-    async with fault_rig(
-        kube, namespace, via_proxy, tree, workdir, kubelet, start_scheduler, extender
-    ) as (rig, agent):
+    async with chain(agent_kubeconfig=via_proxy) as (rig, agent):
         await start_job(rig)
         placed = await placed_on(rig, {rig.a, rig.b})
         victim = next(p for p, n in placed.items() if n == rig.a)

@@ -12,13 +12,13 @@ from typing import Annotated, Literal, get_args
 
 import yaml
 from pydantic import (
+    AfterValidator,
     AliasGenerator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
-    field_validator,
 )
 from pydantic.alias_generators import to_camel
 
@@ -44,6 +44,17 @@ class ConfigError(ValueError):
     """A configuration file or value that cannot be used; the message names the key."""
 
 
+def _non_negative(v: dict[str, int]) -> dict[str, int]:
+    bad = [k for k, n in v.items() if n < 0]
+    if bad:
+        raise ValueError(f"thresholds must be >= 0: {', '.join(sorted(bad))}")
+    return v
+
+
+# Counter name → how many increments within the window are tolerated.
+Thresholds = Annotated[dict[str, int], AfterValidator(_non_negative)]
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -53,15 +64,7 @@ class HealthConfig(_Strict):
     make the HCA unhealthy; it recovers once the increments in the window fall back under."""
 
     window_s: float = Field(default=300.0, gt=0)
-    thresholds: dict[str, int] = Field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
-
-    @field_validator("thresholds")
-    @classmethod
-    def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
-        bad = [k for k, n in v.items() if n < 0]
-        if bad:
-            raise ValueError(f"thresholds must be >= 0: {', '.join(sorted(bad))}")
-        return v
+    thresholds: Thresholds = Field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
 
 
 class PublishConfig(_Strict):
@@ -115,20 +118,12 @@ class FaultConfig(BaseModel):
     # Between the notice (annotation + Event) and the action: time for an emergency checkpoint.
     grace_seconds: Seconds = 30.0
     max_evictions_per_minute: int = Field(default=4, ge=0)
-    # Counters whose increments within health.windowS are fatal above this many (else degraded).
-    fatal_thresholds: dict[str, int] = Field(default_factory=lambda: {"link_downed": 0})
+    # Counters whose increments within health.window_s are fatal above this many (else degraded).
+    fatal_thresholds: Thresholds = Field(default_factory=lambda: {"link_downed": 0})
     # The node taint when every compute HCA is fatal; null: never taint.
     taint_effect: Literal["NoExecute", "NoSchedule", "PreferNoSchedule"] | None = "NoExecute"
     # The same taint when every compute HCA is at least degraded; null (default): not then.
     degraded_taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = None
-
-    @field_validator("fatal_thresholds")
-    @classmethod
-    def _non_negative(cls, v: dict[str, int]) -> dict[str, int]:
-        bad = [k for k, n in v.items() if n < 0]
-        if bad:
-            raise ValueError(f"thresholds must be >= 0: {', '.join(sorted(bad))}")
-        return v
 
 
 class AgentConfig(_Strict):
