@@ -41,12 +41,12 @@ sys.path.insert(0, str(REPO))  # the e2e control-plane code lives under tests/
 from lightkube import codecs  # noqa: E402
 from lightkube.models.meta_v1 import ObjectMeta  # noqa: E402
 from lightkube.resources.core_v1 import Namespace, ServiceAccount  # noqa: E402
+from rdmaplane.scheduler.config import load_config  # noqa: E402
 
-from rdmaplane.agent.config import FaultConfig  # noqa: E402
+from rdmaplane.config.agent import FaultConfig  # noqa: E402
 from rdmaplane.discovery import read_node, samples  # noqa: E402
 from rdmaplane.scheduler.app import create_app  # noqa: E402
 from rdmaplane.scheduler.cache import ClusterCache  # noqa: E402
-from rdmaplane.scheduler.config import load_config  # noqa: E402
 from rdmaplane.scheduler.watch import make_client, watch_all  # noqa: E402
 from tests.e2e import faultrig  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
@@ -145,8 +145,8 @@ async def one_run(
 
 def report(runs: list[dict[str, float]], fault: FaultConfig) -> None:
     print(
-        f"fault chain, {len(runs)} runs (fatalAfter {fault.fatal_after:g} s, graceSeconds "
-        f"{fault.grace_seconds:g} s, agent poll {POLL_S:g} s); median [min-max] seconds"
+        f"fault chain, {len(runs)} runs (fatalAfter {fault.fatal_after_s:g} s, graceSeconds "
+        f"{fault.grace_s:g} s, agent poll {POLL_S:g} s); median [min-max] seconds"
     )
     print(f"{'step':<14} {'from the step before':>26} {'from port down':>22}")
     before = "port down"

@@ -26,8 +26,8 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Event, Pod
 
 from rdmaplane import nrt
-from rdmaplane.agent.config import FaultConfig, PublishConfig
 from rdmaplane.agent.service import Agent
+from rdmaplane.config.agent import FaultConfig, PublishConfig
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc

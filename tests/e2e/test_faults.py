@@ -233,7 +233,7 @@ async def test_api_server_away_during_the_fault_then_the_right_action(
         rig.port("mlx5_2", up=False)
         await eventually(lambda: _raised(agent), CHAIN_S)
         await eventually(lambda: _held(agent), CHAIN_S)
-        await asyncio.sleep(FAULT.grace_seconds + 3)  # past the grace period: would have acted
+        await asyncio.sleep(FAULT.grace_s + 3)  # past the grace period: would have acted
         pod = await kube.get(Pod, victim, namespace=namespace)
         assert pod.metadata is not None and pod.metadata.deletionTimestamp is None
         assert "rdmaplane.io/fault" not in (pod.metadata.annotations or {})

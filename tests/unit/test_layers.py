@@ -19,12 +19,16 @@ CORE = [
     "rdmaplane.serialize",
     "rdmaplane.selectors",
     "rdmaplane.nrt",
+    "rdmaplane.counters",
     "rdmaplane.deviceplugin.alloc",
     "rdmaplane.scheduler.placement",
     "rdmaplane.agent.health",
     "rdmaplane.agent.desired",
     "rdmaplane.agent.allocation",
     "rdmaplane.agent.inventory",
+    "rdmaplane.fabric",
+    "rdmaplane.fabric_export",
+    "rdmaplane.scheduler.jobaware",
     "rdmaplane.faults",
 ]
 SERVICES = ["agent", "scheduler", "doctor"]

@@ -30,10 +30,10 @@ from prometheus_client import Counter, Gauge
 
 from rdmaplane import faults as F
 from rdmaplane.agent.allocation import Allocations
-from rdmaplane.agent.config import FaultConfig, HealthConfig
 from rdmaplane.agent.health import HealthState, risen
 from rdmaplane.agent.inventory import Offered
 from rdmaplane.agent.metrics import AgentMetrics
+from rdmaplane.config.agent import FaultConfig, HealthConfig
 from rdmaplane.gid import plan_node
 from rdmaplane.model import NodeTopology, PortObservation
 from rdmaplane.selectors import compute_ports
@@ -121,9 +121,9 @@ class FaultActor:
         self.symptom_rules = F.SymptomRules(
             health.window_s, dict(config.fatal_thresholds), dict(health.thresholds)
         )
-        self.fault_rules = F.FaultRules(config.fatal_after, config.clear_after)
+        self.fault_rules = F.FaultRules(config.fatal_after_s, config.clear_after_s)
         self.decision_rules = F.DecisionRules(
-            F.Action(config.action), config.grace_seconds, config.max_evictions_per_minute
+            F.Action(config.action), config.grace_s, config.max_evictions_per_minute
         )
         self.state = F.FaultState()
         self.ledger = F.Ledger()
@@ -323,8 +323,8 @@ class FaultActor:
         patch = {"metadata": {"annotations": {F.ANNOTATION: notice(worst, wall)}}}
         await self.kube.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
         then = {
-            F.Action.EVICT: f"; evicting in {self.config.grace_seconds:g} s",
-            F.Action.NOTIFY: f"; condition {F.CONDITION} in {self.config.grace_seconds:g} s",
+            F.Action.EVICT: f"; evicting in {self.config.grace_s:g} s",
+            F.Action.NOTIFY: f"; condition {F.CONDITION} in {self.config.grace_s:g} s",
         }.get(self.decision_rules.action, "")
         fatal = worst.cls == F.FaultClass.FATAL
         message = _describe(faults) + (then if fatal else "")

@@ -1,6 +1,11 @@
 """The HTTP service kube-scheduler calls: `/filter`, `/prioritize`, plus health, readiness,
 metrics and an explain endpoint. Every request is answered from the cache, never from the API
-server; bad input gets a 4xx with a message, an unexpected fault a 503 (never a 500)."""
+server; bad input gets a 4xx with a message, an unexpected fault a 503 (never a 500).
+
+Until the cache has listed every kind once (API server not reached yet) the decision endpoints
+answer 503: a blind answer ("no NodeResourceTopology published" for every node) would fail every
+RDMA pod, while an error lets kube-scheduler's `ignorable: true` schedule without us.
+"""
 
 from __future__ import annotations
 
@@ -26,13 +31,15 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from starlette.requests import ClientDisconnect
 
+from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
-from rdmaplane.scheduler.config import ExtenderConfig
 
 log = logging.getLogger("rdmaplane.scheduler")
+CLIENT_CLOSED = 499  # nginx's code for "client closed request": how such requests are counted
 
 Watcher = Callable[[ClusterCache, Callable[[str], None]], Coroutine[Any, Any, None]]
 
@@ -116,7 +123,7 @@ def _synced(cache: ClusterCache, kind: str) -> float:
 
 
 def create_app(
-    cache: ClusterCache, config: ExtenderConfig, watcher: Watcher | None = None
+    cache: ClusterCache, config: SchedulerExtenderConfig, watcher: Watcher | None = None
 ) -> FastAPI:
     metrics = Metrics(cache)
 
@@ -143,13 +150,20 @@ def create_app(
         start = time.perf_counter()
         try:
             body = await _read_body(request, config.max_request_bytes)
+            if not cache.ready:
+                raise _Reject(503, f"cache not synced yet: {_unsynced(cache)}; ask again later")
             args = wire.parse_args(body)
             response = Response(answer(args), media_type="application/json")
             response.headers["Server-Timing"] = (
                 f"app;dur={(time.perf_counter() - start) * 1000:.3f}"
             )
+        except ClientDisconnect:  # nobody is left to answer; not our fault, not an error
+            log.info("%s: the client went away before sending the whole request body", verb)
+            response = Response(status_code=CLIENT_CLOSED)
         except _Reject as exc:
             response = _error(exc.status, str(exc))
+            if exc.status == 413:  # the rest of the body may still be on its way: drop it
+                response.headers["Connection"] = "close"
         except (wire.WireError, pl.RequestError) as exc:
             response = _error(400, str(exc))
         except Exception as exc:  # never a 500: say what broke, keep serving
@@ -185,13 +199,22 @@ def create_app(
         unresolvable_nodes.inc(len(unresolvable))
         return wire.filter_result(args, passed, failed, unresolvable)
 
+    weights = config.fabric.weights()
+
+    def score(
+        args: wire.ExtenderArgs,
+    ) -> tuple[pl.PodRequest, Sequence[pl.Verdict], list[int], list[float] | None]:
+        request, found = decide(args)
+        scores, terms = cache.job_scores(args.pod, args.node_names, request, found, weights)
+        return request, found, scores, terms
+
     def do_prioritize(args: wire.ExtenderArgs) -> bytes:
-        _, found = decide(args)
-        return wire.priorities(zip(args.node_names, map(_SCORE, found), strict=True))
+        _, _, scores, _ = score(args)
+        return wire.priorities(zip(args.node_names, scores, strict=True))
 
     def do_explain(args: wire.ExtenderArgs) -> bytes:
-        request, found = decide(args)
-        rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)))
+        request, found, scores, terms = score(args)
+        rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)), scores, terms)
         return orjson.dumps({"request": explain_request(request), "nodes": rows})
 
     @app.post("/filter")
@@ -226,9 +249,8 @@ def create_app(
     async def readyz() -> Response:
         if cache.ready:
             return Response("ok\n", media_type="text/plain")
-        missing = ", ".join(k for k, done in cache.synced.items() if not done)
         return Response(
-            f"cache not synced yet: {missing}\n", status_code=503, media_type="text/plain"
+            f"cache not synced yet: {_unsynced(cache)}\n", status_code=503, media_type="text/plain"
         )
 
     @app.get("/metrics")
@@ -236,6 +258,10 @@ def create_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _unsynced(cache: ClusterCache) -> str:
+    return ", ".join(k for k, done in cache.synced.items() if not done)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -266,23 +292,37 @@ def explain_request(request: pl.PodRequest) -> dict[str, Any]:
 
 
 def explain_rows(
-    cache: ClusterCache, decided: list[tuple[str, pl.Verdict]]
+    cache: ClusterCache,
+    decided: list[tuple[str, pl.Verdict]],
+    scores: Sequence[int] | None = None,
+    terms: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
+    """One row per node, best first; with job-aware scoring, the composed score and the
+    fabric term beside the node-local score."""
+    final = list(scores) if scores is not None else [v.score for _, v in decided]
+    order = sorted(
+        range(len(decided)), key=lambda i: (not decided[i][1].fits, -final[i], decided[i][0])
+    )
     rows: list[dict[str, Any]] = []
-    for name, v in sorted(decided, key=lambda d: (not d[1].fits, -d[1].score, d[0])):
+    for i in order:
+        name, v = decided[i]
         entry = cache.entry(name)
-        rows.append(
-            {
-                "node": name,
-                "policy": f"{entry.state.policy}/{entry.state.scope}" if entry else "",
-                "fits": v.fits,
-                "unresolvable": v.unresolvable,
-                "score": v.score,
-                "alignment": v.alignment,
-                "detail": v.reason,
-                "unaccountedPods": list(entry.unaccounted) if entry else [],
-            }
-        )
+        place = cache.locations.get(name)
+        row = {
+            "node": name,
+            "policy": f"{entry.state.policy}/{entry.state.scope}" if entry else "",
+            "fits": v.fits,
+            "unresolvable": v.unresolvable,
+            "score": final[i],
+            "nodeScore": v.score,
+            "alignment": v.alignment,
+            "detail": v.reason,
+            "unaccountedPods": list(entry.unaccounted) if entry else [],
+            "tiers": list(place.tiers) if place else [],
+        }
+        if terms is not None:
+            row["fabricTerm"] = round(terms[i], 3)
+        rows.append(row)
     return rows
 
 
