@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 import yaml
@@ -30,6 +31,7 @@ from tests.e2e.controlplane import KubeCluster, Process, write_kubeconfig
 from tests.e2e.faultrig import (
     CHAIN_S,
     FAULT,
+    NOTICE,
     Proxy,
     Rig,
     absent,
@@ -253,3 +255,31 @@ async def _raised(agent: Agent) -> bool:
 
 async def _held(agent: Agent) -> bool:
     return await _metric(agent, "rdmaplane_agent_fault_decisions_total", outcome="held") > 0
+
+
+async def test_stale_pod_resources_hold_then_the_right_action(chain: RigFactory, kube: AsyncClient):
+    """While the kubelet's PodResources does not answer (its last answer older than two
+    intervals), the agent does nothing to pods; once it answers, the notice and eviction follow
+    for the pod it names."""
+    async with chain() as (rig, agent):
+        await start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
+        victim = next(p for p, n in placed.items() if n == rig.a)
+        await add_spare(rig)
+
+        answer = rig.lister.List
+
+        async def unavailable(request: Any, context: Any) -> Any:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
+
+        rig.lister.List = unavailable  # type: ignore[method-assign]
+        await asyncio.sleep(1)  # > two allocation intervals (0.2 s)
+        rig.port("mlx5_1", up=False)
+        await eventually(lambda: _raised(agent), CHAIN_S)
+        await eventually(lambda: _held(agent), CHAIN_S)
+        await asyncio.sleep(FAULT.grace_s + 3)  # past the grace period: would have acted
+        assert rig.versions_with(lambda v: NOTICE in (v["metadata"].get("annotations") or {})) == []
+
+        rig.lister.List = answer  # type: ignore[method-assign]
+        await eventually(lambda: _evicted(rig), CHAIN_S)
+        assert rig.versions_with(lambda v: condition_true(v, "RDMAFault") is not None) == [victim]
