@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +39,9 @@ sys.path.insert(0, str(REPO))  # the e2e control-plane code lives under tests/
 from lightkube import codecs  # noqa: E402
 from lightkube.models.meta_v1 import ObjectMeta  # noqa: E402
 from lightkube.resources.core_v1 import Namespace, ServiceAccount  # noqa: E402
-from rdmaplane.scheduler.config import load_config  # noqa: E402
 
 from rdmaplane.config.agent import FaultConfig  # noqa: E402
 from rdmaplane.discovery import read_node, samples  # noqa: E402
-from rdmaplane.scheduler.app import create_app  # noqa: E402
-from rdmaplane.scheduler.cache import ClusterCache  # noqa: E402
-from rdmaplane.scheduler.watch import make_client, watch_all  # noqa: E402
 from tests.e2e import faultrig  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
     KubeCluster,
@@ -58,7 +52,6 @@ from tests.e2e.controlplane import (  # noqa: E402
     launch_scheduler,
 )
 from tests.e2e.test_agent import POLL_S  # noqa: E402
-from tests.scheduler_helpers import serve  # noqa: E402
 
 STEPS = ("fault notice", "condition", "eviction", "pod failed", "replacement", "bound", "running")
 
@@ -68,17 +61,6 @@ def script_dir(flag: str) -> Path:
         [str(REPO / "scripts/build-k8s.sh"), flag], capture_output=True, text=True, check=True
     )
     return Path(out.stdout.strip())
-
-
-@contextlib.contextmanager
-def extender(cluster: KubeCluster) -> Iterator[str]:
-    app = create_app(
-        ClusterCache(),
-        load_config(None),
-        lambda c, restarted: watch_all(c, lambda: make_client(cluster.kubeconfig), restarted),
-    )
-    with serve(app) as url:
-        yield url
 
 
 def has(kind: str) -> Any:
@@ -183,7 +165,7 @@ def main() -> None:
         kubeconfig = cluster.kubeconfig_for("system:serviceaccount:rdmaplane:rdmaplane-agent")
         kcm, kwok = launch_controller_manager(cluster), launch_kwok(cluster, kwok_bin)
         try:
-            with extender(cluster) as url:
+            with faultrig.serve_extender(cluster) as url:
                 runs = [
                     asyncio.run(one_run(cluster, url, kubeconfig, fault)) for _ in range(args.runs)
                 ]

@@ -24,21 +24,23 @@ Fixtures
   passed through as is (e.g. with an `extenders:` entry); only apiVersion/kind,
   `clientConnection.kubeconfig` and `leaderElection.leaderElect: false` are filled in when
   missing. Returns once /readyz is 200; stopped after the test.
-- `controller_manager` (session): kube-controller-manager with the Job and taint-eviction
-  controllers (`launch_controller_manager(cluster, controllers)` for another set), started on
-  first use and kept for the session.
-- `kwok` (session): KWOK managing nodes annotated `kwok.x-k8s.io/node=fake` with the stages in
-  `kwok-stages.yaml`; make such nodes with `add_kwok_node(kube, name, labels, extended)`. The
+- `kwok_cluster` (session): a `KwokCluster`, a control plane of its own (etcd,
+  kube-apiserver, the NRT CRD) with kube-controller-manager (Job and taint-eviction
+  controllers) and KWOK managing nodes annotated `kwok.x-k8s.io/node=fake` with the stages in
+  `kwok-stages.yaml` (make such nodes with `add_kwok_node`). Its own, because a Job controller
+  would act on every other test's Jobs, and their schedulers would place its pods. The kwok
   binary comes from `RDMAPLANE_KWOK_BIN` or `scripts/build-k8s.sh --kwok-bin-dir`.
 Startup failures raise `StartError` naming the binary, its flags and its log tail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -104,27 +106,30 @@ def kwok_bin() -> Path:
     return binary
 
 
-def _started(start: Callable[[], Process]) -> Iterator[Process]:
-    """A session process as a fixture: one-line failure on StartError, stopped at the end."""
+@dataclass(frozen=True)
+class KwokCluster:
+    """A control plane with the controllers that restart jobs, and KWOK for its nodes."""
+
+    cluster: KubeCluster
+    controller_manager: Process
+    kwok: Process
+
+
+@pytest.fixture(scope="session")
+def kwok_cluster(k8s_bin_dir: Path, kwok_bin: Path) -> Iterator[KwokCluster]:
     try:
-        process = start()
+        with contextlib.ExitStack() as stack:
+            cluster = stack.enter_context(control_plane(k8s_bin_dir))
+            _install_nrt_crd(cluster)
+            kcm = launch_controller_manager(cluster)
+            stack.callback(kcm.stop)
+            kwok = launch_kwok(cluster, kwok_bin)
+            stack.callback(kwok.stop)
+            yield KwokCluster(cluster, kcm, kwok)
+            return
     except StartError as err:
         failure = str(err)
-    else:
-        yield process
-        process.stop()
-        return
     pytest.fail(failure, pytrace=False)
-
-
-@pytest.fixture(scope="session")
-def controller_manager(kube_cluster: KubeCluster) -> Iterator[Process]:
-    yield from _started(lambda: launch_controller_manager(kube_cluster))
-
-
-@pytest.fixture(scope="session")
-def kwok(kube_cluster: KubeCluster, kwok_bin: Path) -> Iterator[Process]:
-    yield from _started(lambda: launch_kwok(kube_cluster, kwok_bin))
 
 
 @pytest.fixture(scope="session")
@@ -155,11 +160,15 @@ def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def nrt_crd(kube_cluster: KubeCluster) -> type[NodeResourceTopology]:
-    with kube_cluster.client() as client:
+    _install_nrt_crd(kube_cluster)
+    return NodeResourceTopology
+
+
+def _install_nrt_crd(cluster: KubeCluster) -> None:
+    with cluster.client() as client:
         for crd in codecs.load_all_yaml(NRT_CRD.read_text()):
             client.apply(crd, force=True)
             _wait_established(client, crd.metadata.name)
-    return NodeResourceTopology
 
 
 def _wait_established(client: Client, name: str) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,21 +21,26 @@ from typing import Any
 import grpc
 import httpx
 import yaml
-from lightkube import AsyncClient
+from lightkube import ApiError, AsyncClient
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Event, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 
 from rdmaplane import nrt
 from rdmaplane.agent.service import Agent
+from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.config.agent import FaultConfig, PublishConfig
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
 from rdmaplane.model import NodeTopology
+from rdmaplane.scheduler.app import create_app
+from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
-from tests.e2e.controlplane import Process, add_kwok_node
+from rdmaplane.scheduler.watch import make_client, watch_all
+from tests.e2e.controlplane import KubeCluster, Process, add_kwok_node
 from tests.e2e.test_agent import GPU, HCA, Lister, eventually, running_agent
 from tests.e2e.test_scheduler_extender import _scheduler_config
+from tests.scheduler_helpers import serve
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_JOB = REPO / "examples" / "indexed-job.yaml"
@@ -63,6 +68,8 @@ class Rig:
     lister: Lister
     extender: str
     label: str
+    nodes: list[str] = field(default_factory=list)  # this rig's, deleted at the end
+    jobs: list[str] = field(default_factory=list)
     # pod → its versions, each with the (monotonic) time the watch delivered it
     seen: dict[str, list[tuple[float, dict[str, Any]]]] = field(default_factory=dict)
 
@@ -146,6 +153,7 @@ async def start_job(rig: Rig) -> str:
             volume.pop("persistentVolumeClaim")
             volume["emptyDir"] = {}
     await rig.kube.create(Job.from_dict(job))
+    rig.jobs.append(name)
     return name
 
 
@@ -197,7 +205,7 @@ async def fault_rig(
         NodeResourceTopology(nrt.to_object(layout("hgx", b, policy="best-effort", scope="pod")))
     )
     start_scheduler(_scheduler_config(extender_url))
-    rig = Rig(kube, namespace, a, b, tree, kubelet, extender_url, prefix)
+    rig = Rig(kube, namespace, a, b, tree, kubelet, extender_url, prefix, nodes=[a, b])
     # 8 GPUs + 8 HCAs span both NUMA nodes of the HGX layout: best-effort admits that.
     config = {
         "fault": FAULT,
@@ -220,6 +228,30 @@ async def fault_rig(
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+            await _clean_up(rig)
+
+
+async def _clean_up(rig: Rig) -> None:
+    """The rig's Jobs, nodes and NRTs go, so the next rig's scheduler sees none of them."""
+    with contextlib.suppress(ApiError):
+        for job in rig.jobs:
+            await rig.kube.delete(Job, job, namespace=rig.namespace)
+        for node in rig.nodes:
+            await rig.kube.delete(Node, node)
+            with contextlib.suppress(ApiError):
+                await rig.kube.delete(NodeResourceTopology, node)
+
+
+@contextlib.contextmanager
+def serve_extender(cluster: KubeCluster) -> Iterator[str]:
+    """The rdmaplane scheduler extender for `cluster`, on loopback; its URL."""
+    app = create_app(
+        ClusterCache(),
+        SchedulerExtenderConfig(),
+        lambda c, restarted: watch_all(c, lambda: make_client(cluster.kubeconfig), restarted),
+    )
+    with serve(app) as url:
+        yield url
 
 
 async def _extender_knows(url: str, node: str) -> None:
@@ -233,6 +265,7 @@ async def _extender_knows(url: str, node: str) -> None:
 
 async def add_spare(rig: Rig) -> str:
     c = f"gpu-c-{uuid.uuid4().hex[:5]}"
+    rig.nodes.append(c)
     await add_kwok_node(rig.kube, c, {RIG_LABEL: rig.label}, {nrt.GPU: "8", nrt.HCA: "8"})
     await rig.kube.create(
         NodeResourceTopology(nrt.to_object(layout("hgx", c, policy="best-effort", scope="pod")))

@@ -14,20 +14,21 @@ import asyncio
 import contextlib
 import functools
 import json
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import grpc
 import httpx
 import pytest
 import yaml
-from lightkube import AsyncClient
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane.agent.service import Agent
-from tests.e2e.controlplane import KubeCluster, Process, write_kubeconfig
+from tests.e2e.conftest import KwokCluster
+from tests.e2e.controlplane import KubeCluster, Process, launch_scheduler, write_kubeconfig
 from tests.e2e.faultrig import (
     CHAIN_S,
     FAULT,
@@ -39,18 +40,18 @@ from tests.e2e.faultrig import (
     condition_true,
     fault_rig,
     placed_on,
+    serve_extender,
     start_job,
 )
 from tests.e2e.test_agent import (  # noqa: F401  (fixtures)
     Lister,
     _metrics_url,
-    agent_kubeconfig,
     eventually,
+    install_rbac,
     kubelet,
     tree,
     workdir,
 )
-from tests.e2e.test_scheduler_extender import extender  # noqa: F401
 
 
 async def _metric(agent: Agent, name: str, **labels: str) -> float:
@@ -69,41 +70,59 @@ async def _metric(agent: Agent, name: str, **labels: str) -> float:
 RigFactory = Callable[..., contextlib.AbstractAsyncContextManager[tuple[Rig, Agent]]]
 
 
+@dataclass(frozen=True)
+class FaultEnv:
+    """The kwok cluster as these tests use it: the agent's kubeconfig (its own RBAC) and the
+    extender watching that cluster."""
+
+    cluster: KubeCluster
+    agent_kubeconfig: Path
+    extender: str
+
+
+@pytest.fixture(scope="module")
+def fault_env(kwok_cluster: KwokCluster) -> Iterator[FaultEnv]:
+    cluster = kwok_cluster.cluster
+    kubeconfig = install_rbac(cluster)
+    with serve_extender(cluster) as url:
+        yield FaultEnv(cluster, kubeconfig, url)
+
+
 @pytest.fixture
-def chain(
-    kube: AsyncClient,
-    namespace: str,
-    agent_kubeconfig: Path,  # noqa: F811
+async def chain(
+    fault_env: FaultEnv,
     tree: Path,  # noqa: F811
     workdir: Path,  # noqa: F811
     kubelet: Lister,  # noqa: F811
-    start_scheduler: Callable[..., Process],
-    extender: str,  # noqa: F811
-    controller_manager: Process,
-    kwok: Process,
-) -> RigFactory:
-    """`fault_rig` on this test's namespace and fixtures: `async with chain() as (rig, agent)`,
-    or `chain(agent_kubeconfig=other)`."""
-    return functools.partial(
-        fault_rig,
-        kube=kube,
-        namespace=namespace,
-        agent_kubeconfig=agent_kubeconfig,
-        tree=tree,
-        workdir=workdir,
-        kubelet=kubelet,
-        start_scheduler=start_scheduler,
-        extender_url=extender,
-    )
+) -> AsyncIterator[RigFactory]:
+    """`fault_rig` in a fresh namespace of the kwok cluster: `async with chain() as (rig,
+    agent)`, or `chain(agent_kubeconfig=other)`. Its kube-schedulers stop after the test."""
+    cluster = fault_env.cluster
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.create_namespace(namespace)
+    schedulers: list[Process] = []
+    async with cluster.async_client() as kube:
+        yield functools.partial(
+            fault_rig,
+            kube=kube,
+            namespace=namespace,
+            agent_kubeconfig=fault_env.agent_kubeconfig,
+            tree=tree,
+            workdir=workdir,
+            kubelet=kubelet,
+            start_scheduler=lambda config: schedulers.append(launch_scheduler(cluster, config)),
+            extender_url=fault_env.extender,
+        )
+    for process in schedulers:
+        process.stop()
 
 
 # ---------------------------------------------------------------- tests
 
 
-async def test_port_down_notice_condition_eviction_replacement(
-    chain: RigFactory, kube: AsyncClient, namespace: str
-):
+async def test_port_down_notice_condition_eviction_replacement(chain: RigFactory):
     async with chain() as (rig, agent):
+        kube, namespace = rig.kube, rig.namespace
         job = await start_job(rig)
         placed = await placed_on(rig, {rig.a, rig.b})
         victim = next(p for p, n in placed.items() if n == rig.a)
@@ -159,10 +178,9 @@ async def test_flapping_port_evicts_at_most_once(chain: RigFactory):
         assert raised == 1  # one fault for the whole flapping episode
 
 
-async def test_every_compute_hca_fatal_taints_the_node_until_clear_after(
-    chain: RigFactory, kube: AsyncClient, namespace: str
-):
+async def test_every_compute_hca_fatal_taints_the_node_until_clear_after(chain: RigFactory):
     async with chain() as (rig, _):
+        kube, namespace = rig.kube, rig.namespace
         hcas = [f"mlx5_{i}" for i in range(8)]
 
         async def taint() -> Any:
@@ -205,17 +223,14 @@ async def test_every_compute_hca_fatal_taints_the_node_until_clear_after(
 
 async def test_api_server_away_during_the_fault_then_the_right_action(
     chain: RigFactory,
-    kube: AsyncClient,
-    kube_cluster: KubeCluster,
-    namespace: str,
-    agent_kubeconfig: Path,  # noqa: F811
+    fault_env: FaultEnv,
     workdir: Path,  # noqa: F811
 ):
     """While the agent cannot reach the API server, the fault is raised but nothing is done to
     the pod (its view is stale); once it can, the notice and eviction follow."""
-    proxy = Proxy(int(kube_cluster.server.rsplit(":", 1)[1]))
+    proxy = Proxy(int(fault_env.cluster.server.rsplit(":", 1)[1]))
     await proxy.open()
-    config = yaml.safe_load(await asyncio.to_thread(agent_kubeconfig.read_text))
+    config = yaml.safe_load(await asyncio.to_thread(fault_env.agent_kubeconfig.read_text))
     user = config["users"][0]["user"]
     via_proxy = write_kubeconfig(
         workdir / "via-proxy.kubeconfig",
@@ -236,7 +251,7 @@ async def test_api_server_away_during_the_fault_then_the_right_action(
         await eventually(lambda: _raised(agent), CHAIN_S)
         await eventually(lambda: _held(agent), CHAIN_S)
         await asyncio.sleep(FAULT.grace_s + 3)  # past the grace period: would have acted
-        pod = await kube.get(Pod, victim, namespace=namespace)
+        pod = await rig.kube.get(Pod, victim, namespace=rig.namespace)
         assert pod.metadata is not None and pod.metadata.deletionTimestamp is None
         assert "rdmaplane.io/fault" not in (pod.metadata.annotations or {})
 
@@ -257,7 +272,7 @@ async def _held(agent: Agent) -> bool:
     return await _metric(agent, "rdmaplane_agent_fault_decisions_total", outcome="held") > 0
 
 
-async def test_stale_pod_resources_hold_then_the_right_action(chain: RigFactory, kube: AsyncClient):
+async def test_stale_pod_resources_hold_then_the_right_action(chain: RigFactory):
     """While the kubelet's PodResources does not answer (its last answer older than two
     intervals), the agent does nothing to pods; once it answers, the notice and eviction follow
     for the pod it names."""
@@ -267,12 +282,10 @@ async def test_stale_pod_resources_hold_then_the_right_action(chain: RigFactory,
         victim = next(p for p, n in placed.items() if n == rig.a)
         await add_spare(rig)
 
-        answer = rig.lister.List
-
-        async def unavailable(request: Any, context: Any) -> Any:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "kubelet restarting")
-
-        rig.lister.List = unavailable  # type: ignore[method-assign]
+        # The kubelet restarting: its PodResources socket is gone for a while.
+        socket = rig.tree.parent / "kubelet/pod-resources/kubelet.sock"
+        away = socket.with_suffix(".away")
+        socket.rename(away)
         await asyncio.sleep(1)  # > two allocation intervals (0.2 s)
         rig.port("mlx5_1", up=False)
         await eventually(lambda: _raised(agent), CHAIN_S)
@@ -280,6 +293,6 @@ async def test_stale_pod_resources_hold_then_the_right_action(chain: RigFactory,
         await asyncio.sleep(FAULT.grace_s + 3)  # past the grace period: would have acted
         assert rig.versions_with(lambda v: NOTICE in (v["metadata"].get("annotations") or {})) == []
 
-        rig.lister.List = answer  # type: ignore[method-assign]
+        away.rename(socket)
         await eventually(lambda: _evicted(rig), CHAIN_S)
         assert rig.versions_with(lambda v: condition_true(v, "RDMAFault") is not None) == [victim]
