@@ -113,7 +113,7 @@ async def _bound(kube: AsyncClient, namespace: str, name: str) -> str:
 
 async def _seen_by_extender(url: str, node: str, namespace: str, name: str) -> None:
     async with httpx.AsyncClient() as client:
-        for _ in range(40):
+        for _ in range(480):  # up to 120 s: a loaded CI machine
             reply = await client.get(f"{url}/debug/nodes/{node}")
             if f"{namespace}/{name}" in reply.json().get("unaccountedPods", []):
                 return

@@ -34,6 +34,7 @@ from prometheus_client import (
 from starlette.requests import ClientDisconnect
 
 from rdmaplane.config import SchedulerExtenderConfig
+from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
@@ -215,7 +216,10 @@ def create_app(
     def do_explain(args: wire.ExtenderArgs) -> bytes:
         request, found, scores, terms = score(args)
         rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)), scores, terms)
-        return orjson.dumps({"request": explain_request(request), "nodes": rows})
+        job = cache.job_context(args.pod)
+        return orjson.dumps(
+            {"request": explain_request(request), "job": explain_job(job), "nodes": rows}
+        )
 
     @app.post("/filter")
     async def filter_(request: Request) -> Response:
@@ -288,6 +292,17 @@ def explain_request(request: pl.PodRequest) -> dict[str, Any]:
         "containers": request.containers,
         "initContainers": request.init,
         "total": request.total,
+    }
+
+
+def explain_job(job: ja.JobContext | None) -> dict[str, Any] | None:
+    """What the extender knows of the pod's job: its bound peers and how many are left."""
+    if job is None:
+        return None
+    return {
+        "peerNodes": sorted(set(job.peer_nodes)),
+        "boundPeers": len(job.peer_nodes),
+        "remaining": job.remaining,
     }
 
 
