@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml constraints.txt
 	@touch $@
 
 # PyTorch for the training tests (tests/train/test_ddp.py, marker `torch`): the PyPI wheel is a
-# CUDA build, so this pulls ~3 GB of nvidia-* wheels (4 GB installed). Measured on the 2-core
+# CUDA build, so this pulls ~3 GB of nvidia-* wheels (5.3 GB installed). Measured on the 2-core
 # machine: 2 min with a cold pip cache, 1 min warm. Only `make test` needs it.
 $(TORCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[torch]'
