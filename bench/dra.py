@@ -109,6 +109,7 @@ async def driver(c: KubeCluster, workdir: Path, poll_ms: int) -> AsyncIterator[P
         "metricsPort": 0,
         "logFormat": "json",
         "fabric": {"lldp": "off"},
+        "fault": {"fatalAfter": "0s", "clearAfter": "0s"},  # the chain without its hysteresis
         "dra": {"cdiDir": str(workdir / "cdi")},
     }
     (workdir / "kubelet").mkdir()

@@ -108,6 +108,7 @@ async def node(
         "logFormat": "json",
         "fabric": {"lldp": "off"},
         "publish": {"backoffInitial": "200ms", "backoffMax": "2s"},
+        "fault": {"fatalAfter": "0s", "clearAfter": "0s"},  # no hysteresis: taints at once
         "dra": {"cdiDir": str(workdir / "cdi")},
     }
     (workdir / "agent.yaml").write_text(yaml.safe_dump(config))

@@ -106,7 +106,8 @@ def agent(
     log_format: LogFormatOption = None,
     verbose: VerboseOption = False,
 ) -> None:
-    """Run the node agent: discovery, device plugin, topology publisher, health, metrics."""
+    """Run the node agent: discovery, device plugin, topology publisher, health, fault
+    actions (notice, eviction, taint: docs/faults.md), metrics."""
     flags = (node_name, sysfs_root, kubelet_dir, kubeconfig, device_plugin_config, metrics_port)
     cfg = configured(config, *flags, log_format)
     if no_publish:

@@ -83,6 +83,7 @@ class DraDriver:
         self.topo = NodeTopology()
         self.devices: dict[str, DraDevice] = {}
         self.taints: dict[str, Taint] = {}
+        self._faults: dict[tuple[str, int], PortFault] = {}
         self.stats: Counter[str] = Counter()  # prepared, cached, failed, unprepared
         self._lock = asyncio.Lock()
 
@@ -94,11 +95,23 @@ class DraDriver:
         faults: Mapping[tuple[str, int], PortFault],
         uplinks: Iterable[Uplink] = (),
     ) -> None:
-        """Take a new topology and the faults of its ports; republish when that changes what
-        the slices say."""
-        devices = offer(topo, self.pools, uplinks, self.devices)
-        taints = device_taints(devices, faults, self.effects)
+        """Take a new topology and the faults of its ports (`offer`, then `taint`)."""
+        self.offer(topo, uplinks)
+        self.taint(faults)
+
+    def offer(self, topo: NodeTopology, uplinks: Iterable[Uplink] = ()) -> None:
+        """Offer the ports of a new topology (the port faults stay as last given)."""
         self.topo = topo
+        self._sync(offer(topo, self.pools, uplinks, self.devices))
+
+    def taint(self, faults: Mapping[tuple[str, int], PortFault]) -> None:
+        """Taint the devices of faulty ports as configured, untaint recovered ones."""
+        self._faults = dict(faults)
+        self._sync(self.devices)
+
+    def _sync(self, devices: dict[str, DraDevice]) -> None:
+        """Republish when the devices or their taints differ from what was handed over."""
+        taints = device_taints(devices, self._faults, self.effects)
         if devices == self.devices and taints == self.taints:
             return
         self._log_changes(devices, taints)
