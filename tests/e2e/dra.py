@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +16,12 @@ import yaml
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.events_v1 import Event
-from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
+from lightkube.resources.resource_v1 import (
+    DeviceClass,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
 
 from rdmaplane.config import AgentConfig, DevicePluginConfig, PublishConfig
 from rdmaplane.discovery.samples import read_sample
@@ -143,24 +148,13 @@ async def dra_node(
         await kube.delete(Node, name)
 
 
-async def claim_pod(
-    kube: AsyncClient, namespace: str, node: DraNode | str, template: str | Mapping[str, Any]
-) -> tuple[str, str]:
-    """A ResourceClaim with the template's spec (a name in deploy/dra/claim-templates.yaml, or
-    a claim spec), and a pod using it on `node`'s group: what kube-controller-manager's
-    resourceclaim controller makes of a pod that names a template."""
-    label = template if isinstance(template, str) else "claim"
-    claim_name = f"{label}-{uuid.uuid4().hex[:6]}"
-    spec = templates()[template]["spec"]["spec"] if isinstance(template, str) else template
-    claim = {"metadata": {"name": claim_name, "namespace": namespace}, "spec": spec}
-    await kube.create(cast(ResourceClaim, ResourceClaim.from_dict(claim)))
-    pod_name = f"train-{uuid.uuid4().hex[:6]}"
-    group = node.group if isinstance(node, DraNode) else node
-    pod = {
-        "metadata": {"name": pod_name, "namespace": namespace},
+def _pod(namespace: str, group: str, claim: Mapping[str, str]) -> tuple[str, Pod]:
+    name = f"train-{uuid.uuid4().hex[:6]}"
+    body = {
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "nodeSelector": {GROUP_LABEL: group},
-            "resourceClaims": [{"name": "gpus-nics", "resourceClaimName": claim_name}],
+            "resourceClaims": [{"name": "gpus-nics", **claim}],
             "containers": [
                 {
                     "name": "trainer",
@@ -170,8 +164,46 @@ async def claim_pod(
             ],
         },
     }
-    await kube.create(cast(Pod, Pod.from_dict(pod)))
+    return name, cast(Pod, Pod.from_dict(body))
+
+
+async def claim_pod(
+    kube: AsyncClient, namespace: str, node: DraNode | str, spec: Mapping[str, Any]
+) -> tuple[str, str]:
+    """A ResourceClaim with `spec` and a pod using it on `node`'s group (by name: no
+    kube-controller-manager needed)."""
+    claim_name = f"claim-{uuid.uuid4().hex[:6]}"
+    claim = {"metadata": {"name": claim_name, "namespace": namespace}, "spec": dict(spec)}
+    await kube.create(cast(ResourceClaim, ResourceClaim.from_dict(claim)))
+    pod_name, pod = _pod(
+        namespace,
+        node.group if isinstance(node, DraNode) else node,
+        {"resourceClaimName": claim_name},
+    )
+    await kube.create(pod)
     return pod_name, claim_name
+
+
+async def template_pod(
+    kube: AsyncClient, namespace: str, node: DraNode, template: str
+) -> tuple[str, str]:
+    """A pod naming one of deploy/dra/'s ResourceClaimTemplates (created in `namespace`), and
+    the claim kube-controller-manager's resourceclaim controller makes for it."""
+    body = {**templates()[template], "metadata": {"name": template, "namespace": namespace}}
+    try:
+        await kube.create(cast(ResourceClaimTemplate, ResourceClaimTemplate.from_dict(body)))
+    except ApiError as e:
+        if e.status.code != 409:
+            raise
+    pod_name, pod = _pod(namespace, node.group, {"resourceClaimTemplateName": template})
+    await kube.create(pod)
+    async with asyncio.timeout(WAIT_S):
+        while True:
+            stored = await kube.get(Pod, pod_name, namespace=namespace)
+            statuses = (stored.status.resourceClaimStatuses if stored.status else None) or []
+            if statuses and statuses[0].resourceClaimName:
+                return pod_name, statuses[0].resourceClaimName
+            await asyncio.sleep(0.25)
 
 
 def nics(count: int, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -199,10 +231,29 @@ async def allocation(kube: AsyncClient, namespace: str, claim: str) -> list[Mapp
             await asyncio.sleep(0.25)
 
 
-async def failed_scheduling_note(kube: AsyncClient, namespace: str, pod: str) -> str:
+async def failed_scheduling_note(
+    kube: AsyncClient, namespace: str, pod: str, containing: str = ""
+) -> str:
+    """The note of the scheduler's FailedScheduling event about `pod` that contains
+    `containing` (a pod may first wait for its claim to be created)."""
     async with asyncio.timeout(WAIT_S):
         while True:
             async for event in kube.list(Event, namespace=namespace):
-                if event.reason == "FailedScheduling" and event.regarding.name == pod:
-                    return event.note or ""
+                note = event.note or ""
+                ours = event.reason == "FailedScheduling" and event.regarding.name == pod
+                if ours and containing in note:
+                    return note
             await asyncio.sleep(0.5)
+
+
+async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
+    """Await `check()` until it returns something truthy; fail naming `what` after WAIT_S."""
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                found = await check()
+                if found:
+                    return found
+                await asyncio.sleep(0.2)
+    except TimeoutError:
+        raise AssertionError(f"not within {WAIT_S:g} s: {what}") from None

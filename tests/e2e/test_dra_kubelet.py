@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,14 @@ from tests.e2e.dra import (
     DRA_DEPLOY,
     DRIVER,
     GROUP_LABEL,
+    WAIT_S,
     allocation,
     claim_pod,
     ensure_device_classes,
     gpu_slice,
     nics,
+    templates,
+    until,
 )
 from tests.integration.dra_kubelet import Claim, DraKubelet
 from tests.integration.kubelet_standin import device_nodes
@@ -44,7 +47,6 @@ from tests.unit.test_dra_claims import CDI
 
 REPO = Path(__file__).resolve().parents[2]
 DRIVER_USER = "system:serviceaccount:rdmaplane:rdmaplane-dra-driver"
-WAIT_S = 60.0
 
 
 def install_rbac(cluster: KubeCluster) -> Path:
@@ -187,22 +189,12 @@ async def slice_devices(kube: AsyncClient, node: DraHost) -> dict[str, dict[str,
     return out
 
 
-async def until(check: Callable[[], Any], what: str) -> Any:
-    async with asyncio.timeout(WAIT_S):
-        while True:
-            found = await check()
-            if found:
-                return found
-            await asyncio.sleep(0.2)
-    raise AssertionError(what)  # pragma: no cover
-
-
 async def published(kube: AsyncClient, node: DraHost) -> dict[str, dict[str, Any]]:
     return await until(lambda: slice_devices(kube, node), "the driver's slice")
 
 
 async def allocated_claim(
-    kube: AsyncClient, namespace: str, node: DraHost, spec: str | dict[str, Any]
+    kube: AsyncClient, namespace: str, node: DraHost, spec: Mapping[str, Any]
 ) -> tuple[Claim, list[dict[str, Any]]]:
     _, name = await claim_pod(kube, namespace, node.group, spec)
     results = await allocation(kube, namespace, name)
@@ -259,7 +251,9 @@ async def test_registers_and_prepares_exactly_the_allocated_devices(
     assert list(kubelet.info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
     assert kubelet.service == "v1.DRAPlugin"
     devices = await published(kube, node)
-    claim, results = await allocated_claim(kube, namespace, node, "gpu-nic-pcie-x4")
+    claim, results = await allocated_claim(
+        kube, namespace, node, templates()["gpu-nic-pcie-x4"]["spec"]["spec"]
+    )
     ours = {r["request"]: r["device"] for r in results if r["driver"] == DRIVER}
 
     # two calls for one claim at once: whatever the caller does, a claim is prepared once

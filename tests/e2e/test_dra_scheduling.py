@@ -1,10 +1,12 @@
 """The real kube-scheduler pairs GPUs with RDMA NICs through DRA: the driver's ResourceSlices
 for a sample node (published by the driver's own code) and GPU slices of the same sample as
-NVIDIA's GPU DRA driver publishes them; claims from deploy/dra/'s templates."""
+NVIDIA's GPU DRA driver publishes them; pods naming deploy/dra/'s ResourceClaimTemplates, their
+claims made by kube-controller-manager's resourceclaim controller, and the device taint
+eviction controller acting on the driver's NoExecute taints."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -12,7 +14,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from rdmaplane.dra.slices import FATAL, PortFault
-from tests.e2e.controlplane import Process
+from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manager
 from tests.e2e.dra import (
     DRIVER,
     GPU_DRIVER,
@@ -22,13 +24,27 @@ from tests.e2e.dra import (
     dra_node,
     ensure_device_classes,
     failed_scheduling_note,
+    template_pod,
+    until,
 )
 
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+CANNOT = "cannot allocate all claims"
+
+
+@pytest.fixture(scope="module")
+def claim_controllers(kube_cluster: KubeCluster) -> Iterator[Process]:
+    """kube-controller-manager with the two DRA controllers only: claims for pods that name a
+    template, and eviction of pods whose devices carry an untolerated NoExecute taint."""
+    process = launch_controller_manager(
+        kube_cluster, ("resourceclaim-controller", "device-taint-eviction-controller")
+    )
+    yield process
+    process.stop()
 
 
 @pytest.fixture
-def scheduler(start_scheduler: Callable[..., Process]) -> Process:
+def scheduler(start_scheduler: Callable[..., Process], claim_controllers: Process) -> Process:
     return start_scheduler()
 
 
@@ -51,18 +67,22 @@ def by_request(results: list[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
     return {r["request"]: (r["driver"], r["device"]) for r in results}
 
 
+async def pending(kube: AsyncClient, namespace: str, pod: str) -> bool:
+    stored = await kube.get(Pod, pod, namespace=namespace)
+    return stored.spec is not None and stored.spec.nodeName is None
+
+
 async def test_four_gpus_get_the_nic_on_their_pcie_root(
     kube: AsyncClient, namespace: str, scheduler: Process
 ) -> None:
     async with dra_node(kube, "hgx-h100-roce") as node:
-        pod, claim = await claim_pod(kube, namespace, node, "gpu-nic-pcie-x4")
+        pod, claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x4")
 
         got = by_request(await allocation(kube, namespace, claim))
 
         where = roots(node)
-        assert sorted(got) == sorted(
-            [f"gpu-{k}" for k in range(4)] + [f"nic-{k}" for k in range(4)]
-        )
+        expected = [f"gpu-{k}" for k in range(4)] + [f"nic-{k}" for k in range(4)]
+        assert sorted(got) == sorted(expected)
         for k in range(4):
             gpu, nic = got[f"gpu-{k}"], got[f"nic-{k}"]
             assert gpu[0] == GPU_DRIVER and nic[0] == DRIVER
@@ -80,15 +100,14 @@ async def test_a_request_that_cannot_be_paired_stays_pending_and_numa_pairs_fit(
     # A PCIe server: two GPUs share a root complex with a NIC, the others have none beside
     # them, so four PCIe pairs do not exist; four NUMA pairs do (NUMA node 0).
     async with dra_node(kube, "pcie-l40s-split") as node:
-        pod, _ = await claim_pod(kube, namespace, node, "gpu-nic-pcie-x4")
+        pod, _ = await template_pod(kube, namespace, node, "gpu-nic-pcie-x4")
 
-        note = await failed_scheduling_note(kube, namespace, pod)
+        note = await failed_scheduling_note(kube, namespace, pod, CANNOT)
 
-        assert "cannot allocate all claims" in note, note
-        stored = await kube.get(Pod, pod, namespace=namespace)
-        assert stored.spec is not None and stored.spec.nodeName is None
+        assert note.startswith("0/1 nodes are available: 1 cannot allocate all claims"), note
+        assert await pending(kube, namespace, pod)
 
-        _, numa_claim = await claim_pod(kube, namespace, node, "gpu-nic-numa-x4")
+        _, numa_claim = await template_pod(kube, namespace, node, "gpu-nic-numa-x4")
         got = by_request(await allocation(kube, namespace, numa_claim))
         numa = {(GPU_DRIVER, f"gpu-{g.index}"): g.pci.numa for g in node.topo.gpus}
         numa |= {(DRIVER, n): d.attribute("numaNode") for n, d in node.driver.devices.items()}
@@ -105,12 +124,9 @@ async def test_a_tainted_nic_is_not_allocated_until_its_fault_clears(
         tainted = node.device_of("mlx5_0")
 
         # Eight pairs need every NIC beside a GPU; GPU0's root holds only mlx5_0.
-        pod, claim = await claim_pod(kube, namespace, node, "gpu-nic-pcie-x8")
-        note = await failed_scheduling_note(kube, namespace, pod)
-        assert "cannot allocate all claims" in note, note
-
-        stored = await kube.get(Pod, pod, namespace=namespace)
-        assert stored.spec is not None and stored.spec.nodeName is None
+        pod, claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x8")
+        await failed_scheduling_note(kube, namespace, pod, CANNOT)
+        assert await pending(kube, namespace, pod)
 
         node.faults.clear()
         await node.publish()
@@ -118,3 +134,53 @@ async def test_a_tainted_nic_is_not_allocated_until_its_fault_clears(
         assert not await node.driver.publisher.publish_once()  # the server holds it: no write
         got = by_request(await allocation(kube, namespace, claim))
         assert tainted in {device for _, device in got.values()}
+
+
+async def test_a_fatal_fault_evicts_the_pods_that_do_not_tolerate_it(
+    kube: AsyncClient, namespace: str, scheduler: Process
+) -> None:
+    async with dra_node(kube, "hgx-h100-roce") as node:
+        pod, claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x1")
+        tolerant, tolerant_claim = await claim_pod(kube, namespace, node, TOLERANT)
+        nics = [
+            device
+            for c in (claim, tolerant_claim)
+            for driver, device in by_request(await allocation(kube, namespace, c)).values()
+            if driver == DRIVER
+        ]
+        for nic in nics:
+            node.faults[(node.driver.devices[nic].hca, 1)] = PortFault(FATAL, "port 1 DOWN")
+        await node.publish()
+
+        async def evicted(name: str) -> str | None:
+            stored = await kube.get(Pod, name, namespace=namespace)
+            conditions = (stored.status.conditions if stored.status else None) or []
+            target = [c.reason for c in conditions if c.type == "DisruptionTarget"]
+            deleted = stored.metadata is not None and stored.metadata.deletionTimestamp
+            return target[0] if target and deleted else None
+
+        reason = await until(lambda: evicted(pod), f"{pod} evicted")
+        assert reason == "DeletionByDeviceTaintManager"
+        assert await evicted(tolerant) is None  # its claim tolerates the taint
+
+
+# A claim for one NIC port that rides out the driver's taints.
+TOLERANT = {
+    "devices": {
+        "requests": [
+            {
+                "name": "nic",
+                "exactly": {
+                    "deviceClassName": DRIVER,
+                    "tolerations": [
+                        {
+                            "key": "rdmaplane.io/rdma-unhealthy",
+                            "operator": "Exists",
+                            "effect": "NoExecute",
+                        }
+                    ],
+                },
+            }
+        ]
+    }
+}
