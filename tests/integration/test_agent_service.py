@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+from kubelet_standin import device_nodes
 from prometheus_client.parser import text_string_to_metric_families
 
 from rdmaplane import nrt
@@ -262,7 +263,8 @@ async def test_rising_errors_reach_the_device_plugin(
         metrics_port=0,
         health={"window_s": 1.0, "thresholds": {"symbol_error": 10}},
     )
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=short_dir)
+    dev_root = device_nodes(node, short_dir / "dev")
+    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
     mlx5_2 = sample_nodes["hgx-h100-roce"].hca("mlx5_2").pci.address
     counter = node / "class/infiniband/mlx5_2/ports/1/counters/symbol_error"
     async with Running(Agent(cfg, plugin=plugin)):

@@ -53,9 +53,7 @@ def kubelet_dir() -> Iterator[Path]:
 
 def make_plugin(config: dict[str, object], kubelet_dir: Path, dev_root: Path) -> RdmaDevicePlugin:
     cfg = parse_config({"healthPollInterval": POLL, "resendInterval": 5, **config})
-    return RdmaDevicePlugin(
-        cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root), max_backoff=0.2
-    )
+    return RdmaDevicePlugin(cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root), max_backoff=0.2)
 
 
 @contextlib.asynccontextmanager
@@ -315,9 +313,7 @@ async def test_shared_pool_from_the_shared_rdma_plugin_config(
         ],
     }
     cfg = parse_config(legacy)
-    plugin = RdmaDevicePlugin(
-        cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root)
-    )
+    plugin = RdmaDevicePlugin(cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root))
     kubelet = KubeletStandIn(kubelet_dir)
     topo = read_node(str(sysfs))
     async with running(plugin, sysfs, kubelet):
