@@ -15,6 +15,7 @@ import grpc
 import httpx
 import pytest
 from kubelet_standin import device_nodes
+from lightkube import AsyncClient, KubeConfig
 from prometheus_client.parser import text_string_to_metric_families
 
 from rdmaplane import nrt
@@ -326,3 +327,94 @@ async def test_http_rejects_what_it_does_not_serve(node: Path, tmp_path: Path):
         assert (await raw_http(port, b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
         assert (await raw_http(port, b"nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400")
         assert (await raw_http(port, b"GET /healthz HTTP/1.0\r\n\r\n")).endswith(b"ok\n")
+
+
+async def healthz_until(run: Running, status: int, within_s: float = 30.0) -> httpx.Response:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while (health := await run.get("/healthz")).status_code != status:
+        assert asyncio.get_running_loop().time() < deadline, f"/healthz never {status}"
+    return health
+
+
+class Broken:
+    """Stands in for one method of a running task: raises an unexpected error while set."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self.on = True
+
+    async def __call__(self, *args, **kwargs):
+        if self.on:
+            raise RuntimeError("unexpected fault injected by the test")
+        return await self.real(*args, **kwargs)
+
+
+class BrokenSync(Broken):
+    def __call__(self, *args, **kwargs):  # type: ignore[override]
+        if self.on:
+            raise RuntimeError("unexpected fault injected by the test")
+        return self.real(*args, **kwargs)
+
+
+async def test_each_task_that_dies_is_restarted_and_healthz_fails_meanwhile(
+    node: Path, short_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Kill every long task of the agent in turn with an exception nobody expects: /healthz
+    answers 503 naming the task while it is down, the task is restarted, /healthz is 200
+    again, and the restarts are counted in /metrics."""
+    cfg = AgentConfig(
+        node_name="hgx-h100-017",
+        sysfs_root=node,
+        kubelet_dir=short_dir / "kubelet",
+        poll_interval_s=POLL_S,
+        allocation_interval_s=POLL_S,
+        metrics_address="127.0.0.1",
+        metrics_port=0,
+    )
+    dev_root = device_nodes(node, short_dir / "dev")
+    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
+    unreachable = AsyncClient(  # the discard port: the publisher keeps retrying
+        KubeConfig.from_dict(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    pod_resources = PodResourcesClient(cfg.pod_resources_socket, [GPU])
+    agent = Agent(cfg, kube=unreachable, plugin=plugin, allocation_source=pod_resources)
+    agent.tasks.backoff_initial_s, agent.tasks.backoff_max_s = 0.05, 0.2
+    pool = plugin.plugin.servers[0]
+    assert agent.publisher is not None
+    faults = {
+        "poll": (agent, "poll", Broken, lambda: None),
+        "allocations": (agent, "refresh_allocations", Broken, lambda: None),
+        "publish": (
+            agent.publisher,
+            "publish_once",
+            Broken,
+            lambda: agent.publisher.record_event("Normal", "Test", "wake up"),
+        ),
+        pool.task_name: (
+            pool,
+            "_still_served",
+            BrokenSync,
+            lambda: (cfg.kubelet_dir / "device-plugins" / "wake").touch(),
+        ),
+    }
+    async with Running(agent) as run:
+        assert sorted(agent.tasks.names) == sorted(faults)
+        for name, (owner, method, kind, wake) in faults.items():
+            broken = kind(getattr(owner, method))
+            monkeypatch.setattr(owner, method, broken)
+            wake()
+            health = await healthz_until(run, 503)
+            assert f"task {name} is down: RuntimeError: unexpected fault" in health.text
+            broken.on = False
+            await healthz_until(run, 200)
+            assert agent.tasks.restarts[name] > 0
+        m = await run.metrics()
+    for name in faults:
+        assert m[("rdmaplane_agent_task_restarts_total", (("task", name),))] >= 1

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -208,8 +211,37 @@ def test_serves_without_a_cluster(tmp_path: Path) -> None:
                 in httpx.get(f"{base}/metrics").text
             ):
                 break
-            import time
-
             time.sleep(0.05)
         else:
             pytest.fail("the watches did not retry")
+
+
+def test_a_watch_task_that_dies_is_restarted_and_healthz_fails_meanwhile() -> None:
+    """The cache's watch task ending on an error nobody expected: /healthz answers 503 naming
+    it until the supervisor has restarted it."""
+    broken = threading.Event()
+    broken.set()
+    started = 0
+
+    async def watcher(cache: ClusterCache, restarted: object) -> None:
+        nonlocal started
+        started += 1
+        if broken.is_set():
+            raise RuntimeError("unexpected fault injected by the test")
+        await asyncio.Event().wait()
+
+    app = create_app(_cluster(), load_config(None), watcher)
+    app.state.tasks.backoff_initial_s, app.state.tasks.backoff_max_s = 0.05, 0.2
+    with serve(app) as base:
+        health = _until(base, 503)
+        assert health.text.startswith("task watch is down: RuntimeError: unexpected fault")
+        broken.clear()
+        _until(base, 200)
+        assert started >= 2
+
+
+def _until(base: str, status: int, within_s: float = 30.0) -> httpx.Response:
+    deadline = time.monotonic() + within_s
+    while (health := httpx.get(f"{base}/healthz")).status_code != status:
+        assert time.monotonic() < deadline, f"/healthz never {status}"
+    return health
