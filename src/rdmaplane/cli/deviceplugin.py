@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
-
-from rdmaplane.cli.common import fail
 
 
 def device_plugin(
@@ -38,7 +36,8 @@ def device_plugin(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Run the kubelet device plugin for this node's RDMA NICs until SIGTERM."""
-    # gRPC and the plugin load only when this command runs: every other command starts faster
+    # gRPC and the plugin load only when this command runs: every other command starts faster.
+    # It runs in one process; only what it uses is imported (see rdmaplane.cli.main).
     from rdmaplane.deviceplugin import ConfigError, load_config, run_standalone
     from rdmaplane.deviceplugin.server import ServeError
 
@@ -59,3 +58,10 @@ def device_plugin(
         )
     except ServeError as e:
         fail(str(e), code=1)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """The CLI's one-line error; its module (rich, node sources) loads only on the way out."""
+    from rdmaplane.cli import common
+
+    common.fail(message, code)
