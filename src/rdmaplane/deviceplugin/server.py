@@ -235,7 +235,7 @@ class PoolServer:
         if self._server is not None:
             await self._server.stop(grace=0.2)
             self._server = None
-        if _inode(self.socket) == self._served:
+        if self._still_served():
             with contextlib.suppress(FileNotFoundError):
                 self.socket.unlink()
 
