@@ -212,11 +212,13 @@ class KubeletProcess:
         while line := await self.proc.stdout.readline():
             await self.events.put(json.loads(line))
 
-    async def next(self, ev: str, within: float) -> dict[str, Any]:
+    async def next(self, ev: str, within: float, resource: str | None = None) -> dict[str, Any]:
+        """The next event `ev` (of `resource`, when given); earlier others are dropped."""
         async with asyncio.timeout(within):
-            while (event := await self.events.get())["ev"] != ev:
-                pass
-        return event
+            while True:
+                event = await self.events.get()
+                if event["ev"] == ev and resource in (None, event.get("resource")):
+                    return event
 
     async def restart(self, *, wipe_registry: bool = False, within: float = 60) -> float:
         """Restart; returns when the new kubelet.sock listened (CLOCK_MONOTONIC)."""
@@ -225,10 +227,10 @@ class KubeletProcess:
         await self.proc.stdin.drain()
         return float((await self.next("up", within))["t"])
 
-    async def registered(self, within: float) -> Seen:
-        """The next registration and the first ListAndWatch reply after it."""
-        registered = await self.next("registered", within)
-        listed = await self.next("list", within)
+    async def registered(self, within: float, resource: str | None = None) -> Seen:
+        """The next registration (of `resource`) and the first ListAndWatch reply after it."""
+        registered = await self.next("registered", within, resource)
+        listed = await self.next("list", within, registered["resource"])
         return Seen(registered["t"], listed["t"], listed["devices"], listed["healthy"])
 
 

@@ -108,6 +108,7 @@ class ResourceManager:
         self._nodes: frozenset[str] = frozenset()  # what <dev_root>/infiniband holds
         self._members: dict[str, _Member] = {}  # by HCA name
         self._devices: dict[str, PluginDevice] = {}  # by device ID, everything ever announced
+        self._granted: dict[tuple[str, ...], ContainerAllocation] = {}  # by HCA names
         self._settings = pool.nccl.settings()
 
     @property
@@ -127,6 +128,7 @@ class ResourceManager:
         judges port states and device nodes itself); True when the device list the kubelet
         sees changed."""
         faults = faults or {}
+        self._granted.clear()  # what an allocation grants is worked out again on this state
         self._nodes = self._list_device_nodes()
         members: dict[str, _Member] = {}
         for hca, port in compute_ports(topo, self.pool.selectors.selectors()):
@@ -227,7 +229,8 @@ class ResourceManager:
 
     # --- Allocate
     def allocate(self, ids: Sequence[str]) -> ContainerAllocation:
-        """Device nodes, env and CDI names for one container's devices."""
+        """Device nodes, env and CDI names for one container's devices. Worked out once per
+        set of HCAs until the next update: every slot of a shared pool grants the same."""
         names: dict[str, None] = {}
         for dev_id in ids:
             dev = self._devices.get(dev_id)
@@ -243,6 +246,12 @@ class ResourceManager:
                     f"{self.pool.resource_name}: device {dev_id} is unhealthy: {dev.problem}",
                 )
             names.update(dict.fromkeys(dev.hcas))
+        key = tuple(names)
+        if key not in self._granted:
+            self._granted[key] = self._grant(key)
+        return self._granted[key]
+
+    def _grant(self, names: tuple[str, ...]) -> ContainerAllocation:
         members = [self._members[n] for n in names]
         if self.shared:  # a slot grants the pool's HCAs that have a device node to give
             members = [m for m in members if not _lacks_verbs(m)]
