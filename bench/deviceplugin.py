@@ -450,14 +450,21 @@ def transport_floor(calls: int) -> None:
 
 
 def handler_times(topo: NodeTopology, dev_root: str, calls: int) -> None:
-    """The plugin's own share: the resource manager in-process, without gRPC."""
+    """The plugin's own share: the resource manager in-process, without gRPC. An allocation is
+    worked out once per set of HCAs after each update, then reused: both are timed."""
     manager = ResourceManager(parse_config({}).pools[0], dev_root=dev_root)
     manager.update(topo)
     ids = [d.id for d in manager.devices]
+
+    def first_allocation() -> object:
+        manager.update(topo)  # forgets what allocations granted (cheap next to the rest)
+        return manager.allocate(ids[:4])
+
     print("  in-process resource manager (the plugin's own work, exclusive pool of 9)")
     for name, call in [
         ("preferred 4 of 9", lambda: manager.preferred(ids, ids[-1:], 4)),
-        ("allocate 4 devices", lambda: manager.allocate(ids[:4])),
+        ("allocate 4, after an update", first_allocation),
+        ("allocate 4, again", lambda: manager.allocate(ids[:4])),
     ]:
         out = []
         for _ in range(calls):

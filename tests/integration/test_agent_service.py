@@ -418,3 +418,52 @@ async def test_each_task_that_dies_is_restarted_and_healthz_fails_meanwhile(
         m = await run.metrics()
     for name in faults:
         assert m[("rdmaplane_agent_task_restarts_total", (("task", name),))] >= 1
+
+
+async def test_a_device_without_its_verbs_node_is_unhealthy_with_the_reason(
+    node: Path, short_dir: Path, sample_nodes: dict[str, NodeTopology], caplog
+):
+    """`--dev-root` lacking /dev/infiniband/uverbsN: the kubelet is told Unhealthy (not Healthy
+    and then refused at Allocate), the reason is logged at start and exported in /metrics, and
+    the device turns Healthy once its node appears."""
+    mlx5_3 = sample_nodes["hgx-h100-roce"].hca("mlx5_3")
+    dev_root = device_nodes(node, short_dir / "dev")
+    (dev_root / "infiniband" / mlx5_3.uverbs).unlink()
+    cfg = AgentConfig(
+        node_name="hgx-h100-017",
+        sysfs_root=node,
+        kubelet_dir=short_dir / "kubelet",
+        poll_interval_s=POLL_S,
+        metrics_address="127.0.0.1",
+        metrics_port=0,
+    )
+    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
+    async with Running(Agent(cfg, plugin=plugin)) as run:
+        socket = next((cfg.kubelet_dir / "device-plugins").glob("rdmaplane-*.sock"))
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            stream = dp_grpc.DevicePluginStub(channel).ListAndWatch(dp.Empty())
+            health = await next_health(stream)
+            assert health[mlx5_3.pci.address] == "Unhealthy"
+            assert sum(v == "Healthy" for v in health.values()) == 8
+            m = await run.metrics()
+            hca = "rdmaplane.io/hca"
+            unhealthy = (("health", "Unhealthy"), ("reason", "NoVerbsDevice"), ("resource", hca))
+            assert m[("rdmaplane_device_plugin_devices", unhealthy)] == 1
+            healthy = (("health", "Healthy"), ("reason", ""), ("resource", hca))
+            assert m[("rdmaplane_device_plugin_devices", healthy)] == 8
+            series = (
+                ("device", mlx5_3.pci.address),
+                ("hcas", "mlx5_3"),
+                ("reason", "NoVerbsDevice"),
+                ("resource", hca),
+            )
+            assert m[("rdmaplane_device_plugin_unusable_devices", series)] == 1
+            (dev_root / "infiniband" / mlx5_3.uverbs).touch()  # the driver came up late
+            while (health := await next_health(stream))[mlx5_3.pci.address] == "Unhealthy":
+                pass
+            stream.cancel()
+    logged = [r.getMessage() for r in caplog.records if "NoVerbsDevice" in r.getMessage()]
+    assert logged == [
+        f"rdmaplane.io/hca: device {mlx5_3.pci.address} is Unhealthy (NoVerbsDevice): mlx5_3: "
+        f"no verbs device node /dev/infiniband/{mlx5_3.uverbs} (looked under {dev_root})"
+    ]

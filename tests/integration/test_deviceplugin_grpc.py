@@ -193,29 +193,6 @@ async def test_vanished_hca_is_reported_unhealthy(
         await kubelet.wait_for(lambda: seen.devices[victim].health == "Healthy")
 
 
-async def test_survives_100_kubelet_restarts(
-    sysfs: Path, dev_root: Path, kubelet_dir: Path
-) -> None:
-    kubelet = KubeletStandIn(kubelet_dir)
-    plugin = make_plugin({}, kubelet_dir, dev_root)
-    want = expected_devices(sysfs)
-    async with running(plugin, sysfs, kubelet):
-        await kubelet.wait_for(lambda: len(kubelet.registrations) == 1)
-        for n in range(2, 102):
-            await kubelet.restart()
-            await kubelet.wait_for(
-                lambda n=n: (
-                    len(kubelet.registrations) >= n  # type: ignore[misc]
-                    and "rdmaplane.io/hca" in kubelet.plugins
-                    and kubelet.plugins["rdmaplane.io/hca"].lists > 0
-                ),
-                within=2.0,
-            )
-            seen = kubelet.plugins["rdmaplane.io/hca"]
-            assert {i: d.numa for i, d in seen.devices.items()} == want
-        assert (kubelet_dir / "device-plugins" / plugin.servers[0].socket.name).exists()
-
-
 async def test_waits_for_a_kubelet_that_is_not_there_yet(
     sysfs: Path, dev_root: Path, kubelet_dir: Path
 ) -> None:

@@ -162,6 +162,8 @@ async def poll_topology(
     probe: Probe | None = None
     seen: tuple[object, ...] | None = None
     read_at = 0.0
+    if first is not None:  # the plugin serves `first` already: registering comes first
+        await asyncio.sleep(interval)
     while True:
         if probe is not None:
             plugin.recheck()
