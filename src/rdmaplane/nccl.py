@@ -14,6 +14,16 @@ Pure. The rules, and the NCCL behaviour behind each (NCCL's `env.rst` and `net_i
 - InfiniBand-only sets get nothing GID-related (NCCL uses index 0 on IB ports).
 - `NCCL_SOCKET_IFNAME` (the bootstrap / out-of-band interface) when known; `NCCL_IB_TC` and
   `NCCL_IB_SL` when configured; `UCX_NET_DEVICES=mlx5_0:1,…` (UCX names devices `hca:port`).
+
+The same set also gets what KV-cache transfer frameworks read (prefill → decode):
+- `UCX_NET_DEVICES` is what NIXL (vLLM's NixlConnector, Dynamo) passes to UCX; `NCCL_IB_*` do
+  not apply there.
+- `MC_GID_INDEX` (Mooncake, SGLang's default transfer backend): one index for every device. The
+  unified index when every port of the set is RoCE and agrees, 0 for an InfiniBand-only set;
+  left out when no single index is right (Mooncake then uses its own default, 3), since a wrong
+  one fails ("GID is NULL") where a missing one may work.
+- `RDMAPLANE_HCAS=mlx5_0,mlx5_3`: the granted HCA names, for SGLang's
+  `--disaggregation-ib-device "$RDMAPLANE_HCAS"`.
 """
 
 from __future__ import annotations
@@ -100,6 +110,21 @@ def nccl_env(
     if settings.ib_sl is not None:
         env["NCCL_IB_SL"] = str(settings.ib_sl)
     env["UCX_NET_DEVICES"] = devices
+    env.update(_kv_env(plan))
+    return env
+
+
+MC_GID_INDEX = "MC_GID_INDEX"
+HCAS_ENV = "RDMAPLANE_HCAS"
+
+
+def _kv_env(plan: NodeGidPlan) -> dict[str, str]:
+    env = {HCAS_ENV: ",".join(dict.fromkeys(c.hca for c in plan.choices))}
+    roce = plan.roce_choices
+    if not roce:
+        env[MC_GID_INDEX] = "0"  # InfiniBand ports: the port GID sits at index 0
+    elif len(roce) == len(plan.choices) and plan.uniform_index is not None:
+        env[MC_GID_INDEX] = str(plan.uniform_index)
     return env
 
 

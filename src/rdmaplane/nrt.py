@@ -14,6 +14,10 @@ A node's GPU/RDMA topology travels as an upstream-compatible `NodeResourceTopolo
   `PCIeRoot`, `parent: node-<id>`) with the GPUs and exclusive HCAs on that root. Shared slots
   belong to no root (each grants the whole pool), so a root zone states how many of the shared
   pool's HCAs sit on it in the zone attribute `rdmaplane.io/shared-hcas` instead.
+- one zone per HCA whose uplink is known (`mlx5_0`, type `HCA`, `parent` its PCIe root zone, or
+  its NUMA zone), without resources, with the zone attributes `rdmaplane.io/tier-0-switch` (the
+  switch it plugs into), `rdmaplane.io/rail` and, when known, `rdmaplane.io/switch-port`. Readers
+  that look only at `Node` zones (the upstream NodeResourceTopology plugin) never see them.
 
 Quantities are strings of integers on the wire. Everything here is pure: no I/O.
 """
@@ -41,9 +45,13 @@ ATTR_POLICY = "topologyManagerPolicy"
 ATTR_SCOPE = "topologyManagerScope"
 ATTR_ACCOUNTED_PODS = "rdmaplane.io/accounted-pods"
 ZONE_ATTR_SHARED_HCAS = "rdmaplane.io/shared-hcas"
+ZONE_ATTR_TIER0_SWITCH = "rdmaplane.io/tier-0-switch"
+ZONE_ATTR_RAIL = "rdmaplane.io/rail"
+ZONE_ATTR_SWITCH_PORT = "rdmaplane.io/switch-port"
 
 ZONE_NUMA = "Node"
 ZONE_PCIE_ROOT = "PCIeRoot"
+ZONE_HCA = "HCA"
 
 POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 SCOPES = ("container", "pod")
@@ -119,6 +127,18 @@ class Zone:
 
 
 @dataclass(frozen=True)
+class Uplink:
+    """Where one HCA plugs into the fabric: its tier-0 switch, rail and the switch's port."""
+
+    hca: str
+    switch: str
+    rail: int | None = None
+    switch_port: str = ""
+    numa: int = -1  # where the HCA sits on the node, to hang its zone below the right one
+    pcie_root: str | None = None
+
+
+@dataclass(frozen=True)
 class NodeResourceTopology:
     name: str
     zones: tuple[Zone, ...]
@@ -146,6 +166,17 @@ class NodeResourceTopology:
 
     def pcie_roots(self, numa_zone: str) -> tuple[Zone, ...]:
         return tuple(z for z in self.zones if z.type == ZONE_PCIE_ROOT and z.parent == numa_zone)
+
+    def uplinks(self) -> tuple[Uplink, ...]:
+        """The HCA zones' uplinks (tier-0 switch, rail), in zone order; malformed ones skipped."""
+        found = []
+        for z in self.zones:
+            switch, rail = z.attribute(ZONE_ATTR_TIER0_SWITCH), z.attribute(ZONE_ATTR_RAIL)
+            if z.type == ZONE_HCA and switch:
+                number = int(rail) if rail is not None and rail.isdigit() else None
+                port = z.attribute(ZONE_ATTR_SWITCH_PORT) or ""
+                found.append(Uplink(z.name, switch, number, port))
+        return tuple(found)
 
     def _policy_and_scope(self) -> tuple[str, str]:
         policy, scope = self.attribute(ATTR_POLICY), self.attribute(ATTR_SCOPE)
@@ -245,8 +276,10 @@ def build(
     accounted_pods: Iterable[str] = (),
     distances: Mapping[int, Mapping[int, int]] | None = None,
     shared_pool_hcas: Iterable[tuple[int, str | None]] = (),
+    uplinks: Iterable[Uplink] = (),
 ) -> NodeResourceTopology:
-    """The NRT for a node: NUMA zones with totals, PCIe-root zones below them.
+    """The NRT for a node: NUMA zones with totals, PCIe-root zones below them, HCA zones for
+    the HCAs whose uplink is known.
 
     `shared_pool_hcas` lists (numa, pcie_root) of the HCAs behind the shared slots, so a
     scheduler can tell which roots have a pool NIC next to their GPUs.
@@ -284,12 +317,29 @@ def build(
                     resources=_count(on_root),
                 )
             )
+    zones += _uplink_zones(uplinks, {z.name for z in zones})
     attributes = (
         Attribute(ATTR_POLICY, policy),
         Attribute(ATTR_SCOPE, scope),
         Attribute(ATTR_ACCOUNTED_PODS, ",".join(sorted(set(accounted_pods)))),
     )
     return NodeResourceTopology(node_name, tuple(zones), attributes)
+
+
+def _uplink_zones(uplinks: Iterable[Uplink], taken: set[str]) -> list[Zone]:
+    zones = []
+    for up in sorted(uplinks, key=lambda u: u.hca):
+        if up.hca in taken:
+            raise NrtError(f"HCA zone {up.hca!r}: the name is already a zone")
+        taken.add(up.hca)
+        attrs = [Attribute(ZONE_ATTR_TIER0_SWITCH, up.switch)]
+        if up.rail is not None:
+            attrs.append(Attribute(ZONE_ATTR_RAIL, str(up.rail)))
+        if up.switch_port:
+            attrs.append(Attribute(ZONE_ATTR_SWITCH_PORT, up.switch_port))
+        parent = up.pcie_root if up.pcie_root in taken else numa_zone_name(up.numa)
+        zones.append(Zone(up.hca, ZONE_HCA, parent=parent, attributes=tuple(attrs)))
+    return zones
 
 
 def _count(devices: list[Device]) -> tuple[ZoneResource, ...]:

@@ -67,7 +67,10 @@ def test_env_dotenv() -> None:
     code, out, _ = run("env", "--sample", "hgx-h200-ib", "-o", "dotenv", "--socket-ifname", "")
     assert code == 0
     ucx = "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1"
-    assert out == f"NCCL_IB_HCA=={ucx}\nUCX_NET_DEVICES={ucx}\n"
+    hcas = ucx.replace(":1", "")
+    assert out == (
+        f"NCCL_IB_HCA=={ucx}\nUCX_NET_DEVICES={ucx}\nRDMAPLANE_HCAS={hcas}\nMC_GID_INDEX=0\n"
+    )
     assert render_env({"X": "a b"}, EnvFormat.dotenv) == 'X="a b"\n'
 
 

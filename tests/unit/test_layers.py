@@ -25,6 +25,9 @@ CORE = [
     "rdmaplane.agent.desired",
     "rdmaplane.agent.allocation",
     "rdmaplane.agent.inventory",
+    "rdmaplane.fabric",
+    "rdmaplane.fabric_export",
+    "rdmaplane.scheduler.jobaware",
 ]
 SERVICES = ["agent", "scheduler", "doctor"]
 IO_MODULES = {

@@ -55,6 +55,8 @@ def test_hgx_h100_roce_uniform_index(sample_nodes: dict[str, NodeTopology]) -> N
         "NCCL_IB_HCA": f"={devices}",
         "NCCL_IB_GID_INDEX": "3",
         "UCX_NET_DEVICES": devices,
+        "MC_GID_INDEX": "3",  # Mooncake: the unified index, for exactly these NICs
+        "RDMAPLANE_HCAS": ",".join(f"mlx5_{i}" for i in range(8)),
     }
 
 
@@ -63,7 +65,12 @@ def test_hgx_h200_infiniband_exact_names_and_nothing_gid_related(
 ) -> None:
     topo = sample_nodes["hgx-h200-ib"]
     env = nccl_env(topo, compute_ports(topo))
-    assert env == {"NCCL_IB_HCA": f"={H200_COMPUTE}", "UCX_NET_DEVICES": H200_COMPUTE}
+    assert env == {
+        "NCCL_IB_HCA": f"={H200_COMPUTE}",
+        "UCX_NET_DEVICES": H200_COMPUTE,
+        "MC_GID_INDEX": "0",  # the port GID of an InfiniBand port
+        "RDMAPLANE_HCAS": H200_COMPUTE.replace(":1", ""),
+    }
     chosen = {
         (h.name, p.number)
         for h, p in every_port(topo)
@@ -87,6 +94,7 @@ def test_indexes_that_differ_give_the_address_based_env(
         "NCCL_IB_ROCE_VERSION_NUM": "2",
         "NCCL_IB_ADDR_FAMILY": "AF_INET",
         "UCX_NET_DEVICES": "mlx5_0:1,mlx5_4:1",
+        "RDMAPLANE_HCAS": "mlx5_0,mlx5_4",  # no MC_GID_INDEX: no one index is right for both
     }
     ranged = NcclSettings(gid_policy=GidPolicy(cidr="10.99.0.0/16", roce_version=2))
     assert nccl_env(topo, pick(topo, "mlx5_0", "mlx5_4"), ranged)["NCCL_IB_ADDR_RANGE"] == (
@@ -131,6 +139,9 @@ def test_mixed_infiniband_and_roce_set(sample_nodes: dict[str, NodeTopology]) ->
     env = nccl_env(topo, pick(topo, "mlx5_0", "mlx5_1", "mlx5_2"))
     assert env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_2:1"
     assert env["NCCL_IB_GID_INDEX"] == "3"  # the RoCE ports agree; IB ignores it
+    # Mooncake takes one index for every device: 3 is empty on the IB port, 0 link-local on
+    # RoCE, so none is written rather than a wrong one
+    assert "MC_GID_INDEX" not in env and env["RDMAPLANE_HCAS"] == "mlx5_0,mlx5_1,mlx5_2"
 
 
 def test_optional_knobs(sample_nodes: dict[str, NodeTopology]) -> None:
@@ -149,6 +160,8 @@ def test_optional_knobs(sample_nodes: dict[str, NodeTopology]) -> None:
         "NCCL_IB_TC",
         "NCCL_IB_SL",
         "UCX_NET_DEVICES",
+        "RDMAPLANE_HCAS",
+        "MC_GID_INDEX",
     ]
 
 
@@ -205,6 +218,11 @@ def test_env_names_exactly_the_set_and_is_byte_stable(
     assert {tuple(d.split(":")) for d in env["UCX_NET_DEVICES"].split(",")} == {
         (n, str(p)) for n, p in want
     }
+    assert set(env["RDMAPLANE_HCAS"].split(",")) == {n for n, _ in want}  # the KV frameworks'
+    if "MC_GID_INDEX" in env:  # ... one index, right for every port of the set
+        assert all(any(g.index == int(env["MC_GID_INDEX"]) for g in p.gids) for _, p in chosen), (
+            env["MC_GID_INDEX"]
+        )
     shuffled = list(chosen)
     random.Random(data.draw(st.integers())).shuffle(shuffled)
     assert json.dumps(nccl_env(topo, shuffled)) == json.dumps(env)

@@ -12,7 +12,9 @@ from typing import Literal, get_args
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rdmaplane.discovery.lldp import DEFAULT_COMMAND as DEFAULT_LLDP_COMMAND
 from rdmaplane.documents import DocumentError, expect_mapping, read_document
+from rdmaplane.fabric import DEFAULT_TIER_LABELS
 
 Policy = Literal["none", "best-effort", "restricted", "single-numa-node"]
 Scope = Literal["container", "pod"]
@@ -67,6 +69,22 @@ class PublishConfig(_Strict):
     event_aggregate_s: float = Field(default=600.0, ge=0)
 
 
+class FabricConfig(_Strict):
+    """Where the node sits on the fabric, and the labels that say so (docs/fabric.md). Sources:
+    the operator's fabric file, else LLDP (lldpd's `lldpcli`) when it is installed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    tier_labels: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_TIER_LABELS), alias="tierLabels", min_length=1
+    )
+    file: Path | None = None
+    lldp: Literal["auto", "off"] = "auto"
+    lldp_command: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_LLDP_COMMAND), alias="lldpCommand", min_length=1
+    )
+
+
 class AgentConfig(_Strict):
     node_name: str = Field("", description="the Node object this agent speaks for")
     sysfs_root: Path = Path("/sys")
@@ -98,6 +116,7 @@ class AgentConfig(_Strict):
 
     health: HealthConfig = HealthConfig()
     publish: PublishConfig = PublishConfig()
+    fabric: FabricConfig = FabricConfig()
 
     @property
     def kubelet_config_path(self) -> Path:

@@ -28,10 +28,10 @@ class Condition:
     message: str
 
 
-def owned_labels(labels: Mapping[str, str]) -> dict[str, str | None]:
-    """`nrt.node_labels` as a merge patch: the labels the agent owns but does not set now are
-    None, which deletes them."""
-    return {name: labels.get(name) for name in LABELS}
+def owned_labels(labels: Mapping[str, str], also: Iterable[str] = ()) -> dict[str, str | None]:
+    """`nrt.node_labels` (plus fabric tier labels) as a merge patch: the labels the agent owns
+    (`LABELS` and the keys in `also`) but does not set now are None, which deletes them."""
+    return {name: labels.get(name) for name in (*LABELS, *also)}
 
 
 def rdma_ready(managed: Iterable[str], health: Mapping[str, HcaHealth]) -> Condition:

@@ -102,6 +102,7 @@ def nrt_object(
     gpu_resource: str,
     policy: str,
     scope: str,
+    uplinks: Iterable[nrt.Uplink] = (),
 ) -> dict[str, Any]:
     """The NodeResourceTopology object (a dict for the API server) of the node right now."""
     pool = _shared_pool(topo, offered)
@@ -114,6 +115,7 @@ def nrt_object(
         accounted_pods=allocations.accounted_pods(resources),
         distances=nrt.numa_distances(topo),
         shared_pool_hcas=pool,
+        uplinks=uplinks,
     )
     return nrt.to_object(topology)
 

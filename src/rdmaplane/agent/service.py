@@ -28,6 +28,7 @@ from rdmaplane import nrt
 from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.config import AgentConfig, read_kubelet_topology_manager
+from rdmaplane.agent.fabricsource import NOTHING, FabricSource, NodeFabric
 from rdmaplane.agent.health import ERRORS_RISING, HcaHealth, HealthState, Rules, Transition, step
 from rdmaplane.agent.httpserver import HttpServer, Response
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
@@ -109,6 +110,8 @@ class Agent:
             config.metrics_port,
         )
         self.ready = asyncio.Event()
+        self.fabric = FabricSource(config.fabric, config.node_name)
+        self.node_fabric: NodeFabric = NOTHING
         restarts = self.metrics.task_restarts
         self.tasks = Supervisor(on_restart=lambda name: restarts.labels(name).inc())
 
@@ -166,6 +169,7 @@ class Agent:
         if trigger != "start":
             log.info("node changed (%s): rediscovered %d HCAs", trigger, len(settled.topo.hcas))
         self.topo, self._probe = settled.topo, settled.probe
+        self.node_fabric = await asyncio.to_thread(self.fabric.read, settled.topo)
         self._discovered_at = self._polled_at = time.monotonic()
         self._observe(settled.reading, settled.fingerprint)
 
@@ -253,7 +257,10 @@ class Agent:
         managed = self.managed()
         offered = self.plugin.offered() if self.plugin is not None else []
         return Desired(
-            labels=want.owned_labels(nrt.node_labels(topo, gid_index=gid_index)),
+            labels=want.owned_labels(
+                {**nrt.node_labels(topo, gid_index=gid_index), **self.node_fabric.labels},
+                self.fabric.owned_keys,
+            ),
             annotations={
                 want.ANNOTATION_TOPOLOGY: want.topology_annotation(topo, health, gpu_ids(topo))
             },
@@ -267,6 +274,7 @@ class Agent:
                 gpu_resource=self.config.gpu_resource,
                 policy=self.policy,
                 scope=self.scope,
+                uplinks=self.node_fabric.uplinks,
             ),
         )
 
@@ -275,7 +283,7 @@ class Agent:
         if self.topo is None:
             return
         offered = self.plugin.offered() if self.plugin is not None else []
-        inputs = (self.topo, self.health_state.hcas, self.allocations, offered)
+        inputs = (self.topo, self.health_state.hcas, self.allocations, offered, self.node_fabric)
         if inputs == self._published_from:
             return
         self._published_from = inputs

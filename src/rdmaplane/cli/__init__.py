@@ -58,6 +58,7 @@ def build_app() -> typer.Typer:
     """Every command group."""
     from rdmaplane.cli import agent as _agent
     from rdmaplane.cli import doctor as _doctor
+    from rdmaplane.cli import fabric as _fabric
     from rdmaplane.cli import gid as _gid
     from rdmaplane.cli import inspect as _inspect
     from rdmaplane.cli import scheduler as _scheduler
@@ -73,6 +74,7 @@ def build_app() -> typer.Typer:
     app.add_typer(_doctor.doctor_app, name="doctor")
     app.add_typer(_scheduler.app)  # scheduler-extender, explain-placement
     app.command("agent")(_agent.agent)
+    app.add_typer(_fabric.app, name="fabric")
     return app
 
 

@@ -49,7 +49,7 @@ def scheduler_extender(
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries)
+    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     application = create_app(
         cache, cfg, lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted)
     )
@@ -79,11 +79,11 @@ def explain_placement(
         typer.echo("error: -o must be table or json", err=True)
         raise typer.Exit(2)
     cfg = _config(config)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries)
+    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     try:
         pod_obj = _workload_pod(next(_documents(pod), None), pod)
         if kubeconfig is not None:
-            listed = _list_cluster(kubeconfig)
+            listed = list_cluster(kubeconfig)
         elif nrt or nodes:
             listed = {
                 "nrt": [d for p in nrt for d in _documents(p)],
@@ -144,7 +144,7 @@ def _name(obj: dict[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("name", ""))
 
 
-def _list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
+def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
     from lightkube import operators
     from lightkube.resources.core_v1 import Node, Pod
 

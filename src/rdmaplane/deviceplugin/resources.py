@@ -24,7 +24,6 @@ from rdmaplane.nccl import PlanError, nccl_env
 from rdmaplane.selectors import compute_ports
 
 DEV_DIR = "/dev/infiniband"
-HCAS_ENV = "RDMAPLANE_HCAS"
 
 
 # Why a device cannot be handed out (the `reason` of `Unusable`; a metrics label, so few).
@@ -268,7 +267,6 @@ class ResourceManager:
         except PlanError as e:
             names = ", ".join(m.hca.name for m in members)
             raise AllocateError("plan", f"no NCCL plan for {names}: {e}") from e
-        envs[HCAS_ENV] = ",".join(m.hca.name for m in members)
         return envs
 
     def _device_nodes(self, members: list[_Member]) -> tuple[str, ...]:

@@ -183,13 +183,22 @@ def create_app(
         unresolvable_nodes.inc(len(unresolvable))
         return wire.filter_result(args, passed, failed, unresolvable)
 
+    weights = config.fabric.weights()
+
+    def score(
+        args: wire.ExtenderArgs,
+    ) -> tuple[pl.PodRequest, Sequence[pl.Verdict], list[int], list[float] | None]:
+        request, found = decide(args)
+        scores, terms = cache.job_scores(args.pod, args.node_names, request, found, weights)
+        return request, found, scores, terms
+
     def do_prioritize(args: wire.ExtenderArgs) -> bytes:
-        _, found = decide(args)
-        return wire.priorities(zip(args.node_names, map(_SCORE, found), strict=True))
+        _, _, scores, _ = score(args)
+        return wire.priorities(zip(args.node_names, scores, strict=True))
 
     def do_explain(args: wire.ExtenderArgs) -> bytes:
-        request, found = decide(args)
-        rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)))
+        request, found, scores, terms = score(args)
+        rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)), scores, terms)
         return orjson.dumps({"request": explain_request(request), "nodes": rows})
 
     @app.post("/filter")
@@ -267,23 +276,37 @@ def explain_request(request: pl.PodRequest) -> dict[str, Any]:
 
 
 def explain_rows(
-    cache: ClusterCache, decided: list[tuple[str, pl.Verdict]]
+    cache: ClusterCache,
+    decided: list[tuple[str, pl.Verdict]],
+    scores: Sequence[int] | None = None,
+    terms: Sequence[float] | None = None,
 ) -> list[dict[str, Any]]:
+    """One row per node, best first; with job-aware scoring, the composed score and the
+    fabric term beside the node-local score."""
+    final = list(scores) if scores is not None else [v.score for _, v in decided]
+    order = sorted(
+        range(len(decided)), key=lambda i: (not decided[i][1].fits, -final[i], decided[i][0])
+    )
     rows: list[dict[str, Any]] = []
-    for name, v in sorted(decided, key=lambda d: (not d[1].fits, -d[1].score, d[0])):
+    for i in order:
+        name, v = decided[i]
         entry = cache.entry(name)
-        rows.append(
-            {
-                "node": name,
-                "policy": f"{entry.state.policy}/{entry.state.scope}" if entry else "",
-                "fits": v.fits,
-                "unresolvable": v.unresolvable,
-                "score": v.score,
-                "alignment": v.alignment,
-                "detail": v.reason,
-                "unaccountedPods": list(entry.unaccounted) if entry else [],
-            }
-        )
+        place = cache.locations.get(name)
+        row = {
+            "node": name,
+            "policy": f"{entry.state.policy}/{entry.state.scope}" if entry else "",
+            "fits": v.fits,
+            "unresolvable": v.unresolvable,
+            "score": final[i],
+            "nodeScore": v.score,
+            "alignment": v.alignment,
+            "detail": v.reason,
+            "unaccountedPods": list(entry.unaccounted) if entry else [],
+            "tiers": list(place.tiers) if place else [],
+        }
+        if terms is not None:
+            row["fabricTerm"] = round(terms[i], 3)
+        rows.append(row)
     return rows
 
 

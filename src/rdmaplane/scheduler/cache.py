@@ -6,6 +6,10 @@ pods bound to the node but absent from the NRT's `rdmaplane.io/accounted-pods` (
 zones the kubelet would pick), so decisions made before the agent republishes still see them.
 Decisions are memoised per (pod request, node state): identical nodes share them, and a request
 touches only dict lookups for nodes that did not change.
+
+For job-aware scoring it also keeps each node's place on the fabric (tier ids from its labels,
+per-HCA rails from the NRT's HCA zones) and the members of every pod group it has seen, bound or
+still pending, with the node each is bound to.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+from rdmaplane import fabric as fab
 from rdmaplane import nrt as nrtmod
+from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 
 KINDS = ("nrt", "node", "pod")
@@ -53,8 +59,14 @@ def pod_key(obj: Mapping[str, Any]) -> str:
 
 
 class ClusterCache:
-    def __init__(self, policy: pl.Policy = pl.Policy(), memo_limit: int = 200_000) -> None:
+    def __init__(
+        self,
+        policy: pl.Policy = pl.Policy(),
+        memo_limit: int = 200_000,
+        tier_schemes: Sequence[Sequence[str]] = fab.DEFAULT_LABEL_SCHEMES,
+    ) -> None:
         self.policy = policy
+        self.tier_schemes = tier_schemes
         self.synced = dict.fromkeys(KINDS, False)
         self._memo_limit = memo_limit
         self._nrts: dict[str, nrtmod.NodeResourceTopology] = {}
@@ -68,6 +80,14 @@ class ClusterCache:
         self._states: list[pl.NodeState] = []  # by state id
         self._sid_by_name: dict[str, int] = {}
         self._memo: dict[pl.PodRequest, dict[int, pl.Verdict]] = {}
+        self._slots: dict[tuple[int, pl.PodRequest, int], int] = {}
+        self._tiers: dict[str, tuple[str, ...]] = {}  # node → tier ids from its labels
+        self._rails: dict[str, tuple[tuple[int, str], ...]] = {}  # node → rails from its NRT
+        self.locations: dict[str, fab.Location] = {}
+        self._group_of: dict[str, tuple[str, str]] = {}  # pod key → (group, node or "")
+        self._members: dict[str, dict[str, str]] = {}  # group → {pod key: node or ""}
+        self._readers: dict[str, dict[str, str]] = {}  # group → {pending reader: its group}
+        self._reads: dict[str, str] = {}  # pending reader's key → the group it reads
 
     # ---- feeding -------------------------------------------------------------------------------
 
@@ -75,7 +95,7 @@ class ClusterCache:
         """One watch event (`ADDED`, `MODIFIED`, `DELETED`) of a kind in `KINDS`."""
         name = (obj.get("metadata") or {}).get("name", "")
         if kind == "pod":
-            self._set_pod(obj) if event != "DELETED" else self._drop_pod(pod_key(obj))
+            self._set_pod(obj) if event != "DELETED" else self._forget_pod(pod_key(obj))
         elif event == "DELETED":
             self._drop_nrt(name) if kind == "nrt" else self._drop_node(name)
         else:
@@ -86,8 +106,8 @@ class ClusterCache:
         objs = list(objs)
         if kind == "pod":
             keep = {pod_key(o) for o in objs}
-            for key in [k for k in self._pods if k not in keep]:
-                self._drop_pod(key)
+            for key in [k for k in {*self._pods, *self._group_of} if k not in keep]:
+                self._forget_pod(key)
         else:
             known = (set(self._nrts) | set(self._nrt_errors)) if kind == "nrt" else set(self._nodes)
             keep = {(o.get("metadata") or {}).get("name", "") for o in objs}
@@ -107,16 +127,39 @@ class ClusterCache:
         else:
             self._nrt_errors.pop(name, None)
             self._nrts[name] = topology
+        uplinks = topology.uplinks() if name in self._nrts else ()
+        self._rails[name] = tuple(
+            sorted({(u.rail, u.switch) for u in uplinks if u.rail is not None})
+        )
+        self._relocate(name)
         self._rebuild(name)
 
     def _drop_nrt(self, name: str) -> None:
         self._nrts.pop(name, None)
         self._nrt_errors.pop(name, None)
+        self._rails.pop(name, None)
+        self._relocate(name)
         self._rebuild(name)
 
+    def _relocate(self, name: str) -> None:
+        """The node's location: tiers from its labels (else the tier-0 switches its NRT names),
+        rails from its NRT."""
+        rails = self._rails.get(name, ())
+        tiers = self._tiers.get(name) or ((fab.collapse(s for _, s in rails),) if rails else ())
+        if tiers:
+            self.locations[name] = fab.Location(tiers, rails)
+        else:
+            self.locations.pop(name, None)
+
     def _set_node(self, obj: Mapping[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name", "")
+        meta = obj.get("metadata") or {}
+        name = meta.get("name", "")
         self._nodes.add(name)
+        labels = meta.get("labels")
+        found = fab.location_from_labels(labels, self.tier_schemes) if labels else None
+        if (found.tiers if found else ()) != self._tiers.get(name, ()):
+            self._tiers[name] = found.tiers if found else ()
+            self._relocate(name)
         conditions = (obj.get("status") or {}).get("conditions") or []
         ready = next(
             (
@@ -135,6 +178,8 @@ class ClusterCache:
     def _drop_node(self, name: str) -> None:
         self._nodes.discard(name)
         self._not_ready.pop(name, None)
+        self._tiers.pop(name, None)
+        self._relocate(name)
 
     def _set_pod(self, obj: Mapping[str, Any]) -> None:
         key = pod_key(obj)
@@ -145,12 +190,12 @@ class ClusterCache:
             request = pl.pod_request(obj, self.policy.names)
         except pl.RequestError:
             request = None  # the API server admitted it; we cannot count it, so we don't
-        if (
-            not node
-            or phase in ("Succeeded", "Failed")
-            or request is None
-            or not request.wants_devices
-        ):
+        finished = phase in ("Succeeded", "Failed")
+        wants = request is not None and request.wants_devices and not finished
+        group = ja.pod_group(obj) if wants else ja.PodGroup(None, None, None)
+        self._track_group(key, group.group, node)
+        self._track_reader(key, group.kv_peers if group.group and not node else None, group.group)
+        if not node or not wants or request is None:
             self._drop_pod(key)
             return
         created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
@@ -161,6 +206,39 @@ class ClusterCache:
         self._pods[key] = pod
         self._pods_by_node.setdefault(node, set()).add(key)
         self._rebuild(node)
+
+    def _track_group(self, key: str, group: str | None, node: str) -> None:
+        """Keep the pod's group membership (bound or pending) in step with the pod."""
+        was = self._group_of.get(key)
+        if was == ((group, node) if group else None):
+            return
+        if was is not None:
+            members = self._members.get(was[0], {})
+            members.pop(key, None)
+            if not members:
+                self._members.pop(was[0], None)
+            del self._group_of[key]
+        if group:
+            self._group_of[key] = (group, node)
+            self._members.setdefault(group, {})[key] = node
+
+    def _track_reader(self, key: str, kv_peers: str | None, group: str | None) -> None:
+        """Pending pods that read another group's KV cache, by that group: its first pod makes
+        room for them too (decode deployments are created with their prefill)."""
+        was = self._reads.pop(key, None)
+        if was is not None:
+            readers = self._readers[was]
+            readers.pop(key, None)
+            if not readers:
+                del self._readers[was]
+        if kv_peers and group and kv_peers != group:
+            self._readers.setdefault(kv_peers, {})[key] = group
+            self._reads[key] = kv_peers
+
+    def _forget_pod(self, key: str) -> None:
+        self._track_reader(key, None, None)
+        self._track_group(key, None, "")
+        self._drop_pod(key)
 
     def _drop_pod(self, key: str) -> None:
         pod = self._pods.pop(key, None)
@@ -206,6 +284,7 @@ class ClusterCache:
         self._sids.clear()
         self._states.clear()
         self._memo.clear()
+        self._slots.clear()
         for name, entry in list(self._entries.items()):
             sid = self._sids.get(entry.state)
             if sid is None:
@@ -277,3 +356,67 @@ class ClusterCache:
         if request.wants_rdma:
             return pl.Verdict(False, True, why, 0, "")
         return pl.Verdict(True, False, f"{why}; GPU-only pod passes unscored", 0, "")
+
+    # ---- job-aware scoring ----------------------------------------------------------------------
+
+    def job_context(self, pod: Mapping[str, Any]) -> ja.JobContext | None:
+        """The pod's bound peers and how many of its group are left to place (None when the
+        pod belongs to no group and reads no other group's KV cache)."""
+        group = ja.pod_group(pod)
+        if group.group is None and group.kv_peers is None:
+            return None
+        me = pod_key(pod)
+        own = {k: n for k, n in self._members.get(group.group or "", {}).items() if k != me}
+        kv = self._members.get(group.kv_peers or "", {}) if group.kv_peers != group.group else {}
+        bound = [n for n in own.values() if n]
+        peers = tuple(bound + [n for k, n in kv.items() if n and k != me])
+        known = len(own) + 1
+        size = max(group.size or 0, known) if group.group else 0
+        remaining = size - len(bound) if group.size or known > 1 else None
+        readers = len(self._readers.get(group.group or "", {}))
+        if readers and not bound:
+            remaining = (remaining or 1) + readers
+        return ja.JobContext(peers, max(remaining, 1) if remaining is not None else None)
+
+    def job_scores(
+        self,
+        pod: Mapping[str, Any],
+        names: Sequence[str],
+        request: pl.PodRequest,
+        verdicts: Sequence[pl.Verdict],
+        weights: ja.FabricWeights,
+    ) -> tuple[list[int], list[float] | None]:
+        """The scores kube-scheduler gets: node-local, with the pod's fabric term composed in
+        when it has one (and that term per node, for explaining)."""
+        scores = [v.score for v in verdicts]
+        job = self.job_context(pod)
+        if job is None:
+            return scores, None
+        terms = ja.fabric_terms(
+            names,
+            lambda i, cap: self.slots(names[i], request, cap) if verdicts[i].fits else 0,
+            self.locations,
+            job,
+        )
+        if terms is None:
+            return scores, None
+        return [ja.compose(s, t, weights) for s, t in zip(scores, terms, strict=True)], terms
+
+    def slots(self, name: str, request: pl.PodRequest, cap: int) -> int:
+        """How many copies of the pod the node can still take, up to `cap`."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return 1 if self.verdict(name, request).fits else 0
+        key = (entry.sid, request, cap)
+        found = self._slots.get(key)
+        if found is None:
+            found, state = 0, entry.state
+            while found < cap:
+                placed = pl.place_pod(state, request, self.policy.names)
+                if isinstance(placed, pl.Rejection):
+                    break
+                found, state = found + 1, placed[1]
+            if len(self._slots) >= self._memo_limit:
+                self._slots.clear()
+            self._slots[key] = found
+        return found

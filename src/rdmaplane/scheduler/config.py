@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rdmaplane.documents import DocumentError, expect_mapping, read_document
+from rdmaplane.fabric import DEFAULT_LABEL_SCHEMES
+from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 
 _W = pl.Weights()
@@ -36,6 +38,22 @@ class ResourcesConfig(_Model):
     hca_shared: str = Field(pl.ResourceNames.hca_shared, alias="hcaShared")
 
 
+class FabricConfig(_Model):
+    """Job-aware scoring (docs/fabric.md): the fabric term weighed against the node-local score,
+    and the node label schemes that say where a node sits (each closest tier first)."""
+
+    weight: float = Field(ja.FabricWeights.fabric, ge=0, description="the fabric term")
+    node_local: float = Field(ja.FabricWeights.node, ge=0, alias="nodeLocal")
+    tier_labels: list[list[str]] = Field(
+        default_factory=lambda: [list(s) for s in DEFAULT_LABEL_SCHEMES],
+        alias="tierLabels",
+        min_length=1,
+    )
+
+    def weights(self) -> ja.FabricWeights:
+        return ja.FabricWeights(self.weight, self.node_local)
+
+
 class ExtenderConfig(_Model):
     api_version: Literal["rdmaplane.io/v1alpha1"] = Field(
         "rdmaplane.io/v1alpha1", alias="apiVersion"
@@ -45,6 +63,7 @@ class ExtenderConfig(_Model):
     resources: ResourcesConfig = Field(default_factory=lambda: ResourcesConfig.model_validate({}))
     max_request_bytes: int = Field(16 * 1024 * 1024, gt=0, alias="maxRequestBytes")
     memo_entries: int = Field(200_000, gt=0, alias="memoEntries")
+    fabric: FabricConfig = Field(default_factory=lambda: FabricConfig.model_validate({}))
 
     def policy(self) -> pl.Policy:
         w = self.weights

@@ -11,6 +11,9 @@ agent will) or of one of these synthetic layouts, quick to build and modelled on
 - `split-roots`: a PCIe server, per socket 4 GPUs behind two switches and 2 NICs on a third
   root complex: NUMA alignment is possible, PCIe pairing never;
 - `hgx-shared`: the HGX layout with its NICs in one shared pool of 16 slots (8 per NUMA zone).
+
+`hgx_uplinks(switches)` cables the HGX layout's NIC i (`mlx5_i`, rail i) into `switches[i]`,
+for NRTs that carry HCA zones (a rail-optimised fabric).
 """
 
 from __future__ import annotations
@@ -38,10 +41,23 @@ _HGX_ROOTS = (
 )
 
 
+def hgx_uplinks(switches: list[str]) -> list[nrt.Uplink]:
+    return [
+        nrt.Uplink(f"mlx5_{i}", switch, i, f"Ethernet{i + 1}", i // 4, _HGX_ROOTS[i])
+        for i, switch in enumerate(switches)
+    ]
+
+
 def layout(
-    kind: str, name: str, *, policy: str = "best-effort", scope: str = "container"
+    kind: str,
+    name: str,
+    *,
+    policy: str = "best-effort",
+    scope: str = "container",
+    uplinks: list[nrt.Uplink] | None = None,
 ) -> nrt.NodeResourceTopology:
-    """A fully free node of the given layout."""
+    """A fully free node of the given layout (synthetic layouts: with HCA zones for
+    `uplinks`)."""
     if kind in samples.names():
         topology = _sample(kind)
         return nrt.build(
@@ -87,7 +103,13 @@ def layout(
         known = ", ".join((*LAYOUTS, *samples.names()))
         raise ValueError(f"unknown layout {kind!r}; known: {known}")
     return nrt.build(
-        name, devices, policy=policy, scope=scope, distances=distances, shared_pool_hcas=pool
+        name,
+        devices,
+        policy=policy,
+        scope=scope,
+        distances=distances,
+        shared_pool_hcas=pool,
+        uplinks=uplinks or (),
     )
 
 

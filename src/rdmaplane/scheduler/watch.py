@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lightkube import AsyncClient, operators
+from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane.kube import NodeResourceTopology, async_client
@@ -22,8 +22,9 @@ log = logging.getLogger("rdmaplane.scheduler.watch")
 _RESOURCES: dict[str, tuple[Any, dict[str, Any]]] = {
     "nrt": (NodeResourceTopology, {}),
     "node": (Node, {}),
-    # bound pods only, of every namespace (lightkube would otherwise use the client's default)
-    "pod": (Pod, {"namespace": "*", "fields": {"spec.nodeName": operators.not_equal("")}}),
+    # every namespace (lightkube would otherwise use the client's default); pending pods too,
+    # so that job-aware scoring knows how many pods a job has before they are bound
+    "pod": (Pod, {"namespace": "*"}),
 }
 BACKOFF_FIRST, BACKOFF_MAX = 0.5, 30.0
 

@@ -1,0 +1,311 @@
+"""`rdmaplane fabric show` (where nodes sit on the fabric, as a table, JSON or a Graphviz
+picture) and `rdmaplane fabric export --kueue | --volcano` (the same fabric for gang
+schedulers). Both read the fabric from a fabric file, from Node (and NRT) files, or from a
+cluster."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.table import Table
+
+from rdmaplane import fabric as fab
+from rdmaplane.cli.common import console, err_console, fail
+from rdmaplane.documents import DocumentError, read_document
+from rdmaplane.fabric_export import (
+    KUEUE_API_VERSION,
+    ExportError,
+    kueue_topology,
+    volcano_hypernodes,
+)
+from rdmaplane.scheduler.cache import ClusterCache, pod_key
+from rdmaplane.scheduler.jobaware import pod_group
+
+SCHEMA = "rdmaplane.io/fabric/v1"
+
+app = typer.Typer(
+    help="The fabric between nodes: tiers, rails, where a job's pods are; exports for gang "
+    "schedulers (docs/fabric.md).",
+    no_args_is_help=True,
+)
+
+FabricFile = Annotated[
+    Path | None,
+    typer.Option("--fabric-file", metavar="FILE", help="A `kind: Fabric` file (docs/fabric.md)."),
+]
+NodesFile = Annotated[
+    list[Path],
+    typer.Option("--nodes", metavar="FILE", help="Node YAML/JSON (a List is fine); repeatable."),
+]
+NrtFile = Annotated[
+    list[Path],
+    typer.Option("--nrt", metavar="FILE", help="NodeResourceTopology files: per-HCA rails."),
+]
+Kubeconfig = Annotated[
+    Path | None,
+    typer.Option("--kubeconfig", metavar="FILE", help="Read Nodes, NRTs and pods from a cluster."),
+]
+TierLabel = Annotated[
+    list[str],
+    typer.Option(
+        "--tier-label",
+        metavar="KEY",
+        help="Node label keys of the tiers, closest first (repeat per tier) [default: the "
+        "topograph, GKE, EKS and OCI schemes; for a fabric file fabric.topograph.run/tier-N].",
+    ),
+]
+
+
+@dataclass
+class View:
+    """What the commands show or export: node locations and the label keys of their tiers."""
+
+    locations: dict[str, fab.Location]
+    tier_keys: tuple[str, ...] | None
+    pods: list[dict[str, Any]] = field(default_factory=list)
+
+
+def load_view(
+    fabric_file: Path | None,
+    nodes: list[Path],
+    nrts: list[Path],
+    pods: list[Path],
+    kubeconfig: Path | None,
+    tier_labels: list[str],
+) -> View:
+    """The fabric from exactly one kind of source; `fail` (exit 2) on bad input."""
+    given = [bool(fabric_file), bool(nodes or nrts), kubeconfig is not None]
+    if sum(given) != 1:
+        fail("give one source: --fabric-file, --nodes/--nrt files, or --kubeconfig")
+    try:
+        if fabric_file is not None:
+            doc = read_document(fabric_file)
+            where = fab.fabric_from_document(doc, str(fabric_file)).locations()
+            return View(where, tuple(tier_labels) or fab.DEFAULT_TIER_LABELS, _objects(pods))
+        if kubeconfig is not None:
+            listed = _cluster(kubeconfig)
+        else:
+            listed = {
+                "node": [o for p in nodes for o in _objects([p])],
+                "nrt": [o for p in nrts for o in _objects([p])],
+                "pod": _objects(pods),
+            }
+    except (DocumentError, fab.FabricError) as exc:
+        fail(str(exc))
+    schemes = [tuple(tier_labels)] if tier_labels else fab.DEFAULT_LABEL_SCHEMES
+    cache = ClusterCache(tier_schemes=schemes)
+    cache.replace("node", listed["node"])
+    cache.replace("nrt", listed["nrt"])
+    found = {fab.scheme_of(_labels(n), schemes) for n in listed["node"]} - {None}
+    keys = found.pop() if len(found) == 1 else None  # Kueue levels need one scheme
+    return View(dict(cache.locations), keys, listed["pod"])
+
+
+def _labels(node: dict[str, Any]) -> dict[str, str]:
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    return {k: v for k, v in labels.items() if isinstance(v, str)}
+
+
+def _objects(paths: list[Path]) -> list[dict[str, Any]]:
+    """Kubernetes objects from files holding one object, a List, or a YAML list of them."""
+    out: list[dict[str, Any]] = []
+    for path in paths:
+        doc = read_document(path)
+        items = doc.get("items") if isinstance(doc, dict) and "items" in doc else doc
+        items = items if isinstance(items, list) else [items]
+        for i, item in enumerate(items):
+            if not isinstance(item, dict):
+                raise DocumentError(f"{path}: item {i}: expected a Kubernetes object")
+            out.append(item)
+    return out
+
+
+def _cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
+    from rdmaplane.cli.scheduler import list_cluster
+
+    try:
+        return list_cluster(kubeconfig)
+    except Exception as exc:  # unreachable server, bad kubeconfig: one line, exit 1
+        fail(f"cannot read the cluster with {kubeconfig}: {type(exc).__name__}: {exc}", 1)
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+    dot = "dot"
+
+
+@app.command("show")
+def show(
+    fabric_file: FabricFile = None,
+    nodes: NodesFile = [],  # noqa: B006 (typer reads the default)
+    nrt: NrtFile = [],  # noqa: B006
+    pods: Annotated[
+        list[Path], typer.Option("--pods", metavar="FILE", help="Pods, to place --job.")
+    ] = [],  # noqa: B006
+    kubeconfig: Kubeconfig = None,
+    tier_label: TierLabel = [],  # noqa: B006
+    job: Annotated[
+        str | None,
+        typer.Option(
+            "--job",
+            help="Mark where this job's pods are (its group: Job, JobSet, "
+            "LeaderWorkerSet, rdmaplane.io/group ... name).",
+        ),
+    ] = None,
+    output: Annotated[Output, typer.Option("-o", "--output", help="table, json or dot.")] = (
+        Output.table
+    ),
+) -> None:
+    """Where every node sits: its tier ids, closest first, and its rails. `-o dot` draws the
+    tree (render with `dot -Tsvg`)."""
+    view = load_view(fabric_file, nodes, nrt, pods, kubeconfig, tier_label)
+    shape = fab.tree(view.locations)
+    for problem in shape.problems:
+        err_console.print(f"[yellow]warning:[/] {problem}")
+    marked = job_pods(view.pods, job) if job else {}
+    if job and not marked:
+        err_console.print(f"[yellow]warning:[/] no bound pod of job {job!r} found")
+    if output is Output.json:
+        typer.echo(json.dumps(show_document(view, shape, marked), indent=2))
+    elif output is Output.dot:
+        typer.echo(dot_text(view.locations, shape, marked))
+    else:
+        console.print(show_table(view.locations, shape.depth, marked))
+
+
+def job_pods(pods: list[dict[str, Any]], job: str) -> dict[str, list[str]]:
+    """Node → pod names of the job's bound pods (the job named bare or as namespace/name)."""
+    out: dict[str, list[str]] = {}
+    for p in pods:
+        group = pod_group(p).group or ""
+        node = (p.get("spec") or {}).get("nodeName")
+        if node and job in (group, group.partition("/")[2]):
+            out.setdefault(node, []).append(pod_key(p))
+    return out
+
+
+def show_document(view: View, shape: fab.Tree, marked: dict[str, list[str]]) -> dict[str, Any]:
+    return {
+        "schema": SCHEMA,
+        "tiers": shape.depth,
+        "tierLabels": list(view.tier_keys or ()),
+        "nodes": [
+            {
+                "name": name,
+                "tiers": list(loc.tiers),
+                "rails": [{"rail": r, "switch": s} for r, s in loc.rails],
+                "pods": marked.get(name, []),
+            }
+            for name, loc in sorted(view.locations.items())
+        ],
+        "problems": list(shape.problems),
+    }
+
+
+def show_table(
+    locations: dict[str, fab.Location], depth: int, marked: dict[str, list[str]]
+) -> Table:
+    switches = len({loc.tier0 for loc in locations.values()})
+    table = Table(title=f"{len(locations)} nodes under {switches} tier-0 switches, {depth} tiers")
+    table.add_column("NODE")
+    for tier in range(depth):
+        table.add_column(f"TIER-{tier}")
+    table.add_column("RAILS")
+    if marked:
+        table.add_column("PODS")
+    for name, loc in sorted(locations.items(), key=lambda kv: (kv[1].tiers[::-1], kv[0])):
+        tiers = [*loc.tiers, *[""] * (depth - len(loc.tiers))]
+        rails = " ".join(f"{r}:{s}" for r, s in loc.rails)
+        row = [name, *tiers, rails]
+        if marked:
+            row.append(", ".join(marked.get(name, [])))
+        table.add_row(*row)
+    return table
+
+
+def dot_text(
+    locations: dict[str, fab.Location], shape: fab.Tree, marked: dict[str, list[str]]
+) -> str:
+    """Tier ids as boxes, one rank per tier, the widest on top; nodes below their tier-0 id
+    (or below the rail switches they plug into, edges labelled with the rail); the job's nodes
+    filled."""
+    out = [
+        "digraph fabric {",
+        "  rankdir=TB; node [fontname=Helvetica, fontsize=10]; edge [arrowhead=none];",
+    ]
+    for tier in reversed(range(shape.depth)):
+        ids = shape.ids(tier)
+        out.append(f"  {{ rank=same; {' '.join(_id(f't{tier}', i) + ';' for i in ids)} }}")
+        out += [f'  {_id(f"t{tier}", i)} [shape=box, label="{_esc(i)}"];' for i in ids]
+    out += [
+        f"  {_id(f't{tier + 1}', parent)} -> {_id(f't{tier}', child)};"
+        for (tier, child), parent in sorted(shape.parents.items())
+    ]
+    rail_switches: set[tuple[str, str]] = set()
+    for name, loc in sorted(locations.items()):
+        pods = marked.get(name, [])
+        style = ', style=filled, fillcolor="gold"' if pods else ""
+        text = "\\n".join([_esc(name), *(_esc(p) for p in pods)])
+        out.append(f'  {_id("n", name)} [shape=ellipse, label="{text}"{style}];')
+        if loc.rails and loc.tier0 is not None:
+            for rail, switch in loc.rails:
+                rail_switches.add((loc.tier0, switch))
+                out.append(f'  {_id("r", switch)} -> {_id("n", name)} [label="{rail}"];')
+        elif loc.tier0 is not None:
+            out.append(f"  {_id('t0', loc.tier0)} -> {_id('n', name)};")
+    for tier0, switch in sorted(rail_switches):
+        if switch != tier0:
+            out.append(f'  {_id("r", switch)} [shape=box, style=dashed, label="{_esc(switch)}"];')
+            out.append(f"  {_id('t0', tier0)} -> {_id('r', switch)} [style=dotted];")
+    out.append("}")
+    return "\n".join(out)
+
+
+def _id(kind: str, name: str) -> str:
+    """A quoted DOT ID, unique per kind (a tier-0 switch and a node may share a name)."""
+    return f'"{kind}:{_esc(name)}"'
+
+
+def _esc(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@app.command("export")
+def export(
+    kueue: Annotated[bool, typer.Option("--kueue", help="A Kueue Topology.")] = False,
+    volcano: Annotated[bool, typer.Option("--volcano", help="Volcano HyperNodes.")] = False,
+    name: Annotated[str, typer.Option(help="The Kueue Topology's name.")] = "rdmaplane",
+    api_version: Annotated[
+        str, typer.Option("--api-version", help="The Kueue API version to write.")
+    ] = KUEUE_API_VERSION,
+    fabric_file: FabricFile = None,
+    nodes: NodesFile = [],  # noqa: B006
+    nrt: NrtFile = [],  # noqa: B006
+    kubeconfig: Kubeconfig = None,
+    tier_label: TierLabel = [],  # noqa: B006
+) -> None:
+    """YAML for `kubectl apply -f -`: a Kueue `Topology` whose levels are the tier label keys
+    (then kubernetes.io/hostname), or the Volcano `HyperNode` tree (tier 1 = tier-0 switches)."""
+    if kueue == volcano:
+        fail("give exactly one of --kueue and --volcano")
+    view = load_view(fabric_file, nodes, nrt, [], kubeconfig, tier_label)
+    shape = fab.tree(view.locations)
+    for problem in shape.problems:
+        err_console.print(f"[yellow]warning:[/] {problem}")
+    try:
+        if kueue:
+            if view.tier_keys is None:
+                fail("the nodes carry no single tier label scheme: name it with --tier-label")
+            docs = [kueue_topology(name, view.tier_keys, shape.depth, api_version)]
+        else:
+            docs = volcano_hypernodes(shape)
+    except ExportError as exc:
+        fail(str(exc))
+    typer.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)

@@ -1,0 +1,172 @@
+"""Job-aware scoring: pods of one job close together on the fabric. Pure.
+
+kube-scheduler asks about one pod at a time. What this adds to each node's node-local score
+(`placement.evaluate`):
+
+- **Peers.** A pod belongs to a group named by the first label it carries of `GROUP_LABELS`
+  (our own `rdmaplane.io/group`, then the job controllers' labels), within its namespace. A
+  LeaderWorkerSet pod's group is its replica (`name` + `group-index`). A pod with
+  `rdmaplane.io/kv-peers: <group>` also counts that group's pods as peers (decode near prefill).
+- **With peers bound**: the mean `fabric.closeness` of the node to the peers' nodes: 1 under
+  their tier-0 switch, 0.5 under their tier-1, 0.25 under tier-2.
+- **No peer bound yet** (the job's first pod): room for the rest of the job. Per tier-0 switch,
+  how many copies of the pod the candidate nodes under it can still take. When the job's size
+  is known, the tightest switch that holds all of it scores 1 (best fit keeps whole switches free
+  for larger jobs), other switches that hold it 0.5–0.8, switches too small for it below 0.45:
+  steps wide enough to survive the rounding to whole scores. When the size is unknown, the
+  switch with the most room scores highest.
+- The node's score is `10 × (node × local/10 + fabric × F) / (node + fabric)`, weights
+  configurable; a pod with no group, or no known fabric, keeps its node-local score.
+
+Sizes come from `rdmaplane.io/group-size` (label or annotation), LeaderWorkerSet's
+`leaderworkerset.sigs.k8s.io/size` annotation, or the number of the group's pods the cache has
+seen (bound or pending), whichever is largest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rdmaplane.fabric import Location, closeness
+
+GROUP_LABEL = "rdmaplane.io/group"
+KV_PEERS = "rdmaplane.io/kv-peers"
+GROUP_SIZE = "rdmaplane.io/group-size"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+# In this order: a JobSet's pods span several Jobs, so the JobSet names the group before the
+# Job does; our own label wins over all.
+GROUP_LABELS = (
+    GROUP_LABEL,
+    "jobset.sigs.k8s.io/jobset-name",
+    LWS_NAME,
+    "training.kubeflow.org/job-name",
+    "volcano.sh/job-name",
+    "batch.kubernetes.io/job-name",
+)
+MAX_SLOTS = 16  # copies of a pod counted per node when the job's size is unknown
+
+
+@dataclass(frozen=True)
+class FabricWeights:
+    """How much the fabric counts against the node-local score (both relative)."""
+
+    fabric: float = 0.5
+    node: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    group: str | None  # "namespace/name", None when the pod belongs to no job we know
+    kv_peers: str | None  # "namespace/name" of the group whose KV cache it reads
+    size: int | None  # stated size of the group, if any
+
+
+def pod_group(pod: Mapping[str, Any]) -> PodGroup:
+    """The group a pod object belongs to, by its labels and annotations."""
+    meta = pod.get("metadata") or {}
+    labels = _strings(meta.get("labels"))
+    annotations = _strings(meta.get("annotations"))
+    namespace = meta.get("namespace") or "default"
+    group = None
+    for key in GROUP_LABELS:
+        value = labels.get(key)
+        if value:
+            if key == LWS_NAME and labels.get(LWS_GROUP_INDEX):
+                value = f"{value}/{labels[LWS_GROUP_INDEX]}"
+            group = f"{namespace}/{value}"
+            break
+    kv = labels.get(KV_PEERS) or annotations.get(KV_PEERS)
+    sizes = [_count(labels.get(GROUP_SIZE)), _count(annotations.get(GROUP_SIZE))]
+    sizes.append(_count(annotations.get(LWS_SIZE)))
+    known = [s for s in sizes if s]
+    return PodGroup(group, f"{namespace}/{kv}" if kv else None, max(known) if known else None)
+
+
+def _strings(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _count(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() and 0 < int(value) < 1 << 20 else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What the cache knows of a pod's job when it is scored."""
+
+    peer_nodes: tuple[str, ...]  # one entry per bound peer (own group and KV peers)
+    remaining: int | None  # pods of its own group still to place, this one included
+
+
+def fabric_terms(
+    names: Sequence[str],
+    slots: Callable[[int, int], int],
+    locations: Mapping[str, Location],
+    job: JobContext,
+) -> list[float] | None:
+    """The fabric term (0–1) per candidate node, or None when it has nothing to say.
+
+    `slots(i, cap)` is how many copies of the pod node `names[i]` can still take, at most
+    `cap` (0 when it takes none).
+    """
+    if not any(n in locations for n in names):
+        return None
+    peers = [locations[n] for n in job.peer_nodes if n in locations]
+    if peers:
+        near: dict[Location, float] = {}  # nodes under one switch share a location: once each
+        terms = []
+        for n in names:
+            here = locations.get(n)
+            if here is not None and here not in near:
+                near[here] = sum(closeness(here, p) for p in peers) / len(peers)
+            terms.append(near[here] if here is not None else 0.0)
+        return terms
+    if job.peer_nodes:
+        return None  # peers bound on nodes of unknown place: no direction to give
+    return _room_terms(names, slots, locations, job.remaining)
+
+
+def _room_terms(
+    names: Sequence[str],
+    slots: Callable[[int, int], int],
+    locations: Mapping[str, Location],
+    remaining: int | None,
+) -> list[float]:
+    cap = remaining or MAX_SLOTS
+    room: dict[str, int] = {}
+    for i, n in enumerate(names):
+        here = locations.get(n)
+        if here is not None and here.tier0 is not None:
+            room[here.tier0] = room.get(here.tier0, 0) + slots(i, cap)
+    most = max(room.values(), default=0)
+    tightest = min((r for r in room.values() if remaining and r >= remaining), default=0)
+    terms = []
+    for n in names:
+        here = locations.get(n)
+        free = room.get(here.tier0, 0) if here is not None and here.tier0 is not None else 0
+        if not free:
+            terms.append(0.0)
+        elif remaining is None:
+            terms.append(free / most)
+        elif free == tightest:
+            terms.append(1.0)  # best fit: the smallest switch that holds the whole job
+        elif free >= remaining:
+            terms.append(0.5 + 0.3 * remaining / free)  # fits, but breaks a bigger switch
+        else:
+            terms.append(0.45 * free / remaining)  # too small: below every one that fits
+    return terms
+
+
+def compose(local: int, term: float, weights: FabricWeights) -> int:
+    """The node's score: its node-local score (0–10) weighed against the fabric term (0–1)."""
+    total = weights.node + weights.fabric
+    if total <= 0:
+        return local
+    score = round(10 * (weights.node * local / 10 + weights.fabric * term) / total)
+    return max(0, min(10, score))

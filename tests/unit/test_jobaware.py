@@ -1,0 +1,222 @@
+"""Job-aware scoring through the extender's cache: pods of a job land under one leaf when they
+fit, decode pods near their prefill, rails from the NRT when nodes carry no labels. Pods are
+placed one at a time, as kube-scheduler does, on the highest score (ties: lowest name)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from rdmaplane import fabric as fab
+from rdmaplane import nrt
+from rdmaplane.scheduler import jobaware as ja
+from rdmaplane.scheduler import placement as pl
+from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.scheduler.layouts import hgx_uplinks, layout
+from tests.fabrics import leaf_spine, rail_optimised
+from tests.scheduler_helpers import pod
+
+JOB = "batch.kubernetes.io/job-name"
+
+
+def cluster(doc: dict[str, Any], labelled: bool = True) -> ClusterCache:
+    """Every node an HGX (8 GPUs + 8 NICs); its tiers as topograph labels, or (rail-optimised
+    fabrics, `labelled=False`) only as the NRT's HCA zones."""
+    fabric = fab.fabric_from_document(doc)
+    cache = ClusterCache()
+    nodes, nrts = [], []
+    for name, where in sorted(fabric.locations().items()):
+        labels = fab.tier_labels(where, fab.DEFAULT_TIER_LABELS) if labelled else {}
+        nodes.append({"metadata": {"name": name, "labels": labels}})
+        ups = None if labelled else hgx_uplinks([s for _, s in where.rails])
+        nrts.append(nrt.to_object(layout("hgx", name, uplinks=ups)))
+    cache.replace("node", nodes)
+    cache.replace("nrt", nrts)
+    cache.replace("pod", [])
+    return cache
+
+
+def job_pod(name: str, labels: dict[str, str], node: str = "", ns: str = "jobs") -> dict[str, Any]:
+    obj = pod(name, 8, 8, node=node, ns=ns)
+    obj["metadata"]["labels"] = labels
+    return obj
+
+
+def place(
+    cache: ClusterCache, obj: dict[str, Any], weights: ja.FabricWeights = ja.FabricWeights()
+) -> str:
+    """Score every node as the extender would, bind the pod to the best one."""
+    names = sorted(cache.locations)
+    request = pl.pod_request(obj)
+    verdicts = cache.verdicts(names, request)
+    scores, _ = cache.job_scores(obj, names, request, verdicts, weights)
+    best = max((s, -i) for i, (s, v) in enumerate(zip(scores, verdicts, strict=True)) if v.fits)
+    chosen = names[-best[1]]
+    cache.apply("pod", "MODIFIED", {**obj, "spec": {**obj["spec"], "nodeName": chosen}})
+    return chosen
+
+
+def occupy(cache: ClusterCache, busy: dict[int, int], per_leaf: int = 16) -> None:
+    """Fill the first `busy[leaf]` nodes of each leaf with unrelated whole-node pods."""
+    for leaf, count in busy.items():
+        for k in range(count):
+            node = f"gpu-{leaf * per_leaf + k:03d}"
+            cache.apply("pod", "ADDED", pod(f"other-{node}", 8, 8, node=node, ns="other"))
+
+
+def leaf_of(cache: ClusterCache, node: str) -> str:
+    return cache.locations[node].tiers[0]
+
+
+def test_pod_groups_from_job_controller_labels() -> None:
+    def group(labels: dict[str, str], annotations: dict[str, str] | None = None) -> ja.PodGroup:
+        meta = {"namespace": "ml", "labels": labels, "annotations": annotations or {}}
+        return ja.pod_group({"metadata": meta})
+
+    assert group({JOB: "train"}).group == "ml/train"
+    assert group({JOB: "train-w-0", "jobset.sigs.k8s.io/jobset-name": "train"}).group == "ml/train"
+    assert group({JOB: "x", "rdmaplane.io/group": "mine"}).group == "ml/mine"
+    lws = {
+        "leaderworkerset.sigs.k8s.io/name": "llm",
+        "leaderworkerset.sigs.k8s.io/group-index": "2",
+    }
+    found = group(lws, {"leaderworkerset.sigs.k8s.io/size": "4"})
+    assert (found.group, found.size) == ("ml/llm/2", 4)
+    kv = group({"rdmaplane.io/group": "dec"}, {"rdmaplane.io/kv-peers": "pre"})
+    assert (kv.group, kv.kv_peers) == ("ml/dec", "ml/pre")
+    assert group({"rdmaplane.io/group-size": "nope"}).size is None
+    assert group({}) == ja.PodGroup(None, None, None)
+
+
+def test_an_eight_pod_job_lands_under_the_one_leaf_it_fits_best() -> None:
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 10, 1: 12, 2: 4, 3: 7})  # free: 6, 4, 12, 9
+    pods = [job_pod(f"train-{i}", {JOB: "train"}) for i in range(8)]
+    for p in pods:  # the Job controller creates them all before the first is scheduled
+        cache.apply("pod", "ADDED", p)
+    placed = [place(cache, p) for p in pods]
+    assert {leaf_of(cache, n) for n in placed} == {"leaf-3"}  # 9 free: the tightest that fits
+    assert len(set(placed)) == 8
+
+
+def test_without_the_fabric_term_the_same_job_spreads() -> None:
+    """The control: node-local scores alone tie on every free node; kube-scheduler picks one
+    of the tied nodes at random."""
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 10, 1: 12, 2: 4, 3: 7})
+    rng = random.Random(3)
+    leaves = set()
+    for i in range(8):
+        obj = job_pod(f"train-{i}", {JOB: "train"})
+        names = sorted(cache.locations)
+        request = pl.pod_request(obj)
+        verdicts = cache.verdicts(names, request)
+        scores, _ = cache.job_scores(obj, names, request, verdicts, ja.FabricWeights(0, 1))
+        top = max(s for s, v in zip(scores, verdicts, strict=True) if v.fits)
+        tied = [n for n, s, v in zip(names, scores, verdicts, strict=True) if v.fits and s == top]
+        chosen = rng.choice(tied)
+        cache.apply("pod", "MODIFIED", {**obj, "spec": {**obj["spec"], "nodeName": chosen}})
+        leaves.add(leaf_of(cache, chosen))
+    assert len(leaves) > 1
+
+
+def test_a_job_of_unknown_size_starts_where_there_is_most_room() -> None:
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 10, 1: 12, 2: 4, 3: 7})
+    placed = [place(cache, job_pod(f"solo-{i}", {JOB: "solo"})) for i in range(8)]
+    assert {leaf_of(cache, n) for n in placed} == {"leaf-2"}  # 12 free
+
+
+def test_a_job_too_big_for_any_leaf_stays_under_one_spine() -> None:
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 10, 1: 12, 2: 10, 3: 12})  # 6, 4, 6, 4 free
+    pods = [job_pod(f"big-{i}", {JOB: "big"}) for i in range(10)]
+    for p in pods:
+        cache.apply("pod", "ADDED", p)
+    placed = [place(cache, p) for p in pods]
+    spines = {cache.locations[n].tiers[1] for n in placed}
+    assert len(spines) == 1  # 6 + 4 under one spine hold all ten
+
+
+def test_decode_pods_land_under_their_prefill_leaf() -> None:
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 4, 1: 4, 2: 4, 3: 4})
+    prefill = {"rdmaplane.io/group": "llm-prefill"}
+    for i, node in enumerate(("gpu-036", "gpu-037")):  # on leaf-2
+        cache.apply("pod", "ADDED", job_pod(f"prefill-{i}", prefill, node=node))
+    decode = {"rdmaplane.io/group": "llm-decode", "rdmaplane.io/kv-peers": "llm-prefill"}
+    placed = [place(cache, job_pod(f"decode-{i}", decode)) for i in range(6)]
+    assert {leaf_of(cache, n) for n in placed} == {"leaf-2"}
+
+
+def test_decode_overflows_to_the_sibling_leaf_under_the_same_spine() -> None:
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 12, 1: 14, 2: 4, 3: 4})  # leaf-1 has 2 free, its sibling leaf-0 has 4
+    prefill = {"rdmaplane.io/group": "p"}
+    cache.apply("pod", "ADDED", job_pod("prefill-0", prefill, node="gpu-030"))
+    decode = {"rdmaplane.io/group": "d", "rdmaplane.io/kv-peers": "p"}
+    placed = [place(cache, job_pod(f"decode-{i}", decode)) for i in range(4)]
+    assert [leaf_of(cache, n) for n in placed] == ["leaf-1", "leaf-0", "leaf-0", "leaf-0"]
+
+
+def test_rail_optimised_nodes_known_only_by_their_nrt_rails() -> None:
+    cache = cluster(rail_optimised(units=4, per_unit=8, rails=8), labelled=False)
+    assert cache.locations["gpu-000"].rails == tuple((r, f"su0-rail{r}") for r in range(8))
+    occupy(cache, {0: 5, 1: 2, 2: 7, 3: 3}, per_leaf=8)  # free: 3, 6, 1, 5
+    pods = [job_pod(f"ring-{i}", {JOB: "ring"}) for i in range(5)]
+    for p in pods:
+        cache.apply("pod", "ADDED", p)
+    placed = [place(cache, p) for p in pods]
+    assert {leaf_of(cache, n) for n in placed} == {leaf_of(cache, "gpu-024")}  # su3: 5 free
+
+
+def test_pods_without_a_group_keep_their_node_local_score() -> None:
+    cache = cluster(leaf_spine(2, 4))
+    obj = pod("loner", 4, 4, ns="x")
+    names = sorted(cache.locations)
+    request = pl.pod_request(obj)
+    verdicts = cache.verdicts(names, request)
+    scores, terms = cache.job_scores(obj, names, request, verdicts, ja.FabricWeights())
+    assert terms is None and scores == [v.score for v in verdicts]
+
+
+@pytest.mark.parametrize(
+    ("local", "term", "weights", "score"),
+    [
+        (10, 1.0, ja.FabricWeights(), 10),
+        (10, 0.0, ja.FabricWeights(), 5),
+        (8, 0.5, ja.FabricWeights(1, 0), 5),
+        (8, 0.5, ja.FabricWeights(0, 0), 8),
+    ],
+)
+def test_compose(local: int, term: float, weights: ja.FabricWeights, score: int) -> None:
+    assert ja.compose(local, term, weights) == score
+
+
+def test_finished_and_deleted_pods_leave_their_group() -> None:
+    cache = cluster(leaf_spine(2, 4))
+    a = job_pod("a", {JOB: "j"}, node="gpu-000")
+    cache.apply("pod", "ADDED", a)
+    probe = job_pod("b", {JOB: "j"})
+    context = cache.job_context(probe)
+    assert context and context.peer_nodes == ("gpu-000",) and context.remaining == 1
+    cache.apply("pod", "MODIFIED", {**a, "status": {"phase": "Succeeded"}})
+    assert cache.job_context(probe) == ja.JobContext((), None)
+    cache.apply("pod", "ADDED", a)
+    cache.apply("pod", "DELETED", a)
+    assert cache.job_context(probe) == ja.JobContext((), None)
+
+
+def test_a_prefill_makes_room_for_its_pending_decode_pods() -> None:
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 13, 1: 10, 2: 16, 3: 16})  # free: 3 under leaf-0, 6 under leaf-1
+    prefill = [job_pod(f"pre-{i}", {"rdmaplane.io/group": "p"}) for i in range(2)]
+    decode_labels = {"rdmaplane.io/group": "d", "rdmaplane.io/kv-peers": "p"}
+    decode = [job_pod(f"dec-{i}", decode_labels) for i in range(3)]
+    for p in prefill + decode:  # created together, as llm-d or Dynamo deployments are
+        cache.apply("pod", "ADDED", p)
+    placed = [place(cache, p) for p in prefill + decode]
+    # alone, the prefill would best-fit leaf-0 (3 free) and push its decode pods away
+    assert {leaf_of(cache, n) for n in placed} == {"leaf-1"}
