@@ -7,8 +7,6 @@ import asyncio
 import json
 import re
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -241,12 +239,20 @@ async def test_available_follows_pod_resources(
         await server.stop(None)
 
 
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """Unix socket paths are limited to 107 bytes: the plugin's socket needs a short folder."""
-    path = Path(tempfile.mkdtemp(prefix="rpa-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def with_plugin(node: Path, short_dir: Path, **extra) -> tuple[AgentConfig, EmbeddedPlugin]:
+    """An agent config whose kubelet folder has a short path, and the plugin it embeds, with
+    a device node for every HCA of the sample under `short_dir/dev`."""
+    cfg = AgentConfig(
+        node_name="hgx-h100-017",
+        sysfs_root=node,
+        kubelet_dir=short_dir / "kubelet",
+        poll_interval_s=POLL_S,
+        metrics_address="127.0.0.1",
+        metrics_port=0,
+        **extra,
+    )
+    dev_root = device_nodes(node, short_dir / "dev")
+    return cfg, EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
 
 
 async def test_rising_errors_reach_the_device_plugin(
@@ -255,17 +261,9 @@ async def test_rising_errors_reach_the_device_plugin(
     """The embedded plugin learns of counter-based ill health from the agent (it sees port
     states itself): ListAndWatch turns the HCA Unhealthy, Allocate refuses it naming the counter,
     and it turns Healthy again once it recovers."""
-    cfg = AgentConfig(
-        node_name="hgx-h100-017",
-        sysfs_root=node,
-        kubelet_dir=short_dir / "kubelet",
-        poll_interval_s=POLL_S,
-        metrics_address="127.0.0.1",
-        metrics_port=0,
-        health={"window_s": 1.0, "thresholds": {"symbol_error": 10}},
+    cfg, plugin = with_plugin(
+        node, short_dir, health={"window_s": 1.0, "thresholds": {"symbol_error": 10}}
     )
-    dev_root = device_nodes(node, short_dir / "dev")
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
     mlx5_2 = sample_nodes["hgx-h100-roce"].hca("mlx5_2").pci.address
     counter = node / "class/infiniband/mlx5_2/ports/1/counters/symbol_error"
     async with Running(Agent(cfg, plugin=plugin)):
@@ -362,17 +360,7 @@ async def test_each_task_that_dies_is_restarted_and_healthz_fails_meanwhile(
     """Kill every long task of the agent in turn with an exception nobody expects: /healthz
     answers 503 naming the task while it is down, the task is restarted, /healthz is 200
     again, and the restarts are counted in /metrics."""
-    cfg = AgentConfig(
-        node_name="hgx-h100-017",
-        sysfs_root=node,
-        kubelet_dir=short_dir / "kubelet",
-        poll_interval_s=POLL_S,
-        allocation_interval_s=POLL_S,
-        metrics_address="127.0.0.1",
-        metrics_port=0,
-    )
-    dev_root = device_nodes(node, short_dir / "dev")
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
+    cfg, plugin = with_plugin(node, short_dir, allocation_interval_s=POLL_S)
     unreachable = AsyncClient(  # the discard port: the publisher keeps retrying
         KubeConfig.from_dict(
             {
@@ -427,17 +415,9 @@ async def test_a_device_without_its_verbs_node_is_unhealthy_with_the_reason(
     and then refused at Allocate), the reason is logged at start and exported in /metrics, and
     the device turns Healthy once its node appears."""
     mlx5_3 = sample_nodes["hgx-h100-roce"].hca("mlx5_3")
-    dev_root = device_nodes(node, short_dir / "dev")
+    cfg, plugin = with_plugin(node, short_dir)
+    dev_root = short_dir / "dev"
     (dev_root / "infiniband" / mlx5_3.uverbs).unlink()
-    cfg = AgentConfig(
-        node_name="hgx-h100-017",
-        sysfs_root=node,
-        kubelet_dir=short_dir / "kubelet",
-        poll_interval_s=POLL_S,
-        metrics_address="127.0.0.1",
-        metrics_port=0,
-    )
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
     async with Running(Agent(cfg, plugin=plugin)) as run:
         socket = next((cfg.kubelet_dir / "device-plugins").glob("rdmaplane-*.sock"))
         async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,11 +30,8 @@ WITHIN = 30.0  # generous: the machine may be loaded; inotify answers in millise
 
 
 @pytest.fixture
-def kubelet_dir() -> Iterator[Path]:
-    """Short: unix socket paths are limited to 107 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="klr-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def kubelet_dir(short_dir: Path) -> Path:
+    return short_dir / "kubelet"
 
 
 @pytest.fixture
