@@ -210,6 +210,7 @@ class PoolServer:
         self._server: grpc.aio.Server | None = None
         self._served: tuple[int, int] | None = None  # inode of the socket we serve on
         self._supervisor: Supervisor | None = None
+        self._waiting_logged = False
 
     @property
     def task_name(self) -> str:
@@ -272,9 +273,8 @@ class PoolServer:
         """Serve again whenever our socket vanished, register again whenever the kubelet
         restarted (our socket gone, or a new kubelet.sock); woken by inotify."""
         with _FolderEvents(self.folder, self.kubelet_dir) as events:
-            register = not self.watcher_mode  # (again) after a restart of this task
+            pending = not self.watcher_mode  # (again) when this task is restarted
             backoff: float | None = None
-            waiting_logged = False
             while True:
                 events.watch()
                 if not self._still_served():
@@ -284,28 +284,32 @@ class PoolServer:
                         self.socket,
                     )
                     await self._serve_retrying()
-                    register = not self.watcher_mode
-                if register and self.kubelet_socket.exists():
-                    problem = await self._register_once()
-                    if problem is None:
-                        register, backoff, waiting_logged = False, None, False
-                    else:
-                        if not waiting_logged:
-                            log.warning(
-                                "%s: cannot register at %s (%s); retrying until the kubelet "
-                                "answers",
-                                self.resource_name,
-                                self.kubelet_socket,
-                                problem,
-                            )
-                            waiting_logged = True
-                        backoff = min(backoff * 2, self.max_backoff) if backoff else 0.1
-                elif register and not waiting_logged:
-                    log.info("%s: waiting for %s", self.resource_name, self.kubelet_socket)
-                    waiting_logged = True
-                timeout = backoff if register and backoff else self.recheck_interval
-                if await events.kubelet_restarted(timeout) and not self.watcher_mode:
-                    register = True
+                    pending = not self.watcher_mode
+                if pending:
+                    pending, backoff = await self._register_step(backoff)
+                wait = backoff if pending and backoff else self.recheck_interval
+                if await events.kubelet_restarted(wait) and not self.watcher_mode:
+                    pending = True
+
+    async def _register_step(self, backoff: float | None) -> tuple[bool, float | None]:
+        """One try at registering: (still pending, the next retry delay or None to wait for a
+        new kubelet.sock). Logged once per outage."""
+        if not self.kubelet_socket.exists():
+            self._log_waiting(f"waiting for {self.kubelet_socket}")
+            return True, None
+        problem = await self._register_once()
+        if problem is None:
+            self._waiting_logged = False
+            return False, None
+        self._log_waiting(
+            f"cannot register at {self.kubelet_socket} ({problem}); retrying until it answers"
+        )
+        return True, min(backoff * 2, self.max_backoff) if backoff else 0.1
+
+    def _log_waiting(self, message: str) -> None:
+        if not self._waiting_logged:
+            log.warning("%s: %s", self.resource_name, message)
+            self._waiting_logged = True
 
     async def _serve_retrying(self) -> None:
         delay = 0.05
