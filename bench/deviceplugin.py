@@ -54,7 +54,7 @@ import grpc  # noqa: E402
 from kubelet_process import KubeletProcess  # noqa: E402
 from kubelet_standin import device_nodes  # noqa: E402
 
-from rdmaplane.deviceplugin import parse_config  # noqa: E402
+from rdmaplane.config import DevicePluginConfig  # noqa: E402
 from rdmaplane.deviceplugin.resources import ResourceManager  # noqa: E402
 from rdmaplane.deviceplugin.server import socket_name  # noqa: E402
 from rdmaplane.discovery import read_node, samples  # noqa: E402
@@ -443,7 +443,7 @@ def transport_floor(calls: int) -> None:
 def handler_times(topo: NodeTopology, dev_root: str, calls: int) -> None:
     """The plugin's own share: the resource manager in-process, without gRPC. An allocation is
     worked out once per set of HCAs after each update, then reused: both are timed."""
-    manager = ResourceManager(parse_config({}).pools[0], dev_root=dev_root)
+    manager = ResourceManager(DevicePluginConfig().pools[0], dev_root=dev_root)
     manager.update(topo)
     ids = [d.id for d in manager.devices]
 
@@ -499,7 +499,7 @@ for label, stmt in [
     ("pydantic", "import pydantic"),
     ("yaml, model, gid, nccl, selectors", "import yaml, rdmaplane.model, rdmaplane.gid,"
         " rdmaplane.nccl, rdmaplane.selectors, rdmaplane.documents"),
-    ("config models (pydantic schemas)", "import rdmaplane.deviceplugin.config"),
+    ("config models (pydantic schemas)", "import rdmaplane.config"),
     ("discovery, plugin, server, inotify", "import rdmaplane.deviceplugin.plugin"),
 ]:
     exec(stmt)

@@ -17,11 +17,10 @@ import pytest
 from kubelet_process import KubeletProcess
 from kubelet_standin import device_nodes
 
-from rdmaplane.agent.config import AgentConfig
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.service import Agent
-from rdmaplane.deviceplugin import RdmaDevicePlugin, parse_config
-from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.config import AgentConfig, DevicePluginConfig
+from rdmaplane.deviceplugin import RdmaDevicePlugin
 from rdmaplane.discovery import read_node
 
 HOUR = 3600.0
@@ -31,7 +30,7 @@ WITHIN = 30.0  # generous: the machine may be loaded; inotify answers in millise
 
 @pytest.fixture
 def kubelet_dir(short_dir: Path) -> Path:
-    return short_dir / "kubelet"
+    return short_dir
 
 
 @pytest.fixture
@@ -45,7 +44,7 @@ async def test_every_instant_restart_is_followed_by_registration_and_a_full_list
 ) -> None:
     sysfs = sample_trees["hgx-h100-roce"]
     topo = read_node(str(sysfs))
-    config = parse_config({"registration": registration})
+    config = DevicePluginConfig.model_validate({"registration": registration})
     plugin = RdmaDevicePlugin(
         config, kubelet_dir=kubelet_dir, dev_root=str(dev_root), recheck_interval=HOUR
     )
@@ -81,7 +80,7 @@ async def test_the_agents_plugin_registers_again_after_each_restart(
         metrics_address="127.0.0.1",
         metrics_port=0,
     )
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=kubelet_dir, dev_root=dev_root)
+    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=kubelet_dir, dev_root=dev_root)
     plugin.plugin.servers[0].recheck_interval = HOUR
     agent = Agent(cfg, plugin=plugin)
     async with KubeletProcess(kubelet_dir) as kubelet:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.deviceplugin import parse_config
+from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.resources import (
     DEVICE_GONE,
     NO_VERBS_DEVICE,
@@ -26,20 +26,24 @@ def hgx(sample_nodes: dict[str, NodeTopology]) -> NodeTopology:
     return sample_nodes["hgx-h100-roce"]
 
 
-@pytest.fixture
-def dev(hgx: NodeTopology, tmp_path: Path) -> Path:
-    """The node's /dev as the plugin sees it: every HCA's verbs, umad and issm node."""
-    folder = tmp_path / "dev" / "infiniband"
+def device_nodes(topo: NodeTopology, root: Path) -> Path:
+    """A node's /dev as the plugin sees it: every HCA's verbs, umad and issm node."""
+    folder = root / "infiniband"
     folder.mkdir(parents=True)
-    for hca in hgx.hcas:
+    for hca in topo.hcas:
         for name in (hca.uverbs, *(n for p in hca.ports for n in (p.umad, p.issm))):
             if name:
                 (folder / name).touch()
-    return folder.parent
+    return root
+
+
+@pytest.fixture
+def dev(hgx: NodeTopology, tmp_path: Path) -> Path:
+    return device_nodes(hgx, tmp_path / "dev")
 
 
 def manager(pool: dict[str, object], dev_root: Path | str) -> ResourceManager:
-    return ResourceManager(parse_config({"pools": [pool]}).pools[0], dev_root=str(dev_root))
+    return ResourceManager(DevicePluginConfig(pools=[pool]).pools[0], dev_root=str(dev_root))
 
 
 def down(topo: NodeTopology, name: str) -> NodeTopology:
@@ -204,3 +208,39 @@ def test_vanished_device_stays_listed_as_unhealthy(hgx: NodeTopology, dev: Path)
     assert not gone_dev.healthy
     assert gone_dev.problem == Unusable(DEVICE_GONE, "mlx5_7: device is gone")
     assert m.update(hgx) and all(d.healthy for d in m.devices)
+
+
+@pytest.mark.parametrize(
+    ("sample", "gid", "expected"),
+    [
+        ("hgx-h100-roce", {}, (True, 3)),  # IPv4, RoCE v2: the usual index 3
+        ("hgx-h100-roce", {"roceVersion": 1}, (True, 2)),  # its RoCE v1 twin
+        ("degraded", {}, (True, None)),  # the storage bond's index differs: NCCL picks
+        ("hgx-h100-roce", {"addrFamily": 6}, (True, None)),  # no IPv6 GID: Allocate refuses
+    ],
+)
+def test_pool_gid_index_is_what_allocate_injects(
+    sample_nodes: dict[str, NodeTopology],
+    sample: str,
+    gid: dict[str, int],
+    expected: tuple,
+    tmp_path: Path,
+) -> None:
+    m = manager({"nccl": {"gid": gid}}, device_nodes(sample_nodes[sample], tmp_path / "dev"))
+    m.update(sample_nodes[sample])
+    assert m.pool_gid_index() == expected
+    every = [d.id for d in m.devices if d.healthy]
+    if gid.get("addrFamily") == 6:
+        with pytest.raises(AllocateError, match="no NCCL plan"):
+            m.allocate(every)
+        return
+    injected = m.allocate(every).envs.get("NCCL_IB_GID_INDEX")
+    assert injected == (None if expected[1] is None else str(expected[1]))
+
+
+def test_an_infiniband_pool_needs_no_gid_index(
+    sample_nodes: dict[str, NodeTopology], tmp_path: Path
+) -> None:
+    m = manager({"selectors": {"linkTypes": ["infiniband"]}}, tmp_path)
+    m.update(sample_nodes["hgx-h200-ib"])
+    assert m.members and m.pool_gid_index() == (False, None)

@@ -10,7 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from rdmaplane.agent.inventory import Offered
-from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.plugin import RdmaDevicePlugin
 from rdmaplane.model import NodeTopology
 from rdmaplane.supervisor import Supervisor
@@ -19,7 +19,7 @@ from rdmaplane.supervisor import Supervisor
 class EmbeddedPlugin:
     """`RdmaDevicePlugin` serving the kubelet from inside the agent; no discovery of its own."""
 
-    def __init__(self, config: PluginConfig, *, kubelet_dir: Path, dev_root: Path) -> None:
+    def __init__(self, config: DevicePluginConfig, *, kubelet_dir: Path, dev_root: Path) -> None:
         self.plugin = RdmaDevicePlugin(config, kubelet_dir=kubelet_dir, dev_root=str(dev_root))
 
     @property

@@ -16,12 +16,13 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from rdmaplane.deviceplugin.config import PluginConfig, PoolConfig
+from rdmaplane.config import DevicePluginConfig, PoolConfig
 from rdmaplane.deviceplugin.resources import PluginDevice, ResourceManager
 from rdmaplane.deviceplugin.server import PoolServer
 from rdmaplane.discovery.probe import Probe, settle
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
+from rdmaplane.selectors import natural_key
 from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.deviceplugin")
@@ -38,7 +39,7 @@ class RdmaDevicePlugin:
 
     def __init__(
         self,
-        config: PluginConfig,
+        config: DevicePluginConfig,
         *,
         kubelet_dir: str | Path = "/var/lib/kubelet",
         dev_root: str = "/dev",
@@ -60,12 +61,39 @@ class RdmaDevicePlugin:
             )
             for pool in config.pools
         ]
+        self._members: dict[str, tuple[str, ...]] = {}  # per pool, as last logged
 
     def update(self, topo: NodeTopology, faults: Mapping[str, str] | None = None) -> None:
         """Take a new topology and faults judged outside the plugin (HCA name → why); streams
         are woken only for pools whose devices changed."""
         for server in self.servers:
             self._changed(server, lambda m: m.update(topo, faults))
+            self._log_members(server.manager)
+
+    def _log_members(self, manager: ResourceManager) -> None:
+        """Each pool's HCAs at the first topology and whenever they change; a pool that matches
+        nothing is a warning (it registers and offers nothing, rarely what was meant)."""
+        pool = manager.pool
+        names = tuple(sorted((h.name for h in manager.members), key=natural_key))
+        if self._members.get(pool.resource_name) == names:
+            return
+        self._members[pool.resource_name] = names
+        if names:
+            log.info(
+                "%s: %d HCA%s (%s): %s",
+                pool.resource_name,
+                len(names),
+                "" if len(names) == 1 else "s",
+                pool.mode,
+                ", ".join(names),
+            )
+            return
+        chosen = pool.selectors.model_dump(by_alias=True, exclude_defaults=True)
+        log.warning(
+            "%s: no HCA port matches %s; the pool offers no device",
+            pool.resource_name,
+            f"the selectors {json.dumps(chosen)}" if chosen else "(no selectors: no RDMA device)",
+        )
 
     def recheck(self) -> None:
         """Look at the device nodes again (cheap: one listing per pool); call it every poll."""
@@ -102,7 +130,9 @@ class RdmaDevicePlugin:
         folder = Path(self.config.cdi.spec_dir)
         target = folder / (kind.replace("/", "-") + ".json")
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            if not folder.is_dir():  # /var/run is tmpfs: gone after a reboot until written
+                folder.mkdir(parents=True)
+                log.info("created the CDI spec folder %s", folder)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rdmaplane-")
             with os.fdopen(fd, "w") as f:
                 json.dump(manager.cdi_spec(), f, indent=1)
@@ -183,7 +213,7 @@ async def poll_topology(
 
 
 async def run_standalone(
-    config: PluginConfig,
+    config: DevicePluginConfig,
     *,
     sysfs_root: str = "/sys",
     kubelet_dir: str = "/var/lib/kubelet",

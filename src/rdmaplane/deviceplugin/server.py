@@ -244,7 +244,9 @@ class PoolServer:
         """A new server on a hidden socket, renamed into place; then the old server stops."""
         hidden = self.folder / f".{os.getpid()}-{next(_serial)}.sock"
         try:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            if not self.folder.is_dir():  # the kubelet makes it at its start; its root must exist
+                self.folder.mkdir()
+                log.info("%s: created %s", self.resource_name, self.folder)
         except OSError as e:
             raise ServeError(f"cannot serve on {self.socket}: {e.strerror or e}") from e
         server = grpc.aio.server()
