@@ -32,7 +32,9 @@ class EmbeddedPlugin:
     def recheck(self) -> None:
         self.plugin.recheck()
 
-    async def start(self, supervisor: Supervisor) -> None:
+    async def start(self, supervisor: Supervisor | None = None) -> None:
+        """Serve; the registration tasks run under `supervisor` (the agent's), else the
+        plugin's own."""
         await self.plugin.start(supervisor)
 
     async def stop(self) -> None:
