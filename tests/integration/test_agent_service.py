@@ -13,7 +13,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
-from kubelet_standin import device_nodes
+from kubelet_standin import agent_with_plugin
 from lightkube import AsyncClient, KubeConfig
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -264,19 +264,7 @@ async def test_available_follows_pod_resources(
 
 
 def with_plugin(node: Path, short_dir: Path, **extra) -> tuple[AgentConfig, EmbeddedPlugin]:
-    """An agent config whose kubelet folder has a short path, and the plugin it embeds, with
-    a device node for every HCA of the sample under `short_dir/dev`."""
-    cfg = AgentConfig(
-        node_name="hgx-h100-017",
-        sysfs_root=node,
-        kubelet_dir=short_dir,
-        poll_interval_s=POLL_S,
-        metrics_address="127.0.0.1",
-        metrics_port=0,
-        **extra,
-    )
-    dev_root = device_nodes(node, short_dir / "dev")
-    return cfg, EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
+    return agent_with_plugin(node, short_dir, poll_interval_s=POLL_S, **extra)
 
 
 async def test_rising_errors_reach_the_device_plugin(

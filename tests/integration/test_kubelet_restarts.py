@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 from kubelet_process import KubeletProcess
-from kubelet_standin import device_nodes
+from kubelet_standin import agent_with_plugin, device_nodes
 
-from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.service import Agent
-from rdmaplane.config import AgentConfig, DevicePluginConfig
+from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin import RdmaDevicePlugin
 from rdmaplane.discovery import read_node
 
@@ -69,18 +68,10 @@ async def test_every_instant_restart_is_followed_by_registration_and_a_full_list
 
 
 async def test_the_agents_plugin_registers_again_after_each_restart(
-    sample_trees: dict[str, Path], kubelet_dir: Path, dev_root: Path, tmp_path: Path
+    sample_trees: dict[str, Path], kubelet_dir: Path, tmp_path: Path
 ) -> None:
     sysfs = Path(shutil.copytree(sample_trees["hgx-h100-roce"], tmp_path / "sys", symlinks=True))
-    cfg = AgentConfig(
-        node_name="n1",
-        sysfs_root=sysfs,
-        kubelet_dir=kubelet_dir,
-        dev_root=dev_root,
-        metrics_address="127.0.0.1",
-        metrics_port=0,
-    )
-    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=kubelet_dir, dev_root=dev_root)
+    cfg, plugin = agent_with_plugin(sysfs, kubelet_dir)
     plugin.plugin.servers[0].recheck_interval = HOUR
     agent = Agent(cfg, plugin=plugin)
     async with KubeletProcess(kubelet_dir) as kubelet:
