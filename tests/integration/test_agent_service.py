@@ -397,6 +397,7 @@ async def test_each_task_that_dies_is_restarted_and_healthz_fails_meanwhile(
             Broken,
             lambda: agent.publisher.record_event("Normal", "Test", "wake up"),
         ),
+        "faults": (agent.faults, "act_once", Broken, lambda: None),  # acts after every poll
         pool.task_name: (
             pool,
             "_still_served",
