@@ -154,10 +154,9 @@ def serve(cfg: AgentConfig, verbose: bool, source: Path | None) -> None:
     from rdmaplane.agent.podresources import PodResourcesClient
     from rdmaplane.agent.service import Agent
     from rdmaplane.config import DevicePluginConfig
-    from rdmaplane.deviceplugin.server import ServeError
     from rdmaplane.dra.driver import DraDriver
-    from rdmaplane.dra.kubeletplugin import ServeError as DraServeError
     from rdmaplane.kube import async_client
+    from rdmaplane.kubelet.sockets import ServeError
 
     where = f"{source}: " if source else ""
     if not cfg.node_name:
@@ -189,7 +188,7 @@ def serve(cfg: AgentConfig, verbose: bool, source: Path | None) -> None:
     )
     try:
         asyncio.run(_serve(service))
-    except (ServeError, DraServeError, OSError) as e:  # a kubelet folder or the port unusable
+    except (ServeError, OSError) as e:  # a kubelet folder or the port unusable
         fail(str(e), code=1)
 
 

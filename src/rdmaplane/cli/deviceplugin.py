@@ -52,7 +52,7 @@ def device_plugin(
     # gRPC and the plugin load only when this command runs: every other command starts faster
     from rdmaplane.config import DevicePluginConfig
     from rdmaplane.deviceplugin import run_standalone
-    from rdmaplane.deviceplugin.server import ServeError
+    from rdmaplane.kubelet.sockets import ServeError
 
     cfg = config_file(config, DevicePluginConfig)
     existing_dir("--sysfs-root", sysfs_root)

@@ -15,25 +15,20 @@ The kubelet talks to a device plugin in one of two ways, both served here:
   <name>.sock`; the kubelet finds the socket itself (and again after its restarts); a socket
   that vanished is served again at once, and the kubelet's watcher finds the new one.
 
-A socket is served by binding a hidden, uniquely named socket and renaming it into place: the
-rename is atomic (no moment without a socket, a stale one from an earlier run is replaced), and
-gRPC, which unlinks the path it bound when its server stops, can never take away the socket of
-the server that replaced it. The plugin watcher ignores names starting with a dot.
+Sockets are served by renaming a hidden one into place, and folders watched by inotify
+(`rdmaplane.kubelet.sockets`, shared with the DRA driver).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
-from asyncinotify import Event, Inotify, Mask
 
 from rdmaplane.deviceplugin.alloc import AllocationRequestError
 from rdmaplane.deviceplugin.resources import AllocateError, PluginDevice, ResourceManager
@@ -41,6 +36,7 @@ from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from rdmaplane.kubelet.sockets import FolderEvents, ServeError, inode, serve
 from rdmaplane.supervisor import Supervisor
 
 API_VERSION = "v1beta1"
@@ -53,17 +49,6 @@ _STATUS = {
     "unhealthy": grpc.StatusCode.FAILED_PRECONDITION,
     "plan": grpc.StatusCode.FAILED_PRECONDITION,
 }
-# What happens in the socket folder that can concern us: sockets appearing and going, the
-# folder itself going (then the kubelet directory is watched for its return).
-_FOLDER_EVENTS = (
-    Mask.CREATE | Mask.MOVED_TO | Mask.DELETE | Mask.MOVED_FROM | Mask.DELETE_SELF | Mask.MOVE_SELF
-)
-_CREATED = Mask.CREATE | Mask.MOVED_TO
-_serial = itertools.count()
-
-
-class ServeError(RuntimeError):
-    """The plugin's socket cannot be created (kubelet folder missing, not writable, …)."""
 
 
 def socket_name(resource_name: str) -> str:
@@ -79,16 +64,6 @@ def to_proto(device: PluginDevice) -> dp.Device:
     return dp.Device(
         ID=device.id, health=HEALTHY if device.healthy else UNHEALTHY, topology=topology
     )
-
-
-def _inode(path: Path) -> tuple[int, int] | None:
-    """(device, inode) of a path. Ours cannot be reused by another file while our listening
-    socket holds it, so for our own socket this identity is exact."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 class _DevicePlugin(dp_grpc.DevicePluginServicer):
@@ -241,40 +216,26 @@ class PoolServer:
                 self.socket.unlink()
 
     async def _serve(self) -> None:
-        """A new server on a hidden socket, renamed into place; then the old server stops."""
-        hidden = self.folder / f".{os.getpid()}-{next(_serial)}.sock"
-        try:
-            if not self.folder.is_dir():  # the kubelet makes it at its start; its root must exist
-                self.folder.mkdir()
-                log.info("%s: created %s", self.resource_name, self.folder)
-        except OSError as e:
-            raise ServeError(f"cannot serve on {self.socket}: {e.strerror or e}") from e
-        server = grpc.aio.server()
-        dp_grpc.add_DevicePluginServicer_to_server(_DevicePlugin(self), server)  # type: ignore[no-untyped-call]
-        if self.watcher_mode:
-            reg_grpc.add_RegistrationServicer_to_server(_WatcherRegistration(self), server)  # type: ignore[no-untyped-call]
-        try:
-            server.add_insecure_port(f"unix://{hidden}")
-        except RuntimeError as e:  # grpc: "Failed to bind to address ..."
-            raise ServeError(f"cannot serve on {self.socket}: {e}") from e
-        await server.start()
-        try:
-            os.rename(hidden, self.socket)
-        except OSError as e:  # e.g. the kubelet wiped the folder between bind and rename
-            await server.stop(grace=None)
-            raise ServeError(f"cannot serve on {self.socket}: {e.strerror or e}") from e
-        old, self._server, self._served = self._server, server, _inode(self.socket)
+        """A new server on our socket (`sockets.serve`); then the old server stops."""
+
+        def add(server: grpc.aio.Server) -> None:
+            dp_grpc.add_DevicePluginServicer_to_server(_DevicePlugin(self), server)  # type: ignore[no-untyped-call]
+            if self.watcher_mode:
+                reg_grpc.add_RegistrationServicer_to_server(_WatcherRegistration(self), server)  # type: ignore[no-untyped-call]
+
+        server, served = await serve(self.socket, add, self.resource_name)
+        old, self._server, self._served = self._server, server, served
         if old is not None:
             await old.stop(grace=None)  # its streams belong to a kubelet that is gone
         log.info("%s: serving on %s", self.resource_name, self.socket)
 
     def _still_served(self) -> bool:
-        return self._served is not None and _inode(self.socket) == self._served
+        return self._served is not None and inode(self.socket) == self._served
 
     async def stay_registered(self) -> None:
         """Serve again whenever our socket vanished, register again whenever the kubelet
         restarted (our socket gone, or a new kubelet.sock); woken by inotify."""
-        with _FolderEvents(self.folder, self.kubelet_dir) as events:
+        with FolderEvents(self.folder, self.kubelet_dir) as events:
             pending = not self.watcher_mode  # (again) when this task is restarted
             backoff: float | None = None
             while True:
@@ -290,8 +251,9 @@ class PoolServer:
                 if pending:
                     pending, backoff = await self._register_step(backoff)
                 wait = backoff if pending and backoff else self.recheck_interval
-                if await events.kubelet_restarted(wait) and not self.watcher_mode:
-                    pending = True
+                created = await events.created(wait)
+                if (created is None or KUBELET_SOCKET in created) and not self.watcher_mode:
+                    pending = True  # a new kubelet.sock, or events lost
 
     async def _register_step(self, backoff: float | None) -> tuple[bool, float | None]:
         """One try at registering: (still pending, the next retry delay or None to wait for a
@@ -343,48 +305,3 @@ class PoolServer:
         log.info("%s: registered with the kubelet", self.resource_name)
         self.registrations += 1
         return None
-
-
-class _FolderEvents:
-    """inotify on the socket folder (or, while it is missing, on the kubelet directory).
-
-    One read of the inotify descriptor stays pending across waits: cancelling it at a timeout
-    could drop events it had just read."""
-
-    def __init__(self, folder: Path, parent: Path) -> None:
-        self.folder = folder
-        self.parent = parent
-        self._inotify = Inotify(sync_timeout=0)
-        self._pending: asyncio.Task[Event] | None = None
-
-    def __enter__(self) -> _FolderEvents:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._pending is not None:
-            self._pending.cancel()
-        self._inotify.close()
-
-    def watch(self) -> None:
-        """(Re-)add the watch; adding one that exists already changes nothing."""
-        for path, mask in ((self.folder, _FOLDER_EVENTS), (self.parent, Mask.CREATE)):
-            with contextlib.suppress(OSError):
-                self._inotify.add_watch(path, mask)
-                return
-
-    async def kubelet_restarted(self, within: float) -> bool:
-        """Wait for the next changes (or `within` s); True when a new kubelet.sock appeared or
-        events were lost. The caller checks its own socket after any change."""
-        if self._pending is None:
-            self._pending = asyncio.ensure_future(self._inotify.get())
-        done, _ = await asyncio.wait({self._pending}, timeout=within)
-        if not done:
-            return False
-        events, self._pending = [self._pending.result()], None
-        while (event := self._inotify.sync_get()) is not None:
-            events.append(event)
-        return any(
-            Mask.Q_OVERFLOW in e.mask
-            or (e.name is not None and e.name.name == KUBELET_SOCKET and bool(e.mask & _CREATED))
-            for e in events
-        )

@@ -33,6 +33,7 @@ from rdmaplane.model import NodeTopology
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.nrt import Uplink
 from rdmaplane.selectors import natural_key
+from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.dra")
 
@@ -54,8 +55,6 @@ class DraDriver:
         config: AgentConfig,
         pools: Sequence[PoolConfig],
         kube: AsyncClient | None,
-        *,
-        watch_interval: float = 1.0,
     ) -> None:
         dra = config.dra
         self.driver = dra.driver_name
@@ -75,7 +74,6 @@ class DraDriver:
             self,
             plugin_dir=config.dra_plugin_dir,
             registry_dir=config.kubelet_dir / "plugins_registry",
-            watch_interval=watch_interval,
         )
         self.publisher = (
             SlicePublisher(kube, self.driver, self.node, config.publish) if kube else None
@@ -139,13 +137,17 @@ class DraDriver:
 
     # ---------------------------------------------------------------- lifecycle
 
-    async def start(self) -> None:
+    async def start(self, supervisor: Supervisor) -> None:
+        """Read the checkpoint, clear what a crash left, serve the kubelet; the sockets' watch
+        and the slice publisher run under `supervisor` (the agent's)."""
         self.checkpoint.load()
         for folder in (self.cdi_dir, self.checkpoint.path.parent):
             for left in files.leftovers(folder):
                 files.remove(left)
                 log.info("removed %s, left by an interrupted write", left)
-        await self.plugin.start()
+        await self.plugin.start(supervisor)
+        if self.publisher is not None:
+            supervisor.spawn("dra slices", self.publisher.run)
 
     async def stop(self) -> None:
         await self.plugin.stop()

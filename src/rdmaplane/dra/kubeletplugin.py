@@ -11,16 +11,18 @@ Two sockets, as the kubelet's plugin manager expects of a DRA driver:
   in both API versions, answered by one `ClaimHandler`.
 
 Every claim of a batch gets its own entry in the answer, error or not; the RPC itself fails only
-if the batch cannot be looked at at all. A socket that disappears (someone cleaned the folder)
-is served again on a fresh one.
+if the batch cannot be looked at at all. Sockets are renamed into place and watched by inotify
+(`rdmaplane.kubelet.sockets`): one that disappears (someone cleaned the folder) is served again
+at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -35,6 +37,8 @@ from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2 as v1beta1
 from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from rdmaplane.kubelet.sockets import FolderEvents, ServeError, inode, serve
+from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.dra")
 PLUGIN_TYPE = "DRAPlugin"
@@ -52,10 +56,6 @@ class Outcome:
 class ClaimHandler(Protocol):
     async def prepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, Outcome]: ...
     async def unprepare(self, claims: Sequence[ClaimRef]) -> Mapping[str, str]: ...
-
-
-class ServeError(RuntimeError):
-    """A socket cannot be created (folder not writable, path too long for a unix socket, …)."""
 
 
 def _refs(claims: Sequence[Any]) -> list[ClaimRef]:
@@ -121,53 +121,50 @@ class _Registration(reg_grpc.RegistrationServicer):
         return reg.RegistrationStatusResponse()
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return st.st_ino, st.st_mtime_ns
-
-
 class _Socket:
-    """One gRPC server on one unix socket, served again when the file goes away."""
+    """One gRPC server on one unix socket, served again at once when the file goes away."""
 
-    def __init__(self, path: Path, add: list[object]) -> None:
+    def __init__(self, path: Path, add: Callable[[grpc.aio.Server], None], owner: str) -> None:
         self.path = path
         self.add = add
+        self.owner = owner
         self.server: grpc.aio.Server | None = None
-        self.identity: tuple[int, int] | None = None
+        self.served: tuple[int, int] | None = None
 
     async def serve(self) -> None:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):
-                self.path.unlink()  # a stale socket from an earlier run
-        except OSError as e:
-            raise ServeError(f"cannot serve on {self.path}: {e.strerror or e}") from e
-        server = grpc.aio.server()
-        for add in self.add:
-            add(server)  # type: ignore[operator]
-        try:
-            server.add_insecure_port(f"unix://{self.path}")
-        except RuntimeError as e:  # grpc: "Failed to bind to address ..."
-            raise ServeError(f"cannot serve on {self.path}: {e}") from e
-        await server.start()
-        self.server, self.identity = server, _identity(self.path)
+        server, self.served = await serve(self.path, self.add, self.owner)
+        old, self.server = self.server, server
+        if old is not None:
+            await old.stop(grace=None)
 
-    async def close(self, remove: bool) -> None:
+    async def close(self) -> None:
         if self.server is not None:
             await self.server.stop(grace=0.2)
             self.server = None
-        if remove and _identity(self.path) == self.identity:
+        if self.served is not None and inode(self.path) == self.served:  # still ours
             with contextlib.suppress(OSError):
                 self.path.unlink()
 
-    async def keep(self) -> None:
-        if _identity(self.path) != self.identity:
-            log.warning("socket %s vanished; serving again", self.path)
-            await self.close(remove=False)
-            await self.serve()
+    async def stay_served(self, recheck_s: float) -> None:
+        """Serve again whenever the socket vanished; woken by inotify on its folder."""
+        with FolderEvents(self.path.parent, self.path.parent.parent) as events:
+            while True:
+                events.watch()
+                if inode(self.path) != self.served:
+                    log.warning("%s: socket %s vanished; serving again", self.owner, self.path)
+                    await self._serve_retrying(recheck_s)
+                await events.created(recheck_s)
+
+    async def _serve_retrying(self, max_delay: float) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await self.serve()
+                return
+            except ServeError as e:
+                log.warning("%s; retrying in %g s", e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, max_delay)
 
 
 class KubeletPlugin:
@@ -180,54 +177,50 @@ class KubeletPlugin:
         *,
         plugin_dir: Path,
         registry_dir: Path,
-        watch_interval: float = 1.0,
+        recheck_s: float = 30.0,
     ) -> None:
         self.driver = driver
         self.socket = plugin_dir / "dra.sock"
         self.registration_socket = registry_dir / f"{driver}-reg.sock"
-        self.watch_interval = watch_interval
+        self.recheck_s = recheck_s  # a safety net: inotify tells first
         self.registrations = 0
-        self._sockets = [
-            _Socket(
-                self.socket,
-                [
-                    lambda s: v1_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
-                        _servicer(v1, v1_grpc, handler), s
-                    ),
-                    lambda s: v1beta1_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
-                        _servicer(v1beta1, v1beta1_grpc, handler), s
-                    ),
-                ],
-            ),
-            _Socket(
-                self.registration_socket,
-                [lambda s: reg_grpc.add_RegistrationServicer_to_server(_Registration(self), s)],  # type: ignore[no-untyped-call]
-            ),
-        ]
-        self._task: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        """Serve the DRA API first: the kubelet dials it as soon as it sees the registration."""
+        def add_dra(server: grpc.aio.Server) -> None:
+            v1_grpc.add_DRAPluginServicer_to_server(_servicer(v1, v1_grpc, handler), server)  # type: ignore[no-untyped-call]
+            v1beta1_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
+                _servicer(v1beta1, v1beta1_grpc, handler), server
+            )
+
+        def add_registration(server: grpc.aio.Server) -> None:
+            reg_grpc.add_RegistrationServicer_to_server(_Registration(self), server)  # type: ignore[no-untyped-call]
+
+        self._sockets = [
+            _Socket(self.socket, add_dra, driver),
+            _Socket(self.registration_socket, add_registration, driver),
+        ]
+        self._supervisor: Supervisor | None = None
+
+    def _task(self, sock: _Socket) -> str:
+        return f"dra {sock.path.name}"
+
+    async def start(self, supervisor: Supervisor) -> None:
+        """Serve the DRA API first (the kubelet dials it as soon as it sees the registration),
+        then the registration; keep both served in tasks of `supervisor`. A socket that cannot
+        be created is a `ServeError` here, at start."""
         for sock in self._sockets:
             await sock.serve()
         log.info(
             "%s: serving %s, registration at %s", self.driver, self.socket, self.registration_socket
         )
-        self._task = asyncio.create_task(self._watch(), name=f"dra:{self.driver}")
+        self._supervisor = supervisor
+        for sock in self._sockets:
+            supervisor.spawn(self._task(sock), functools.partial(sock.stay_served, self.recheck_s))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        for sock in reversed(self._sockets):  # unregister first
-            await sock.close(remove=True)
-
-    async def _watch(self) -> None:
-        while True:
-            await asyncio.sleep(self.watch_interval)
+        """Stop watching, stop serving (registration first), remove the sockets still ours."""
+        if self._supervisor is not None:
             for sock in self._sockets:
-                try:
-                    await sock.keep()
-                except ServeError as e:
-                    log.error("%s", e)
+                await self._supervisor.cancel(self._task(sock))
+            self._supervisor = None
+        for sock in reversed(self._sockets):
+            await sock.close()
