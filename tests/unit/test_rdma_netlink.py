@@ -1,18 +1,12 @@
-"""The RDMA netlink client against recorded kernel messages.
-
-This machine's kernel has no RDMA netlink, so the kernel's side is played from bytes written
-out by hand from the uapi header `rdma/rdma_netlink.h` (RDMA_NL_NLDEV = 5, SYS_GET = 6,
-SYS_SET = 7, RDMA_NLDEV_SYS_ATTR_NETNS_MODE = 66; message type = 5 << 10 | command) and the
-kernel's nldev handlers, over a socket pair that keeps message boundaries as netlink does.
-Whether a live RDMA kernel answers exactly so is untested here.
-"""
+"""The RDMA netlink client against recorded kernel messages (`tests/rdma_kernel.py`: this
+machine's kernel has no RDMA netlink; whether a live RDMA kernel answers exactly so is untested
+here)."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import socket
-import threading
 
 import pytest
 from hypothesis import given
@@ -21,70 +15,15 @@ from hypothesis import strategies as st
 from rdmaplane.discovery import rdma_netlink
 from rdmaplane.discovery.rdma_netlink import NetlinkError, RdmaNetlink
 from rdmaplane.model import NetnsMode
-
-
-def hexbytes(text: str) -> bytes:
-    return bytes.fromhex("".join(line.split("#")[0] for line in text.splitlines()))
-
-
-# `rdma system show`: SYS_GET, NLM_F_REQUEST | NLM_F_ACK, sequence 1
-SYS_GET = hexbytes("""
-    10000000 0614 0500 01000000 00000000  # len 16, type 0x1406, flags 5, seq 1, port 0
-""")
-# `rdma system set netns shared`: SYS_SET with the u8 attribute 66 = 1, padded to 4 bytes
-SYS_SET_SHARED = hexbytes("""
-    18000000 0714 0500 01000000 00000000  # len 24, type 0x1407
-    0500 4200 01 000000                   # nla_len 5, NETNS_MODE, 1, padding
-""")
-
-
-def sys_get_reply(mode: int, seq: int = 1) -> bytes:
-    """A 6.x kernel's answer (nldev_sys_get_doit) to port 12345: NETNS_MODE, PRIVILEGED_QKEY_MODE
-    (96) and COPY_ON_FORK (93), then the acknowledgement the request asked for."""
-    s = f"{seq:02x}"
-    return hexbytes(f"""
-        28000000 0614 0000 {s}000000 39300000  # len 40, SYS_GET, seq, port 12345
-        0500 4200 {mode:02x} 000000            # NETNS_MODE
-        0500 6000 00 000000                    # PRIVILEGED_QKEY_MODE
-        0500 5d00 01 000000                    # COPY_ON_FORK
-        24000000 0200 0001 {s}000000 39300000  # NLMSG_ERROR, NLM_F_CAPPED
-        00000000                               # error 0: the acknowledgement
-        10000000 0614 0500 {s}000000 00000000  # the request's header
-    """)
-
-
-def error_reply(code: int, request: bytes = SYS_GET) -> bytes:
-    """NLMSG_ERROR carrying -code and the whole request (not capped)."""
-    length = 16 + 4 + len(request)
-    return (
-        length.to_bytes(4, "little")
-        + hexbytes("0200 0000 01000000 39300000")
-        + (-code).to_bytes(4, "little", signed=True)
-        + request
-    )
-
-
-class FakeKernel:
-    """The other end of a socket pair: records each request, answers with the next script."""
-
-    def __init__(self, *scripts: list[bytes] | None) -> None:
-        self.scripts = list(scripts)  # None: never answer (until the client hangs up)
-        self.requests: list[bytes] = []
-
-    def connect(self) -> socket.socket:
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        script = self.scripts.pop(0)
-
-        def serve() -> None:
-            with theirs:
-                self.requests.append(theirs.recv(65536))
-                if script is None:
-                    theirs.recv(1)
-                for datagram in script or ():
-                    theirs.send(datagram)
-
-        threading.Thread(target=serve, daemon=True).start()
-        return ours
+from tests.rdma_kernel import (
+    SYS_GET,
+    SYS_SET_SHARED,
+    FakeKernel,
+    ack,
+    error_reply,
+    hexbytes,
+    sys_get_reply,
+)
 
 
 def test_request_bytes_are_what_the_rdma_tool_sends() -> None:
@@ -172,12 +111,7 @@ def test_garbled_or_missing_answers_give_no_answer(
 
 
 def test_setting_shared_sends_the_attribute_and_takes_the_ack() -> None:
-    ack = hexbytes("""
-        24000000 0200 0001 01000000 39300000
-        00000000
-        18000000 0714 0500 01000000 00000000
-    """)
-    kernel = FakeKernel([ack])
+    kernel = FakeKernel([ack(SYS_SET_SHARED)])
     RdmaNetlink(kernel.connect).set_netns_mode(NetnsMode.SHARED)
     assert kernel.requests == [SYS_SET_SHARED]
 
