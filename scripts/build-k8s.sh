@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Builds the end-to-end test control plane (kube-apiserver, kube-scheduler, etcd) from the
-# upstream Go modules pinned in test/k8s/go.mod, once, into a cache folder keyed by versions:
+# Builds the end-to-end test control plane (kube-apiserver, kube-scheduler,
+# kube-controller-manager, etcd) from the upstream Go modules pinned in test/k8s/go.mod, once,
+# into a cache folder keyed by versions:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/<key>/bin
-# Later runs reuse it. Progress goes to stderr; the bin dir is the one line on stdout.
+# and KWOK (fake nodes with a pod lifecycle) from its own module at $kwok_version, into
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/kwok/<kwok key>/bin
+# Later runs reuse both. Progress goes to stderr; the k8s bin dir is the one line on stdout.
 #
-#   scripts/build-k8s.sh            build if needed, print the bin dir
-#   scripts/build-k8s.sh --bin-dir  print the bin dir only (builds nothing; it may not exist yet)
+#   scripts/build-k8s.sh                 build if needed, print the k8s bin dir
+#   scripts/build-k8s.sh --bin-dir       print the k8s bin dir only (builds nothing)
+#   scripts/build-k8s.sh --kwok-bin-dir  print the kwok bin dir only (builds nothing)
 #
 #   scripts/build-k8s.sh kubelet-harness         build the admission harness if needed, print its path
 #   scripts/build-k8s.sh kubelet-harness --path  print its path only (builds nothing)
@@ -46,7 +50,7 @@ if [[ "${1:-}" == "kubelet-harness" ]]; then
 fi
 
 module="$root/test/k8s"
-binaries=(kube-apiserver kube-scheduler etcd)
+binaries=(kube-apiserver kube-scheduler kube-controller-manager etcd)
 
 pinned() { awk -v m="$1" '{ sub(/^require[ \t]+/, "") } $1 == m { print $2; exit }' "$module/go.mod"; }
 kube_version="$(pinned k8s.io/kubernetes)"
@@ -57,10 +61,36 @@ deps_hash="$(cat "$module/go.mod" "$module/go.sum" "$module/cmd/etcd/main.go" | 
 key="kube-${kube_version}_etcd-${etcd_version}_${go_version}_${deps_hash}"
 bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/$key/bin"
 
-if [[ "${1:-}" == "--bin-dir" ]]; then
-  echo "$bin_dir"
-  exit 0
-fi
+# KWOK is its own Go module (go install pkg@version), so its key holds only its version and Go's.
+kwok_version=v0.8.0
+kwok_bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/kwok/kwok-${kwok_version}_${go_version}/bin"
+
+case "${1:-}" in
+  --bin-dir) echo "$bin_dir"; exit 0 ;;
+  --kwok-bin-dir) echo "$kwok_bin_dir"; exit 0 ;;
+esac
+
+log() { printf '[build-k8s %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+# KWOK: built once per key under its own lock, whatever happens to the k8s binaries' key.
+build_kwok() {
+  [[ -x "$kwok_bin_dir/kwok" ]] && return 0
+  mkdir -p "$(dirname "$kwok_bin_dir")"
+  (
+    flock 8
+    [[ -x "$kwok_bin_dir/kwok" ]] && exit 0
+    log "building kwok $kwok_version with $go_version (about 2 min on 2 cores, once)"
+    local_start=$SECONDS
+    rm -rf "$kwok_bin_dir.partial"
+    mkdir -p "$kwok_bin_dir.partial"
+    (cd / && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath" GOBIN="$kwok_bin_dir.partial" \
+      go install -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@$kwok_version")
+    rm -rf "$kwok_bin_dir"
+    mv "$kwok_bin_dir.partial" "$kwok_bin_dir"
+    log "built kwok in $((SECONDS - local_start)) s"
+  ) 8>"$(dirname "$kwok_bin_dir")/build.lock"
+}
+build_kwok
 
 complete() { for b in "${binaries[@]}"; do [[ -x "$bin_dir/$b" ]] || return 1; done; }
 if complete; then
@@ -77,14 +107,13 @@ if complete; then
   exit 0
 fi
 
-log() { printf '[build-k8s %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 staging="$bin_dir.partial"
 rm -rf "$staging"
 mkdir -p "$staging"
 start=$SECONDS
 cd "$module"
 export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
-log "building kube-apiserver + kube-scheduler $kube_version and etcd $etcd_version with $go_version"
+log "building kube-apiserver, kube-scheduler, kube-controller-manager $kube_version and etcd $etcd_version with $go_version"
 log "(first build: expect tens of minutes on 2 cores; later runs reuse $bin_dir)"
 log "downloading modules"
 go mod download
