@@ -4,11 +4,13 @@ the publisher, the health monitor and the metrics endpoint.
 At start, with `fixNetnsMode`, an exclusive RDMA netns mode is switched to shared (RDMA netlink)
 when no HCA is in another network namespace.
 
-Loops, each its own task so none can stall another:
+Loops, each its own task so none can stall another, each under one `Supervisor` (a task that
+fails is logged, restarted with backoff, and `/healthz` fails until it runs again):
 - poll (every `poll_interval_s`): cheap probe; full rediscovery (in a thread) only when the
   fingerprint changed or `rediscover_interval_s` passed; health step; feed the device plugin;
 - allocations (every `allocation_interval_s`): the kubelet's PodResources;
-- publish: the `Publisher`, woken whenever the desired state changed.
+- publish: the `Publisher`, woken whenever the desired state changed;
+- the device plugin's, one per pool: staying registered with the kubelet.
 The HTTP server answers `/metrics`, `/healthz` and `/readyz` throughout; an unreachable API
 server or kubelet only ever affects the publisher and the allocation figures.
 """
@@ -16,16 +18,16 @@ server or kubelet only ever affects the publisher and the allocation figures.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from lightkube import AsyncClient
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import Metric
 
 from rdmaplane import netns, nrt
 from rdmaplane.agent import desired as want
@@ -46,6 +48,7 @@ from rdmaplane.discovery.probe import Probe, Reading, settle
 from rdmaplane.discovery.rdma_netlink import NetlinkError, RdmaNetlink
 from rdmaplane.discovery.sysfs import hcas_in_other_namespaces
 from rdmaplane.model import NetnsMode, NodeTopology
+from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.agent")
 
@@ -54,9 +57,11 @@ class DevicePlugin(Protocol):
     """What the agent needs of the embedded device plugin."""
 
     def update(self, topo: NodeTopology, faults: Mapping[str, str]) -> None: ...
-    async def start(self) -> None: ...
+    def recheck(self) -> None: ...
+    async def start(self, supervisor: Supervisor) -> None: ...
     async def stop(self) -> None: ...
     def offered(self) -> list[Offered]: ...
+    def collect(self) -> Iterator[Metric]: ...  # its own metrics
 
 
 class AllocationSource(Protocol):
@@ -119,6 +124,8 @@ class Agent:
         self.plugin = plugin
         self.allocation_source = allocation_source
         self.metrics = AgentMetrics(self.view)
+        if plugin is not None:
+            self.metrics.registry.register(plugin)
         self.publisher = (
             Publisher(kube, config.node_name, config.publish, self.metrics) if kube else None
         )
@@ -155,37 +162,35 @@ class Agent:
         self.ready = asyncio.Event()
         self.fabric = FabricSource(config.fabric, config.node_name)
         self.node_fabric: NodeFabric = NOTHING
+        restarts = self.metrics.task_restarts
+        self.tasks = Supervisor(on_restart=lambda name: restarts.labels(name).inc())
 
     # ---------------------------------------------------------------- lifecycle
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until `stop` is set; then stop the device plugin and the HTTP server."""
+        """Serve until `stop` is set; then stop the tasks, the device plugin and the HTTP
+        server. Each long task is one `self.tasks.spawn(name, loop)` line."""
         port = await self.http.start()
         log.info("serving /metrics, /healthz, /readyz on %s:%d", self.config.metrics_address, port)
-        tasks: list[asyncio.Task[None]] = []
         try:
             await self.discover("start")
             if self.config.fix_netns_mode:
                 await self.fix_netns_mode()
             if self.plugin is not None:
-                await self.plugin.start()
+                await self.plugin.start(self.tasks)
             self.ready.set()
-            tasks.append(asyncio.create_task(self._poll_loop(), name="poll"))
+            self.tasks.spawn("poll", self._poll_loop)
             if self.allocation_source is not None:
                 await self.refresh_allocations()
-                tasks.append(asyncio.create_task(self._allocation_loop(), name="allocations"))
+                self.tasks.spawn("allocations", self._allocation_loop)
             if self.publisher is not None:
                 self._publish()
-                tasks.append(asyncio.create_task(self.publisher.run(), name="publish"))
-                tasks.append(asyncio.create_task(self.faults.run(), name="faults"))
+                self.tasks.spawn("publish", self.publisher.run)
+                self.tasks.spawn("faults", self.faults.run)
             await stop.wait()
             log.info("shutting down")
         finally:
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await self.tasks.close()
             if self.plugin is not None:
                 await self.plugin.stop()
             if self.allocation_source is not None:
@@ -195,10 +200,7 @@ class Agent:
     async def _poll_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.poll_interval_s)
-            try:
-                await self.poll()
-            except Exception:  # a bug in one poll must not end the loop that keeps us healthy
-                log.exception("poll failed")
+            await self.poll()
 
     async def _allocation_loop(self) -> None:
         while True:
@@ -307,6 +309,8 @@ class Agent:
         if fed != self._plugin_fed:  # the same topology object compares by identity: cheap
             self.plugin.update(*fed)
             self._plugin_fed = fed
+        else:
+            self.plugin.recheck()  # device nodes that came or went
 
     def _observe_faults(self, reading: Reading) -> None:
         """Fault classes and whom they hurt (docs/faults.md); the actor's task does the rest."""
@@ -465,6 +469,10 @@ class Agent:
         return Response(200, generate_latest(self.metrics.registry), CONTENT_TYPE_LATEST)
 
     def _healthz(self) -> Response:
+        down = self.tasks.down
+        if down:
+            lines = "".join(f"task {name} is down: {fault}\n" for name, fault in down.items())
+            return Response(503, lines.encode())
         limit = max(3 * self.config.poll_interval_s, 30.0)
         age = time.monotonic() - self._polled_at
         if self._polled_at and age > limit:
