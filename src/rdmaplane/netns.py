@@ -49,7 +49,4 @@ def shared_pools_blocked(mode: NetnsMode, pools: Iterable[tuple[str, Sequence[st
 
 def device_blocked(hca: str) -> str:
     """The Unhealthy message of a shared pool's HCA on an exclusive-mode node."""
-    return (
-        f"{hca}: the RDMA subsystem is in exclusive network-namespace mode; a shared pool needs "
-        "shared mode (pods would not see the HCA)"
-    )
+    return f"{hca}: RDMA netns mode is exclusive; a shared pool needs shared (its pods would not see it)"

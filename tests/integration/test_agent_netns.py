@@ -10,15 +10,20 @@ import logging
 import shutil
 from pathlib import Path
 
+import grpc
 import pytest
 
 from rdmaplane import nrt
+from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.service import Agent
 from rdmaplane.config import DevicePluginConfig
 from rdmaplane.discovery.rdma_netlink import RdmaNetlink
 from rdmaplane.discovery.sysfs import NETNS_PARAMETER
+from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.model import NetnsMode
-from tests.integration.test_agent_service import Running, config, until
+from tests.integration.kubelet_standin import device_nodes
+from tests.integration.test_agent_service import Running, config, next_health, until
 from tests.rdma_kernel import SYS_SET_SHARED, FakeKernel, ack, error_reply
 
 SHARED_POOL = DevicePluginConfig(pools=[{}, {"mode": "shared"}]).pools
@@ -64,6 +69,34 @@ async def test_shared_pools_make_an_exclusive_node_unready_until_the_mode_change
         await until(lambda: agent.topo.netns_mode is NetnsMode.UNKNOWN)
         assert agent.desired().labels[nrt.LABEL_RDMA_NETNS] is None  # removed from the node
         assert agent.condition.status
+
+
+async def test_the_embedded_plugin_holds_shared_slots_back_while_exclusive(
+    node: Path, short_dir: Path
+):
+    """ListAndWatch: the shared pool's slots Unhealthy in exclusive mode, the exclusive pool's
+    HCAs Healthy; both Healthy once the node shares."""
+    cfg = config(node, short_dir)
+    dev_root = device_nodes(node, short_dir / "dev")
+    plugin_config = DevicePluginConfig(pools=[{}, {"mode": "shared", "slots": 4}])
+    plugin = EmbeddedPlugin(plugin_config, kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
+    async with Running(Agent(cfg, plugin=plugin, pools=plugin_config.pools)):
+        sockets = sorted((cfg.kubelet_dir / "device-plugins").glob("rdmaplane-*.sock"))
+        shared = next(s for s in sockets if "shared" in s.name)
+        exclusive = next(s for s in sockets if "shared" not in s.name)
+        async with (
+            grpc.aio.insecure_channel(f"unix://{shared}") as to_shared,
+            grpc.aio.insecure_channel(f"unix://{exclusive}") as to_exclusive,
+        ):
+            slots = dp_grpc.DevicePluginStub(to_shared).ListAndWatch(dp.Empty())
+            hcas = dp_grpc.DevicePluginStub(to_exclusive).ListAndWatch(dp.Empty())
+            assert set((await next_health(slots)).values()) == {"Unhealthy"}
+            assert set((await next_health(hcas)).values()) == {"Healthy"}
+            (node / NETNS_PARAMETER).write_text("Y\n")
+            while set((await next_health(slots)).values()) != {"Healthy"}:
+                pass
+            slots.cancel()
+            hcas.cancel()
 
 
 async def test_exclusive_pools_are_served_in_exclusive_mode(

@@ -40,4 +40,4 @@ def test_the_message_says_why_and_both_ways_out():
 
 @pytest.mark.parametrize("hca", ["mlx5_0", "mlx5_bond_0"])
 def test_device_message_names_the_hca(hca: str):
-    assert device_blocked(hca).startswith(f"{hca}: the RDMA subsystem is in exclusive")
+    assert device_blocked(hca).startswith(f"{hca}: RDMA netns mode is exclusive")
