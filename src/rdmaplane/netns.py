@@ -49,4 +49,7 @@ def shared_pools_blocked(mode: NetnsMode, pools: Iterable[tuple[str, Sequence[st
 
 def device_blocked(hca: str) -> str:
     """The Unhealthy message of a shared pool's HCA on an exclusive-mode node."""
-    return f"{hca}: RDMA netns mode is exclusive; a shared pool needs shared (its pods would not see it)"
+    return (
+        f"{hca}: RDMA netns mode is exclusive; a shared pool needs shared (its pods would not "
+        "see it)"
+    )
