@@ -5,6 +5,7 @@ DeviceClasses, and claims made from deploy/dra/'s templates."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import yaml
-from lightkube import ApiError, AsyncClient
+from lightkube import ApiError, AsyncClient, codecs
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.events_v1 import Event
 from lightkube.resources.resource_v1 import (
@@ -28,12 +29,13 @@ from rdmaplane.discovery.samples import read_sample
 from rdmaplane.dra.driver import DraDriver
 from rdmaplane.dra.slices import PortFault
 from rdmaplane.model import NodeTopology
-from tests.e2e.controlplane import add_ready_node
+from tests.e2e.controlplane import KubeCluster, add_ready_node
 
 REPO = Path(__file__).resolve().parents[2]
 DRA_DEPLOY = REPO / "deploy" / "dra"
 DRIVER = "rdma.rdmaplane.io"
 GPU_DRIVER = "gpu.nvidia.com"
+DRIVER_USER = "system:serviceaccount:rdmaplane:rdmaplane-dra-driver"
 GROUP_LABEL = "e2e.rdmaplane.io/dra-group"
 WAIT_S = 60.0
 # As NVIDIA's GPU DRA driver installs it (its Helm chart): full GPUs of driver gpu.nvidia.com.
@@ -257,3 +259,41 @@ async def until(check: Callable[[], Awaitable[Any]], what: str) -> Any:
                 await asyncio.sleep(0.2)
     except TimeoutError:
         raise AssertionError(f"not within {WAIT_S:g} s: {what}") from None
+
+
+def install_driver_rbac(cluster: KubeCluster) -> Path:
+    """The agent's and the driver's RBAC, for real, without the own-node admission policy (a
+    client certificate carries no node name); a kubeconfig as the driver's ServiceAccount."""
+    with cluster.client() as client:
+        for path in (REPO / "deploy/agent/rbac.yaml", DRA_DEPLOY / "rbac.yaml"):
+            for obj in codecs.load_all_yaml(path.read_text()):
+                if "AdmissionPolicy" not in obj.kind:
+                    client.apply(obj, force=True)
+    return cluster.kubeconfig_for(DRIVER_USER)
+
+
+def driver_command(workdir: Path, tree: Path, node: str, kubeconfig: Path, poll: str) -> list[str]:
+    """`rdmaplane dra-driver` for `node` on `tree` (device nodes in workdir/dev, kubelet folder
+    workdir/kubelet, CDI specs workdir/cdi), its config written to workdir/agent.yaml: fast
+    polls, JSON logs, metrics on a free port, the fault hysteresis off (taints at once)."""
+    config = {
+        "apiVersion": "rdmaplane.io/v1alpha1",
+        "kind": "AgentConfig",
+        "sysfsRoot": str(tree),
+        "kubeletDir": str(workdir / "kubelet"),
+        "devRoot": str(workdir / "dev"),
+        "pollInterval": poll,
+        "metricsAddress": "127.0.0.1",
+        "metricsPort": 0,
+        "logFormat": "json",
+        "fabric": {"lldp": "off"},
+        "publish": {"backoffInitial": "200ms", "backoffMax": "2s"},
+        "fault": {"fatalAfter": "0s", "clearAfter": "0s"},
+        "dra": {"cdiDir": str(workdir / "cdi")},
+    }
+    (workdir / "kubelet").mkdir(exist_ok=True)
+    (workdir / "agent.yaml").write_text(yaml.safe_dump(config))
+    return [
+        sys.executable, "-m", "rdmaplane", "dra-driver", "--node-name", node,
+        "--config", str(workdir / "agent.yaml"), "--kubeconfig", str(kubeconfig),
+    ]  # fmt: skip

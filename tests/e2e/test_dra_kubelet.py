@@ -11,7 +11,6 @@ import json
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -21,7 +20,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from lightkube import AsyncClient, codecs
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
@@ -31,12 +29,15 @@ from tests.e2e.controlplane import KubeCluster, Process, add_ready_node
 from tests.e2e.dra import (
     DRA_DEPLOY,
     DRIVER,
+    DRIVER_USER,
     GROUP_LABEL,
     WAIT_S,
     allocation,
     claim_pod,
+    driver_command,
     ensure_device_classes,
     gpu_slice,
+    install_driver_rbac,
     nics,
     templates,
     until,
@@ -46,23 +47,11 @@ from tests.integration.kubelet_standin import device_nodes
 from tests.unit.test_dra_claims import CDI
 
 REPO = Path(__file__).resolve().parents[2]
-DRIVER_USER = "system:serviceaccount:rdmaplane:rdmaplane-dra-driver"
-
-
-def install_rbac(cluster: KubeCluster) -> Path:
-    """The agent's and the driver's RBAC, for real (the own-node admission policy is tested on
-    its own below: a client certificate carries no node name)."""
-    with cluster.client() as client:
-        for path in (REPO / "deploy/agent/rbac.yaml", DRA_DEPLOY / "rbac.yaml"):
-            for obj in codecs.load_all_yaml(path.read_text()):
-                if "AdmissionPolicy" not in obj.kind:
-                    client.apply(obj, force=True)
-    return cluster.kubeconfig_for(DRIVER_USER)
 
 
 @pytest.fixture(scope="module")
 def driver_kubeconfig(kube_cluster: KubeCluster, nrt_crd: object) -> Path:
-    return install_rbac(kube_cluster)
+    return install_driver_rbac(kube_cluster)
 
 
 @dataclass
@@ -71,7 +60,6 @@ class DraHost:
     group: str
     workdir: Path
     tree: Path
-    config: Path
 
     @property
     def kubelet_dir(self) -> Path:
@@ -97,24 +85,7 @@ async def node(
     workdir = Path(tempfile.mkdtemp(prefix="rdr-"))
     tree = Path(shutil.copytree(sample_trees["hgx-h100-roce"], workdir / "sys", symlinks=True))
     device_nodes(tree, workdir / "dev")
-    (workdir / "kubelet").mkdir()
-    config = {
-        "apiVersion": "rdmaplane.io/v1alpha1",
-        "kind": "AgentConfig",
-        "sysfsRoot": str(tree),
-        "kubeletDir": str(workdir / "kubelet"),
-        "devRoot": str(workdir / "dev"),
-        "pollInterval": "200ms",
-        "metricsAddress": "127.0.0.1",
-        "metricsPort": 0,
-        "logFormat": "json",
-        "fabric": {"lldp": "off"},
-        "publish": {"backoffInitial": "200ms", "backoffMax": "2s"},
-        "fault": {"fatalAfter": "0s", "clearAfter": "0s"},  # no hysteresis: taints at once
-        "dra": {"cdiDir": str(workdir / "cdi")},
-    }
-    (workdir / "agent.yaml").write_text(yaml.safe_dump(config))
-    yield DraHost(name, group, workdir, tree, workdir / "agent.yaml")
+    yield DraHost(name, group, workdir, tree)
     async for s in kube.list(ResourceSlice, fields={"spec.nodeName": name}):
         await kube.delete(ResourceSlice, s.metadata.name)  # type: ignore[union-attr]
     await kube.delete(Node, name)
@@ -126,10 +97,7 @@ class DriverProcess:
 
     def __init__(self, node: DraHost, kubeconfig: Path, run: int) -> None:
         self.log = node.workdir / f"driver-{run}.log"
-        command = [
-            sys.executable, "-m", "rdmaplane", "dra-driver",
-            "--node-name", node.name, "--config", str(node.config), "--kubeconfig", str(kubeconfig),
-        ]  # fmt: skip
+        command = driver_command(node.workdir, node.tree, node.name, kubeconfig, "200ms")
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
