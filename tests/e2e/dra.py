@@ -27,7 +27,7 @@ from lightkube.resources.resource_v1 import (
 from rdmaplane.config import AgentConfig, DevicePluginConfig, PublishConfig
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.dra.driver import DraDriver
-from rdmaplane.dra.slices import PortFault
+from rdmaplane.faults import Fault
 from rdmaplane.model import NodeTopology
 from tests.e2e.controlplane import KubeCluster, add_ready_node
 
@@ -108,7 +108,7 @@ class DraNode:
     group: str
     topo: NodeTopology
     driver: DraDriver
-    faults: dict[tuple[str, int], PortFault] = field(default_factory=dict)
+    faults: dict[tuple[str, int], Fault] = field(default_factory=dict)
 
     async def publish(self) -> None:
         """Feed the driver the sample and the current faults; wait until the server has it."""

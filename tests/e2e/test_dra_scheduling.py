@@ -13,7 +13,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from rdmaplane.dra.slices import FATAL, PortFault
+from rdmaplane.faults import Fault, FaultClass
 from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manager
 from tests.e2e.dra import (
     DRIVER,
@@ -119,7 +119,7 @@ async def test_a_tainted_nic_is_not_allocated_until_its_fault_clears(
     kube: AsyncClient, namespace: str, scheduler: Process
 ) -> None:
     async with dra_node(kube, "hgx-h100-roce") as node:
-        node.faults[("mlx5_0", 1)] = PortFault(FATAL, "port 1 DOWN (DISABLED)")
+        node.faults[("mlx5_0", 1)] = Fault("mlx5_0", 1, FaultClass.FATAL, "port 1 DOWN", 0.0)
         await node.publish()
         tainted = node.device_of("mlx5_0")
 
@@ -149,7 +149,8 @@ async def test_a_fatal_fault_evicts_the_pods_that_do_not_tolerate_it(
             if driver == DRIVER
         ]
         for nic in nics:
-            node.faults[(node.driver.devices[nic].hca, 1)] = PortFault(FATAL, "port 1 DOWN")
+            hca = node.driver.devices[nic].hca
+            node.faults[(hca, 1)] = Fault(hca, 1, FaultClass.FATAL, "port 1 DOWN", 0.0)
         await node.publish()
 
         async def evicted(name: str) -> str | None:

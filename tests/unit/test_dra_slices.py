@@ -9,14 +9,9 @@ from hypothesis import strategies as st
 
 from rdmaplane.dra.devices import DraDevice
 from rdmaplane.dra.slices import (
-    DEGRADED,
-    FATAL,
     MAX_DEVICES,
     MAX_DEVICES_TAINTED,
     MAX_NAME,
-    TAINT_KEY,
-    PortFault,
-    Taint,
     device_taints,
     generation_of,
     same_content,
@@ -24,8 +19,10 @@ from rdmaplane.dra.slices import (
     slice_objects,
     taint_object,
 )
+from rdmaplane.faults import TAINT_KEY, Fault, FaultClass, Taint
 
 DRIVER = "rdma.rdmaplane.io"
+FATAL, DEGRADED = FaultClass.FATAL, FaultClass.DEGRADED
 ADDED = "2026-01-02T03:04:05Z"
 
 
@@ -106,13 +103,13 @@ def test_same_content_ignores_the_generation_and_sees_a_device_change() -> None:
     ],
 )
 def test_faults_taint_their_device_with_the_configured_effect(
-    effects: dict[str, str | None], expected: dict[str, Taint]
+    effects: dict[FaultClass, str | None], expected: dict[str, Taint]
 ) -> None:
     devs = {d.name: d for d in devices(3)}
     faults = {
-        ("mlx5_0", 1): PortFault(FATAL, "port 1 DOWN (DISABLED)"),
-        ("mlx5_1", 1): PortFault(DEGRADED, "symbol_error +400"),
-        ("mlx5_9", 1): PortFault(FATAL, "an HCA the driver does not offer"),
+        ("mlx5_0", 1): Fault("mlx5_0", 1, FATAL, "port 1 DOWN (DISABLED)", 0.0),
+        ("mlx5_1", 1): Fault("mlx5_1", 1, DEGRADED, "symbol_error +400", 0.0),
+        ("mlx5_9", 1): Fault("mlx5_9", 1, FATAL, "an HCA the driver does not offer", 0.0),
     }
     assert device_taints(devs, faults, effects) == expected
 

@@ -49,7 +49,6 @@ from rdmaplane.discovery.rdma_netlink import NetlinkError, RdmaNetlink
 from rdmaplane.discovery.sysfs import hcas_in_other_namespaces
 from rdmaplane.dra.driver import DraDriver
 from rdmaplane.dra.metrics import DraCollector
-from rdmaplane.dra.slices import PortFault
 from rdmaplane.model import NetnsMode, NodeTopology
 from rdmaplane.supervisor import Supervisor
 
@@ -263,7 +262,7 @@ class Agent:
             self.dra.offer(self.topo, self.node_fabric.uplinks)  # what the fault classes watch
         self._observe_faults(reading)
         if self.dra is not None:
-            self.dra.taint(self._port_faults())
+            self.dra.taint(self.faults.state.faults)
         self._publish()
 
     def _report(self, t: Transition) -> None:
@@ -341,10 +340,6 @@ class Agent:
             self.allocations,
             resources - {self.config.gpu_resource},
         )
-
-    def _port_faults(self) -> dict[tuple[str, int], PortFault]:
-        """The fault classes' faults, for the DRA driver's device taints."""
-        return {k: PortFault(f.cls.value, f.reason) for k, f in self.faults.state.faults.items()}
 
     def _fault_view(self) -> View:
         failures = self.publisher.failures if self.publisher is not None else 0

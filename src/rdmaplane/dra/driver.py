@@ -28,7 +28,8 @@ from rdmaplane.dra.claims import ClaimError, ClaimRef, PreparedClaim, prepare, s
 from rdmaplane.dra.devices import DraDevice, Pool, offer
 from rdmaplane.dra.kubeletplugin import KubeletPlugin, Outcome
 from rdmaplane.dra.publisher import SlicePublisher
-from rdmaplane.dra.slices import DEGRADED, FATAL, PortFault, Taint, device_taints
+from rdmaplane.dra.slices import device_taints
+from rdmaplane.faults import Fault, FaultClass, PortKey, Taint
 from rdmaplane.model import NodeTopology
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.nrt import Uplink
@@ -62,8 +63,8 @@ class DraDriver:
         self.pools = pools_of(pools)
         self.settings = {p.name: p.settings for p in self.pools}
         self.effects = {
-            FATAL: None if dra.taints.fatal == "off" else dra.taints.fatal,
-            DEGRADED: None if dra.taints.degraded == "off" else dra.taints.degraded,
+            FaultClass.FATAL: None if dra.taints.fatal == "off" else dra.taints.fatal,
+            FaultClass.DEGRADED: None if dra.taints.degraded == "off" else dra.taints.degraded,
         }
         self.cdi_dir = dra.cdi_dir
         self.devices_dir = config.dev_root / "infiniband"
@@ -81,7 +82,7 @@ class DraDriver:
         self.topo = NodeTopology()
         self.devices: dict[str, DraDevice] = {}
         self.taints: dict[str, Taint] = {}
-        self._faults: dict[tuple[str, int], PortFault] = {}
+        self._faults: dict[PortKey, Fault] = {}
         self.stats: Counter[str] = Counter()  # prepared, cached, failed, unprepared
         self._lock = asyncio.Lock()
 
@@ -90,7 +91,7 @@ class DraDriver:
     def update(
         self,
         topo: NodeTopology,
-        faults: Mapping[tuple[str, int], PortFault],
+        faults: Mapping[PortKey, Fault],
         uplinks: Iterable[Uplink] = (),
     ) -> None:
         """Take a new topology and the faults of its ports (`offer`, then `taint`)."""
@@ -102,7 +103,7 @@ class DraDriver:
         self.topo = topo
         self._sync(offer(topo, self.pools, uplinks, self.devices))
 
-    def taint(self, faults: Mapping[tuple[str, int], PortFault]) -> None:
+    def taint(self, faults: Mapping[PortKey, Fault]) -> None:
         """Taint the devices of faulty ports as configured, untaint recovered ones."""
         self._faults = dict(faults)
         self._sync(self.devices)

@@ -27,12 +27,12 @@ from lightkube.resources.resource_v1 import ResourceSlice
 from rdmaplane.config import PublishConfig
 from rdmaplane.dra.devices import DraDevice
 from rdmaplane.dra.slices import (
-    Taint,
     generation_of,
     same_content,
     slice_objects,
     taint_object,
 )
+from rdmaplane.faults import Taint
 
 log = logging.getLogger("rdmaplane.dra")
 TaintKey = tuple[str, str, str, str]  # device, key, value, effect

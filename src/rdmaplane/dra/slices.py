@@ -18,46 +18,30 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.dra.devices import AttributeValue, DraDevice
+from rdmaplane.faults import TAINT_KEY, Fault, FaultClass, PortKey, Taint
 
 API_VERSION = "resource.k8s.io/v1"
-TAINT_KEY = "rdmaplane.io/rdma-unhealthy"  # the node taint's key too: one toleration for both
 MAX_DEVICES = 128
 MAX_DEVICES_TAINTED = 64
 MAX_NAME = 253
-FATAL, DEGRADED = "fatal", "degraded"
-
-
-@dataclass(frozen=True, slots=True)
-class PortFault:
-    """A fault of one HCA port as the health side sees it: `fatal` or `degraded`, and why."""
-
-    cls: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    value: str
-    effect: str  # NoSchedule | NoExecute | None
 
 
 def device_taints(
     devices: Mapping[str, DraDevice],
-    faults: Mapping[tuple[str, int], PortFault],
-    effects: Mapping[str, str | None],
+    faults: Mapping[PortKey, Fault],
+    effects: Mapping[FaultClass, str | None],
 ) -> dict[str, Taint]:
-    """The taint of each faulty device (by name); `effects[cls]` None: that class taints not."""
+    """The taint of each faulty device (by name): the node taint's key, the fault class as its
+    value (`rdmaplane.io/rdma-unhealthy=fatal`); `effects[cls]` None: that class taints not."""
     out = {}
     for name, device in devices.items():
         fault = faults.get((device.hca, device.port))
         effect = effects.get(fault.cls) if fault is not None else None
         if fault is not None and effect is not None:
-            out[name] = Taint(TAINT_KEY, fault.cls, effect)
+            out[name] = Taint(TAINT_KEY, fault.cls.value, effect)
     return out
 
 
