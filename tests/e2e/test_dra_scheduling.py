@@ -104,7 +104,7 @@ async def test_a_request_that_cannot_be_paired_stays_pending_and_numa_pairs_fit(
 
         note = await failed_scheduling_note(kube, namespace, pod, CANNOT)
 
-        assert note.startswith("0/1 nodes are available: 1 cannot allocate all claims"), note
+        assert "1 cannot allocate all claims" in note, note  # the other nodes: other reasons
         assert await pending(kube, namespace, pod)
 
         _, numa_claim = await template_pod(kube, namespace, node, "gpu-nic-numa-x4")
