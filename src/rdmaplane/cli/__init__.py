@@ -58,6 +58,10 @@ from rdmaplane.cli import fabric as _fabric  # noqa: E402
 
 app.add_typer(_fabric.app, name="fabric")
 
+from rdmaplane.cli import webhook as _webhook  # noqa: E402
+
+app.add_typer(_webhook.app)  # webhook, inject
+
 
 def main() -> None:
     app()
