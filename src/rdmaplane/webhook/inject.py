@@ -240,7 +240,7 @@ def _gpu_containers(spec: Mapping[str, Json], gpu: str) -> Iterator[_Container]:
         for i, c in enumerate(_list(spec.get(kind))):
             body = _map(c)
             gpus = _count(_map(body.get("resources")), gpu)
-            if gpus:
+            if gpus and body.get("name") != DOCTOR_CONTAINER:  # ours: complete as it is
                 yield _Container(kind, i, body, gpus)
 
 
@@ -452,7 +452,8 @@ def _add_doctor(
     shm = next(
         (
             _map(m)
-            for c in _list(spec.get("containers"))
+            for kind in ("containers", "initContainers")
+            for c in _list(spec.get(kind))
             for m in _list(_map(c).get("volumeMounts"))
             if str(_map(m).get("mountPath", "")).rstrip("/") == SHM_PATH
         ),
