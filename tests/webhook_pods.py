@@ -18,6 +18,7 @@ NAMES = st.sampled_from(["main", "worker", "trainer", "sidecar", "init", "warmup
 MEMORY = st.sampled_from(["512Mi", "16Gi", "64Gi", "1Ti"])
 CAPS = st.lists(
     st.sampled_from(["NET_ADMIN", "IPC_LOCK", "SYS_PTRACE", "CAP_IPC_LOCK"]),
+    min_size=1,  # an empty list comes back from the API server as no key at all
     max_size=2,
     unique=True,
 )

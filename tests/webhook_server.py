@@ -9,6 +9,7 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,14 +51,14 @@ class WebhookProcess:
 def start_webhook(
     workdir: Path,
     config: dict[str, Any],
-    ca_file: Path,
+    ca_file: Callable[[], Path | None],
     kubeconfig: Path | None = None,
     port: int | None = None,
     timeout: float = 90.0,
 ) -> WebhookProcess:
     """Start the webhook with `config` (a WebhookConfig as a dict) and wait until it answers
-    /readyz over TLS trusting `ca_file` (which may be written by the webhook itself: then it
-    is waited for too)."""
+    /readyz over TLS trusting the CA file `ca_file()` returns (None: not there yet, as when
+    the webhook makes its own CA)."""
     port = port or free_port()
     workdir.mkdir(parents=True, exist_ok=True)
     config_file = workdir / f"webhook-{port}.yaml"
@@ -76,7 +77,8 @@ def start_webhook(
     while True:
         if popen.poll() is not None:
             raise RuntimeError(f"webhook exited with {popen.returncode}:\n{process.log_text()}")
-        if ca_file.exists() and _ready(process.url, ca_file):
+        ca = ca_file()
+        if ca is not None and _ready(process.url, ca):
             return process
         if time.monotonic() > deadline:
             process.stop()

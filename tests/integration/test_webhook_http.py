@@ -31,7 +31,7 @@ def server(
         "maxRequestBytes": 65536,
         "tls": {"certFile": str(workdir / "tls.crt"), "keyFile": str(workdir / "tls.key")},
     }
-    process = start_webhook(workdir, config, workdir / "ca.crt")
+    process = start_webhook(workdir, config, lambda: workdir / "ca.crt")
     yield process, ssl.create_default_context(cafile=str(workdir / "ca.crt"))
     process.stop()
 
