@@ -3,13 +3,15 @@
 Usage: python bench/doctor_parsers.py [--ranks N] [--runs N]
 
 Builds an NCCL_DEBUG=INFO log of N ranks on N/8 hosts (init, NET/IB, channel and GID lines per
-rank, as NCCL 2.21 prints them) and an all_reduce_perf output with 4096 rows, then prints the
+rank, as NCCL 2.21 prints them), the same lines shuffled (the reader gathers facts order-free, so
+an interleaved log costs the same), and an all_reduce_perf output with 4096 rows, then prints the
 median parse time and lines per second of each.
 """
 
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -70,8 +72,12 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=1024)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
+    log = nccl_log(args.ranks)
+    shuffled = log.splitlines()
+    random.Random(1).shuffle(shuffled)
     for name, parse, text in (
-        (f"nccl-log, {args.ranks} ranks", parse_nccl_log.parse, nccl_log(args.ranks)),
+        (f"nccl-log, {args.ranks} ranks", parse_nccl_log.parse, log),
+        (f"nccl-log, {args.ranks} ranks, shuffled", parse_nccl_log.parse, "\n".join(shuffled)),
         ("nccl-tests, 4096 rows", parse_nccl_tests.parse, nccl_tests(4096)),
     ):
         seconds = timed(parse, text, args.runs)

@@ -1,15 +1,13 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-FIXTURES = Path(__file__).parent / "fixtures"
+from tests.doctor.corpus import FIXTURES, tool_output
 
 
 @pytest.fixture
 def fixture_text():
     def read(rel: str) -> str:
-        return (FIXTURES / rel).read_text()
+        return tool_output(FIXTURES / rel)
 
     return read

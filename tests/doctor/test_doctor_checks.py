@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 
+from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.doctor import checks
 from rdmaplane.doctor.verdict import Status
 from rdmaplane.model import PhysState, PortState
@@ -24,7 +26,11 @@ def make_pod(
     memlock: str = "unlimited",
     modules: str = "nvidia_peermem 16384 0 - Live 0x0000000000000000\n",
     gpus: tuple[int, ...] = (),
+    minors: dict[int, int] | None = None,
 ) -> None:
+    """A pod's /dev and /proc. `gpus`: the /dev/nvidiaN minors it has; `minors`: minor → the
+    GPU (PCI order index) the driver gave it, written as the driver's /proc information files
+    (identity when not given)."""
     ib = root / "dev/infiniband"
     ib.mkdir(parents=True)
     for u in uverbs:
@@ -34,6 +40,8 @@ def make_pod(
     (root / "dev/shm").mkdir()
     for g in gpus:
         (root / f"dev/nvidia{g}").touch()
+    if gpus:
+        write_gpu_information(root, minors or {g: g for g in gpus})
     (root / "proc/self").mkdir(parents=True)
     (root / "proc/self/status").write_text(
         f"Name:\tpython3\nCapInh:\t0000000000000000\nCapPrm:\t{cap}\nCapEff:\t{cap}\n"
@@ -45,9 +53,31 @@ def make_pod(
     (root / "proc/modules").write_text("mlx5_ib 479232 0 - Live 0x0000000000000000\n" + modules)
 
 
+def write_gpu_information(root: Path, minors: dict[int, int]) -> None:
+    """`/proc/driver/nvidia/gpus/<pci>/information` as the driver prints it."""
+    gpus = read_node(str(root / "sys")).gpus
+    for minor, index in minors.items():
+        address = gpus[index].pci.address
+        folder = root / "proc/driver/nvidia/gpus" / address
+        folder.mkdir(parents=True)
+        (folder / "information").write_text(
+            "Model:           NVIDIA H100 80GB HBM3\n"
+            "IRQ:             345\n"
+            f"GPU UUID:        GPU-{index:08x}-5c1d-4a7e-9b2f-0c3d4e5f6a7b\n"
+            "Video BIOS:      96.00.74.00.01\n"
+            "Bus Type:        PCIe\n"
+            "DMA Size:        52 bits\n"
+            "DMA Mask:        0xfffffffffffff\n"
+            f"Bus Location:    {address}\n"
+            f"Device Minor:    {minor}\n"
+            "GPU Excluded:    No\n"
+        )
+
+
 def host(root: Path, env: dict[str, str] | None = None, **kw) -> checks.Host:
     kw.setdefault("find_library", lambda name: f"lib{name}.so.1")
     kw.setdefault("shm_size", lambda path: 16 << 30)
+    kw.setdefault("nvml_minors", dict)
     return checks.Host(root=root, env=env or {}, **kw)
 
 
@@ -211,18 +241,34 @@ def test_cross_socket_pairs_flagged(tmp_path, sample_trees):
     assert "GPU1" not in f.detail  # not given to this pod
 
 
-def test_memlock_and_ipc_lock(roce):
+def test_low_memlock_without_ipc_lock_fails_once(roce):
     make_pod(roce, ["uverbs0"], cap=CAP_DEFAULT, memlock="65536")
     res = by_name(checks.run_all(host(roce)))
-    assert res["memlock"].status == Status.FAIL and "64.0 KiB" in res["memlock"].detail
-    assert res["ipc-lock"].status == Status.FAIL
-    assert "IPC_LOCK" in (res["ipc-lock"].fix or "")
+    assert "ipc-lock" not in res  # judged together with memlock: one problem, one row
+    f = res["memlock"]
+    assert f.status == Status.FAIL and "64.0 KiB" in f.detail and "IPC_LOCK not" in f.detail
+    assert "IPC_LOCK" in (f.fix or "")
 
 
-def test_ipc_lock_missing_with_unlimited_memlock_only_warns(roce):
+def test_ipc_lock_lifts_the_memlock_limit(roce):
+    """The issue's case: memlock FAIL 8 MiB beside ipc-lock PASS. With CAP_IPC_LOCK the kernel
+    does not apply RLIMIT_MEMLOCK to RDMA memory registration."""
+    make_pod(roce, ["uverbs0"], cap=CAP_FULL_POD, memlock=str(8 << 20))
+    f = checks.memlock(host(roce), checks.load(host(roce)))
+    assert f.status == Status.PASS
+    assert "IPC_LOCK" in f.detail and "8.0 MiB" in f.detail and "does not apply" in f.detail
+
+
+def test_unlimited_memlock_without_ipc_lock_passes(roce):
     make_pod(roce, ["uverbs0"], cap=CAP_DEFAULT)
-    f = checks.ipc_lock(host(roce), checks.load(host(roce)))
-    assert f.status == Status.WARN
+    f = checks.memlock(host(roce), checks.load(host(roce)))
+    assert f.status == Status.PASS and "unlimited" in f.detail
+
+
+def test_large_finite_memlock_without_ipc_lock_warns(roce):
+    make_pod(roce, ["uverbs0"], cap=CAP_DEFAULT, memlock=str(4 << 30))
+    f = checks.memlock(host(roce), checks.load(host(roce)))
+    assert f.status == Status.WARN and "4.0 GiB" in f.detail
 
 
 def test_libraries_missing(roce):
@@ -259,3 +305,136 @@ def test_real_statvfs_of_the_tree(roce):
     make_pod(roce, ["uverbs0"])
     f = checks.shm(checks.Host(root=roce, env={}), checks.load(host(roce)))
     assert f.status in (Status.PASS, Status.FAIL) and "/dev/shm is" in f.detail
+
+
+def test_gpu_minors_follow_the_drivers_table_not_pci_order(roce):
+    """/dev/nvidia0 and /dev/nvidia1 here are the 7th and 8th GPUs in bus order (minors are the
+    driver's, read from /proc/driver/nvidia/gpus/<pci>/information)."""
+    make_pod(roce, ["uverbs6", "uverbs7"], gpus=(0, 1), minors={0: 6, 1: 7})
+    f = checks.gpu_nic(host(roce), checks.load(host(roce)))
+    assert f.status == Status.PASS
+    assert "GPU6(/dev/nvidia0)→mlx5_6 PIX" in f.detail
+    assert "GPU7(/dev/nvidia1)→mlx5_7 PIX" in f.detail
+    assert "GPU0" not in f.detail
+
+
+@dataclass
+class LiveHost(checks.Host):
+    """A test tree treated as this machine, so NVML would be asked (the stand-in answers)."""
+
+    live: bool = True
+
+
+def test_gpu_minors_from_nvml_when_proc_has_none(roce):
+    make_pod(roce, ["uverbs2"])
+    (roce / "dev/nvidia0").touch()
+    topo = checks.load(host(roce)).topo
+    nvml = {0: topo.gpus[2].pci.address}
+    assert checks.gpu_minors(host(roce, nvml_minors=lambda: nvml)) == {}  # a tree: NVML unasked
+    live = LiveHost(root=roce, env={}, find_library=lambda n: "x", nvml_minors=lambda: nvml)
+    assert checks.gpu_minors(live) == nvml
+    f = checks.gpu_nic(live, checks.load(live))
+    assert f.detail == "GPU2(/dev/nvidia0)→mlx5_2 PIX"
+
+
+def test_gpus_the_driver_does_not_list_are_said_unknown(roce):
+    make_pod(roce, ["uverbs0", "uverbs1"])
+    (roce / "dev/nvidia0").touch()
+    f = checks.gpu_nic(host(roce), checks.load(host(roce)))
+    assert "which GPUs /dev/nvidia0 are is unknown" in f.detail
+    assert "judged every GPU" in f.detail
+
+
+def netns_pod(tmp_path: Path, sample: Path, *, hide: list[str] | None, mode: str | None) -> Path:
+    """A pod whose sysfs shows the node as a pod in its own network namespace would: in
+    exclusive mode `class/infiniband` lacks the HCAs outside the pod's namespace (`hide`;
+    None = all), `class/infiniband_verbs` (not namespaced) still lists them. `mode` is what
+    ib_core's netns_mode parameter reads (None: a kernel without the parameter)."""
+    sys_root = tmp_path / "sys"
+    sys_root.mkdir(parents=True)
+    for top in sample.iterdir():  # share the sample tree; only class/infiniband is the pod's
+        if top.name not in ("class", "module"):
+            (sys_root / top.name).symlink_to(top)
+    for cls in (sample / "class").iterdir():
+        if cls.name != "infiniband":
+            (sys_root / "class" / cls.name).parent.mkdir(exist_ok=True)
+            (sys_root / "class" / cls.name).symlink_to(cls)
+    infiniband = sys_root / "class/infiniband"
+    infiniband.mkdir()
+    for entry in (sample / "class/infiniband").iterdir():
+        if hide is not None and entry.name not in hide:
+            (infiniband / entry.name).symlink_to(os.readlink(entry))
+    params = sys_root / "module/ib_core/parameters"
+    params.mkdir(parents=True)
+    if mode is not None:
+        (params / "netns_mode").write_text(f"{mode}\n")
+    return tmp_path
+
+
+def test_exclusive_netns_mode_hides_every_hca(tmp_path, sample_trees):
+    root = netns_pod(tmp_path, sample_trees["pcie-l40s-split"], hide=None, mode="N")
+    make_pod(root, ["uverbs0", "uverbs1"])
+    f = checks.devices(host(root), checks.load(host(root)))
+    assert f.status == Status.FAIL
+    assert "/dev/infiniband/uverbs0 (mlx5_0), /dev/infiniband/uverbs1 (mlx5_1)" in f.detail
+    assert "/sys/class/infiniband is empty" in f.detail
+    assert "exclusive network-namespace mode" in f.detail and "TCP sockets" in f.detail
+    assert "rdma system set netns shared" in (f.fix or "") and "RDMA CNI" in (f.fix or "")
+
+
+def test_exclusive_netns_mode_hides_the_allocated_hca(tmp_path, sample_trees):
+    """An RDMA CNI moved one VF into the pod; a device plugin also gave it mlx5_1, which stays
+    in the host namespace: sysfs misses exactly the allocated HCA."""
+    root = netns_pod(tmp_path, sample_trees["pcie-l40s-split"], hide=["mlx5_1"], mode="N")
+    make_pod(root, ["uverbs0", "uverbs1"])
+    f = checks.devices(host(root), checks.load(host(root)))
+    assert f.status == Status.FAIL
+    assert "uverbs1 (mlx5_1)" in f.detail and "uverbs0" not in f.detail
+    assert "lacks their HCAs" in f.detail
+
+
+def test_shared_mode_blames_the_sysfs_not_the_netns(tmp_path, sample_trees):
+    root = netns_pod(tmp_path, sample_trees["pcie-l40s-split"], hide=None, mode="Y")
+    make_pod(root, ["uverbs0"])
+    f = checks.devices(host(root), checks.load(host(root)))
+    assert f.status == Status.FAIL and "reads Y (shared)" in f.detail
+    assert "mount the node's /sys" in (f.fix or "")
+
+
+def test_a_kernel_without_the_parameter_is_shared(tmp_path, sample_trees):
+    root = netns_pod(tmp_path, sample_trees["pcie-l40s-split"], hide=None, mode=None)
+    make_pod(root, ["uverbs0"])
+    assert checks.netns_mode(host(root)) == "shared"
+
+
+def test_unreadable_mode_still_names_exclusive_mode_as_likely(tmp_path, sample_trees):
+    root = netns_pod(tmp_path, sample_trees["pcie-l40s-split"], hide=None, mode="junk\x00")
+    make_pod(root, ["uverbs0"])
+    assert checks.netns_mode(host(root)) == "unknown"
+    f = checks.devices(host(root), checks.load(host(root)))
+    assert f.status == Status.FAIL and "likely cause" in f.detail
+
+
+def test_both_modes_with_every_hca_visible_pass(tmp_path, sample_trees):
+    for mode in ("Y", "N"):
+        root = netns_pod(tmp_path / mode, sample_trees["pcie-l40s-split"], hide=[], mode=mode)
+        make_pod(root, ["uverbs0"])
+        assert checks.devices(host(root), checks.load(host(root))).status == Status.PASS
+
+
+def test_hostile_proc_and_sys_files_are_findings_not_crashes(roce):
+    """Binary junk, truncated lines and directories where /proc and /sys have files."""
+    make_pod(roce, ["uverbs0"], gpus=(0,))
+    (roce / "proc/self/limits").write_bytes(b"Max locked memory\n\xff\xfe\x00")
+    (roce / "proc/self/status").write_text("CapEff:\n")
+    (roce / "proc/modules").unlink()
+    (roce / "proc/modules").mkdir()
+    info = next((roce / "proc/driver/nvidia/gpus").glob("*/information"))
+    info.write_bytes(b"\xff" * 64)
+    findings = by_name(checks.run_all(host(roce)))
+    assert findings["memlock"].status == Status.WARN
+    assert "not text" in findings["memlock"].detail and "CapEff" in findings["memlock"].detail
+    assert findings["gpudirect-rdma"].status == Status.WARN
+    assert "which GPUs /dev/nvidia0 are is unknown" in findings["gpu-nic"].detail
+    (roce / "proc/self/limits").write_text("Max locked memory\n")
+    assert "cannot parse" in checks.memlock(host(roce), checks.load(host(roce))).detail

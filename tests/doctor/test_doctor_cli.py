@@ -55,9 +55,13 @@ def test_bad_root_and_output_are_usage_errors(tmp_path):
     assert code == 2 and "cannot read" in err
 
 
+NCCL_TESTS = FIXTURES / "nccl_tests"
+NCCL_LOGS = FIXTURES / "nccl"
+
+
 def test_nccl_tests_against_the_nodes_nic_aggregate(tmp_path, sample_trees):
     (tmp_path / "sys").symlink_to(sample_trees["hgx-h200-ib"])
-    text = (FIXTURES / "nccl/all_reduce_2node_mpirun.txt").read_text()
+    text = (NCCL_TESTS / "v2.17.1_all_reduce_2node_mpirun.txt").read_text()
     code, out, _ = run(
         "doctor", "nccl-tests", "-", "--root", str(tmp_path), "-o", "json", input=text
     )
@@ -65,11 +69,35 @@ def test_nccl_tests_against_the_nodes_nic_aggregate(tmp_path, sample_trees):
     assert code == 0
     assert doc["nic_aggregate_gbps"] == 3200.0  # 8 compute NICs × 400G, storage NICs left out
     assert doc["peak_busbw_gbs"] == pytest.approx(467.48)
+    assert doc["avg_busbw_gbs"] == pytest.approx(160.284)
     assert doc["hosts"] == ["gpu-node-a07", "gpu-node-a12"]
+    busbw = next(f for f in doc["findings"] if f["name"] == "busbw")
+    assert "the 8 HCA(s) at most PXB from a GPU at" in busbw["detail"]
+
+
+def test_line_rate_that_makes_the_reading_impossible_fails():
+    """`--line-rate 800` for 8×400G nodes: 467 GB/s would be 467 % of it, more than any
+    algorithm can move between two nodes — the reading is flagged, not passed."""
+    path = str(NCCL_TESTS / "v2.17.1_all_reduce_2node_mpirun.txt")
+    code, out, _ = run("doctor", "nccl-tests", path, "--line-rate", "800", "-o", "json")
+    busbw = next(f for f in json.loads(out)["findings"] if f["name"] == "busbw")
+    assert code == 1 and busbw["status"] == "FAIL"
+    assert busbw["detail"].startswith("impossible reading: peak busbw 467.5 GB/s at 8 GiB = 467%")
+    assert "average over all 11 sizes 160.3 GB/s" in busbw["detail"]
+
+
+def test_a_malformed_nccl_ib_hca_is_said(tmp_path, sample_trees, monkeypatch):
+    (tmp_path / "sys").symlink_to(sample_trees["hgx-h200-ib"])
+    monkeypatch.setenv("NCCL_IB_HCA", "mlx5_0:one")
+    path = str(NCCL_TESTS / "v2.17.1_all_reduce_2node_mpirun.txt")
+    code, out, _ = run("doctor", "nccl-tests", path, "--root", str(tmp_path), "-o", "json")
+    note = next(f for f in json.loads(out)["findings"] if f["name"] == "nccl-ib-hca")
+    assert code == 0 and note["status"] == "WARN"
+    assert "malformed" in note["detail"] and "judged against the 8 HCA(s)" in note["detail"]
 
 
 def test_nccl_tests_below_eighty_percent_fails():
-    text = (FIXTURES / "nccl/all_gather_wrong_socket.txt").read_text()
+    text = (NCCL_TESTS / "v2.17.1_all_gather_wrong_oob.txt").read_text()
     code, out, _ = run("doctor", "nccl-tests", "-", "--line-rate", "800", "-o", "json", input=text)
     doc = json.loads(out)
     assert code == 1
@@ -81,27 +109,59 @@ def test_nccl_tests_below_eighty_percent_fails():
     )
 
 
-def test_nccl_tests_one_node_is_not_judged_against_nics():
+def test_nccl_tests_one_node_is_skipped_not_passed():
     code, out, _ = run(
         "doctor",
         "nccl-tests",
-        str(FIXTURES / "nccl/all_reduce_old_columns_srun.txt"),
+        str(NCCL_TESTS / "v2.11.0_all_reduce_error_srun.txt"),
         "--line-rate",
         "800",
+        "-o",
+        "json",
     )
-    assert code == 0 and "one node" in out
+    doc = json.loads(out)
+    busbw = next(f for f in doc["findings"] if f["name"] == "busbw")
+    assert code == 0 and busbw["status"] == "SKIP" and "one node" in busbw["detail"]
+    assert doc["status"] == "PASS"
+
+
+def test_nccl_tests_failed_run_exits_one():
+    path = str(NCCL_TESTS / "v2.19.6_all_reduce_network_failure.txt")
+    code, out, _ = run("doctor", "nccl-tests", path, "--line-rate", "3200")
+    assert code == 1 and "run-failed" in out and "completion-error-12" in out
 
 
 def test_nccl_log_table_names_the_evidence_line():
-    code, out, _ = run("doctor", "nccl-log", str(FIXTURES / "nccl/log_gid_timeout.txt"))
+    code, out, _ = run(
+        "doctor", "nccl-log", str(NCCL_LOGS / "v2.19.3_modify_qp_timeout_mixed_gid.txt")
+    )
     assert code == 1
-    assert "modify-qp-timeout" in out and "line 13:" in out
+    assert "modify-qp-timeout" in out and "line 20:" in out
     assert "NCCL_IB_GID_INDEX" in out
 
 
+@pytest.mark.parametrize("path", sorted(NCCL_LOGS.glob("*.txt")), ids=lambda p: p.stem)
+def test_nccl_log_exit_code_is_one_exactly_when_something_fails(path):
+    code, out, _ = run("doctor", "nccl-log", str(path), "-o", "json")
+    doc = json.loads(out)
+    failed = any(f["status"] == "FAIL" for f in doc["findings"])
+    assert code == (1 if failed else 0) and doc["status"] == ("FAIL" if failed else doc["status"])
+
+
+def test_nccl_log_json_carries_versions_and_evidence():
+    code, out, _ = run(
+        "doctor", "nccl-log", str(NCCL_LOGS / "v2.22.3_version_skew_gid_change.txt"), "-o", "json"
+    )
+    doc = json.loads(out)
+    assert code == 0 and doc["nccl_versions"] == ["2.21.5+cuda12.4", "2.22.3+cuda12.5"]
+    assert [e["name"] for e in doc["evidence"]] == ["gid-changed"]
+
+
 def test_junk_is_a_clear_parse_error():
-    code, _, err = run("doctor", "nccl-log", "-", input="\x00garbage\n")
+    code, _, err = run("doctor", "nccl-log", "-", input="garbage\n")
     assert code == 2 and "could not parse NCCL log" in err and "line 1" in err
+    code, _, err = run("doctor", "nccl-log", "-", input="\x00garbage\n")
+    assert code == 2 and "standard input: contains NUL bytes" in err
 
 
 def test_report_merges_pod_logs(tmp_path):

@@ -1,107 +1,142 @@
+"""perftest 4.x to 26.x outputs: units, sweeps, duration mode, banners and failures."""
+
 from __future__ import annotations
 
 import pytest
 
 from rdmaplane.doctor.parse_perftest import diagnose_failure, parse_bw, parse_lat, to_gbps
 from rdmaplane.doctor.verdict import ParseError
+from tests.doctor.corpus import FIXTURES, tool_output
+
+MIB = 1048576 * 8 / 1e9  # one MB/sec (perftest's 2^20 bytes) in Gb/s
+
+# fixture → (unit, rows, best average Gb/s, device, link type, GID index, duration mode)
+BANDWIDTH = {
+    "v4.2_write_bw_mb_ib_sizes": ("MB/sec", 4, 23570.04 * MIB, "mlx5_3", "IB", None, False),
+    "v4.4_write_bw_interleaved_loopback": ("Gb/sec", 2, 92.55, "mlx5_0", "Ethernet", 3, False),
+    "v4.5_write_bw_sweep_a_roce_mb": ("MB/sec", 23, 11784.54 * MIB, "mlx5_0", "Ethernet", 3, False),
+    "v23.10_write_bw_duration_4qps": ("Gb/sec", 1, 371.72, "mlx5_0", "Ethernet", 3, True),
+    "v24.07_read_bw_sweep_gbits_ib": ("Gb/sec", 23, 390.53, "mlx5_3", "IB", None, False),
+    "v25.04_write_bw_gbits_roce": ("Gb/sec", 1, 388.92, "mlx5_0", "Ethernet", 3, False),
+    "v25.10_write_bw_mib_server_ib": ("MiB/sec", 1, 46198.33 * MIB, "mlx5_4", "IB", None, False),
+}
+# fixture → (rows, typical µs of the smallest message, GID index, duration mode)
+LATENCY = {
+    "v4.2_write_lat_duration_ib": (1, 0.94, None, True),
+    "v24.01_write_lat_roce": (1, 1.76, 3, False),
+    "v24.01_write_lat_sweep_a_roce": (23, 1.62, 3, False),
+}
+# fixture → (line number of the failure, words of the diagnosis, completion status)
+FAILURES = {
+    "v4.5_write_bw_connect_refused": (1, "start the server first", None),
+    "v4.5_write_bw_no_device": (1, "no such RDMA device", None),
+    "v23.10_write_bw_cqe12": (23, "IBV_WC_RETRY_EXC_ERR", 12),
+    "v24.04_write_bw_mr_failed": (1, "IPC_LOCK", None),
+    "v24.10_write_bw_rtr_failed": (22, "GID index (-x)", None),
+    "v26.04_write_bw_cqe10_named": (24, "IBV_WC_REM_ACCESS_ERR", 10),
+}
 
 
-def test_gbits_roce_client(fixture_text):
-    r = parse_bw(fixture_text("perftest/write_bw_gbits_roce.txt"))
-    assert r.unit == "Gb/sec"
-    assert r.banner.device == "mlx5_0"
-    assert r.banner.link_type == "Ethernet"
-    assert r.banner.gid_index == 3
+def output(name: str) -> str:
+    return tool_output(FIXTURES / "perftest" / f"{name}.txt")
+
+
+def test_the_corpus_covers_every_fixture():
+    named = set(BANDWIDTH) | set(LATENCY) | set(FAILURES)
+    assert {p.stem for p in (FIXTURES / "perftest").glob("*.txt")} == named
+
+
+@pytest.mark.parametrize("name", sorted(BANDWIDTH))
+def test_bandwidth_tables(name):
+    unit, rows, best, device, link, gid, duration = BANDWIDTH[name]
+    r = parse_bw(output(name))
+    assert (r.unit, len(r.rows), r.duration_mode) == (unit, rows, duration)
+    assert r.best_average_gbps == pytest.approx(best, rel=1e-4)
+    assert (r.banner.device, r.banner.link_type, r.banner.gid_index) == (device, link, gid)
+    assert r.banner.title in ("RDMA_Write BW Test", "RDMA_Read BW Test")
+
+
+@pytest.mark.parametrize("name", sorted(LATENCY))
+def test_latency_tables(name):
+    rows, typical, gid, duration = LATENCY[name]
+    r = parse_lat(output(name))
+    assert (len(r.rows), r.typical_us, r.banner.gid_index, r.duration_mode) == (
+        rows,
+        typical,
+        gid,
+        duration,
+    )
+
+
+@pytest.mark.parametrize("name", sorted(FAILURES))
+def test_failures_name_the_line_the_cause_and_the_fix(name):
+    line_no, words, status = FAILURES[name]
+    with pytest.raises(ParseError) as e:
+        parse_bw(output(name))
+    assert e.value.line_no == line_no and words in str(e.value)
+    known = diagnose_failure(output(name))
+    assert known is not None and known.status == status
+
+
+def test_roce_banner_and_decimal_gids():
+    r = parse_bw(output("v25.04_write_bw_gbits_roce"))
     assert r.banner.qps == 1
-    assert r.banner.title == "RDMA_Write BW Test"
     assert r.banner.local_gid == "0000:0000:0000:0000:0000:ffff:0a63:5b27"
     assert r.banner.remote_gid == "0000:0000:0000:0000:0000:ffff:0a63:5c11"
     (row,) = r.rows
     assert (row.size, row.iterations) == (65536, 5000)
     assert row.peak_gbps == pytest.approx(389.41)
-    assert row.average_gbps == pytest.approx(388.92)
     assert row.msg_rate_mpps == pytest.approx(0.741806)
-    assert not r.duration_mode
 
 
-def test_mb_per_sec_is_mebibytes(fixture_text):
-    r = parse_bw(fixture_text("perftest/write_bw_mb_ib_2021.txt"))
-    assert r.unit == "MB/sec"
-    assert r.banner.link_type == "IB"
-    assert r.banner.gid_index is None
-    assert [row.size for row in r.rows] == [2, 4, 65536, 8388608]
-    # 23570.04 MiB/s = 23570.04 * 2^20 * 8 bits
-    assert r.best_average_gbps == pytest.approx(23570.04 * 1048576 * 8 / 1e9)
-    assert 197 < r.best_average_gbps < 198
+def test_sweeps_keep_every_size():
+    r = parse_bw(output("v4.5_write_bw_sweep_a_roce_mb"))
+    assert [row.size for row in r.rows] == [2**i for i in range(1, 24)]
+    lat = parse_lat(output("v24.01_write_lat_sweep_a_roce"))
+    assert lat.rows[-1].size == 8388608 and lat.rows[-1].p999_us is not None
 
 
-def test_mib_per_sec_after_2024_with_new_banner_lines(fixture_text):
-    r = parse_bw(fixture_text("perftest/write_bw_mib_server_2024.txt"))
-    assert r.unit == "MiB/sec"
-    assert r.banner.device == "mlx5_4"
-    assert r.best_average_gbps == pytest.approx(46198.33 * 1048576 * 8 / 1e9)
-
-
-def test_duration_mode_has_no_peak(fixture_text):
-    r = parse_bw(fixture_text("perftest/write_bw_duration_gbits.txt"))
-    assert r.duration_mode
-    assert r.rows[0].peak_gbps is None
-    assert r.rows[0].iterations == 443127
-    assert r.best_average_gbps == pytest.approx(371.72)
+def test_duration_mode_has_no_peak():
+    r = parse_bw(output("v23.10_write_bw_duration_4qps"))
+    assert r.rows[0].peak_gbps is None and r.rows[0].iterations == 443127
     assert r.banner.qps == 4
     assert any("BW peak won't be measured" in w for w in r.warnings)
 
 
-def test_interleaved_server_and_client(fixture_text):
-    r = parse_bw(fixture_text("perftest/write_bw_interleaved_loopback.txt"))
-    assert len(r.rows) == 2
-    assert r.best_average_gbps == pytest.approx(92.55)
+def test_interleaved_server_and_client():
+    r = parse_bw(output("v4.4_write_bw_interleaved_loopback"))
     assert r.banner.mtu == "1024[B]"
     assert any("Requested mtu" in w for w in r.warnings)
     assert r.banner.local_gid == "0000:0000:0000:0000:0000:ffff:c0a8:280b"
 
 
-def test_latency(fixture_text):
-    r = parse_lat(fixture_text("perftest/write_lat_roce.txt"))
-    (row,) = r.rows
+def test_latency_columns():
+    (row,) = parse_lat(output("v24.01_write_lat_roce")).rows
     assert row.size == 2 and row.iterations == 1000
     assert (row.min_us, row.max_us, row.typical_us) == (1.71, 5.83, 1.76)
     assert (row.avg_us, row.stdev_us, row.p99_us, row.p999_us) == (1.78, 0.06, 1.98, 5.83)
-    assert r.typical_us == 1.76
-    assert r.banner.title == "RDMA_Write Latency Test"
-    assert not r.duration_mode
 
 
-def test_latency_duration_mode(fixture_text):
-    r = parse_lat(fixture_text("perftest/write_lat_duration_ib.txt"))
-    assert r.duration_mode
-    (row,) = r.rows
-    assert row.avg_us == 0.94 and row.min_us is None
-    assert r.typical_us == 0.94
-
-
-def test_failure_names_the_line_and_fix(fixture_text):
-    text = fixture_text("perftest/write_bw_connect_failed.txt")
-    with pytest.raises(ParseError) as e:
-        parse_bw(text)
-    assert e.value.line_no == 10
-    assert "Couldn't connect to 10.99.92.17:18515" in str(e.value)
-    assert "start the server first" in str(e.value)
-    assert diagnose_failure(text) is not None
-
-
-def test_bw_table_is_not_a_latency_table(fixture_text):
+def test_bw_table_is_not_a_latency_table():
     with pytest.raises(ParseError, match="could not parse perftest latency output"):
-        parse_lat(fixture_text("perftest/write_bw_gbits_roce.txt"))
+        parse_lat(output("v25.04_write_bw_gbits_roce"))
 
 
-def test_header_without_rows():
+def test_dual_port_columns_do_not_shift_the_figures():
+    text = (
+        " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]   "
+        "BW Port1[Gb/sec]   MsgRate Port1[Mpps]   BW Port2[Gb/sec]   MsgRate Port2[Mpps]\n"
+        " 65536      5000           190.10             189.70\t\t   0.361831        94.85"
+        "            0.180915              94.85            0.180915\n"
+    )
+    (row,) = parse_bw(text).rows
+    assert (row.average_gbps, row.msg_rate_mpps) == (189.70, 0.361831)
+
+
+def test_header_without_rows_and_empty_input():
     text = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
     with pytest.raises(ParseError, match="without rows"):
         parse_bw(text)
-
-
-def test_empty_input():
     with pytest.raises(ParseError, match="empty input"):
         parse_bw("")
 

@@ -1,24 +1,28 @@
 """`rdmaplane doctor`: checks, perftest pair runs, nccl-tests and NCCL log verdicts.
 
-Exit codes: 0 pass (warnings included), 1 a check failed, 2 usage error or unreadable input.
+Exit codes: 0 pass (warnings and skips included), 1 a check failed, 2 usage error or input that
+is not what it was said to be — always one line on stderr naming the file or flag.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
+import re
 import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 import yaml
+from rich.markup import escape
 from rich.table import Table
 
-from rdmaplane.cli.common import console, err_console, fail
+from rdmaplane.cli.common import console, err_console
 from rdmaplane.discovery import read_node
 from rdmaplane.doctor import checks, judge, pairing, perf, report
 from rdmaplane.doctor import parse_nccl_log as nccl_log_parser
@@ -26,6 +30,10 @@ from rdmaplane.doctor import parse_nccl_tests as nccl_tests_parser
 from rdmaplane.doctor.verdict import Finding, ParseError, Status, exit_code, jsonable, worst
 
 SCHEMA = "rdmaplane.io/doctor/v1"
+# Far above a 4096-rank NCCL INFO log (tens of MiB); below what would exhaust a pod's memory.
+MAX_INPUT = 256 * 1024 * 1024
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 doctor_app = typer.Typer(
     help="Prove inside the pod that RDMA is really used, and how close to line rate.",
@@ -46,25 +54,67 @@ RootOption = Annotated[
 ]
 LineRateOption = Annotated[
     float | None,
-    typer.Option("--line-rate", metavar="GBPS", help="Override the line rate in Gb/s."),
+    typer.Option(
+        "--line-rate",
+        metavar="GBPS",
+        help="Override the line rate in Gb/s (nccl-tests: one node's NIC total, e.g. 3200).",
+    ),
 ]
 
-_STYLE = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "bold red"}
+_STYLE = {
+    Status.SKIP: "cyan",
+    Status.PASS: "green",
+    Status.WARN: "yellow",
+    Status.FAIL: "bold red",
+}
+
+
+def _bad_input(message: str) -> NoReturn:
+    """One line on stderr, exit 2. The message may quote untrusted text: markup and control
+    characters are escaped so it stays one line and cannot drive the terminal."""
+    err_console.print(f"[bold red]error:[/] {safe(message)}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def safe(text: object) -> str:
+    """Text for the terminal: rich markup escaped, control characters shown as escapes."""
+    shown = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in str(text))
+    return escape(shown)
 
 
 def _output_kind(output: str) -> str:
     if output not in ("table", "json"):
-        fail(f"-o {output!r}: choose table or json")
+        _bad_input(f"-o {output!r}: choose table or json")
     return output
 
 
+def _positive(flag: str, value: float | None, *, most: float | None = None) -> None:
+    """A finite number above 0 (and at most `most`), else a usage error naming the flag."""
+    if value is None:
+        return
+    if not math.isfinite(value) or value <= 0 or (most is not None and value > most):
+        limit = f" and at most {most:g}" if most is not None else ""
+        _bad_input(f"{flag} {value!r}: must be a number above 0{limit}")
+
+
 def _read_input(source: str) -> str:
-    if source == "-":
-        return sys.stdin.read()
+    """A log or test output as text: bounded, never a directory, never binary."""
+    name = "standard input" if source == "-" else source
     try:
-        return Path(source).read_text(errors="replace")
+        if source == "-":
+            data = sys.stdin.buffer.read(MAX_INPUT + 1)
+        else:
+            with Path(source).open("rb") as f:
+                data = f.read(MAX_INPUT + 1)
+    except IsADirectoryError:
+        _bad_input(f"{name}: is a directory, not a file")
     except OSError as e:
-        fail(f"cannot read {source}: {e.strerror}")
+        _bad_input(f"{name}: cannot read: {e.strerror or e}")
+    if len(data) > MAX_INPUT:
+        _bad_input(f"{name}: larger than {MAX_INPUT >> 20} MiB; keep the NCCL and result lines")
+    if b"\0" in data:
+        _bad_input(f"{name}: contains NUL bytes: binary data, not a text log")
+    return data.decode("utf-8", errors="replace")
 
 
 def _findings_table(title: str, findings: list[Finding]) -> Table:
@@ -73,11 +123,13 @@ def _findings_table(title: str, findings: list[Finding]) -> Table:
         table.add_column(col, overflow="fold")
     for f in findings:
         style = _STYLE[f.status]
-        table.add_row(f.name, f"[{style}]{f.status.name}[/]", f.detail, f.fix or "")
+        table.add_row(
+            safe(f.name), f"[{style}]{f.status.name}[/]", safe(f.detail), safe(f.fix or "")
+        )
     return table
 
 
-def _finish(kind: str, findings: list[Finding], output: str, extra: Mapping[str, Any]) -> None:
+def _finish(kind: str, findings: list[Finding], output: str, extra: Mapping[str, Any]) -> NoReturn:
     status = worst(f.status for f in findings)
     if output == "json":
         node = os.environ.get("NODE_NAME") or socket.gethostname()
@@ -90,20 +142,25 @@ def _finish(kind: str, findings: list[Finding], output: str, extra: Mapping[str,
     raise typer.Exit(exit_code(status))
 
 
+def _root_dir(root: Path) -> Path:
+    if not root.is_dir():
+        _bad_input(f"--root {root}: not a directory")
+    return root
+
+
 @doctor_app.callback()
 def run_checks(
     ctx: typer.Context,
     root: RootOption = Path("/"),
     output: OutputOption = "table",
 ) -> None:
-    """Check this pod (or host): RDMA devices, ports, memlock, IPC_LOCK, verbs libraries,
-    NCCL variables against the hardware, GPU-NIC pairs, GPUDirect RDMA, /dev/shm."""
+    """Check this pod (or host): RDMA devices (and the RDMA netns mode), ports, locked memory
+    with IPC_LOCK, verbs libraries, NCCL variables against the hardware, GPU-NIC pairs,
+    GPUDirect RDMA, /dev/shm."""
     if ctx.invoked_subcommand is not None:
         return
     output = _output_kind(output)
-    if not root.is_dir():
-        fail(f"--root {root}: not a directory")
-    host = checks.Host(root=root)
+    host = checks.Host(root=_root_dir(root))
     node = checks.load(host)
     findings = checks.run_all(host, node)
     _finish(
@@ -123,17 +180,30 @@ def nccl_tests(
     output: OutputOption = "table",
 ) -> None:
     """Judge nccl-tests output (all_reduce_perf and the other collectives): peak and average
-    busbw, #wrong, and busbw against one node's NIC aggregate when the run spans nodes."""
+    busbw, #wrong, and the peak against one node's NIC aggregate when the run spans nodes
+    (a single-node run is SKIP: it measured NVLink/PCIe, not the NICs)."""
     output = _output_kind(output)
+    _positive("--line-rate", line_rate)
+    _positive("--threshold", threshold, most=1.0)
     try:
         result = nccl_tests_parser.parse(_read_input(file))
     except ParseError as e:
-        fail(str(e))
-    aggregate = line_rate
+        _bad_input(f"{file}: {e}")
+    aggregate, basis, notes = line_rate, "--line-rate" if line_rate else None, []
     if aggregate is None and (root / "sys/class/infiniband").is_dir():
-        topo = read_node(str(root / "sys"))
-        aggregate = judge.aggregate_gbps(judge.compute_hcas(topo, _env())) or None
-    findings = judge.judge_nccl_tests(result, aggregate, threshold)
+        choice = judge.compute_hcas(read_node(str(root / "sys")), _env())
+        aggregate = judge.aggregate_gbps(choice.hcas) or None
+        basis = f"{choice.basis} at {root}"
+        if choice.problem:
+            notes.append(
+                Finding(
+                    "nccl-ib-hca",
+                    Status.WARN,
+                    f"{choice.problem}; judged against {choice.basis} instead",
+                    "write NCCL_IB_HCA as name[:port],… naming HCAs of this node",
+                )
+            )
+    findings = [*judge.judge_nccl_tests(result, aggregate, threshold, basis), *notes]
     extra = {
         "collective": result.collective,
         "hosts": list(result.hosts),
@@ -145,7 +215,7 @@ def nccl_tests(
     }
     if output == "table":
         console.print(
-            f"{result.collective or 'collective'}: {len(result.rows)} sizes, "
+            f"{safe(result.collective or 'collective')}: {len(result.rows)} sizes, "
             f"{len(result.ranks) or '?'} ranks on {len(result.hosts) or '?'} host(s)"
         )
     _finish("nccl-tests", findings, output, extra)
@@ -157,20 +227,22 @@ def nccl_log(
     output: OutputOption = "table",
 ) -> None:
     """Say which transport NCCL used per rank (IB/RoCE or sockets), which HCAs, GPUDirect RDMA
-    per channel and the GID index, and turn known failures into a fix."""
+    per channel and the GID index, and turn known failures into a cause and a fix (NCCL 2.4 to
+    2.28 wordings)."""
     output = _output_kind(output)
     try:
         log = nccl_log_parser.parse(_read_input(file))
     except ParseError as e:
-        fail(str(e))
+        _bad_input(f"{file}: {e}")
     findings = judge.judge_nccl_log(log)
     if output == "table":
         console.print(_ranks_table(log))
         for d in log.diagnoses:
             if d.line:
-                console.print(f"line {d.line_no}: {d.line}", soft_wrap=True, markup=False)
+                console.print(f"line {d.line_no}: {safe(d.line)}", soft_wrap=True)
     extra = {
         "nccl_version": log.version,
+        "nccl_versions": list(log.versions),
         "rdma_used": log.rdma_used,
         "ranks": jsonable(list(log.ranks)),
         "evidence": [
@@ -184,16 +256,17 @@ def nccl_log(
 
 def _ranks_table(log: nccl_log_parser.NcclLog) -> Table:
     table = Table(title="transport per rank", title_justify="left")
-    for col in ("rank", "host", "gpu", "network", "HCAs", "GDR", "GID index"):
+    for col in ("rank", "host", "gpu", "network", "HCAs", "GDR", "PXN", "GID index"):
         table.add_column(col)
     for r in log.ranks:
         table.add_row(
             str(r.rank) if r.rank >= 0 else "?",
-            r.host or "?",
+            safe(r.host or "?"),
             "" if r.cuda_dev is None else str(r.cuda_dev),
-            r.network or "?",
-            " ".join(r.hcas),
+            safe(r.network or "?"),
+            safe(" ".join(r.hcas)),
             r.gdr,
+            str(r.pxn_channels) if r.pxn_channels else "",
             ",".join(map(str, r.gid_indices)),
         )
     return table
@@ -206,7 +279,8 @@ def perf_cmd(
         str | None, typer.Option("--client", metavar="PEER", help="Run against PEER.")
     ] = None,
     hca: Annotated[
-        list[str] | None, typer.Option("--hca", help="HCA(s) to test [default: compute NICs].")
+        list[str] | None,
+        typer.Option("--hca", help="HCA(s) to test [default: this pod's compute NICs]."),
     ] = None,
     gid_index: Annotated[
         int | None, typer.Option("--gid-index", help="GID index [default: first RoCE v2 IPv4].")
@@ -221,21 +295,37 @@ def perf_cmd(
     threshold: Annotated[float, typer.Option(help="Pass at this share of line rate.")] = 0.9,
     line_rate: LineRateOption = None,
     no_tcp: Annotated[bool, typer.Option("--no-tcp", help="Skip the TCP comparison.")] = False,
-    timeout: Annotated[float, typer.Option(help="Seconds before a run is abandoned.")] = 120.0,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds before a run, or the TCP leg, is abandoned.")
+    ] = 120.0,
     root: RootOption = Path("/"),
     output: OutputOption = "table",
 ) -> None:
     """Drive ib_write_bw and ib_write_lat per HCA between two pods (start --server first),
-    judge bandwidth against the port's line rate, and compare with a TCP stream."""
+    judge bandwidth against the port's line rate, and compare with a TCP stream. Only HCAs this
+    pod has /dev/infiniband device nodes for are tested."""
     output = _output_kind(output)
     if server == (client is not None):
-        fail("give exactly one of --server and --client PEER")
-    node = checks.load(checks.Host(root=root))
-    usable = {h.name for h in node.usable}
+        _bad_input("give exactly one of --server and --client PEER")
+    if client is not None and (not client or client.startswith("-") or _has_space(client)):
+        _bad_input(f"--client {client!r}: not a host name or address")
+    _check_perf_flags(duration, port, timeout, threshold, line_rate, gid_index, use_cuda)
+    host = checks.Host(root=_root_dir(root))
+    node = checks.load(host)
+    if not node.usable:
+        _finish("perf", [checks.devices(host, node)], output, {"role": _role(client)})
     try:
-        plan = perf.plan(node.topo, _env(), hcas=hca or None, gid_index=gid_index, usable=usable)
+        plan = perf.plan(
+            node.topo,
+            _env(),
+            hcas=hca or None,
+            gid_index=gid_index,
+            usable={h.name for h in node.usable},
+        )
     except perf.PlanError as e:
-        fail(str(e))
+        _bad_input(str(e))
+    if port + 2 * len(plan.targets) > 65535:
+        _bad_input(f"--port {port}: {2 * len(plan.targets) + 1} ports from it pass 65535")
     options = perf.Options(
         duration=duration,
         base_port=port,
@@ -245,21 +335,56 @@ def perf_cmd(
         threshold=threshold,
         line_rate=line_rate,
     )
-    with perf_progress(output) as progress:
-        if client is None:
-            result = asyncio.run(perf.serve(plan, options, progress))
-        else:
-            result = asyncio.run(perf.run_client(client, plan, options, progress))
+    try:
+        with perf_progress(output) as progress:
+            if client is None:
+                result = asyncio.run(perf.serve(plan.targets, options, progress))
+            else:
+                result = asyncio.run(perf.run_client(client, plan.targets, options, progress))
+    except OSError as e:  # the TCP stream's port is taken or not ours to listen on
+        _bad_input(f"--port {port}: cannot listen for the TCP stream: {e.strerror or e}")
     if output == "table":
         console.print(_perf_table(result))
         if result.tcp_gbps:
             console.print(f"TCP stream: {result.tcp_gbps:.2f} Gb/s")
     _finish(
         "perf",
-        result.findings,
+        [*plan.notes, *result.findings],
         output,
         {"role": result.role, "runs": jsonable(result.runs), "tcp_gbps": result.tcp_gbps},
     )
+
+
+def _has_space(text: str) -> bool:
+    return any(c.isspace() for c in text)
+
+
+def _role(client: str | None) -> str:
+    return "server" if client is None else "client"
+
+
+def _check_perf_flags(
+    duration: int,
+    port: int,
+    timeout: float,
+    threshold: float,
+    line_rate: float | None,
+    gid_index: int | None,
+    use_cuda: int | None,
+) -> None:
+    if duration < 1:
+        _bad_input(f"--duration {duration}: must be at least 1 second")
+    if not 1 <= port <= 65535:
+        _bad_input(f"--port {port}: must be a TCP port (1-65535)")
+    _positive("--timeout", timeout)
+    if timeout <= duration:
+        _bad_input(f"--timeout {timeout:g}: must exceed --duration {duration}")
+    _positive("--threshold", threshold, most=1.0)
+    _positive("--line-rate", line_rate)
+    if gid_index is not None and gid_index < 0:
+        _bad_input(f"--gid-index {gid_index}: must be 0 or more")
+    if use_cuda is not None and use_cuda < 0:
+        _bad_input(f"--use-cuda {use_cuda}: must be a GPU number (0 or more)")
 
 
 def perf_progress(output: str) -> Any:
@@ -278,7 +403,7 @@ def _perf_table(result: perf.PerfResult) -> Table:
             str(r.port),
             "" if r.gid_index is None else str(r.gid_index),
             f"{r.line_rate_gbps:g} Gb/s" if r.line_rate_gbps else "?",
-            f"{r.bw_gbps:.1f} Gb/s" if r.bw_gbps is not None else r.error or "",
+            f"{r.bw_gbps:.1f} Gb/s" if r.bw_gbps is not None else safe(r.error or ""),
             share,
             f"{r.lat_us:.2f} µs" if r.lat_us is not None else "",
         )
@@ -297,10 +422,21 @@ def job_cmd(
 ) -> None:
     """Print the validation Jobs (YAML): node pairs that cover every node, each running the
     checks and the perf pair test; merge their logs with `rdmaplane doctor report`."""
+    for node in nodes:
+        if not _NODE_NAME.match(node):
+            _bad_input(f"node {node!r}: not a Kubernetes node name (lowercase DNS name)")
+    if not _DNS_LABEL.match(namespace):
+        _bad_input(f"--namespace {namespace!r}: not a DNS label (lowercase, digits, '-')")
+    if not image or _has_space(image):
+        _bad_input(f"--image {image!r}: not an image reference")
+    if hcas < 1:
+        _bad_input(f"--hcas {hcas}: a pod needs at least 1 HCA")
+    if duration < 1:
+        _bad_input(f"--duration {duration}: must be at least 1 second")
     try:
         pairs = pairing.cover_pairs(nodes)
     except ValueError as e:
-        fail(str(e))
+        _bad_input(str(e))
     docs = pairing.manifests(pairs, image=image, namespace=namespace, hcas=hcas, duration=duration)
     for p in pairs:
         err_console.print(f"# round {p.round}: {p.server} (server) ⇄ {p.client} (client)")
@@ -318,7 +454,7 @@ def report_cmd(
     try:
         merged = report.merge(texts)
     except report.ReportError as e:
-        fail(str(e))
+        _bad_input(str(e))
     if output == "json":
         console.print_json(json.dumps(jsonable(merged)))
     else:
@@ -327,11 +463,11 @@ def report_cmd(
             table.add_column(col, overflow="fold")
         for entry in merged.entries:
             table.add_row(
-                entry.source,
-                entry.node or "?",
-                entry.kind,
+                safe(entry.source),
+                safe(entry.node or "?"),
+                safe(entry.kind),
                 f"[{_STYLE[entry.status]}]{entry.status.name}[/]",
-                "; ".join(entry.failed),
+                safe("; ".join(entry.failed)),
             )
         console.print(table)
         console.print(f"[{_STYLE[merged.status]}]{merged.status.name}[/]")

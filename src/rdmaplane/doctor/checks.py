@@ -9,6 +9,7 @@ sysfs is not namespaced, so a pod sees every HCA of the node there; the device n
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
@@ -16,6 +17,7 @@ import resource
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rdmaplane.discovery import read_node
 from rdmaplane.doctor import ncclenv
@@ -61,6 +63,7 @@ class Host:
     find_library: Callable[[str], str | None] = _find_and_load
     memlock: Callable[[], int | None] | None = None  # None bytes = unlimited
     shm_size: Callable[[str], int] = _statvfs_size
+    nvml_minors: Callable[[], dict[int, str]] = field(default=lambda: _nvml_minors())
 
     @property
     def live(self) -> bool:
@@ -96,6 +99,9 @@ def run_all(host: Host, node: Node | None = None) -> list[Finding]:
 
 def devices(host: Host, node: Node) -> Finding:
     name = "rdma-devices"
+    unseen = _unseen_device_nodes(host, node)
+    if hidden := [(u, ib) for u, ib in unseen if ib is not None]:
+        return _netns_finding(host, node, hidden)
     if not node.topo.hcas:
         return Finding(
             name,
@@ -110,31 +116,95 @@ def devices(host: Host, node: Node) -> Finding:
             f"{len(node.topo.hcas)} HCA(s) in sysfs but no /dev/infiniband/uverbsN for any",
             "request rdmaplane.io/hca (or rdmaplane.io/hca-shared) in the pod's resources",
         )
-    missing_cm = not host.path("dev/infiniband/rdma_cm").exists()
     names = ", ".join(f"{h.name}({h.uverbs})" for h in node.usable)
-    known = {h.uverbs for h in node.topo.hcas}
-    strays = sorted(
-        p.name for p in host.path("dev/infiniband").glob("uverbs*") if p.name not in known
-    )
-    if strays:
+    if unseen:
         return Finding(
             name,
             Status.WARN,
-            f"usable: {names}; {', '.join(strays)} in /dev/infiniband match no HCA in "
-            "/sys/class/infiniband_verbs",
+            f"usable: {names}; {', '.join(u for u, _ in unseen)} in /dev/infiniband match no "
+            "HCA in /sys/class/infiniband_verbs",
             "the device nodes and sysfs disagree: mount the node's /sys, or restart the pod "
             "after HCAs were renamed or removed",
         )
-    if missing_cm:
+    if not host.path("dev/infiniband/rdma_cm").exists():
         return Finding(
             name,
             Status.WARN,
             f"usable: {names}; /dev/infiniband/rdma_cm missing (rdma_cm QPs, UCX need it)",
             "add /dev/infiniband/rdma_cm to the pod (the rdmaplane device plugin mounts it)",
         )
-    hidden = len(node.topo.hcas) - len(node.usable)
-    note = f"; {hidden} more in sysfs not given to this pod" if hidden else ""
+    others = len(node.topo.hcas) - len(node.usable)
+    note = f"; {others} more in sysfs not given to this pod" if others else ""
     return Finding(name, Status.PASS, f"usable: {names}, rdma_cm present{note}")
+
+
+def device_nodes(host: Host) -> list[str]:
+    """The `uverbsN` device nodes this pod was given, in natural order."""
+    found = [p.name for p in host.path("dev/infiniband").glob("uverbs*") if p.name[6:].isdigit()]
+    return sorted(found, key=lambda n: int(n[6:]))
+
+
+def _unseen_device_nodes(host: Host, node: Node) -> list[tuple[str, str | None]]:
+    """Device nodes whose HCA this pod's /sys/class/infiniband does not show: (uverbsN, the HCA
+    `class/infiniband_verbs/uverbsN/ibdev` names — that class is not network-namespaced — or
+    None when no HCA of that number exists at all)."""
+    shown = {h.uverbs for h in node.topo.hcas}
+    out = []
+    for uverbs in device_nodes(host):
+        if uverbs in shown:
+            continue
+        try:
+            ibdev: str | None = host.path(f"sys/class/infiniband_verbs/{uverbs}/ibdev").read_text()
+        except (OSError, UnicodeDecodeError):
+            ibdev = None
+        out.append((uverbs, ibdev.strip() if ibdev else None))
+    return out
+
+
+def netns_mode(host: Host) -> str:
+    """`shared`, `exclusive`, or `unknown`, from ib_core's `netns_mode` parameter (`Y` = shared).
+    A kernel without the parameter (before 5.5) has no exclusive mode."""
+    path = host.path("sys/module/ib_core/parameters/netns_mode")
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return "shared" if host.path("sys/module/ib_core").is_dir() else "unknown"
+    except (OSError, UnicodeDecodeError):
+        return "unknown"
+    return {"Y": "shared", "1": "shared", "N": "exclusive", "0": "exclusive"}.get(text, "unknown")
+
+
+def _netns_finding(host: Host, node: Node, hidden: list[tuple[str, str]]) -> Finding:
+    """Device nodes without their HCA in sysfs: in exclusive RDMA netns mode a device is only
+    visible in the network namespace it belongs to, so the pod has /dev nodes for HCAs it
+    cannot see, and NCCL falls back to sockets."""
+    mode = netns_mode(host)
+    listed = ", ".join(f"/dev/infiniband/{u} ({ib})" for u, ib in hidden)
+    where = (
+        "/sys/class/infiniband is empty"
+        if not node.topo.hcas
+        else "/sys/class/infiniband lacks their HCAs"
+    )
+    said = {
+        "exclusive": "netns_mode is N: the RDMA subsystem is in exclusive network-namespace mode",
+        "shared": "netns_mode reads Y (shared), so the likely cause is a /sys that is not the "
+        "node's, or HCAs renamed or removed after the pod started",
+        "unknown": "likely cause: the RDMA subsystem is in exclusive network-namespace mode "
+        "(netns_mode unreadable here)",
+    }[mode]
+    fix = (
+        "on the node: `rdma system set netns shared` (persist with the ib_core module option "
+        "netns_mode=1) so every namespace sees the HCAs — or, if exclusive mode is intended "
+        "(SR-IOV VFs), move the VF into the pod's namespace with an RDMA CNI"
+    )
+    if mode == "shared":
+        fix = "mount the node's /sys in the pod, or restart the pod after HCAs were renamed"
+    return Finding(
+        "rdma-devices",
+        Status.FAIL,
+        f"the pod has {listed} but {where}; {said}; NCCL will fall back to TCP sockets",
+        fix,
+    )
 
 
 def ports(host: Host, node: Node) -> Finding:
@@ -161,19 +231,35 @@ def ports(host: Host, node: Node) -> Finding:
 
 
 def memlock(host: Host, node: Node) -> Finding:
+    """Locked memory for RDMA registration: the memlock limit and CAP_IPC_LOCK judged together,
+    because the kernel skips the limit for a process holding IPC_LOCK (ib_umem_get)."""
     name = "memlock"
     limit = _memlock_limit(host)
-    if isinstance(limit, str):
-        return Finding(name, Status.WARN, limit, "run `ulimit -l` in the container")
+    ipc = _ipc_lock(host)
+    shown = "unlimited" if limit is None else limit if isinstance(limit, str) else _size(limit)
+    if ipc is True:
+        return Finding(
+            name,
+            Status.PASS,
+            f"IPC_LOCK in the effective capabilities, so the memlock limit ({shown}) does not "
+            "apply to memory registration",
+        )
+    caps = "IPC_LOCK not in the effective capabilities" if ipc is False else ipc
+    fix = (
+        "add securityContext.capabilities.add: [IPC_LOCK] to the container (or set memlock "
+        "unlimited for the container runtime: LimitMEMLOCK=infinity in containerd's unit)"
+    )
     if limit is None:
-        return Finding(name, Status.PASS, "max locked memory: unlimited")
+        return Finding(name, Status.PASS, f"max locked memory: unlimited; {caps}")
+    if isinstance(limit, str):
+        return Finding(name, Status.WARN, f"{limit}; {caps}", fix)
     status = Status.WARN if limit >= MEMLOCK_MIN else Status.FAIL
     return Finding(
         name,
         status,
-        f"max locked memory: {_size(limit)}",
-        "set memlock unlimited for the container runtime (LimitMEMLOCK=infinity in "
-        "containerd's unit) or give the pod IPC_LOCK",
+        f"max locked memory {shown} and {caps}: registering NCCL's buffers "
+        + ("may run out" if status == Status.WARN else "fails"),
+        fix,
     )
 
 
@@ -186,43 +272,39 @@ def _memlock_limit(host: Host) -> int | str | None:
     path = host.path("proc/self/limits")
     try:
         lines = path.read_text().splitlines()
-    except OSError as e:
-        return f"cannot read {path}: {e.strerror}"
+    except (OSError, UnicodeDecodeError) as e:
+        return f"cannot read {path}: {getattr(e, 'strerror', None) or 'not text'}"
     for line in lines:
         if line.startswith("Max locked memory"):
-            soft = line[len("Max locked memory") :].split()[0]
+            soft = (line[len("Max locked memory") :].split() or [""])[0]
             if soft == "unlimited":
                 return None
             if soft.isdigit():
                 return int(soft)
-            return f"cannot parse {line.strip()!r} in {path}"
+            return f"cannot parse {line.strip()[:60]!r} in {path}"
     return f"no 'Max locked memory' line in {path}"
 
 
-def ipc_lock(host: Host, node: Node) -> Finding:
-    name = "ipc-lock"
+def _ipc_lock(host: Host) -> bool | str:
+    """Whether CAP_IPC_LOCK is effective, or a string saying why it could not be read."""
     path = host.path("proc/self/status")
     try:
         status_text = path.read_text()
-    except OSError as e:
-        return Finding(name, Status.WARN, f"cannot read {path}: {e.strerror}")
+    except (OSError, UnicodeDecodeError) as e:
+        return f"cannot read {path}: {getattr(e, 'strerror', None) or 'not text'}"
     caps = next(
-        (ln.split()[1] for ln in status_text.splitlines() if ln.startswith("CapEff:")), None
+        (
+            ln[len("CapEff:") :].strip()
+            for ln in status_text.splitlines()
+            if ln.startswith("CapEff:")
+        ),
+        None,
     )
     try:
         eff = int(caps or "", 16)
     except ValueError:
-        return Finding(name, Status.WARN, f"no readable CapEff line in {path}")
-    if eff >> CAP_IPC_LOCK & 1:
-        return Finding(name, Status.PASS, "IPC_LOCK in the effective capabilities")
-    unlimited = _memlock_limit(host) is None
-    return Finding(
-        name,
-        Status.WARN if unlimited else Status.FAIL,
-        "IPC_LOCK not in the effective capabilities"
-        + (" (memlock is unlimited, so registration still works)" if unlimited else ""),
-        "add securityContext.capabilities.add: [IPC_LOCK] to the container",
-    )
+        return f"no readable CapEff line in {path}"
+    return bool(eff >> CAP_IPC_LOCK & 1)
 
 
 def libraries(host: Host, node: Node) -> Finding:
@@ -418,7 +500,7 @@ def _check_ifname(raw: str, netdevs: list[str], problems: list[tuple[Status, str
 def gpu_nic(host: Host, node: Node) -> Finding:
     """Each visible GPU against its nearest usable HCA; SYS pairs cross the socket link."""
     name = "gpu-nic"
-    gpus = _visible_gpus(host, node.topo)
+    gpus, minor_of, unmapped = _visible_gpus(host, node.topo)
     if not gpus or not node.usable:
         return Finding(name, Status.PASS, "no GPU/HCA pair to check")
     rows, far = [], []
@@ -430,9 +512,16 @@ def gpu_nic(host: Host, node: Node) -> Finding:
         )
         if best is None:
             continue
-        rows.append(f"GPU{g.index}→{best[0].name} {best[1].name}")
+        minor = minor_of.get(g.pci.address)
+        dev = f"(/dev/nvidia{minor})" if minor is not None and minor != g.index else ""
+        rows.append(f"GPU{g.index}{dev}→{best[0].name} {best[1].name}")
         if best[1] > Relation.PXB:
             far.append((g.index, best[1]))
+    if unmapped:
+        rows.append(
+            f"which GPUs {', '.join(unmapped)} are is unknown (no /proc/driver/nvidia/gpus/*/"
+            "information, no NVML): judged every GPU"
+        )
     if not far:
         return Finding(name, Status.PASS, "; ".join(rows))
     sys_pairs = [f"GPU{i}" for i, r in far if r == Relation.SYS]
@@ -450,11 +539,88 @@ def gpu_nic(host: Host, node: Node) -> Finding:
     )
 
 
-def _visible_gpus(host: Host, topo: NodeTopology) -> list[Gpu]:
-    """GPUs whose /dev/nvidiaN the pod has; all of them when /dev shows none (host runs)."""
+def _visible_gpus(host: Host, topo: NodeTopology) -> tuple[list[Gpu], dict[str, int], list[str]]:
+    """GPUs whose /dev/nvidiaN the pod has (all of them when /dev shows none: a host run), the
+    minor of each GPU by PCI address, and the device nodes no GPU could be found for.
+
+    Minors do not follow PCI bus order, so they are mapped through the driver's own table."""
     dev = host.path("dev")
-    present = {int(p.name[6:]) for p in dev.glob("nvidia[0-9]*") if p.name[6:].isdigit()}
-    return [g for g in topo.gpus if g.index in present] if present else list(topo.gpus)
+    present = sorted(int(p.name[6:]) for p in dev.glob("nvidia[0-9]*") if p.name[6:].isdigit())
+    minors = gpu_minors(host)
+    minor_of = {address: minor for minor, address in minors.items()}
+    if not present:
+        return list(topo.gpus), minor_of, []
+    if not minors:
+        return list(topo.gpus), minor_of, [f"/dev/nvidia{m}" for m in present]
+    wanted = {minors[m] for m in present if m in minors}
+    unmapped = [f"/dev/nvidia{m}" for m in present if m not in minors]
+    if unmapped:
+        return list(topo.gpus), minor_of, unmapped
+    return [g for g in topo.gpus if g.pci.address in wanted], minor_of, []
+
+
+def gpu_minors(host: Host) -> dict[int, str]:
+    """Device minor → PCI address, from `/proc/driver/nvidia/gpus/<pci>/information`
+    (`Device Minor:    0`, `Bus Location:    0000:17:00.0`); from NVML on a live host whose
+    /proc lacks them. Empty when neither says."""
+    found: dict[int, str] = {}
+    for info in host.path("proc/driver/nvidia/gpus").glob("*/information"):
+        try:
+            fields = _key_values(info.read_text())
+        except (OSError, UnicodeDecodeError):
+            continue
+        address = _pci_address(fields.get("Bus Location") or info.parent.name)
+        minor = fields.get("Device Minor", "")
+        if address and minor.isdigit():
+            found[int(minor)] = address
+    if not found and host.live:
+        found = host.nvml_minors()
+    return found
+
+
+def _key_values(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _pci_address(text: str) -> str | None:
+    """`0000:17:00.0` or NVML's `00000000:17:00.0` as sysfs names the function."""
+    domain, sep, rest = text.strip().lower().partition(":")
+    try:
+        return f"{int(domain, 16):04x}:{rest}" if sep and rest else None
+    except ValueError:
+        return None
+
+
+def _nvml_minors() -> dict[int, str]:
+    """Device minor → PCI address from NVML; empty without nvidia-ml-py or a driver."""
+    try:
+        import pynvml  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return {}
+    nvml: Any = pynvml
+    try:
+        nvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded, …
+        return {}
+    found: dict[int, str] = {}
+    try:
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            bus = nvml.nvmlDeviceGetPciInfo(handle).busId
+            address = _pci_address(bus.decode() if isinstance(bus, bytes) else str(bus))
+            if address:
+                found[int(nvml.nvmlDeviceGetMinorNumber(handle))] = address
+    except Exception:  # a GPU that cannot be queried: say nothing rather than guess
+        return {}
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+    return found
 
 
 def gdr_module(host: Host, node: Node) -> Finding:
@@ -463,7 +629,7 @@ def gdr_module(host: Host, node: Node) -> Finding:
         return Finding(name, Status.PASS, "no GPU on this node")
     try:
         modules = host.path("proc/modules").read_text()
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         modules = ""
     loaded = [m for m in ("nvidia_peermem", "nv_peer_mem") if f"\n{m} " in f"\n{modules}"]
     if not loaded and host.path("sys/module/nvidia_peermem").is_dir():
@@ -514,7 +680,6 @@ CHECKS: tuple[Callable[[Host, Node], Finding], ...] = (
     devices,
     ports,
     memlock,
-    ipc_lock,
     libraries,
     nccl_env,
     gpu_nic,

@@ -8,9 +8,10 @@ healthy links (we pass at 90 %), NCCL busbw between nodes should reach 80 % of t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from rdmaplane.doctor import ncclenv
-from rdmaplane.doctor.parse_nccl_log import NcclLog
+from rdmaplane.doctor.parse_nccl_log import NcclLog, network_kind
 from rdmaplane.doctor.parse_nccl_tests import NcclTestsResult
 from rdmaplane.doctor.parse_perftest import BwResult
 from rdmaplane.doctor.verdict import Finding, Status
@@ -21,23 +22,37 @@ BW_PASS = 0.90
 BUSBW_PASS = 0.80
 
 
-def compute_hcas(topo: NodeTopology, env: Mapping[str, str]) -> list[Hca]:
+@dataclass(frozen=True, slots=True)
+class HcaChoice:
+    """The HCAs a figure is judged against, what chose them, and what went wrong choosing."""
+
+    hcas: list[Hca]
+    basis: str
+    problem: str | None = None  # NCCL_IB_HCA given but unusable: said, never silently replaced
+
+
+def compute_hcas(topo: NodeTopology, env: Mapping[str, str]) -> HcaChoice:
     """The HCAs NCCL traffic uses: those NCCL_IB_HCA selects, else the ones that sit at most a
     PCIe switch level (PXB) from some GPU, else every HCA with an ACTIVE port."""
     up = [h for h in topo.hcas if any(p.is_up for p in h.ports)]
+    problem = None
     if raw := env.get("NCCL_IB_HCA"):
         try:
             chosen = set(ncclenv.selected(ncclenv.parse_device_list(raw), [h.name for h in up]))
-        except ValueError:
-            chosen = set()
-        if chosen:
-            return [h for h in up if h.name in chosen]
+        except ValueError as e:
+            problem = f"NCCL_IB_HCA={raw!r} is malformed ({e}): NCCL would match no HCA with it"
+        else:
+            if chosen:
+                return HcaChoice([h for h in up if h.name in chosen], f"NCCL_IB_HCA={raw}")
+            problem = f"NCCL_IB_HCA={raw!r} selects no HCA with an ACTIVE port here"
     paired = [
         h
         for h in up
         if h.pci and any(pci_relation(g.pci, h.pci) <= Relation.PXB for g in topo.gpus)
     ]
-    return paired or up
+    if paired:
+        return HcaChoice(paired, f"the {len(paired)} HCA(s) at most PXB from a GPU", problem)
+    return HcaChoice(up, f"every HCA with an ACTIVE port ({len(up)})", problem)
 
 
 def aggregate_gbps(hcas: list[Hca]) -> float:
@@ -74,72 +89,153 @@ def judge_bw_figure(
     )
 
 
+def busbw_ceiling(collective: str | None, nodes: int, ranks: int) -> float:
+    """The most busbw can exceed one node's NIC aggregate by, as a multiple of it.
+
+    Our own model, not a measurement: with `g = ranks / nodes` GPUs per node, every node must
+    move at least `(N-1)/N` of the data through its NICs however NCCL reduces inside the node
+    first (tree, NVLS), so busbw ≤ aggregate · (n−1) / (g·(N−1)) — 1.875× for 2 nodes × 8 GPUs,
+    approaching 1× as N grows. AllReduce with in-network reduction (SHARP/CollNet) can reach
+    2·(n−1)/n. A flat ring stays at or below 1×.
+    """
+    if nodes < 2 or ranks < nodes:
+        return 2.0  # structure unknown: the largest ceiling of any collective
+    per_node = ranks / nodes
+    hierarchical = (ranks - 1) / (per_node * (nodes - 1))
+    if collective and collective.startswith("all_reduce"):
+        return max(hierarchical, 2 * (ranks - 1) / ranks)
+    return hierarchical
+
+
 def judge_nccl_tests(
-    result: NcclTestsResult, aggregate: float | None, threshold: float = BUSBW_PASS
+    result: NcclTestsResult,
+    aggregate: float | None,
+    threshold: float = BUSBW_PASS,
+    basis: str | None = None,
 ) -> list[Finding]:
-    """`aggregate`: one node's NIC aggregate in Gb/s (None when unknown)."""
-    findings: list[Finding] = []
-    if result.wrong_total or result.oob_ok is False:
-        findings.append(
-            Finding(
-                "correctness",
-                Status.FAIL,
-                f"#wrong total {result.wrong_total:g}; out of bounds values: "
-                f"{result.oob_values if result.oob_values is not None else '?'}",
-                "wrong results mean data corruption: check GPU memory (dcgmi diag) and NCCL "
-                "version skew between ranks",
-            )
-        )
-    else:
-        findings.append(Finding("correctness", Status.PASS, "#wrong 0"))
-    peak, avg = result.peak_busbw, result.avg_busbw
-    size = result.peak_row.size
-    figures = f"peak busbw {peak:.1f} GB/s at {_bytes(size)}, avg {avg:.1f} GB/s"
-    nodes = len(result.hosts)
-    if nodes == 1:
-        findings.append(
-            Finding(
-                "busbw",
-                Status.PASS,
-                f"{figures}; one node: NVLink/PCIe, the NICs are not measured",
-                None,
-            )
-        )
+    """`aggregate`: one node's NIC aggregate in Gb/s (None when unknown), chosen by `basis`."""
+    findings = [_correctness(result), *result.failures]
+    if not result.rows:
         return findings
-    if not aggregate:
-        findings.append(
-            Finding(
-                "busbw",
-                Status.WARN,
-                f"{figures}; NIC aggregate unknown",
-                "pass --line-rate GBPS (sum of one node's compute NIC rates) or --root",
-            )
-        )
-        return findings
-    share = peak * 8 / aggregate
-    detail = f"{figures} = {share:.0%} of the {aggregate:g} Gb/s NIC aggregate" + (
-        f" ({nodes} nodes)" if nodes else ""
-    )
-    if share >= threshold:
-        findings.append(Finding("busbw", Status.PASS, detail))
-    else:
-        findings.append(
-            Finding(
-                "busbw",
-                Status.FAIL,
-                f"{detail} (pass ≥ {threshold:.0%})",
-                "rerun with NCCL_DEBUG=INFO and feed the log to `rdmaplane doctor nccl-log`: "
-                "socket fallback, GDR off or too few HCAs show there",
-            )
-        )
+    findings.append(_busbw(result, aggregate, threshold, basis))
     return findings
+
+
+def _correctness(result: NcclTestsResult) -> Finding:
+    if result.wrong_total or result.oob_ok is False:
+        return Finding(
+            "correctness",
+            Status.FAIL,
+            f"#wrong total {result.wrong_total:g}; out of bounds values: "
+            f"{result.oob_values if result.oob_values is not None else '?'}",
+            "wrong results mean data corruption: check GPU memory (dcgmi diag) and NCCL "
+            "version skew between ranks",
+        )
+    if not result.rows:
+        return Finding("correctness", Status.SKIP, "no result rows: the run did not finish")
+    if not result.checked:
+        return Finding(
+            "correctness", Status.SKIP, "not checked (-c 0: #wrong is N/A)", "rerun with -c 1"
+        )
+    return Finding("correctness", Status.PASS, "#wrong 0")
+
+
+def _busbw(
+    result: NcclTestsResult, aggregate: float | None, threshold: float, basis: str | None
+) -> Finding:
+    peak, avg = result.peak_busbw, result.avg_busbw
+    at = f"peak busbw {peak:.1f} GB/s at {_bytes(result.peak_row.size)}"
+    mean = f"average over all {len(result.rows)} sizes {avg:.1f} GB/s (nccl-tests' mean)"
+    nodes = len(result.hosts)
+    if result.failures:
+        return Finding(
+            "busbw",
+            Status.SKIP,
+            f"{at}; {mean}; not judged: the run failed after {_bytes(result.rows[-1].size)}",
+        )
+    if nodes == 1:
+        return Finding(
+            "busbw",
+            Status.SKIP,
+            f"{at}; {mean}; one node ({result.hosts[0]}): NVLink/PCIe were measured, not the NICs",
+            "run across two or more nodes to judge the network",
+        )
+    if not aggregate:
+        return Finding(
+            "busbw",
+            Status.WARN,
+            f"{at}; {mean}; NIC aggregate unknown",
+            "pass --line-rate GBPS (sum of one node's compute NIC rates) or --root",
+        )
+    share = peak * 8 / aggregate
+    where = f"{nodes} nodes" if nodes else "hosts unknown: no '# Rank' lines"
+    of = f"{aggregate:g} Gb/s NIC aggregate of one node" + (f" ({basis})" if basis else "")
+    detail = f"{at} = {share:.0%} of the {of}; {mean}; {where}"
+    ceiling = busbw_ceiling(result.collective, nodes, len(result.ranks))
+    if share > ceiling:
+        return Finding(
+            "busbw",
+            Status.FAIL,
+            f"impossible reading: {detail}; no algorithm moves more than {ceiling:.0%} of the "
+            "NIC aggregate between these nodes",
+            "the line rate is wrong (--line-rate is one node's total in Gb/s, e.g. 3200 for "
+            "8×400G) or the run never crossed the NICs (one NVLink domain, or every rank on one "
+            "node): measure the NICs with `rdmaplane doctor perf`",
+        )
+    if share > 1:
+        return Finding(
+            "busbw",
+            Status.PASS,
+            f"{detail}; above the NIC aggregate because NCCL reduced inside each node first "
+            f"(tree/NVLS/SHARP; at most {ceiling:.0%} here)",
+        )
+    if share >= threshold:
+        return Finding("busbw", Status.PASS, detail)
+    return Finding(
+        "busbw",
+        Status.FAIL,
+        f"{detail} (pass ≥ {threshold:.0%})",
+        "rerun with NCCL_DEBUG=INFO and feed the log to `rdmaplane doctor nccl-log`: "
+        "socket fallback, GDR off or too few HCAs show there",
+    )
 
 
 def judge_nccl_log(log: NcclLog) -> list[Finding]:
     findings = [d.finding for d in log.diagnoses]
-    if log.rdma_used:
+    if log.rdma_used and not log.net_channels:
         findings.insert(
-            0, Finding("transport", Status.PASS, "every rank with a network uses IB/RoCE")
+            0,
+            Finding(
+                "transport",
+                Status.SKIP,
+                "NCCL chose an RDMA network, but no channel crossed nodes (one node: P2P/SHM "
+                "only), so the log does not show RDMA in use",
+                "run across two nodes to see NET/IB channels",
+            ),
+        )
+    elif log.rdma_used:
+        networks = sorted({r.network for r in log.ranks if r.network})
+        findings.insert(
+            0,
+            Finding(
+                "transport",
+                Status.PASS,
+                f"every rank with a network uses {'/'.join(networks)} (RDMA); "
+                f"{log.net_channels} channel(s) cross nodes",
+            ),
+        )
+    elif others := sorted(
+        {r.network for r in log.ranks if r.network and network_kind(r.network) == "other"}
+    ):
+        findings.insert(
+            0,
+            Finding(
+                "transport",
+                Status.WARN,
+                f"NCCL used the network plugin {', '.join(others)}; the doctor cannot tell "
+                "whether it is RDMA",
+                "check the plugin's own documentation for how it reports its transport",
+            ),
         )
     elif not any(r.network for r in log.ranks):
         findings.insert(

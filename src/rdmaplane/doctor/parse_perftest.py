@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from rdmaplane.doctor import failures
 from rdmaplane.doctor.verdict import ParseError
 
 _BANNER_KEYS = {
@@ -29,41 +30,37 @@ _TITLE = re.compile(r"^\s*((?:RDMA_\w+|Send|Atomic\w*)\s+(?:BW|Lat)\w*\s+Test)\s
 _GID_LINE = re.compile(r"^\s*GID:\s*((?:\d{1,3}:){15}\d{1,3})\s*$")
 _ADDRESS = re.compile(r"^\s*(local|remote) address:", re.I)
 _NUMBER = re.compile(r"^-?\d{1,30}(?:\.\d{1,30})?$")
-_BW_COLUMN = re.compile(r"(#bytes|#iterations|BW peak\[([^\]]+)\]|BW average\[([^\]]+)\]|MsgRate)")
-_LAT_COLUMN = re.compile(
-    r"(#bytes|#iterations|t_min|t_max|t_typical|t_avg|t_stdev|99\.9% percentile|99% percentile"
-    r"|tps average)"
-)
+_COLUMN_SPLIT = re.compile(r"\s{2,}|\t+|\s(?=#)")  # `#bytes #iterations` share one space
+_UNIT = re.compile(r"\[([^\]]+)\]$")
 _RULE = re.compile(r"^\s*-{20,}\s*$")
 
-# Known failures perftest prints instead of a table, and what to do about each.
+# Known failures perftest prints instead of a table, and what to do about each (a completion
+# error's status number is looked up in `failures.WC_STATUSES`).
 KNOWN_FAILURES: tuple[tuple[re.Pattern[str], str], ...] = (
     (
-        re.compile(r"Unable to find the Infiniband/RoCE device|No IB devices found", re.I),
-        "no RDMA device in this container: request rdmaplane.io/hca and check /dev/infiniband",
-    ),
-    (
-        re.compile(r"Couldn't allocate MR|Cannot allocate memory|ibv_reg_mr", re.I),
-        "memory registration failed: raise the memlock limit (ulimit -l unlimited) and add "
-        "the IPC_LOCK capability",
-    ),
-    (
         re.compile(
-            r"Failed to modify QP \S* to RTR|Unable to Connect the HCA's through the link", re.I
+            r"Unable to find the Infiniband/RoCE device|No IB devices found|IB device \S+ not found"
         ),
+        "no such RDMA device in this container: request rdmaplane.io/hca, check /dev/infiniband "
+        "and `-d` (`rdmaplane doctor` lists the usable HCAs)",
+    ),
+    (
+        re.compile(r"Couldn't allocate MR|ibv_reg_mr|Cannot allocate memory", re.I),
+        "memory registration failed: add the IPC_LOCK capability (or memlock unlimited); with "
+        "--use_cuda, load nvidia_peermem or use DMA-BUF",
+    ),
+    (
+        re.compile(r"Failed to modify QP \S* ?to RTR|Unable to Connect the HCA's through the link"),
         "QP did not reach RTR: use the same valid RoCE v2 GID index (-x) on both sides",
     ),
     (
-        re.compile(
-            r"Couldn't connect to|Unable to open file descriptor for socket connection", re.I
-        ),
+        re.compile(r"Couldn't connect to|Unable to open file descriptor for socket connection"),
         "the out-of-band TCP connection failed: start the server first and check the peer "
         "address and port (18515 by default)",
     ),
     (
-        re.compile(r"Completion with error at (?:client|server)", re.I),
-        "work completion error (often status 12, retry exceeded): GID index or fabric "
-        "(PFC/MTU) mismatch between the pair",
+        re.compile(r"Completion with error at (?:client|server)"),
+        "work completion error: see the status on the next line",
     ),
 )
 
@@ -143,38 +140,99 @@ def to_gbps(value: float, unit: str) -> float:
     raise ValueError(f"unknown bandwidth unit {unit!r}")
 
 
-def diagnose_failure(text: str) -> tuple[int, str, str] | None:
-    """The first known failure message in the output: line number, line, fix."""
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What perftest printed instead of a result, with its meaning and fix."""
+
+    line_no: int
+    line: str
+    fix: str
+    status: int | None  # the work-completion status, when perftest printed one
+
+    @property
+    def reason(self) -> str:
+        if self.status is None:
+            return self.fix
+        f = failures.completion_finding(self.status)
+        return f"{f.detail}; fix: {f.fix}"
+
+
+def diagnose_failure(text: str) -> Failure | None:
+    """The first known failure in the output; a completion status anywhere refines it."""
+    first: Failure | None = None
+    status: int | None = None
     for no, line in enumerate(text.splitlines(), 1):
+        if status is None and (code := failures.completion_status(line)) is not None:
+            status = code
+            if first is None:
+                first = Failure(no, line.strip(), "", code)
         for pattern, fix in KNOWN_FAILURES:
-            if pattern.search(line):
-                return no, line.strip(), fix
-    return None
+            if first is None and pattern.search(line):
+                first = Failure(no, line.strip(), fix, None)
+    if first is None:
+        return None
+    return Failure(first.line_no, first.line, first.fix, status)
+
+
+@dataclass(frozen=True, slots=True)
+class _Table:
+    columns: list[str]  # normalised names: bytes, iterations, peak, average, msgrate, …
+    unit: str | None  # the bandwidth unit the header names
+    line_no: int
+
+
+def _header(line: str, wanted: set[str]) -> _Table | None:
+    """Split a result header into its columns (by the spacing perftest prints them with)."""
+    names = [c for c in _COLUMN_SPLIT.split(line.strip()) if c]
+    if not names or names[0] != "#bytes":
+        return None
+    columns = [_column_key(n) for n in names]
+    if not wanted <= set(columns):
+        return None
+    units = [m.group(1) for n in names if n.startswith("BW average") and (m := _UNIT.search(n))]
+    return _Table(columns, units[0] if units else None, 0)
+
+
+def _column_key(name: str) -> str:
+    bare = _UNIT.sub("", name).strip().lstrip("#").strip()
+    return {
+        "BW peak": "peak",
+        "BW average": "average",
+        "MsgRate": "msgrate",
+        "99% percentile": "p99",
+        "99.9% percentile": "p999",
+        "tps average": "tps",
+    }.get(bare, bare.lower().replace(" ", "_"))
+
+
+def _rows(text: str, wanted: set[str]) -> tuple[_Table | None, list[dict[str, float]]]:
+    """The last table header in the text and every row that fits it."""
+    table: _Table | None = None
+    rows: list[dict[str, float]] = []
+    for no, line in enumerate(text.splitlines(), 1):
+        if (found := _header(line, wanted)) is not None:
+            table = _Table(found.columns, found.unit, no)
+            continue
+        values = _numbers(line)
+        if table is None or values is None or len(values) != len(table.columns):
+            continue
+        rows.append(dict(zip(table.columns, values, strict=True)))
+    return table, rows
 
 
 def parse_bw(text: str) -> BwResult:
+    what = "perftest bandwidth output"
     banner, warnings = _banner(text)
-    unit: str | None = None
-    columns: list[str] = []
-    rows: list[BwRow] = []
-    header_line = 0
-    for no, line in enumerate(text.splitlines(), 1):
-        cols = _BW_COLUMN.findall(line)
-        keys = [_bw_key(c[0]) for c in cols]
-        if {"bytes", "iterations", "average"} <= set(keys):
-            columns = keys
-            unit = next(c[2] for c in cols if c[0].startswith("BW average"))
-            header_line = no
-            continue
-        values = _numbers(line)
-        if not columns or values is None or len(values) < len(columns):
-            continue
-        row = dict(zip(columns, values, strict=False))
+    table, raw_rows = _rows(text, {"bytes", "iterations", "average"})
+    if table is None or not raw_rows:
+        raise _no_result(what, text, table)
+    rows = []
+    for row in raw_rows:
         try:
-            avg = to_gbps(row["average"], unit or "")
-            peak = to_gbps(row["peak"], unit or "") if row.get("peak") else None
+            avg = to_gbps(row["average"], table.unit or "")
+            peak = to_gbps(row["peak"], table.unit or "") if row.get("peak") else None
         except ValueError as e:
-            raise ParseError("perftest bandwidth output", str(e), header_line, "") from e
+            raise ParseError(what, str(e), table.line_no, "") from e
         rows.append(
             BwRow(
                 size=int(row["bytes"]),
@@ -184,62 +242,30 @@ def parse_bw(text: str) -> BwResult:
                 msg_rate_mpps=row.get("msgrate"),
             )
         )
-    if unit is None:
-        raise _no_table("perftest bandwidth output", text)
-    if not rows:
-        raise ParseError("perftest bandwidth output", "table header without rows", header_line, "")
     duration = all(r.peak_gbps is None for r in rows)
-    return BwResult(banner, unit, tuple(rows), duration, warnings)
+    return BwResult(banner, table.unit or "", tuple(rows), duration, warnings)
 
 
 def parse_lat(text: str) -> LatResult:
     banner, warnings = _banner(text)
-    columns: list[str] = []
-    rows: list[LatRow] = []
-    header_line = 0
-    for no, line in enumerate(text.splitlines(), 1):
-        keys = [_lat_key(c) for c in _LAT_COLUMN.findall(line)]
-        if {"bytes", "iterations"} <= set(keys) and {"t_avg", "t_typical"} & set(keys):
-            columns = keys
-            header_line = no
-            continue
-        values = _numbers(line)
-        if not columns or values is None or len(values) < len(columns):
-            continue
-        row = dict(zip(columns, values, strict=False))
-        rows.append(
-            LatRow(
-                size=int(row["bytes"]),
-                iterations=int(row["iterations"]),
-                min_us=row.get("t_min"),
-                max_us=row.get("t_max"),
-                typical_us=row.get("t_typical"),
-                avg_us=row.get("t_avg"),
-                stdev_us=row.get("t_stdev"),
-                p99_us=row.get("p99"),
-                p999_us=row.get("p999"),
-            )
+    table, raw_rows = _rows(text, {"bytes", "iterations", "t_avg"})
+    if table is None or not raw_rows:
+        raise _no_result("perftest latency output", text, table)
+    rows = tuple(
+        LatRow(
+            size=int(row["bytes"]),
+            iterations=int(row["iterations"]),
+            min_us=row.get("t_min"),
+            max_us=row.get("t_max"),
+            typical_us=row.get("t_typical"),
+            avg_us=row.get("t_avg"),
+            stdev_us=row.get("t_stdev"),
+            p99_us=row.get("p99"),
+            p999_us=row.get("p999"),
         )
-    if not columns:
-        raise _no_table("perftest latency output", text)
-    if not rows:
-        raise ParseError("perftest latency output", "table header without rows", header_line, "")
-    duration = "t_min" not in columns
-    return LatResult(banner, tuple(rows), duration, warnings)
-
-
-def _bw_key(column: str) -> str:
-    if column.startswith("BW peak"):
-        return "peak"
-    if column.startswith("BW average"):
-        return "average"
-    return column.lstrip("#").lower()
-
-
-def _lat_key(column: str) -> str:
-    return {"#bytes": "bytes", "#iterations": "iterations", "99% percentile": "p99"}.get(
-        column, "p999" if column.startswith("99.9") else column.replace(" ", "_")
+        for row in raw_rows
     )
+    return LatResult(banner, rows, "t_min" not in table.columns, warnings)
 
 
 def _numbers(line: str) -> list[float] | None:
@@ -303,11 +329,15 @@ def _int_or_none(value: str | None) -> int | None:
         return None
 
 
-def _no_table(what: str, text: str) -> ParseError:
+def _no_result(what: str, text: str, table: _Table | None) -> ParseError:
+    """Why there is no result: a known failure perftest printed, else what is missing."""
     known = diagnose_failure(text)
     if known:
-        no, line, fix = known
-        return ParseError(what, f"no result table; perftest failed ({fix})", no, line)
+        return ParseError(
+            what, f"no result; perftest failed ({known.reason})", known.line_no, known.line
+        )
+    if table is not None:
+        return ParseError(what, "table header without rows", table.line_no, "")
     lines = [(i, ln) for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     if not lines:
         return ParseError(what, "empty input")

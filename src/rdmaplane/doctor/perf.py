@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Protocol
 
-from rdmaplane.doctor import judge, parse_perftest
+from rdmaplane.doctor import failures, judge, parse_perftest
 from rdmaplane.doctor.verdict import Finding, ParseError, Status
 from rdmaplane.gid import select_gid
-from rdmaplane.model import LinkLayer, NodeTopology
+from rdmaplane.model import Hca, LinkLayer, NodeTopology
 
 CONNECT_REFUSED = ("Couldn't connect to", "Unable to open file descriptor for socket connection")
 TCP_CHUNK = 1 << 20
@@ -126,6 +127,12 @@ class RichProgress:
 # ---------------------------------------------------------------------------- the plan
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    targets: list[Target]
+    notes: list[Finding]  # what the reader must know about how the HCAs were chosen
+
+
 def plan(
     topo: NodeTopology,
     env: Mapping[str, str],
@@ -133,38 +140,54 @@ def plan(
     hcas: list[str] | None = None,
     gid_index: int | None = None,
     usable: set[str] | None = None,
-) -> list[Target]:
+) -> Plan:
     """The HCAs to test with port and GID index: those given, else the compute NICs among the
-    `usable` ones (the pod's device nodes; a pod with one `rdmaplane.io/hca` tests that one)."""
+    `usable` ones (the HCAs this pod has device nodes for; None = no such limit)."""
+    notes: list[Finding] = []
     if hcas:
-        chosen = []
-        for name in hcas:
-            hca = topo.hca(name)
-            if hca is None:
-                known = ", ".join(h.name for h in topo.hcas) or "none"
-                raise PlanError(f"--hca {name}: no such HCA (have: {known})")
-            chosen.append(hca)
+        chosen = [_given(topo, name, usable) for name in hcas]
     else:
-        chosen = judge.compute_hcas(topo, env)
-        if usable:
+        choice = judge.compute_hcas(topo, env)
+        if choice.problem:
+            notes.append(
+                Finding(
+                    "nccl-ib-hca",
+                    Status.WARN,
+                    f"{choice.problem}; testing {choice.basis} instead",
+                    "write NCCL_IB_HCA as name[:port],… naming HCAs this pod has",
+                )
+            )
+        chosen = choice.hcas
+        if usable is not None:
             mine = [h for h in topo.hcas if h.name in usable and any(p.is_up for p in h.ports)]
             chosen = [h for h in chosen if h.name in usable] or mine
     if not chosen:
         raise PlanError("no HCA with an ACTIVE port to test")
     env_index = env.get("NCCL_IB_GID_INDEX", "").strip()
     wanted = gid_index if gid_index is not None else _int(env_index)
-    targets = []
-    for hca in chosen:
-        port = next((p for p in hca.ports if p.is_up), hca.ports[0] if hca.ports else None)
-        if port is None:
-            raise PlanError(f"{hca.name} has no port")
-        index: int | None = None
-        if port.link_layer == LinkLayer.ETHERNET:
-            index = wanted if wanted is not None and wanted >= 0 else select_gid(hca, port).index
-            if index is None:
-                raise PlanError(f"{hca.name}:{port.number} has no RoCE v2 IPv4 GID")
-        targets.append(Target(hca.name, port.number, port.link_layer, index, port.rate_gbps))
-    return targets
+    return Plan([_target(hca, wanted) for hca in chosen], notes)
+
+
+def _given(topo: NodeTopology, name: str, usable: set[str] | None) -> Hca:
+    hca = topo.hca(name)
+    if hca is None:
+        known = ", ".join(h.name for h in topo.hcas) or "none"
+        raise PlanError(f"--hca {name}: no such HCA (have: {known})")
+    if usable is not None and name not in usable:
+        raise PlanError(f"--hca {name}: this pod has no /dev/infiniband device node for it")
+    return hca
+
+
+def _target(hca: Hca, wanted: int | None) -> Target:
+    port = next((p for p in hca.ports if p.is_up), hca.ports[0] if hca.ports else None)
+    if port is None:
+        raise PlanError(f"{hca.name} has no port")
+    index: int | None = None
+    if port.link_layer == LinkLayer.ETHERNET:
+        index = wanted if wanted is not None and wanted >= 0 else select_gid(hca, port).index
+        if index is None:
+            raise PlanError(f"{hca.name}:{port.number} has no RoCE v2 IPv4 GID")
+    return Target(hca.name, port.number, port.link_layer, index, port.rate_gbps)
 
 
 def _int(text: str) -> int | None:
@@ -229,60 +252,78 @@ async def _client_tool(args: list[str], options: Options) -> Completed:
         await asyncio.sleep(0.3)
 
 
+PERFTEST_TOOLS = ("ib_write_bw", "ib_write_lat")
+
+
+def missing_perftest(which: Callable[[str], str | None] = shutil.which) -> Finding | None:
+    """One finding when perftest's binaries are not on PATH (instead of one per run)."""
+    missing = [tool for tool in PERFTEST_TOOLS if which(tool) is None]
+    if not missing:
+        return None
+    return Finding(
+        "perftest",
+        Status.FAIL,
+        f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed (perftest)",
+        "install perftest in the image (`apt-get install perftest`, `dnf install perftest`) "
+        "or use the image built from deploy/doctor/Dockerfile",
+    )
+
+
 async def serve(
     targets: list[Target], options: Options, progress: Progress | None = None
 ) -> PerfResult:
     progress = progress or NoProgress()
-    progress.start(2 * len(targets))
-    tcp_task = None
-    if options.tcp:
-        tcp_task = asyncio.create_task(tcp_server(options.base_port + 2 * len(targets), options))
-    runs = []
-    for i, t in enumerate(targets):
-        progress.step(f"{t.hca}: ib_write_bw server")
-        bw = await run_tool(
-            perftest_args("ib_write_bw", t, options, _port(options, i, 0), None), options.timeout
-        )
-        progress.advance()
-        progress.step(f"{t.hca}: ib_write_lat server")
-        lat = await run_tool(
-            perftest_args("ib_write_lat", t, options, _port(options, i, 1), None), options.timeout
-        )
-        progress.advance()
-        runs.append(_run(t, bw, lat))
-    tcp_gbps = None
-    if tcp_task is not None:
-        try:
-            tcp_gbps = await asyncio.wait_for(tcp_task, options.timeout)
-        except (TimeoutError, OSError):
-            tcp_gbps = None
-    return _result("server", runs, tcp_gbps, options)
+    listener = await tcp_listen(options.base_port + 2 * len(targets)) if options.tcp else None
+
+    async def tool(args: list[str]) -> Completed:
+        return await run_tool(args, options.timeout)
+
+    runs, missing = await _perftest_runs(targets, options, progress, None, tool)
+    tcp_gbps = await tcp_receive(listener, options) if listener else None
+    return _result("server", runs, tcp_gbps, options, missing)
 
 
 async def run_client(
     peer: str, targets: list[Target], options: Options, progress: Progress | None = None
 ) -> PerfResult:
     progress = progress or NoProgress()
-    progress.start(2 * len(targets) + (1 if options.tcp else 0))
-    runs = []
-    for i, t in enumerate(targets):
-        progress.step(f"{t.hca}: ib_write_bw → {peer} ({options.duration} s)")
-        bw = await _client_tool(
-            perftest_args("ib_write_bw", t, options, _port(options, i, 0), peer), options
-        )
-        progress.advance()
-        progress.step(f"{t.hca}: ib_write_lat → {peer}")
-        lat = await _client_tool(
-            perftest_args("ib_write_lat", t, options, _port(options, i, 1), peer), options
-        )
-        progress.advance()
-        runs.append(_run(t, bw, lat))
+
+    async def tool(args: list[str]) -> Completed:
+        return await _client_tool(args, options)
+
+    runs, missing = await _perftest_runs(targets, options, progress, peer, tool)
     tcp_gbps = None
     if options.tcp:
         progress.step(f"TCP stream → {peer} ({options.duration} s)")
         tcp_gbps = await tcp_client(peer, options.base_port + 2 * len(targets), options)
         progress.advance()
-    return _result("client", runs, tcp_gbps, options)
+    return _result("client", runs, tcp_gbps, options, missing)
+
+
+async def _perftest_runs(
+    targets: list[Target],
+    options: Options,
+    progress: Progress,
+    peer: str | None,
+    tool: Callable[[list[str]], Awaitable[Completed]],
+) -> tuple[list[Run], Finding | None]:
+    """ib_write_bw then ib_write_lat per target, or nothing when perftest is missing."""
+    missing = missing_perftest()
+    steps = 0 if missing else 2 * len(targets)
+    progress.start(steps + (1 if options.tcp and peer else 0))
+    if missing:
+        return [], missing
+    runs = []
+    to = f" → {peer}" if peer else " server"
+    for i, t in enumerate(targets):
+        progress.step(f"{t.hca}: ib_write_bw{to} ({options.duration} s)")
+        bw = await tool(perftest_args("ib_write_bw", t, options, _port(options, i, 0), peer))
+        progress.advance()
+        progress.step(f"{t.hca}: ib_write_lat{to}")
+        lat = await tool(perftest_args("ib_write_lat", t, options, _port(options, i, 1), peer))
+        progress.advance()
+        runs.append(_run(t, bw, lat))
+    return runs, missing
 
 
 def _port(options: Options, i: int, which: int) -> int:
@@ -305,8 +346,14 @@ def _run(t: Target, bw: Completed, lat: Completed) -> Run:
     )
 
 
-def _result(role: str, runs: list[Run], tcp_gbps: float | None, options: Options) -> PerfResult:
-    findings = []
+def _result(
+    role: str,
+    runs: list[Run],
+    tcp_gbps: float | None,
+    options: Options,
+    missing: Finding | None,
+) -> PerfResult:
+    findings = [missing] if missing else []
     for r in runs:
         rate = options.line_rate or r.line_rate_gbps
         if r.bw_gbps is None:
@@ -338,14 +385,19 @@ def _result(role: str, runs: list[Run], tcp_gbps: float | None, options: Options
 
 def _failure_fix(error: str | None) -> str | None:
     known = parse_perftest.diagnose_failure(error or "")
-    return known[2] if known else None
+    if known is None:
+        return None
+    if known.status is None:
+        return known.fix
+    return failures.completion_finding(known.status).fix
 
 
 # ---------------------------------------------------------------------------- TCP stream
 
 
-async def tcp_server(port: int, options: Options) -> float:
-    """Accept one stream, count its bytes, answer with the count; returns Gb/s seen here."""
+async def tcp_listen(port: int) -> tuple[asyncio.Server, asyncio.Future[float]]:
+    """Listen for one stream; the future gets the Gb/s it arrived at, after answering the
+    sender with the byte count. Listening starts early, so the peer may connect whenever."""
     done: asyncio.Future[float] = asyncio.get_running_loop().create_future()
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -362,12 +414,32 @@ async def tcp_server(port: int, options: Options) -> float:
             done.set_result(total * 8 / max(elapsed, 1e-9) / 1e9)
 
     server = await asyncio.start_server(handle, host=None, port=port, reuse_address=True)
-    async with server:
-        return await asyncio.wait_for(done, options.timeout + options.retry_for)
+    return server, done
+
+
+async def tcp_receive(
+    listener: tuple[asyncio.Server, asyncio.Future[float]], options: Options
+) -> float | None:
+    """Wait at most --timeout for the stream (the TCP leg starts when the perftest runs end)."""
+    server, done = listener
+    try:
+        return await asyncio.wait_for(done, options.timeout)
+    except TimeoutError:
+        return None
+    finally:
+        server.close()
 
 
 async def tcp_client(peer: str, port: int, options: Options) -> float | None:
-    """Send for `duration` seconds; Gb/s from the byte count the server confirms."""
+    """Send for `duration` seconds; Gb/s from the byte count the server confirms. The whole
+    leg (connecting, sending, the answer) gives up after --timeout."""
+    try:
+        return await asyncio.wait_for(_tcp_send(peer, port, options), options.timeout)
+    except (OSError, TimeoutError):
+        return None
+
+
+async def _tcp_send(peer: str, port: int, options: Options) -> float | None:
     deadline = time.monotonic() + options.retry_for
     while True:
         try:
@@ -384,10 +456,8 @@ async def tcp_client(peer: str, port: int, options: Options) -> float | None:
             writer.write(payload)
             await writer.drain()
         writer.write_eof()
-        line = await asyncio.wait_for(reader.readline(), options.timeout)
+        line = await reader.readline()
         elapsed = time.monotonic() - start
-    except (OSError, TimeoutError):
-        return None
     finally:
         writer.close()
     try:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.doctor.verdict import Status, worst
+from rdmaplane.documents import MAX_DEPTH, DocumentError, check_depth
 
 SCHEMA = "rdmaplane.io/doctor/v1"
 
@@ -35,7 +36,9 @@ class Report:
     nodes: tuple[str, ...]
 
 
-def documents(text: str) -> list[dict[str, Any]]:
+def documents(text: str, source: str = "input") -> list[dict[str, Any]]:
+    """Every doctor document in `text`; other JSON and other lines are skipped. Raises
+    ReportError for a doctor document nested deeper than any the doctor prints."""
     decoder = json.JSONDecoder()
     docs: list[dict[str, Any]] = []
     pos = 0
@@ -45,7 +48,15 @@ def documents(text: str) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             pos = start + 1
             continue
+        except RecursionError:
+            raise ReportError(
+                f"{source}: a JSON document nested deeper than {MAX_DEPTH} levels"
+            ) from None
         if isinstance(doc, dict) and doc.get("schema") == SCHEMA:
+            try:
+                check_depth(doc, source)
+            except DocumentError as e:
+                raise ReportError(str(e)) from None
             docs.append(doc)
         pos = end
     return docs
@@ -62,7 +73,7 @@ def merge(inputs: list[tuple[str, str]]) -> Report:
     """`inputs`: (source name, text). Raises ReportError for a source with no document."""
     entries: list[Entry] = []
     for source, text in inputs:
-        docs = documents(text)
+        docs = documents(text, source)
         if not docs:
             raise ReportError(f"{source}: no rdmaplane doctor -o json document in it")
         for doc in docs:
@@ -76,9 +87,10 @@ def _entry(source: str, doc: dict[str, Any]) -> Entry:
         status = Status[str(doc.get("status"))]
     except KeyError:
         status = Status.FAIL
+    findings = doc.get("findings")
     failed = tuple(
         f"{f.get('name')}: {f.get('detail')}"
-        for f in doc.get("findings", [])
+        for f in (findings if isinstance(findings, list) else [])
         if isinstance(f, dict) and f.get("status") == "FAIL"
     )
     node = doc.get("node") or doc.get("hostname")

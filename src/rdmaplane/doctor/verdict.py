@@ -13,8 +13,10 @@ _LAUNCHER = re.compile(r"^\s*(?:\[\d+,\d+\]<(?:stdout|stderr)>:\s?|\d+:\s)")
 
 
 class Status(enum.IntEnum):
-    """Ordered so that the worst of several is their `max`."""
+    """Ordered so that the worst of several is their `max`. SKIP: looked at, not judged (a
+    single-node run says nothing about the NICs); it never hides a PASS, WARN or FAIL."""
 
+    SKIP = -1
     PASS = 0
     WARN = 1
     FAIL = 2
@@ -47,7 +49,7 @@ class ParseError(ValueError):
         self.reason = reason
         self.line_no = line_no
         self.line = line
-        where = f" at line {line_no}: {line.strip()[:200]!r}" if line_no is not None else ""
+        where = f" at line {line_no}: {line.strip()[:80]!r}" if line_no is not None else ""
         super().__init__(f"could not parse {what}: {reason}{where}")
 
 
@@ -65,6 +67,11 @@ def jsonable(value: Any) -> Any:
 
 
 def strip_launcher_prefix(line: str) -> str:
-    """Drop what mpirun (`[1,0]<stdout>:`) and srun --label (`0: `) put before each line."""
-    m = _LAUNCHER.match(line)
-    return line[m.end() :] if m else line
+    """Drop what mpirun (`[1,0]<stdout>:`) and srun --label (`0: `) put before each line (both,
+    when one launcher runs inside the other)."""
+    for _ in range(2):
+        m = _LAUNCHER.match(line)
+        if not m:
+            break
+        line = line[m.end() :]
+    return line
