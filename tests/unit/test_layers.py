@@ -28,8 +28,11 @@ CORE = [
     "rdmaplane.fabric",
     "rdmaplane.fabric_export",
     "rdmaplane.scheduler.jobaware",
+    "rdmaplane.webhook.inject",
+    "rdmaplane.webhook.review",
+    "rdmaplane.webhook.certs",
 ]
-SERVICES = ["agent", "scheduler", "doctor"]
+SERVICES = ["agent", "scheduler", "doctor", "webhook"]
 IO_MODULES = {
     "os",
     "io",
