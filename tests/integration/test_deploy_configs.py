@@ -12,6 +12,7 @@ import yaml
 from rdmaplane.agent import config as agent_config
 from rdmaplane.deviceplugin import config as plugin_config
 from rdmaplane.scheduler import config as extender_config
+from rdmaplane.webhook import config as webhook_config
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 LOADERS: dict[tuple[str, str], Callable[[Path], object]] = {
@@ -20,6 +21,7 @@ LOADERS: dict[tuple[str, str], Callable[[Path], object]] = {
     ("agent/daemonset.yaml", "device-plugin.yaml"): plugin_config.load_config,
     ("device-plugin/daemonset.yaml", "config.yaml"): plugin_config.load_config,
     ("scheduler/extender.yaml", "config.yaml"): extender_config.load_config,
+    ("webhook/deployment.yaml", "webhook.yaml"): webhook_config.load_config,
 }
 
 
