@@ -2,10 +2,13 @@
 # Builds the end-to-end test control plane (kube-apiserver, kube-scheduler, etcd) from the
 # upstream Go modules pinned in test/k8s/go.mod, once, into a cache folder keyed by versions:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/<key>/bin
-# Later runs reuse it. Progress goes to stderr; the bin dir is the one line on stdout.
+# and Helm (for the chart's tests) from its own module at $helm_version, into
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/helm/<helm key>/bin
+# Later runs reuse both. Progress goes to stderr; the k8s bin dir is the one line on stdout.
 #
-#   scripts/build-k8s.sh            build if needed, print the bin dir
-#   scripts/build-k8s.sh --bin-dir  print the bin dir only (builds nothing; it may not exist yet)
+#   scripts/build-k8s.sh                 build if needed, print the k8s bin dir
+#   scripts/build-k8s.sh --bin-dir       print the k8s bin dir only (builds nothing; it may not exist yet)
+#   scripts/build-k8s.sh --helm-bin-dir  print the helm bin dir only (builds nothing)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -21,10 +24,44 @@ deps_hash="$(cat "$module/go.mod" "$module/go.sum" "$module/cmd/etcd/main.go" | 
 key="kube-${kube_version}_etcd-${etcd_version}_${go_version}_${deps_hash}"
 bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/$key/bin"
 
-if [[ "${1:-}" == "--bin-dir" ]]; then
-  echo "$bin_dir"
-  exit 0
-fi
+# A tool that is its own Go module (go install pkg@version): its key holds only its version and
+# Go's. Helm stamps the Kubernetes minor its client libraries speak (v3.22 is built on 0.37) as
+# its default for `helm template`, as helm's own Makefile does.
+helm_version=v3.22.0
+helm_k8s_minor=37
+helm_bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/helm/helm-${helm_version}_${go_version}/bin"
+
+case "${1:-}" in
+  --bin-dir) echo "$bin_dir"; exit 0 ;;
+  --helm-bin-dir) echo "$helm_bin_dir"; exit 0 ;;
+esac
+
+log() { printf '[build-k8s %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+
+# build_tool NAME BIN_DIR PKG@VERSION LDFLAGS: `go install` once per key, under its own lock.
+build_tool() {
+  local name="$1" dir="$2" pkg="$3" ldflags="$4"
+  [[ -x "$dir/$name" ]] && return 0
+  mkdir -p "$(dirname "$dir")"
+  (
+    flock 8
+    [[ -x "$dir/$name" ]] && exit 0
+    log "building $pkg with $go_version (a few minutes on 2 cores, once)"
+    local_start=$SECONDS
+    rm -rf "$dir.partial"
+    mkdir -p "$dir.partial"
+    (cd / && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath" GOBIN="$dir.partial" \
+      go install -ldflags="-s -w $ldflags" "$pkg")
+    rm -rf "$dir"
+    mv "$dir.partial" "$dir"
+    log "built $name in $((SECONDS - local_start)) s"
+  ) 8>"$(dirname "$dir")/build.lock"
+}
+helm_x="-X helm.sh/helm/v3/internal/version.version=$helm_version"
+for pkg in pkg/chartutil pkg/lint/rules; do
+  helm_x+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$helm_k8s_minor"
+done
+build_tool helm "$helm_bin_dir" "helm.sh/helm/v3/cmd/helm@$helm_version" "$helm_x"
 
 complete() { for b in "${binaries[@]}"; do [[ -x "$bin_dir/$b" ]] || return 1; done; }
 if complete; then
@@ -41,7 +78,6 @@ if complete; then
   exit 0
 fi
 
-log() { printf '[build-k8s %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 staging="$bin_dir.partial"
 rm -rf "$staging"
 mkdir -p "$staging"
