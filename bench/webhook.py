@@ -38,22 +38,10 @@ from lightkube import codecs  # noqa: E402
 from lightkube.resources.core_v1 import Namespace  # noqa: E402
 
 from tests.e2e.controlplane import control_plane  # noqa: E402
+from tests.webhook_pods import gpu_pod  # noqa: E402
 from tests.webhook_server import free_port, start_webhook  # noqa: E402
 
-POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "bench"},
-    "spec": {
-        "containers": [
-            {
-                "name": "train",
-                "image": "registry.example/train:1",
-                "resources": {"limits": {"nvidia.com/gpu": "8", "memory": "64Gi"}},
-            }
-        ]
-    },
-}
+POD = gpu_pod("bench")
 HOOK = "namespace.inject.rdmaplane.io"
 
 

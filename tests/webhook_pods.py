@@ -134,3 +134,45 @@ def contains(original: Any, result: Any, where: str = "") -> None:
             contains(item, result[i], f"{where}/{i}")
     else:
         assert original == result, f"{where}: {original!r} became {result!r}"
+
+
+def gpu_pod(
+    name: str, gpus: str = "8", annotations: dict[str, str] | None = None, **container: Any
+) -> dict[str, Any]:
+    """A pod with one container asking for `gpus` GPUs and 64 GiB (extra container keys as
+    keyword arguments)."""
+    meta: dict[str, Any] = {"name": name}
+    if annotations:
+        meta["annotations"] = annotations
+    c = {
+        "name": "train",
+        "image": "registry.example/train:1",
+        "resources": {"limits": {GPU: gpus, "memory": "64Gi"}},
+        **container,
+    }
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [c]}}
+
+
+def cpu_pod(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+    }
+
+
+def admission_review(obj: Any, operation: str = "CREATE", kind: str = "Pod") -> dict[str, Any]:
+    """An AdmissionReview as the API server sends it for `obj`."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0f7c1d6e",
+            "kind": {"group": "", "version": "v1", "kind": kind},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": operation,
+            "namespace": "team-a",
+            "object": obj,
+        },
+    }

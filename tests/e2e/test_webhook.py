@@ -28,7 +28,7 @@ from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfigur
 from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
 
 from tests.e2e.controlplane import KubeCluster, poll_until
-from tests.webhook_pods import GPU, HCA, SHARED, contains, pods
+from tests.webhook_pods import GPU, HCA, SHARED, admission_review, contains, cpu_pod, gpu_pod, pods
 from tests.webhook_server import WebhookProcess, free_port, start_webhook
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "webhook"
@@ -129,21 +129,6 @@ def _ca_bundle(client: Client) -> bytes:
     return base64.b64decode(bundles.pop()) if len(bundles) == 1 and None not in bundles else b""
 
 
-def gpu_pod(
-    name: str, gpus: str = "8", annotations: dict[str, str] | None = None, **container: Any
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name}
-    if annotations:
-        meta["annotations"] = annotations
-    c = {
-        "name": "train",
-        "image": "registry.example/train:1",
-        "resources": {"limits": {GPU: gpus, "memory": "64Gi"}},
-        **container,
-    }
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": {"containers": [c]}}
-
-
 def create(
     client: Client, namespace: str, pod: dict[str, Any], dry_run: bool = False
 ) -> dict[str, Any]:
@@ -159,12 +144,7 @@ def test_opted_in_namespace_gpu_pod_is_made_rdma_ready(kube_cluster: KubeCluster
         plain = create(
             client,
             env.opted_in,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "web"},
-                "spec": {"containers": [{"name": "web", "image": "nginx"}]},
-            },
+            cpu_pod("web"),
         )
     c = pod["spec"]["containers"][0]
     assert c["resources"]["limits"][HCA] == "8"
@@ -226,22 +206,12 @@ def test_a_second_pass_changes_nothing(kube_cluster: KubeCluster, env: Env) -> N
         second = create(client, env.opted_in, again, dry_run=True)
     assert first["spec"]["initContainers"][0]["name"] == "rdmaplane-doctor"
     assert _resubmittable(second) == again
-    review = {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "1",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "operation": "CREATE",
-            "object": first,
-        },
-    }
     reply = httpx.post(
         f"{env.process.url}/mutate",
-        json=review,
+        json=admission_review(first),
         verify=ssl.create_default_context(cafile=str(env.ca_file)),
     )
-    assert reply.json()["response"] == {"uid": "1", "allowed": True}
+    assert reply.json()["response"] == {"uid": "0f7c1d6e", "allowed": True}
 
 
 def test_warnings_reach_the_client(kube_cluster: KubeCluster, env: Env) -> None:
@@ -354,12 +324,7 @@ def test_with_the_webhook_down_only_opted_in_gpu_pods_are_refused(
         create(
             client,
             env.opted_in,
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": "cpu"},
-                "spec": {"containers": [{"name": "c", "image": "nginx"}]},
-            },
+            cpu_pod("cpu"),
             dry_run=True,
         )
         create(

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from rdmaplane.webhook import certs
+from tests.webhook_pods import admission_review, gpu_pod
 from tests.webhook_server import WebhookProcess, start_webhook
 
 
@@ -36,31 +37,7 @@ def server(
     process.stop()
 
 
-def review(obj: Any, operation: str = "CREATE", kind: str = "Pod") -> dict[str, Any]:
-    return {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "0f7c1d6e",
-            "kind": {"group": "", "version": "v1", "kind": kind},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "operation": operation,
-            "namespace": "team-a",
-            "object": obj,
-        },
-    }
-
-
-GPU_POD = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "p"},
-    "spec": {
-        "containers": [
-            {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
-        ]
-    },
-}
+GPU_POD = gpu_pod("p")
 
 
 def post(server: tuple[WebhookProcess, ssl.SSLContext], body: bytes) -> httpx.Response:
@@ -72,7 +49,7 @@ def post(server: tuple[WebhookProcess, ssl.SSLContext], body: bytes) -> httpx.Re
 
 
 def test_gpu_pod_gets_a_patch(server: tuple[WebhookProcess, ssl.SSLContext]) -> None:
-    reply = post(server, json.dumps(review(GPU_POD)).encode())
+    reply = post(server, json.dumps(admission_review(GPU_POD)).encode())
     assert reply.status_code == 200
     response = reply.json()["response"]
     assert response["uid"] == "0f7c1d6e" and response["allowed"] is True
@@ -86,11 +63,13 @@ def test_gpu_pod_gets_a_patch(server: tuple[WebhookProcess, ssl.SSLContext]) -> 
 
 
 def test_update_and_unknown_mode(server: tuple[WebhookProcess, ssl.SSLContext]) -> None:
-    response = post(server, json.dumps(review(GPU_POD, "UPDATE")).encode()).json()["response"]
+    response = post(server, json.dumps(admission_review(GPU_POD, "UPDATE")).encode()).json()[
+        "response"
+    ]
     assert response == {"uid": "0f7c1d6e", "allowed": True}
     bad = json.loads(json.dumps(GPU_POD))
     bad["metadata"]["annotations"] = {"rdmaplane.io/rdma": "fast"}
-    response = post(server, json.dumps(review(bad)).encode()).json()["response"]
+    response = post(server, json.dumps(admission_review(bad)).encode()).json()["response"]
     assert response["allowed"] is False
     assert (
         "rdmaplane.io/rdma: 'fast' is not one of auto|exclusive|shared|off"
@@ -115,12 +94,20 @@ def _nested(depth: int) -> Any:
             400,
             "expected apiVersion admission.k8s.io/v1",
         ),
-        (json.dumps(review(GPU_POD, kind="Deployment")).encode(), 400, "is not a core/v1 Pod"),
-        (json.dumps({**review(GPU_POD), "request": {"uid": ""}}).encode(), 400, "request.uid"),
-        (json.dumps(review(None)).encode(), 400, "request.object: missing"),
-        (json.dumps(review(_nested(200))).encode(), 400, "nested deeper than 64 levels"),
         (
-            json.dumps(review({"pad": "x" * 70000})).encode(),
+            json.dumps(admission_review(GPU_POD, kind="Deployment")).encode(),
+            400,
+            "is not a core/v1 Pod",
+        ),
+        (
+            json.dumps({**admission_review(GPU_POD), "request": {"uid": ""}}).encode(),
+            400,
+            "request.uid",
+        ),
+        (json.dumps(admission_review(None)).encode(), 400, "request.object: missing"),
+        (json.dumps(admission_review(_nested(200))).encode(), 400, "nested deeper than 64 levels"),
+        (
+            json.dumps(admission_review({"pad": "x" * 70000})).encode(),
             413,
             "exceeds the limit of 65536 bytes",
         ),
@@ -147,11 +134,11 @@ def test_bad_input_gets_a_message_and_the_service_lives_on(
     assert reply.status_code == status
     assert message in reply.text
     assert len(reply.text.strip().splitlines()) == 1
-    assert post(server, json.dumps(review(GPU_POD)).encode()).status_code == 200
+    assert post(server, json.dumps(admission_review(GPU_POD)).encode()).status_code == 200
 
 
 def test_metrics_count_outcomes(server: tuple[WebhookProcess, ssl.SSLContext]) -> None:
-    post(server, json.dumps(review(GPU_POD)).encode())
+    post(server, json.dumps(admission_review(GPU_POD)).encode())
     process, context = server
     text = httpx.get(f"{process.url}/metrics", verify=context).text
     assert 'rdmaplane_webhook_requests_total{code="200",outcome="patched"}' in text

@@ -67,10 +67,10 @@ def _san(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def new_ca(now: dt.datetime) -> tuple[bytes, bytes]:
-    """A self-signed CA (EC P-256): certificate and key, PEM."""
+def new_ca(now: dt.datetime, common_name: str = "rdmaplane-webhook-ca") -> tuple[bytes, bytes]:
+    """A self-signed CA (EC P-256) that signs leaf certificates only: certificate and key, PEM."""
     key = ec.generate_private_key(ec.SECP256R1())
-    name = _name("rdmaplane-webhook-ca")
+    name = _name(common_name)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)
