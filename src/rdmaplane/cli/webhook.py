@@ -66,45 +66,85 @@ def webhook(
 
 @app.command("inject")
 def inject_command(
-    pod: Annotated[Path, typer.Argument(help="Pod YAML/JSON, or a workload with a pod template.")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FILE", help="A Pod, or a workload (Deployment, Job, JobSet, PyTorchJob, ...)."
+        ),
+    ],
     config: ConfigOption = None,
     output: Annotated[
-        str, typer.Option("-o", "--output", help="yaml (the pod), json (the pod) or patch.")
+        str,
+        typer.Option("-o", "--output", help="yaml or json (the object as admitted), or patch."),
     ] = "yaml",
 ) -> None:
-    """Show what the webhook does to a pod (or a workload's pod template): the pod as admitted,
-    or the JSONPatch; warnings on stderr. Exit 1 when the webhook would refuse it."""
+    """Show what the webhook does to a pod, or to every pod template of a workload (their pods
+    pass through it): the object with the additions, or the JSONPatch per pod (-o patch, keyed
+    by the template's JSON pointer); warnings on stderr. Exit 1 when it would refuse a pod."""
     from rdmaplane.webhook.inject import PodError, mutate
 
     if output not in ("yaml", "json", "patch"):
         fail(f"-o: {output!r} is not one of yaml, json, patch")
     cfg = _config(config)
     try:
-        obj = _pod(read_document(pod), pod)
+        doc = read_document(file)
+        pods = _pods(doc, file)
     except DocumentError as exc:
         fail(str(exc))
-    try:
-        result = mutate(obj, cfg.policy())
-    except PodError as exc:
-        fail(f"{pod}: refused: {exc}", 1)
-    for warning in result.warnings:
-        err_console.print(f"warning: {warning}", markup=False)
+    policy = cfg.policy()
+    patches: dict[str, Any] = {}
+    for at, pod in pods:
+        where = "".join(f"/{t}" for t in at)
+        try:
+            result = mutate(pod, policy)
+        except PodError as exc:
+            fail(f"{file}: {where or 'the pod'}: refused: {exc}", 1)
+        for warning in result.warnings:
+            err_console.print(f"warning: {where or 'pod'}: {warning}", markup=False)
+        patches[where] = result.patch
+        if not at:
+            doc = result.pod
+        else:
+            parent: Any = doc
+            for token in at[:-1]:
+                parent = parent[token]
+            parent[at[-1]] = result.pod
     if output == "patch":
-        console.print_json(json.dumps(result.patch))
+        console.print_json(json.dumps(patches[""] if list(patches) == [""] else patches))
     elif output == "json":
-        console.print_json(json.dumps(result.pod))
+        console.print_json(json.dumps(doc))
     else:
-        console.print(yaml.safe_dump(result.pod, sort_keys=False), end="", markup=False)
+        console.print(yaml.safe_dump(doc, sort_keys=False), end="", markup=False)
 
 
-def _pod(doc: object, path: Path) -> dict[str, Any]:
-    """The pod in `doc`: a Pod, or the template of a workload (Deployment, Job, ...)."""
+def _pods(doc: object, path: Path) -> list[tuple[tuple[str | int, ...], dict[str, Any]]]:
+    """(path, pod) for the Pod in `doc`, or for every pod template inside a workload: a
+    mapping under a `template` key whose `spec` has `containers`."""
     if not isinstance(doc, dict):
         raise DocumentError(f"{path}: expected a Pod or a workload object")
-    spec = doc.get("spec")
-    template = spec.get("template") if isinstance(spec, dict) else None
-    if doc.get("kind") != "Pod" and isinstance(template, dict):
-        return template
-    if doc.get("kind") != "Pod":
-        raise DocumentError(f"{path}: kind {str(doc.get('kind'))[:40]!r} has no pod template")
-    return doc
+    if doc.get("kind") == "Pod":
+        return [((), doc)]
+    found: list[tuple[tuple[str | int, ...], dict[str, Any]]] = []
+    stack: list[tuple[tuple[str | int, ...], object]] = [((), doc)]
+    while stack:
+        at, node = stack.pop()
+        items = (
+            node.items()
+            if isinstance(node, dict)
+            else enumerate(node)
+            if isinstance(node, list)
+            else ()
+        )
+        for key, child in items:
+            spec = child.get("spec") if isinstance(child, dict) else None
+            if (
+                key == "template"
+                and isinstance(spec, dict)
+                and isinstance(spec.get("containers"), list)
+            ):
+                found.append(((*at, key), child))
+            elif isinstance(child, dict | list):
+                stack.append(((*at, key), child))
+    if not found:
+        raise DocumentError(f"{path}: kind {str(doc.get('kind'))[:40]!r} holds no pod template")
+    return sorted(found, key=lambda f: [str(t) for t in f[0]])
