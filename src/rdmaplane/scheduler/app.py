@@ -27,6 +27,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from rdmaplane.httpbody import BodyTooLarge, read_body
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
@@ -142,7 +143,10 @@ def create_app(
     ) -> Response:
         start = time.perf_counter()
         try:
-            body = await _read_body(request, config.max_request_bytes)
+            try:
+                body = await read_body(request, config.max_request_bytes)
+            except BodyTooLarge as exc:
+                raise _Reject(413, str(exc)) from None
             args = wire.parse_args(body)
             response = Response(answer(args), media_type="application/json")
             response.headers["Server-Timing"] = (
@@ -245,19 +249,6 @@ def create_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _Reject(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _Reject(413, f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _error(status: int, message: str) -> Response:
