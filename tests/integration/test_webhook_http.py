@@ -8,12 +8,14 @@ import datetime as dt
 import json
 import ssl
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from rdmaplane.webhook import certs
+from tests.e2e.controlplane import poll_until
 from tests.webhook_pods import admission_review, gpu_pod
 from tests.webhook_server import WebhookProcess, start_webhook
 
@@ -149,3 +151,41 @@ def test_plain_http_is_refused(server: tuple[WebhookProcess, ssl.SSLContext]) ->
     process, _ = server
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"http://127.0.0.1:{process.port}/healthz", timeout=5)
+
+
+def test_files_replaced_by_cert_manager_are_served_without_a_restart(tmp_path: Path) -> None:
+    """cert-manager renews the Secret, the kubelet swaps the mounted files: the next check
+    loads them into the running server."""
+    now = dt.datetime.now(dt.UTC)
+    first, second = certs.create(["127.0.0.1"], now), certs.create(["127.0.0.1"], now)
+    for name in ("tls.crt", "tls.key"):
+        (tmp_path / name).write_bytes(first.as_data()[name])
+    (tmp_path / "ca.crt").write_bytes(first.ca_crt)
+    config = {
+        "apiVersion": "rdmaplane.io/v1alpha1",
+        "kind": "WebhookConfig",
+        "tls": {
+            "certFile": str(tmp_path / "tls.crt"),
+            "keyFile": str(tmp_path / "tls.key"),
+            "checkIntervalSeconds": 0.2,
+        },
+    }
+    process = start_webhook(tmp_path, config, lambda: tmp_path / "ca.crt")
+    try:
+        for name in ("tls.crt", "tls.key"):
+            (tmp_path / f"new-{name}").write_bytes(second.as_data()[name])
+            (tmp_path / f"new-{name}").replace(tmp_path / name)
+        new_ca = ssl.create_default_context(cadata=second.ca_crt.decode())
+
+        def served_new() -> bool:
+            try:
+                return (
+                    httpx.get(f"{process.url}/healthz", verify=new_ca, timeout=5).status_code == 200
+                )
+            except httpx.HTTPError:
+                return False
+
+        poll_until(served_new, 60, "the new certificate served")
+        assert "serving a new certificate" in process.log_text()
+    finally:
+        process.stop()

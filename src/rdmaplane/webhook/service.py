@@ -51,7 +51,7 @@ async def _first(source: CertSource, state: _State) -> Served:
 
 
 async def _keep_fresh(
-    source: CertSource, context: ssl.SSLContext, served: Served, interval: float, state: _State
+    source: CertSource, context: ssl.SSLContext, served: Served, interval: float
 ) -> None:
     while True:
         await asyncio.sleep(interval)
@@ -61,11 +61,11 @@ async def _keep_fresh(
                 context.load_cert_chain(latest.cert_file, latest.key_file)
                 log.info("serving a new certificate")
                 served = latest
-            state.problem = None
         except (TlsError, OSError, ssl.SSLError) as exc:
-            # Keep serving the certificate we have; readiness says what is wrong.
-            state.problem = f"certificate check failed: {exc}"
-            log.warning("%s", state.problem)
+            # Keep serving the certificate we have (it is valid for months): going unready
+            # here would take every replica out of the Service at once and refuse every
+            # opted-in pod over a problem the next check may not have.
+            log.warning("certificate check failed (still serving the current one): %s", exc)
 
 
 async def serve(
@@ -97,7 +97,7 @@ async def serve(
         server_config.load()
         assert server_config.ssl is not None
         refresh = asyncio.create_task(
-            _keep_fresh(source, server_config.ssl, served, tls.check_interval_seconds, state)
+            _keep_fresh(source, server_config.ssl, served, tls.check_interval_seconds)
         )
         try:
             await uvicorn.Server(server_config).serve()
