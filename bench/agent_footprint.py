@@ -37,8 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the e2e control-plane code lives under tests/
 
 from rdmaplane.agent.allocation import Allocations, PodDevices  # noqa: E402
-from rdmaplane.agent.config import AgentConfig  # noqa: E402
 from rdmaplane.agent.service import Agent  # noqa: E402
+from rdmaplane.config import AgentConfig  # noqa: E402
 from rdmaplane.discovery import read_node, samples  # noqa: E402
 
 SAMPLE = "hgx-h100-roce"
@@ -273,7 +273,8 @@ def main() -> None:
         )
         config = workdir / "agent.yaml"
         config.write_text(
-            f"poll_interval_s: {args.poll_s}\nallocation_interval_s: {args.allocation_s}\n"
+            "apiVersion: rdmaplane.io/v1alpha1\nkind: AgentConfig\n"
+            f"pollInterval: {args.poll_s}\nallocationInterval: {args.allocation_s}\n"
         )
         with (
             api_server(args.unreachable, workdir) as (what, kubeconfig, cluster),

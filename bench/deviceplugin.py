@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integ
 
 from kubelet_standin import KubeletStandIn, device_nodes
 
-from rdmaplane.deviceplugin import parse_config
+from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.discovery import read_node, samples
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
@@ -40,6 +40,7 @@ from rdmaplane.model import NodeTopology
 
 SAMPLE = "hgx-h100-roce"
 RESOURCE = "rdmaplane.io/hca"
+CONFIG_HEAD = "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n"
 POLL_S = 5.0  # the default healthPollInterval
 
 
@@ -69,7 +70,7 @@ async def bench(calls: int, restarts: int, idle_s: float) -> None:
     with samples.materialised(SAMPLE) as sysfs, tempfile.TemporaryDirectory(prefix="dp-") as tmp:
         kubelet_dir = Path(tmp) / "kubelet"
         config = Path(tmp) / "dp.yaml"
-        config.write_text(f"healthPollInterval: {POLL_S:g}\nresendInterval: 60\n")
+        config.write_text(f"{CONFIG_HEAD}healthPollInterval: {POLL_S:g}\nresendInterval: 60\n")
         kubelet = KubeletStandIn(kubelet_dir)
         await kubelet.start()
         topo = read_node(str(sysfs))
@@ -171,7 +172,7 @@ def transport_floor(calls: int) -> None:
 
 def handler_times(topo: NodeTopology, dev_root: str, calls: int) -> None:
     """The plugin's own share: the resource manager in-process, without gRPC."""
-    manager = ResourceManager(parse_config({}).pools[0], dev_root=dev_root)
+    manager = ResourceManager(DevicePluginConfig().pools[0], dev_root=dev_root)
     manager.update(topo)
     ids = [d.id for d in manager.devices]
     print("in-process resource manager (the plugin's own work)")

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -81,3 +82,15 @@ def node(name: str, rdma_ready: str | None = None, message: str = "") -> dict[st
         "metadata": {"name": name},
         "status": {"conditions": conditions},
     }
+
+
+def unreachable_kubeconfig(folder: Path) -> Path:
+    """A kubeconfig whose API server is a closed port: watches fail and retry for ever."""
+    path = folder / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+    )
+    return path

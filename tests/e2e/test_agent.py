@@ -26,11 +26,10 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node
 
 from rdmaplane import nrt
-from rdmaplane.agent.config import AgentConfig
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
-from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.config import AgentConfig, DevicePluginConfig
 from rdmaplane.kube import NodeResourceTopology, async_client
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
@@ -127,7 +126,12 @@ async def create_node(kube: AsyncClient) -> str:
 
 @contextlib.asynccontextmanager
 async def running_agent(
-    kubeconfig: Path, node_name: str, tree: Path, workdir: Path, **config: Any
+    kubeconfig: Path,
+    node_name: str,
+    tree: Path,
+    workdir: Path,
+    plugin_config: DevicePluginConfig | None = None,
+    **config: Any,
 ) -> AsyncIterator[Agent]:
     cfg = AgentConfig(
         node_name=node_name,
@@ -140,12 +144,14 @@ async def running_agent(
         metrics_port=0,
         **config,
     )
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=cfg.dev_root)
+    plugin_config = plugin_config or DevicePluginConfig()
+    plugin = EmbeddedPlugin(plugin_config, kubelet_dir=cfg.kubelet_dir, dev_root=cfg.dev_root)
     agent = Agent(
         cfg,
         kube=async_client(kubeconfig),
         plugin=plugin,
         allocation_source=PodResourcesClient(cfg.pod_resources_socket, [GPU, *plugin.resources]),
+        pools=plugin_config.pools,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(agent.run(stop))
@@ -305,6 +311,31 @@ async def test_port_flap_flips_condition_with_events(
         "RDMANotReady": 2,
         "RDMAReady": 2,
     }
+
+
+async def test_pools_injecting_different_gid_indexes_are_a_warning(
+    kube: AsyncClient, agent_kubeconfig: Path, tree: Path, workdir: Path, kubelet: Lister
+):
+    """Two pools over the same HCAs whose GID policies give different NCCL_IB_GID_INDEX: no
+    gid-index label (it would be true for one pool only), RDMAReady says why, an Event too."""
+    name = await create_node(kube)
+    pools = DevicePluginConfig(pools=[{}, {"mode": "shared", "nccl": {"gid": {"roceVersion": 1}}}])
+
+    async def warned() -> list[tuple[str, str]] | None:
+        seen = await events(kube, name)
+        return seen if ("RDMAGidIndexMismatch", "Warning") in seen else None
+
+    async with running_agent(agent_kubeconfig, name, tree, workdir, plugin_config=pools):
+        node = await eventually(lambda: _with_condition(kube, name))
+        ready = condition(node)
+        assert (ready.status, ready.reason) == ("True", "GidIndexMismatch")
+        assert ready.message.endswith(
+            "NCCL_IB_GID_INDEX differs between device plugin pools "
+            "(rdmaplane.io/hca → 3, rdmaplane.io/hca-shared → 2)"
+        )
+        assert "rdmaplane.io/gid-index" not in node.metadata.labels
+        assert node.metadata.labels["rdmaplane.io/rdma"] == "true"
+        await eventually(warned)
 
 
 async def _counts_reach(kube: AsyncClient, name: str, n: int) -> dict[str, int] | None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from lightkube import ApiError, AsyncClient, Client, codecs
@@ -131,6 +132,21 @@ async def _bound(kube: AsyncClient, namespace: str, names: list[str]) -> dict[st
     raise AssertionError(f"bound within 120 s: {found}")
 
 
+async def _job_seen_whole(url: str, pod_obj: dict[str, Any], size: int) -> None:
+    """Wait (up to 120 s on a loaded machine) until the extender counts `size` pods to place
+    for the group of `pod_obj`."""
+    body = {"Pod": pod_obj, "Nodes": None, "NodeNames": []}
+    job = None
+    async with httpx.AsyncClient() as client:
+        for _ in range(480):
+            reply = await client.post(f"{url}/debug/explain", json=body)
+            job = reply.json().get("job") if reply.status_code == 200 else None
+            if job and job.get("remaining") == size:
+                return
+            await asyncio.sleep(0.25)
+    raise AssertionError(f"the extender never saw the whole job of {size} pods: {job}")
+
+
 async def test_an_indexed_job_lands_under_the_one_leaf_that_holds_it(
     kube: AsyncClient,
     namespace: str,
@@ -216,8 +232,10 @@ async def _place_the_job(
             }
         ]
         body["spec"]["restartPolicy"] = "Never"
-        await kube.create(Pod.from_dict(body))
-
+        created = await kube.create(Pod.from_dict(body))
+    # The job's size is what the extender has seen of it: start scheduling once it has seen all
+    # eight, as it would by the time a Job controller's burst of creations reaches its watch.
+    await _job_seen_whole(extender, created.to_dict(), 8)
     start_scheduler(_scheduler_config(extender))
     placed = await _bound(kube, namespace, names)
     leaves = {leaf[n] for n in placed.values()}

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,14 @@ from lightkube import Client, codecs
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
-from rdmaplane.agent import config as agent_config
-from rdmaplane.deviceplugin import config as plugin_config
-from rdmaplane.scheduler import config as extender_config
-from rdmaplane.webhook import config as webhook_config
+from rdmaplane.config import (
+    AgentConfig,
+    DevicePluginConfig,
+    Kind,
+    SchedulerExtenderConfig,
+    WebhookConfig,
+    parse,
+)
 from tests.e2e.controlplane import KubeCluster, poll_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,25 +47,17 @@ for _kind, _plural in (("Certificate", "certificates"), ("Issuer", "issuers")):
     create_namespaced_resource("cert-manager.io", "v1", _kind, _plural)
 
 
-def _write(path: Path, text: str) -> Path:
-    path.write_text(text)
-    return path
-
-
-def _load_config(loader: Callable[[Path], object]) -> Callable[[str, Path], object]:
-    def load(text: str, folder: Path) -> object:
-        return loader(_write(folder / "config.yaml", text))
-
-    return load
-
-
 # ConfigMap keys that hold rdmaplane configs: compared as the components load them.
-CONFIG_KEYS: dict[str, Callable[[str, Path], object]] = {
-    "agent.yaml": _load_config(lambda p: agent_config.load(p, node_name="gpu-017")),
-    "device-plugin.yaml": _load_config(plugin_config.load_config),
-    "config.yaml": _load_config(extender_config.load_config),
-    "webhook.yaml": _load_config(webhook_config.load_config),
+CONFIG_KINDS: dict[str, type[Kind]] = {
+    "agent.yaml": AgentConfig,
+    "device-plugin.yaml": DevicePluginConfig,
+    "config.yaml": SchedulerExtenderConfig,
+    "webhook.yaml": WebhookConfig,
 }
+
+
+def loaded(key: str, text: str) -> Any:
+    return parse(yaml.safe_load(text), CONFIG_KINDS[key], key)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +102,7 @@ def kustomize_base() -> list[dict[str, Any]]:
     ]
 
 
-def normalised(obj: dict[str, Any], folder: Path) -> dict[str, Any]:
+def normalised(obj: dict[str, Any]) -> dict[str, Any]:
     obj = yaml.safe_load(yaml.safe_dump(obj))
     for meta in (
         obj.get("metadata", {}),
@@ -120,18 +115,18 @@ def normalised(obj: dict[str, Any], folder: Path) -> dict[str, Any]:
                 meta[key] = kept
     if obj.get("kind") == "ConfigMap":
         obj["data"] = {
-            k: CONFIG_KEYS[k](v, folder) if k in CONFIG_KEYS else yaml.safe_load(v)
+            k: loaded(k, v) if k in CONFIG_KINDS else yaml.safe_load(v)
             for k, v in obj.get("data", {}).items()
         }
     return obj
 
 
-def by_identity(objects: list[dict[str, Any]], folder: Path) -> dict[tuple[str, str, str], Any]:
+def by_identity(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], Any]:
     out = {}
     for o in objects:
         key = (o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"])
         assert key not in out, f"{key} twice"
-        out[key] = normalised(o, folder)
+        out[key] = normalised(o)
     return out
 
 
@@ -140,16 +135,16 @@ def test_lint_is_clean(helm: Path) -> None:
     helm_run(helm, "lint", "--strict", str(CHART), "-f", str(CUSTOM))
 
 
-def test_default_render_is_the_kustomize_base(helm: Path, tmp_path: Path) -> None:
+def test_default_render_is_the_kustomize_base(helm: Path) -> None:
     """Same objects, same content, configs equal as the components load them. The one
     difference by design: Helm makes the Namespace (`--create-namespace`), the base lists it."""
-    base = by_identity(kustomize_base(), tmp_path)
-    chart = by_identity(render(helm), tmp_path)
+    base = by_identity(kustomize_base())
+    chart = by_identity(render(helm))
     assert base.pop(("Namespace", "", "rdmaplane"))
     assert sorted(chart) == sorted(base)
     for key in base:
         assert chart[key] == base[key], key
-    with_namespace = by_identity(render(helm, "--set", "createNamespace=true"), tmp_path)
+    with_namespace = by_identity(render(helm, "--set", "createNamespace=true"))
     assert ("Namespace", "", "rdmaplane") in with_namespace
 
 
@@ -160,28 +155,26 @@ def test_scheduler_config_snippet_is_the_shipped_file(helm: Path) -> None:
     assert yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"]) == shipped
 
 
-def test_values_reach_the_components(helm: Path, tmp_path: Path) -> None:
+def test_values_reach_the_components(helm: Path) -> None:
     objects = {(o["kind"], o["metadata"]["name"]): o for o in render(helm, "-f", str(CUSTOM))}
     agent_cm = objects["ConfigMap", "rdmaplane-agent"]["data"]
-    agent = CONFIG_KEYS["agent.yaml"](agent_cm["agent.yaml"], tmp_path)
+    agent = loaded("agent.yaml", agent_cm["agent.yaml"])
     assert agent.fabric.tier_labels == [
         "network.topology.example/leaf",
         "network.topology.example/spine",
     ]  # type: ignore[attr-defined]
-    plugin = CONFIG_KEYS["device-plugin.yaml"](agent_cm["device-plugin.yaml"], tmp_path)
+    plugin = loaded("device-plugin.yaml", agent_cm["device-plugin.yaml"])
     gids = [p.nccl.gid for p in plugin.pools]  # type: ignore[attr-defined]
     assert (gids[0].addr_range, gids[1].addr_family) == ("10.20.0.0/16", 6)
     extender_ns = objects["Deployment", "rdmaplane-scheduler-extender"]["metadata"]["namespace"]
     assert extender_ns == "rdmaplane-scheduling"
-    extender = CONFIG_KEYS["config.yaml"](
-        objects["ConfigMap", "rdmaplane-scheduler-extender"]["data"]["config.yaml"], tmp_path
+    extender = loaded(
+        "config.yaml", objects["ConfigMap", "rdmaplane-scheduler-extender"]["data"]["config.yaml"]
     )
     assert extender.fabric.tier_labels == [
         ["network.topology.example/leaf", "network.topology.example/spine"]
     ]  # type: ignore[attr-defined]
-    hook = CONFIG_KEYS["webhook.yaml"](
-        objects["ConfigMap", "rdmaplane-webhook"]["data"]["webhook.yaml"], tmp_path
-    )
+    hook = loaded("webhook.yaml", objects["ConfigMap", "rdmaplane-webhook"]["data"]["webhook.yaml"])
     assert hook.mode == "shared" and hook.resources.hca == "rdma.example/hca"  # type: ignore[attr-defined]
     mwc = objects["MutatingWebhookConfiguration", "rdmaplane-webhook"]
     assert {w["failurePolicy"] for w in mwc["webhooks"]} == {"Ignore"}
@@ -192,7 +185,7 @@ def test_values_reach_the_components(helm: Path, tmp_path: Path) -> None:
     assert daemonset["containers"][0]["image"] == "registry.example/rdmaplane:0.1.0-rc1"
 
 
-def test_cert_manager_mode(helm: Path, tmp_path: Path) -> None:
+def test_cert_manager_mode(helm: Path) -> None:
     auto = {
         (o["kind"], o["metadata"]["name"]): o
         for o in render(
@@ -211,9 +204,7 @@ def test_cert_manager_mode(helm: Path, tmp_path: Path) -> None:
         "annotations"
     ]
     assert annotations == {"cert-manager.io/inject-ca-from": "rdmaplane/rdmaplane-webhook"}
-    hook = CONFIG_KEYS["webhook.yaml"](
-        auto["ConfigMap", "rdmaplane-webhook"]["data"]["webhook.yaml"], tmp_path
-    )
+    hook = loaded("webhook.yaml", auto["ConfigMap", "rdmaplane-webhook"]["data"]["webhook.yaml"])
     assert hook.tls.from_files  # type: ignore[attr-defined]
     without = {
         (o["kind"], o["metadata"]["name"])

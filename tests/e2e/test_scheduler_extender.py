@@ -23,10 +23,10 @@ from typer.testing import CliRunner
 
 from rdmaplane import nrt
 from rdmaplane.cli import app
+from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.config import load_config
 from rdmaplane.scheduler.layouts import layout
 from rdmaplane.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node
@@ -42,7 +42,7 @@ def extender(kube_cluster: KubeCluster, nrt_crd: type[NodeResourceTopology]) -> 
     kubeconfig = kube_cluster.kubeconfig
     app = create_app(
         cache,
-        load_config(None),
+        SchedulerExtenderConfig(),
         lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted),
     )
     with serve(app) as url:
@@ -113,7 +113,7 @@ async def _bound(kube: AsyncClient, namespace: str, name: str) -> str:
 
 async def _seen_by_extender(url: str, node: str, namespace: str, name: str) -> None:
     async with httpx.AsyncClient() as client:
-        for _ in range(40):
+        for _ in range(480):  # up to 120 s: a loaded CI machine
             reply = await client.get(f"{url}/debug/nodes/{node}")
             if f"{namespace}/{name}" in reply.json().get("unaccountedPods", []):
                 return

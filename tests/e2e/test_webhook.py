@@ -103,7 +103,7 @@ def env(kube_cluster: KubeCluster) -> Iterator[Env]:
                 "webhookConfiguration": MWC,
                 "hosts": ["127.0.0.1"],
                 "certDir": str(workdir / "certs"),
-                "checkIntervalSeconds": 1,
+                "checkInterval": "1s",
             },
         }
         identity = kube_cluster.kubeconfig_for(
@@ -256,8 +256,8 @@ def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
     API server keeps admitting through it."""
     import asyncio
 
+    from rdmaplane.config.webhook import TlsConfig
     from rdmaplane.kube import async_client
-    from rdmaplane.webhook.config import TlsConfig
     from rdmaplane.webhook.tls import SecretCerts
 
     identity = kube_cluster.kubeconfig_for(f"system:serviceaccount:{NAMESPACE}:rdmaplane-webhook")

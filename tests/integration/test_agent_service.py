@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import shutil
 import tempfile
@@ -17,12 +18,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from rdmaplane import nrt
-from rdmaplane.agent.config import AgentConfig
 from rdmaplane.agent.metrics import NodeCollector, NodeView
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
-from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.config import AgentConfig, DevicePluginConfig
 from rdmaplane.discovery import read_node
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
@@ -166,6 +166,30 @@ async def test_port_flap_flips_health_and_condition(node: Path, tmp_path: Path):
         assert m[("rdmaplane_agent_health_transitions_total", (("to", "healthy"),))] == 1
 
 
+async def test_gid_label_comes_from_the_pools_and_a_mismatch_is_said(
+    node: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """The gid-index label is the NCCL_IB_GID_INDEX the plugin's pools inject; pools whose GID
+    policies give different indexes drop it, say why in RDMAReady and log a warning."""
+    v1 = {"resourceName": "example.com/hca-v1", "nccl": {"gid": {"roceVersion": 1}}}
+    pools = DevicePluginConfig(pools=[{}, v1]).pools
+    caplog.set_level(logging.INFO, logger="rdmaplane")
+    agent = Agent(config(node, tmp_path), pools=pools[:1])  # as with --no-device-plugin
+    await agent.discover("start")
+    assert agent.desired().labels[nrt.LABEL_GID_INDEX] == "3"
+    assert agent.condition is not None and agent.condition.reason == "AllDevicesHealthy"
+    agent = Agent(config(node, tmp_path), pools=pools)
+    await agent.discover("start")
+    desired = agent.desired()
+    assert desired.labels[nrt.LABEL_GID_INDEX] is None  # removed from the node
+    assert (desired.condition.status, desired.condition.reason) == (True, "GidIndexMismatch")
+    said = "NCCL_IB_GID_INDEX differs between device plugin pools "
+    said += "(example.com/hca-v1 → 2, rdmaplane.io/hca → 3)"
+    assert desired.condition.message.endswith(said)
+    warned = [r for r in caplog.records if r.getMessage().startswith(said)]
+    assert [r.levelname for r in warned] == ["WARNING"]
+
+
 async def test_rising_error_counters_make_the_hca_unhealthy(node: Path, tmp_path: Path):
     counter = node / "class/infiniband/mlx5_6/ports/1/counters/symbol_error"
     cfg = config(node, tmp_path, health={"window_s": 60, "thresholds": {"symbol_error": 10}})
@@ -256,13 +280,13 @@ async def test_rising_errors_reach_the_device_plugin(
     cfg = AgentConfig(
         node_name="hgx-h100-017",
         sysfs_root=node,
-        kubelet_dir=short_dir / "kubelet",
+        kubelet_dir=short_dir,
         poll_interval_s=POLL_S,
         metrics_address="127.0.0.1",
         metrics_port=0,
         health={"window_s": 1.0, "thresholds": {"symbol_error": 10}},
     )
-    plugin = EmbeddedPlugin(PluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=short_dir)
+    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=short_dir)
     mlx5_2 = sample_nodes["hgx-h100-roce"].hca("mlx5_2").pci.address
     counter = node / "class/infiniband/mlx5_2/ports/1/counters/symbol_error"
     async with Running(Agent(cfg, plugin=plugin)):

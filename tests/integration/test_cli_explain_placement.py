@@ -86,7 +86,10 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "Pod.spec.containers[0].resources.limits[nvidia.com/gpu]" in result.output
     config = tmp_path / "config.yaml"
-    config.write_text("weights: {alignment: -1}\n")
+    config.write_text(
+        "apiVersion: rdmaplane.io/v1alpha1\nkind: SchedulerExtenderConfig\n"
+        "weights: {alignment: -1}\n"
+    )
     result = runner.invoke(
         app, ["explain-placement", str(job), "--nrt", str(job), "--config", str(config)]
     )

@@ -1,27 +1,35 @@
-"""The rdmaplane configs that deploy/ ships inside ConfigMaps load with rdmaplane's own loaders,
-as the containers will load them; the kustomization names the default install."""
+"""The rdmaplane configs that deploy/ ships, inside ConfigMaps or as files, load with rdmaplane's
+own loader, as the containers will load them; the kustomization names the default install."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
-from rdmaplane.agent import config as agent_config
-from rdmaplane.deviceplugin import config as plugin_config
-from rdmaplane.scheduler import config as extender_config
-from rdmaplane.webhook import config as webhook_config
+from rdmaplane.config import (
+    AgentConfig,
+    DevicePluginConfig,
+    Kind,
+    SchedulerExtenderConfig,
+    WebhookConfig,
+    load,
+)
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-LOADERS: dict[tuple[str, str], Callable[[Path], object]] = {
-    # the DaemonSet sets $NODE_NAME from spec.nodeName
-    ("agent/daemonset.yaml", "agent.yaml"): lambda p: agent_config.load(p, node_name="gpu-017"),
-    ("agent/daemonset.yaml", "device-plugin.yaml"): plugin_config.load_config,
-    ("device-plugin/daemonset.yaml", "config.yaml"): plugin_config.load_config,
-    ("scheduler/extender.yaml", "config.yaml"): extender_config.load_config,
-    ("webhook/deployment.yaml", "webhook.yaml"): webhook_config.load_config,
+EMBEDDED: dict[tuple[str, str], type[Kind]] = {
+    ("agent/daemonset.yaml", "agent.yaml"): AgentConfig,
+    ("agent/daemonset.yaml", "device-plugin.yaml"): DevicePluginConfig,
+    ("device-plugin/daemonset.yaml", "config.yaml"): DevicePluginConfig,
+    ("scheduler/extender.yaml", "config.yaml"): SchedulerExtenderConfig,
+    ("webhook/deployment.yaml", "webhook.yaml"): WebhookConfig,
+}
+FILES: dict[str, type[Kind]] = {
+    "device-plugin/config-exclusive.yaml": DevicePluginConfig,
+    "device-plugin/config-shared.yaml": DevicePluginConfig,
+    "device-plugin/config-from-shared-rdma-plugin.json": DevicePluginConfig,
+    "scheduler/extender-config.yaml": SchedulerExtenderConfig,
 }
 
 
@@ -38,15 +46,37 @@ def embedded() -> dict[tuple[str, str], str]:
     return out
 
 
-def test_every_embedded_config_has_a_loader() -> None:
-    assert set(embedded()) == set(LOADERS)
+def test_every_embedded_config_has_a_kind() -> None:
+    assert set(embedded()) == set(EMBEDDED)
 
 
-@pytest.mark.parametrize("where", sorted(LOADERS), ids=lambda w: f"{w[0]}:{w[1]}")
+def test_every_config_file_is_listed() -> None:
+    found = {
+        str(p.relative_to(DEPLOY))
+        for p in DEPLOY.rglob("*")
+        if p.is_file()
+        and ("config" in p.name and "kube-scheduler" not in p.name)
+        and "helm" not in p.relative_to(DEPLOY).parts  # the chart: tests/e2e/test_helm_chart.py
+    }
+    assert found == set(FILES)
+
+
+@pytest.mark.parametrize("where", sorted(EMBEDDED), ids=lambda w: f"{w[0]}:{w[1]}")
 def test_embedded_config_loads(where: tuple[str, str], tmp_path: Path) -> None:
     path = tmp_path / where[1]
     path.write_text(embedded()[where])
-    LOADERS[where](path)  # raises ConfigError naming the key on anything wrong
+    load(path, EMBEDDED[where])  # raises ConfigError naming the key on anything wrong
+
+
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_config_file_loads(name: str) -> None:
+    load(DEPLOY / name, FILES[name])
+
+
+def test_the_extender_example_is_the_defaults() -> None:
+    """It says so in its first line."""
+    path = DEPLOY / "scheduler" / "extender-config.yaml"
+    assert load(path, SchedulerExtenderConfig) == SchedulerExtenderConfig()
 
 
 def test_kustomization_is_the_default_install() -> None:

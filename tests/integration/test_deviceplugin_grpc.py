@@ -20,7 +20,8 @@ import grpc
 import pytest
 from kubelet_standin import KubeletStandIn, device_nodes
 
-from rdmaplane.deviceplugin import RdmaDevicePlugin, parse_config
+from rdmaplane.config import DevicePluginConfig, parse
+from rdmaplane.deviceplugin import RdmaDevicePlugin
 from rdmaplane.deviceplugin.plugin import poll_topology
 from rdmaplane.deviceplugin.resources import device_id
 from rdmaplane.discovery import read_node, samples
@@ -52,7 +53,9 @@ def kubelet_dir() -> Iterator[Path]:
 
 
 def make_plugin(config: dict[str, object], kubelet_dir: Path, dev_root: Path) -> RdmaDevicePlugin:
-    cfg = parse_config({"healthPollInterval": POLL, "resendInterval": 5, **config})
+    cfg = DevicePluginConfig.model_validate(
+        {"health_poll_interval": POLL, "resend_interval": 5, **config}
+    )
     return RdmaDevicePlugin(
         cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root), watch_interval=0.02, max_backoff=0.2
     )
@@ -318,7 +321,7 @@ async def test_shared_pool_from_the_shared_rdma_plugin_config(
             }
         ],
     }
-    cfg = parse_config(legacy)
+    cfg = parse(legacy, DevicePluginConfig, "legacy.json")
     plugin = RdmaDevicePlugin(
         cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root), watch_interval=0.02
     )
@@ -375,7 +378,9 @@ def test_sigterm_shuts_down_cleanly_and_removes_the_socket(
     sysfs: Path, dev_root: Path, kubelet_dir: Path, tmp_path: Path
 ) -> None:
     config = tmp_path / "dp.yaml"
-    config.write_text("healthPollInterval: 0.05\n")
+    config.write_text(
+        "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\nhealthPollInterval: 0.05\n"
+    )
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -415,7 +420,7 @@ async def test_list_is_resent_on_the_periodic_tick(
     sysfs: Path, dev_root: Path, kubelet_dir: Path
 ) -> None:
     kubelet = KubeletStandIn(kubelet_dir)
-    plugin = make_plugin({"resendInterval": 0.1}, kubelet_dir, dev_root)
+    plugin = make_plugin({"resend_interval": 0.1}, kubelet_dir, dev_root)
     async with running(plugin, sysfs, kubelet):
         await kubelet.wait_for(lambda: device_count(kubelet) == 9)
         seen = kubelet.plugins["rdmaplane.io/hca"]

@@ -16,9 +16,9 @@ from rdmaplane import fabric as fab
 from rdmaplane import nrt
 from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
-from rdmaplane.agent.config import FabricConfig
 from rdmaplane.agent.fabricsource import NOTHING, FabricSource
 from rdmaplane.agent.inventory import nrt_object
+from rdmaplane.config.agent import FabricConfig
 from rdmaplane.discovery import lldp
 from rdmaplane.model import NodeTopology
 from tests.fabrics import rail_optimised

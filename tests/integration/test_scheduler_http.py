@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,12 +13,12 @@ import orjson
 import pytest
 
 from rdmaplane import nrt
+from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.config import ExtenderConfig, load_config
 from rdmaplane.scheduler.layouts import layout
 from rdmaplane.scheduler.watch import make_client, watch_all
-from tests.scheduler_helpers import node, pod, serve
+from tests.scheduler_helpers import node, pod, serve, unreachable_kubeconfig
 
 NAMES = ["paired", "lopsided", "full", "bare"]
 
@@ -36,7 +39,7 @@ def _cluster() -> ClusterCache:
 @pytest.fixture
 def url() -> Iterator[str]:
     with serve(
-        create_app(_cluster(), ExtenderConfig.model_validate({"maxRequestBytes": 64 * 1024}))
+        create_app(_cluster(), SchedulerExtenderConfig(max_request_bytes=64 * 1024))
     ) as base:
         yield base
 
@@ -146,6 +149,50 @@ def test_oversized_requests_get_413(url: str) -> None:
     assert httpx.get(f"{url}/healthz").status_code == 200
 
 
+def _raw_request(url: str, head: bytes, body: bytes) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    conn = socket.create_connection((host, int(port)), timeout=30)
+    conn.sendall(head + b"\r\n\r\n" + body)
+    return conn
+
+
+def _read_until_closed(conn: socket.socket) -> bytes:
+    """Everything the server sends until it closes (the socket's 30 s timeout fails the test
+    if it keeps the connection open)."""
+    data = b""
+    while chunk := conn.recv(65536):
+        data += chunk
+    return data
+
+
+def test_413_closes_the_connection(url: str) -> None:
+    """The rest of an oversized body may still be on its way: the server answers, then closes."""
+    head = (
+        b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 10000000"
+    )
+    with _raw_request(url, head, b"{" * 1000) as conn:
+        reply = _read_until_closed(conn)
+    assert reply.startswith(b"HTTP/1.1 413 ")
+    assert b"connection: close" in reply.lower() and b"exceeds the limit" in reply
+
+
+def test_a_client_that_leaves_mid_body_is_no_error(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="rdmaplane")
+    head = b"POST /filter HTTP/1.1\r\nHost: x\r\nContent-Length: 5000"
+    _raw_request(url, head, b'{"Pod": ').close()
+    deadline = time.monotonic() + 30
+    while 'code="499",verb="filter"' not in httpx.get(f"{url}/metrics").text:
+        assert time.monotonic() < deadline, "the abandoned request was never counted"
+        time.sleep(0.05)
+    went = [r for r in caplog.records if "went away" in r.getMessage()]
+    assert [r.levelname for r in went] == ["INFO"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert 'code="503"' not in httpx.get(f"{url}/metrics").text
+
+
 def test_unexpected_fault_is_a_503_with_a_message() -> None:
     cache = _cluster()
 
@@ -153,7 +200,7 @@ def test_unexpected_fault_is_a_503_with_a_message() -> None:
         raise KeyError("zone")
 
     cache.verdicts = broken  # type: ignore[method-assign]
-    with serve(create_app(cache, ExtenderConfig.model_validate({}))) as base:
+    with serve(create_app(cache, SchedulerExtenderConfig())) as base:
         reply = _call(base, "filter", {"Pod": pod("p", 1, 1), "NodeNames": ["paired"]})
         assert reply.status_code == 503 and "internal error: KeyError" in reply.json()["Error"]
 
@@ -182,34 +229,40 @@ def test_health_ready_and_metrics(url: str) -> None:
 
 def test_serves_without_a_cluster(tmp_path: Path) -> None:
     """An unreachable API server: the extender serves, stays unready, and keeps retrying."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
-        "users: [{name: u, user: {token: t}}]\n"
-    )
+    kubeconfig = unreachable_kubeconfig(tmp_path)
     cache = ClusterCache()
     app = create_app(
         cache,
-        load_config(None),
+        SchedulerExtenderConfig(),
         lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted),
     )
     with serve(app) as base:
         ready = httpx.get(f"{base}/readyz")
         assert ready.status_code == 503 and "cache not synced yet: nrt, node, pod" in ready.text
-        body = _call(base, "filter", {"Pod": pod("p", 1, 1), "NodeNames": ["n1"]}).json()
-        assert body["FailedAndUnresolvableNodes"] == {
-            "n1": "rdmaplane: no NodeResourceTopology published for this node"
-        }
+        for verb in ("filter", "prioritize"):  # blind: an error, so `ignorable: true` applies
+            reply = _call(base, verb, {"Pod": pod("p", 1, 1), "NodeNames": ["n1"]})
+            assert reply.status_code == 503
+            assert reply.json()["Error"].startswith("cache not synced yet: nrt, node, pod")
         for _ in range(100):
             if (
                 'rdmaplane_extender_watch_restarts_total{kind="pod"} 2.0'
                 in httpx.get(f"{base}/metrics").text
             ):
                 break
-            import time
-
             time.sleep(0.05)
         else:
             pytest.fail("the watches did not retry")
+
+
+def test_outside_a_pod_without_a_kubeconfig_is_a_usage_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typer.testing import CliRunner
+
+    from rdmaplane.cli import app
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    result = CliRunner().invoke(app, ["scheduler-extender", "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert result.output.startswith("error: no kubeconfig given and not running in a pod")
+    assert len(result.output.splitlines()) == 1

@@ -167,7 +167,7 @@ def test_files_replaced_by_cert_manager_are_served_without_a_restart(tmp_path: P
         "tls": {
             "certFile": str(tmp_path / "tls.crt"),
             "keyFile": str(tmp_path / "tls.key"),
-            "checkIntervalSeconds": 0.2,
+            "checkInterval": "200ms",
         },
     }
     process = start_webhook(tmp_path, config, lambda: tmp_path / "ca.crt")

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 
 from rdmaplane import nrt
 from rdmaplane.agent.allocation import Allocations, PodDevices, merge_containers
-from rdmaplane.agent.desired import LABELS, owned_labels, rdma_ready, topology_annotation
+from rdmaplane.agent.desired import (
+    LABELS,
+    PoolGid,
+    gid_label,
+    owned_labels,
+    rdma_ready,
+    topology_annotation,
+)
 from rdmaplane.agent.health import ERRORS_RISING, PORT_DOWN, HcaHealth, Problem
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
 from rdmaplane.model import NodeTopology
@@ -77,6 +84,54 @@ def test_counter_problem_reason_and_missing_device():
 def test_no_devices_is_not_ready():
     c = rdma_ready([], {})
     assert (c.status, c.reason) == (False, "NoRdmaDevices")
+
+
+def test_a_gid_mismatch_is_said_without_making_the_node_unready():
+    problem = "NCCL_IB_GID_INDEX differs between device plugin pools (a → 3, b → 2)"
+    c = rdma_ready(["mlx5_0"], {"mlx5_0": HcaHealth("mlx5_0")}, problem)
+    assert (c.status, c.reason) == (True, "GidIndexMismatch")
+    assert c.message == f"1 healthy: mlx5_0; {problem}"
+    down = HcaHealth("mlx5_0", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+    c = rdma_ready(["mlx5_0"], {"mlx5_0": down}, problem)
+    assert (c.status, c.reason) == (False, "PortDown") and c.message.endswith(f"; {problem}")
+
+
+# ---------------------------------------------------------------- the GID index label
+
+
+@pytest.mark.parametrize(
+    ("pools", "label", "problem"),
+    [
+        ([PoolGid("a", True, 3)], 3, None),
+        ([PoolGid("a", True, 3), PoolGid("b", True, 3)], 3, None),
+        ([PoolGid("a", True, 3), PoolGid("ib", False, None)], 3, None),  # IB needs no index
+        ([PoolGid("ib", False, None)], None, None),
+        ([], None, None),
+        ([PoolGid("a", True, 3), PoolGid("auto", True, None)], None, None),  # NCCL picks there
+        (
+            [PoolGid("b", True, 2), PoolGid("a", True, 3), PoolGid("auto", True, None)],
+            None,
+            "NCCL_IB_GID_INDEX differs between device plugin pools (a → 3, b → 2)",
+        ),
+    ],
+)
+def test_gid_label_names_only_what_every_pool_injects(
+    pools: list[PoolGid], label: int | None, problem: str | None
+):
+    assert gid_label(pools) == (label, problem)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.one_of(st.none(), st.integers(0, 8))), max_size=5))
+def test_a_gid_label_is_what_every_roce_pool_injects(found: list[tuple[bool, int | None]]):
+    pools = [
+        PoolGid(f"p{i}", roce, index if roce else None) for i, (roce, index) in enumerate(found)
+    ]
+    label, problem = gid_label(pools)
+    injected = {p.index for p in pools if p.roce}
+    assert (label is not None) == (len(injected) == 1 and None not in injected)
+    if label is not None:
+        assert injected == {label} and problem is None
+    assert (problem is not None) == (len(injected - {None}) > 1)
 
 
 # ---------------------------------------------------------------- annotation

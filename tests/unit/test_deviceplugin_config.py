@@ -9,7 +9,21 @@ import pytest
 from typer.testing import CliRunner
 
 from rdmaplane.cli import app
-from rdmaplane.deviceplugin import ConfigError, load_config, parse_config
+from rdmaplane.config import API_VERSION, ConfigError, DevicePluginConfig, load, parse
+
+HEAD = {"apiVersion": API_VERSION, "kind": "DevicePluginConfig"}
+
+
+def parse_config(doc: object, source: str = "config") -> DevicePluginConfig:
+    """A native document (apiVersion and kind added) or a configList one, as a file says it."""
+    if isinstance(doc, dict) and "configList" not in doc:
+        doc = {**HEAD, **doc}
+    return parse(doc, DevicePluginConfig, source)
+
+
+def load_config(path: Path) -> DevicePluginConfig:
+    return load(path, DevicePluginConfig)
+
 
 LEGACY = {
     "periodicUpdateInterval": 300,
@@ -69,16 +83,25 @@ def test_native_nccl_settings_reach_the_plan() -> None:
     ("doc", "message"),
     [
         ({"pools": [{"mode": "exclusiv"}]}, "pools[0].mode: Input should be 'exclusive' or"),
-        ({"pools": [{"selectors": {"vendor": ["15b3"]}}]}, "pools[0].selectors.vendor: Extra"),
+        (
+            {"pools": [{"selectors": {"vendor": ["15b3"]}}]},
+            "pools[0].selectors.vendor: unknown key (did you mean vendors?)",
+        ),
         ({"pools": [{"selectors": {"linkTypes": ["fddi"]}}]}, "linkTypes: 'fddi' is not one of"),
         ({"pools": [{"resourceName": "hca"}]}, "resourceName 'hca' is not an extended resource"),
         ({"pools": [{}, {}]}, "'rdmaplane.io/hca' is used by more than one pool"),
-        ({"healthPollInterval": 0}, "healthPollInterval: Input should be greater than 0"),
+        (
+            {"healthPollInterval": 0},
+            "healthPollInterval: Input should be greater than 0",
+        ),
+        ({"healthPollInterval": "5 seconds"}, "healthPollInterval: '5 seconds' is not a duration"),
+        ({"resendIntervalSeconds": 5}, "unknown key (did you mean resendInterval?)"),
         ({"pools": [{"nccl": {"serviceLevel": 16}}]}, "pools[0].nccl.serviceLevel"),
         ({"pools": [{"nccl": {"ncclVersion": "latest"}}]}, "pools[0].nccl: nccl settings"),
         ({"configList": [{"resourceName": "a"}]}, "configList[0].rdmaHcaMax: Field required"),
         ({"configList": [{"resourceName": "a", "rdmaHcaMax": 0}]}, "configList[0].rdmaHcaMax"),
-        ([1, 2], "expected a mapping at the top, got list"),
+        ([1, 2], "expected a mapping with apiVersion and kind, got a list"),
+        ({"configList": []}, "configList: List should have at least 1 item"),
     ],
 )
 def test_errors_name_the_bad_key(doc: object, message: str) -> None:
@@ -90,7 +113,9 @@ def test_errors_name_the_bad_key(doc: object, message: str) -> None:
 
 def test_loads_yaml_and_json_files(tmp_path: Path) -> None:
     (tmp_path / "a.json").write_text(json.dumps(LEGACY))
-    (tmp_path / "b.yaml").write_text("pools:\n- mode: shared\n  slots: 4\n")
+    (tmp_path / "b.yaml").write_text(
+        f"apiVersion: {API_VERSION}\nkind: DevicePluginConfig\npools:\n- mode: shared\n  slots: 4\n"
+    )
     assert load_config(tmp_path / "a.json").pools[0].slots == 1000
     assert load_config(tmp_path / "b.yaml").pools[0].slots == 4
     (tmp_path / "c.yaml").write_text("pools: [\n")
@@ -100,9 +125,23 @@ def test_loads_yaml_and_json_files(tmp_path: Path) -> None:
         load_config(tmp_path / "missing.yaml")
 
 
+def test_a_native_file_without_apiversion_says_what_to_add(tmp_path: Path) -> None:
+    path = tmp_path / "dp.yaml"
+    path.write_text("pools: [{mode: shared}]\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == (
+        f"{path}: no apiVersion/kind: add `apiVersion: rdmaplane.io/v1alpha1` and "
+        "`kind: DevicePluginConfig` at the top (keys are camelCase; see docs/device-plugin.md), "
+        "or give the shared RDMA plugin's configList"
+    )
+
+
 def test_cli_bad_config_is_a_usage_error(tmp_path: Path) -> None:
     bad = tmp_path / "dp.yaml"
-    bad.write_text("pools: [{mode: exclusiv}]\n")
+    bad.write_text(
+        f"apiVersion: {API_VERSION}\nkind: DevicePluginConfig\npools: [{{mode: exclusiv}}]\n"
+    )
     result = CliRunner().invoke(app, ["device-plugin", "--config", str(bad)])
     assert result.exit_code == 2
     assert "pools[0].mode" in result.output
@@ -110,7 +149,7 @@ def test_cli_bad_config_is_a_usage_error(tmp_path: Path) -> None:
 
 def test_cli_unusable_kubelet_dir_fails_with_one_line(tmp_path: Path) -> None:
     config = tmp_path / "dp.yaml"
-    config.write_text("{}\n")
+    config.write_text(f"apiVersion: {API_VERSION}\nkind: DevicePluginConfig\n")
     sysfs = tmp_path / "sys"
     sysfs.mkdir()
     (tmp_path / "device-plugins").write_text("not a folder")
@@ -118,11 +157,3 @@ def test_cli_unusable_kubelet_dir_fails_with_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, [*args, "--kubelet-dir", str(tmp_path)])
     assert result.exit_code == 1
     assert "cannot serve on" in result.output and "File exists" in result.output
-
-
-def test_example_configs_are_valid() -> None:
-    examples = sorted((Path(__file__).parents[2] / "deploy" / "device-plugin").glob("*.*"))
-    configs = [p for p in examples if p.name.startswith("config")]
-    assert configs, "deploy/device-plugin/config*.yaml|json are missing"
-    for path in configs:
-        load_config(path)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.deviceplugin import parse_config
+from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
 from rdmaplane.model import Hca, NodeTopology, PhysState, PortState
 
@@ -18,7 +18,7 @@ def hgx(sample_nodes: dict[str, NodeTopology]) -> NodeTopology:
 
 
 def manager(pool: dict[str, object], dev_root: Path | str = "/nonexistent") -> ResourceManager:
-    return ResourceManager(parse_config({"pools": [pool]}).pools[0], dev_root=str(dev_root))
+    return ResourceManager(DevicePluginConfig(pools=[pool]).pools[0], dev_root=str(dev_root))
 
 
 def down(topo: NodeTopology, name: str) -> NodeTopology:
@@ -133,3 +133,34 @@ def test_vanished_device_stays_listed_as_unhealthy(hgx: NodeTopology) -> None:
     dev = next(d for d in m.devices if d.id == device_id(gone))
     assert not dev.healthy and dev.problem == "mlx5_7: device is gone"
     assert m.update(hgx) and all(d.healthy for d in m.devices)
+
+
+@pytest.mark.parametrize(
+    ("sample", "gid", "expected"),
+    [
+        ("hgx-h100-roce", {}, (True, 3)),  # IPv4, RoCE v2: the usual index 3
+        ("hgx-h100-roce", {"roceVersion": 1}, (True, 2)),  # its RoCE v1 twin
+        ("degraded", {}, (True, None)),  # the storage bond's index differs: NCCL picks
+        ("hgx-h100-roce", {"addrFamily": 6}, (True, None)),  # no IPv6 GID: Allocate refuses
+    ],
+)
+def test_pool_gid_index_is_what_allocate_injects(
+    sample_nodes: dict[str, NodeTopology], sample: str, gid: dict[str, int], expected: tuple
+) -> None:
+    pool = DevicePluginConfig(pools=[{"nccl": {"gid": gid}}]).pools[0]
+    m = ResourceManager(pool, cdi_kind="rdmaplane.io/hca")  # CDI: no device nodes needed
+    m.update(sample_nodes[sample])
+    assert m.pool_gid_index() == expected
+    every = [d.id for d in m.devices if d.healthy]
+    if gid.get("addrFamily") == 6:
+        with pytest.raises(AllocateError, match="no NCCL plan"):
+            m.allocate(every)
+        return
+    injected = m.allocate(every).envs.get("NCCL_IB_GID_INDEX")
+    assert injected == (None if expected[1] is None else str(expected[1]))
+
+
+def test_an_infiniband_pool_needs_no_gid_index(sample_nodes: dict[str, NodeTopology]) -> None:
+    m = manager({"selectors": {"linkTypes": ["infiniband"]}})
+    m.update(sample_nodes["hgx-h200-ib"])
+    assert m.members and m.pool_gid_index() == (False, None)

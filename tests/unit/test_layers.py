@@ -19,6 +19,7 @@ CORE = [
     "rdmaplane.serialize",
     "rdmaplane.selectors",
     "rdmaplane.nrt",
+    "rdmaplane.counters",
     "rdmaplane.deviceplugin.alloc",
     "rdmaplane.scheduler.placement",
     "rdmaplane.agent.health",

@@ -10,8 +10,8 @@ import jsonpatch
 import pytest
 from hypothesis import given, settings
 
+from rdmaplane.config import WebhookConfig
 from rdmaplane.webhook import inject
-from rdmaplane.webhook.config import WebhookConfig
 from tests.webhook_pods import GPU, HCA, SHARED, contains, pods
 
 POLICY = WebhookConfig.model_validate(

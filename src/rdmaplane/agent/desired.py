@@ -17,6 +17,7 @@ from rdmaplane.model import Hca, NodeTopology
 
 ANNOTATION_TOPOLOGY = "rdmaplane.io/topology"
 CONDITION_TYPE = nrt.CONDITION_RDMA_READY
+GID_INDEX_MISMATCH = "GidIndexMismatch"
 # Every node label the agent owns: one that no longer applies is removed, not left behind.
 LABELS = (nrt.LABEL_RDMA, nrt.LABEL_LINK_LAYER, nrt.LABEL_RATE_GBPS, nrt.LABEL_GID_INDEX)
 
@@ -34,21 +35,55 @@ def owned_labels(labels: Mapping[str, str], also: Iterable[str] = ()) -> dict[st
     return {name: labels.get(name) for name in (*LABELS, *also)}
 
 
-def rdma_ready(managed: Iterable[str], health: Mapping[str, HcaHealth]) -> Condition:
-    """`RDMAReady`: True when every HCA the node offers to pods is healthy."""
+def rdma_ready(
+    managed: Iterable[str], health: Mapping[str, HcaHealth], gid_problem: str | None = None
+) -> Condition:
+    """`RDMAReady`: True when every HCA the node offers to pods is healthy. A GID index that
+    differs between the device plugin's pools (`gid_label`) does not make the node unready,
+    but it is said: reason `GidIndexMismatch` while True, and in the message either way."""
     names = sorted(set(managed))
     if not names:
         return Condition(False, "NoRdmaDevices", "no RDMA devices found on this node")
     sick = [health[n] for n in names if n in health and not health[n].healthy]
     missing = [n for n in names if n not in health]
+    also = f"; {gid_problem}" if gid_problem else ""
     if not sick and not missing:
-        return Condition(True, "AllDevicesHealthy", f"{len(names)} healthy: {', '.join(names)}")
+        reason = GID_INDEX_MISMATCH if gid_problem else "AllDevicesHealthy"
+        return Condition(True, reason, f"{len(names)} healthy: {', '.join(names)}{also}")
     parts = [f"{h.hca}: {'; '.join(map(str, h.problems))}" for h in sick]
     parts += [f"{n}: not present" for n in missing]
     kinds = {p.kind for h in sick for p in h.problems}
     reason = next((k for k in (PORT_DOWN, ERRORS_RISING) if k in kinds), "DeviceMissing")
     message = f"{len(sick) + len(missing)} of {len(names)} unhealthy: " + " | ".join(parts)
-    return Condition(False, reason, message)
+    return Condition(False, reason, message + also)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolGid:
+    """What one device plugin pool tells its pods about the GID index."""
+
+    resource: str
+    roce: bool  # RoCE ports up in the pool (InfiniBand needs no GID index)
+    index: int | None  # the NCCL_IB_GID_INDEX Allocate injects for the whole pool; None: none
+
+
+def gid_label(pools: Iterable[PoolGid]) -> tuple[int | None, str | None]:
+    """(the `rdmaplane.io/gid-index` value, the mismatch to report): the label names the index
+    only when every pool with RoCE ports injects that same index, so it says what pods get.
+    Pools that inject different indexes (different GID policies over the same or different
+    HCAs) are a mismatch worth a warning; a pool injecting none (NCCL picks by address) only
+    drops the label."""
+    roce = [p for p in pools if p.roce]
+    indexes = {p.index for p in roce}
+    if len(indexes) == 1 and None not in indexes:
+        return indexes.pop(), None
+    concrete = [p for p in roce if p.index is not None]
+    if len({p.index for p in concrete}) < 2:
+        return None, None
+    said = ", ".join(
+        f"{p.resource} → {p.index}" for p in sorted(concrete, key=lambda p: p.resource)
+    )
+    return None, f"NCCL_IB_GID_INDEX differs between device plugin pools ({said})"
 
 
 def topology_annotation(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
-from rdmaplane.agent.config import FabricConfig
+from rdmaplane.config.agent import FabricConfig
 from rdmaplane.discovery import lldp
 from rdmaplane.documents import DocumentError, read_document
 from rdmaplane.model import NodeTopology

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from rdmaplane.agent.inventory import Offered
-from rdmaplane.deviceplugin.config import PluginConfig
+from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.plugin import RdmaDevicePlugin
 from rdmaplane.model import NodeTopology
 
@@ -14,7 +14,7 @@ from rdmaplane.model import NodeTopology
 class EmbeddedPlugin:
     """`RdmaDevicePlugin` serving the kubelet from inside the agent; no discovery of its own."""
 
-    def __init__(self, config: PluginConfig, *, kubelet_dir: Path, dev_root: Path) -> None:
+    def __init__(self, config: DevicePluginConfig, *, kubelet_dir: Path, dev_root: Path) -> None:
         self.plugin = RdmaDevicePlugin(config, kubelet_dir=kubelet_dir, dev_root=str(dev_root))
 
     @property

@@ -24,9 +24,9 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event, Node
 from lightkube.types import PatchType
 
-from rdmaplane.agent.config import PublishConfig
 from rdmaplane.agent.desired import CONDITION_TYPE, Condition
 from rdmaplane.agent.metrics import AgentMetrics
+from rdmaplane.config import PublishConfig
 from rdmaplane.kube import NodeResourceTopology
 
 log = logging.getLogger("rdmaplane.agent.publisher")

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from lightkube import AsyncClient
@@ -25,19 +25,19 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rdmaplane import nrt
 from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
-from rdmaplane.agent.config import AgentConfig, read_kubelet_topology_manager
 from rdmaplane.agent.fabricsource import NOTHING, FabricSource, NodeFabric
 from rdmaplane.agent.health import ERRORS_RISING, HcaHealth, HealthState, Rules, Transition, step
 from rdmaplane.agent.httpserver import HttpServer, Response
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
+from rdmaplane.agent.kubeletconfig import read_kubelet_topology_manager
 from rdmaplane.agent.metrics import AgentMetrics, NodeView
 from rdmaplane.agent.podresources import PodResourcesError
 from rdmaplane.agent.publisher import Desired, Publisher
+from rdmaplane.config import AgentConfig, DevicePluginConfig, PoolConfig
+from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.discovery import read_node
 from rdmaplane.discovery.probe import Probe, Reading, settle
-from rdmaplane.gid import plan_node
 from rdmaplane.model import NodeTopology
-from rdmaplane.selectors import compute_ports
 
 log = logging.getLogger("rdmaplane.agent")
 
@@ -75,8 +75,15 @@ class Agent:
         kube: AsyncClient | None = None,
         plugin: DevicePlugin | None = None,
         allocation_source: AllocationSource | None = None,
+        pools: Sequence[PoolConfig] | None = None,
     ) -> None:
         self.config = config
+        # the device plugin's pools (also when another process serves them): their GID policy
+        # gives the NCCL_IB_GID_INDEX pods get, and so the node's gid-index label
+        self.pools = list(pools if pools is not None else DevicePluginConfig().pools)
+        self._gid_managers = [ResourceManager(p) for p in self.pools]
+        self._gid: tuple[NodeTopology, tuple[int | None, str | None]] | None = None
+        self._gid_problem: str | None = None
         self.root = str(config.sysfs_root)
         self.plugin = plugin
         self.allocation_source = allocation_source
@@ -245,11 +252,22 @@ class Agent:
             return sorted({n for o in self.plugin.offered() for n in o.hcas})
         return [h.name for h in self.topo.hcas if h.pci is not None] if self.topo else []
 
+    def gid_label(self) -> tuple[int | None, str | None]:
+        """(gid-index label, mismatch) from the pools' own Allocate plans (`want.gid_label`);
+        recomputed only for a new topology."""
+        assert self.topo is not None
+        if self._gid is None or self._gid[0] is not self.topo:
+            pools = []
+            for manager in self._gid_managers:
+                manager.update(self.topo)
+                pools.append(want.PoolGid(manager.pool.resource_name, *manager.pool_gid_index()))
+            self._gid = (self.topo, want.gid_label(pools))
+        return self._gid[1]
+
     def desired(self) -> Desired:
         assert self.topo is not None
         topo, health = self.topo, self.health_state.hcas
-        ports = compute_ports(topo)
-        gid_index = plan_node(topo, ports).uniform_index if ports else None
+        gid_index, gid_problem = self.gid_label()
         managed = self.managed()
         offered = self.plugin.offered() if self.plugin is not None else []
         return Desired(
@@ -260,7 +278,7 @@ class Agent:
             annotations={
                 want.ANNOTATION_TOPOLOGY: want.topology_annotation(topo, health, gpu_ids(topo))
             },
-            condition=want.rdma_ready(managed, health),
+            condition=want.rdma_ready(managed, health, gid_problem),
             nrt=nrt_object(
                 self.config.node_name,
                 topo,
@@ -286,8 +304,22 @@ class Agent:
         desired = self.desired()
         if desired.condition != self.condition:
             self.condition = desired.condition
+        self._report_gid(self.gid_label()[1])
         if self.publisher is not None:
             self.publisher.set_desired(desired)
+
+    def _report_gid(self, problem: str | None) -> None:
+        """Log and post an Event when the pools' GID indexes start (or stop) disagreeing."""
+        if problem == self._gid_problem:
+            return
+        self._gid_problem = problem
+        if problem is None:
+            event = ("Normal", "RDMAGidIndexAgrees", "the device plugin pools agree on the GID")
+        else:
+            event = ("Warning", "RDMAGidIndexMismatch", f"{problem}; no gid-index label")
+        log.log(logging.INFO if problem is None else logging.WARNING, event[2])
+        if self.publisher is not None:
+            self.publisher.record_event(*event)
 
     def _topology_manager(self) -> tuple[str, str]:
         policy, scope, problem = read_kubelet_topology_manager(self.config.kubelet_config_path)

@@ -54,6 +54,10 @@ from rdmaplane.cli import agent as _agent  # noqa: E402
 
 app.command("agent")(_agent.agent)
 
+from rdmaplane.cli import config as _config  # noqa: E402
+
+app.add_typer(_config.config_app, name="config")
+
 from rdmaplane.cli import fabric as _fabric  # noqa: E402
 
 app.add_typer(_fabric.app, name="fabric")

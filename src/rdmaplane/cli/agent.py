@@ -11,12 +11,19 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rdmaplane.cli.common import fail
+from rdmaplane.cli.common import (
+    LogFormatOption,
+    VerboseOption,
+    config_file,
+    existing_dir,
+    fail,
+    start_logging,
+)
 
 if TYPE_CHECKING:
-    from rdmaplane.agent.config import AgentConfig
     from rdmaplane.agent.plugin import EmbeddedPlugin
     from rdmaplane.agent.service import Agent
+    from rdmaplane.config import AgentConfig, DevicePluginConfig
 
 log = logging.getLogger("rdmaplane.agent")
 
@@ -35,7 +42,9 @@ def agent(
     kubelet_dir: Annotated[
         Path | None,
         typer.Option(
-            "--kubelet-dir", metavar="DIR", help="The kubelet's root. Default: /var/lib/kubelet."
+            "--kubelet-dir",
+            metavar="DIR",
+            help="The kubelet's root; must exist (with the plugin on). Default: /var/lib/kubelet.",
         ),
     ] = None,
     kubeconfig: Annotated[
@@ -44,12 +53,15 @@ def agent(
     ] = None,
     config: Annotated[
         Path | None,
-        typer.Option("--config", metavar="FILE", help="Agent configuration (YAML)."),
+        typer.Option("--config", metavar="FILE", help="An AgentConfig file (YAML or JSON)."),
     ] = None,
     device_plugin_config: Annotated[
         Path | None,
         typer.Option(
-            "--device-plugin-config", metavar="FILE", help="Pools of the embedded device plugin."
+            "--device-plugin-config",
+            metavar="FILE",
+            help="A DevicePluginConfig file: the plugin's pools (they also give the gid-index "
+            "label, so pass the standalone plugin's with --no-device-plugin).",
         ),
     ] = None,
     no_publish: Annotated[
@@ -62,68 +74,67 @@ def agent(
         int | None,
         typer.Option("--metrics-port", help="Port of /metrics, /healthz, /readyz. Default: 9478."),
     ] = None,
-    log_format: Annotated[
-        str | None,
-        typer.Option(
-            "--log-format", help="text or json (one JSON object per line). Default: text."
-        ),
-    ] = None,
+    log_format: LogFormatOption = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run the node agent: discovery, device plugin, topology publisher, health, metrics."""
     # the agent's stack (gRPC, lightkube, prometheus) loads only when this command runs
     from lightkube import ConfigError as KubeConfigError
 
-    from rdmaplane.agent import config as agent_config
-    from rdmaplane.agent import logs
     from rdmaplane.agent.podresources import PodResourcesClient
     from rdmaplane.agent.service import Agent
-    from rdmaplane.deviceplugin.config import ConfigError as PluginConfigError
+    from rdmaplane.config import AgentConfig, DevicePluginConfig
     from rdmaplane.deviceplugin.server import ServeError
     from rdmaplane.kube import async_client
 
-    overrides: dict[str, object] = {
-        "node_name": node_name,
-        "sysfs_root": sysfs_root,
-        "kubelet_dir": kubelet_dir,
-        "kubeconfig": kubeconfig,
-        "device_plugin_config": device_plugin_config,
-        "metrics_port": metrics_port,
-        "log_format": log_format,
-    }
-    try:
-        cfg = agent_config.load(config, **overrides)
-    except agent_config.ConfigError as e:
-        fail(str(e))
+    cfg = config_file(
+        config,
+        AgentConfig,
+        node_name=node_name,
+        sysfs_root=sysfs_root,
+        kubelet_dir=kubelet_dir,
+        kubeconfig=kubeconfig,
+        device_plugin_config=device_plugin_config,
+        metrics_port=metrics_port,
+        log_format=log_format,
+    )
+    if not cfg.node_name:
+        fail(f"{f'{config}: ' if config else ''}nodeName: required (--node-name or $NODE_NAME)")
     if no_publish:
         cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"enabled": False})})
     if no_device_plugin:
         cfg = cfg.model_copy(update={"device_plugin_enabled": False})
-    if not cfg.sysfs_root.is_dir():
-        fail(f"sysfs root {cfg.sysfs_root} is not a directory")
-    logs.configure(cfg.log_format, cfg.log_level)
+    # The pools are read with the plugin off too: they say which GID index the node label names.
+    plugin_config = config_file(cfg.device_plugin_config, DevicePluginConfig)
+    existing_dir("--sysfs-root", cfg.sysfs_root)
+    if cfg.device_plugin_enabled:
+        existing_dir("--kubelet-dir", cfg.kubelet_dir)
+    start_logging(cfg.log_format, verbose, cfg.log_level)
     try:
-        plugin = _plugin(cfg)
         kube = async_client(cfg.kubeconfig) if cfg.publish.enabled else None
-    except (PluginConfigError, KubeConfigError) as e:
+    except KubeConfigError as e:
         fail(str(e))
+    plugin = _plugin(cfg, plugin_config)
     resources = [cfg.gpu_resource, *(plugin.resources if plugin else [])]
     pod_resources = PodResourcesClient(cfg.pod_resources_socket, resources)
-    service = Agent(cfg, kube=kube, plugin=plugin, allocation_source=pod_resources)
+    service = Agent(
+        cfg,
+        kube=kube,
+        plugin=plugin,
+        allocation_source=pod_resources,
+        pools=plugin_config.pools,
+    )
     try:
         asyncio.run(_serve(service))
     except (ServeError, OSError) as e:  # e.g. the kubelet folder or the metrics port unusable
         fail(str(e), code=1)
 
 
-def _plugin(cfg: AgentConfig) -> EmbeddedPlugin | None:
+def _plugin(cfg: AgentConfig, plugin_config: DevicePluginConfig) -> EmbeddedPlugin | None:
     from rdmaplane.agent.plugin import EmbeddedPlugin
-    from rdmaplane.deviceplugin.config import PluginConfig, load_config
 
     if not cfg.device_plugin_enabled:
         return None
-    plugin_config = (
-        load_config(cfg.device_plugin_config) if cfg.device_plugin_config else PluginConfig()
-    )
     return EmbeddedPlugin(plugin_config, kubelet_dir=cfg.kubelet_dir, dev_root=cfg.dev_root)
 
 

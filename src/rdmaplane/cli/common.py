@@ -1,16 +1,25 @@
-"""What every command that reads a node shares: the three node sources and error reporting."""
+"""What the commands share: the three node sources, error reporting, and the options of the
+long-running services (logging, config files)."""
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Annotated, NoReturn
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from rdmaplane.discovery import NodeSourceError, load_node
 from rdmaplane.model import NodeTopology
+
+if TYPE_CHECKING:
+    from rdmaplane.config import Kind
+
+K = TypeVar("K", bound="Kind")
 
 
 def _console(stderr: bool = False) -> Console:
@@ -46,8 +55,14 @@ SampleOption = Annotated[
 
 def fail(message: str, code: int = 2) -> NoReturn:
     """One line on stderr and the exit code: 2 for usage errors, 1 for failed checks."""
-    err_console.print(f"[bold red]error:[/] {message}")
+    say_error(message)
     raise typer.Exit(code)
+
+
+def say_error(message: str) -> None:
+    """`error: message` on stderr as one line, however long (never wrapped), taken literally
+    (brackets in key paths such as `pools[0]` are not markup)."""
+    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
 
 
 def load(sysfs_root: str | None, snapshot: str | None, sample: str | None) -> NodeTopology:
@@ -55,3 +70,46 @@ def load(sysfs_root: str | None, snapshot: str | None, sample: str | None) -> No
         return load_node(sysfs_root=sysfs_root, snapshot_file=snapshot, sample=sample)
     except NodeSourceError as e:
         fail(str(e))
+
+
+class LogFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+LogFormatOption = Annotated[
+    LogFormat | None,
+    typer.Option(
+        "--log-format", help="text (for people) or json (one object per line). Default: text."
+    ),
+]
+VerboseOption = Annotated[
+    bool,
+    typer.Option("--verbose", "-v", help="rdmaplane's debug lines (never the libraries')."),
+]
+
+
+def start_logging(fmt: str | None, verbose: bool, level: str = "INFO") -> None:
+    """The services' one log format (see `rdmaplane.logs`)."""
+    from rdmaplane import logs
+
+    logs.configure(fmt or "text", "DEBUG" if verbose else level)
+
+
+def config_file(path: str | Path | None, kind: type[K], **overrides: object) -> K:
+    """A config file of `kind` (None: its defaults) with flags on top; exit 2 naming the file
+    and the key when it cannot be used (the config models load only for the commands that
+    read one)."""
+    from rdmaplane.config import ConfigError, load
+
+    try:
+        return load(path, kind, **overrides)
+    except ConfigError as e:
+        fail(str(e))
+
+
+def existing_dir(flag: str, path: str | Path) -> None:
+    """Exit 2 unless `path` is a directory: folders that belong to someone else (sysfs, the
+    kubelet's root) are never created, so a wrong path is said at once."""
+    if not Path(path).is_dir():
+        fail(f"{flag} {path}: not a directory")

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 from typing import Annotated
 
 import typer
 
-from rdmaplane.cli.common import fail
+from rdmaplane.cli.common import (
+    LogFormatOption,
+    VerboseOption,
+    config_file,
+    existing_dir,
+    fail,
+    start_logging,
+)
 
 
 def device_plugin(
     config: Annotated[
-        str, typer.Option("--config", metavar="FILE", help="Plugin config (YAML or JSON).")
+        str,
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="A DevicePluginConfig file, or the shared RDMA device plugin's configList.",
+        ),
     ],
     sysfs_root: Annotated[
         str, typer.Option("--sysfs-root", metavar="DIR", help="Where sysfs is mounted.")
@@ -32,27 +42,22 @@ def device_plugin(
         typer.Option(
             "--kubelet-dir",
             metavar="DIR",
-            help="The kubelet's root, holding device-plugins/ and plugins_registry/.",
+            help="The kubelet's root (must exist), holding device-plugins/ and plugins_registry/.",
         ),
     ] = "/var/lib/kubelet",
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
+    log_format: LogFormatOption = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Run the kubelet device plugin for this node's RDMA NICs until SIGTERM."""
     # gRPC and the plugin load only when this command runs: every other command starts faster
-    from rdmaplane.deviceplugin import ConfigError, load_config, run_standalone
+    from rdmaplane.config import DevicePluginConfig
+    from rdmaplane.deviceplugin import run_standalone
     from rdmaplane.deviceplugin.server import ServeError
 
-    try:
-        cfg = load_config(config)
-    except ConfigError as e:
-        fail(str(e))
-    for name, path in (("--sysfs-root", sysfs_root), ("--kubelet-dir", kubelet_dir)):
-        if not os.path.isdir(path):
-            fail(f"{name} {path!r} is not a directory")
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    cfg = config_file(config, DevicePluginConfig)
+    existing_dir("--sysfs-root", sysfs_root)
+    existing_dir("--kubelet-dir", kubelet_dir)
+    start_logging(log_format, verbose)
     try:
         asyncio.run(
             run_standalone(cfg, sysfs_root=sysfs_root, kubelet_dir=kubelet_dir, dev_root=dev_root)

@@ -4,7 +4,6 @@ decisions, per node, for a pod — from files or from a cluster)."""
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,19 +13,19 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from rdmaplane.cli.common import (
+    LogFormatOption,
+    VerboseOption,
+    config_file,
+    fail,
+    start_logging,
+)
+from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.config import ConfigError, ExtenderConfig, load_config
 
 app = typer.Typer()
-
-
-def _config(path: Path | None) -> ExtenderConfig:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+ConfigOption = typer.Option(None, "--config", help="A SchedulerExtenderConfig file (YAML or JSON).")
 
 
 @app.command("scheduler-extender")
@@ -34,26 +33,32 @@ def scheduler_extender(
     host: str = typer.Option("0.0.0.0", help="Address to listen on."),
     port: int = typer.Option(8888, help="Port to listen on."),
     kubeconfig: Path | None = typer.Option(
-        None, help="Kubeconfig; default: $KUBECONFIG, ~/.kube/config or in-cluster."
+        None, help="Kubeconfig; default: the pod's service account."
     ),
-    config: Path | None = typer.Option(None, help="SchedulerExtenderConfig file (YAML)."),
-    log_level: str = typer.Option("info", help="debug, info, warning or error."),
+    config: Path | None = ConfigOption,
+    log_format: LogFormatOption = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Serve /filter and /prioritize for kube-scheduler (see docs/scheduler-extender.md)."""
     import uvicorn
+    from lightkube import ConfigError as KubeConfigError
 
+    from rdmaplane.kube import load_config
     from rdmaplane.scheduler.app import create_app
     from rdmaplane.scheduler.watch import make_client, watch_all
 
-    cfg = _config(config)
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    cfg = config_file(config, SchedulerExtenderConfig)
+    try:
+        load_config(kubeconfig)  # none outside a pod: say so now, not in every watch retry
+    except KubeConfigError as exc:
+        fail(str(exc))
+    start_logging(log_format, verbose)
     cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     application = create_app(
         cache, cfg, lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted)
     )
-    uvicorn.run(application, host=host, port=port, log_level=log_level, access_log=False)
+    # uvicorn logs through our handler (log_config=None); each request only with -v
+    uvicorn.run(application, host=host, port=port, log_config=None, access_log=verbose)
 
 
 @app.command("explain-placement")
@@ -71,14 +76,14 @@ def explain_placement(
     kubeconfig: Path | None = typer.Option(
         None, help="Read NRTs, nodes and pods from this cluster instead."
     ),
-    config: Path | None = typer.Option(None, help="SchedulerExtenderConfig file (YAML)."),
+    config: Path | None = ConfigOption,
     output: str = typer.Option("table", "-o", "--output", help="table or json."),
 ) -> None:
     """Why each node would or would not get the pod, and its score. Exit 1 when none fits."""
     if output not in ("table", "json"):
         typer.echo("error: -o must be table or json", err=True)
         raise typer.Exit(2)
-    cfg = _config(config)
+    cfg = config_file(config, SchedulerExtenderConfig)
     cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
     try:
         pod_obj = _workload_pod(next(_documents(pod), None), pod)

@@ -4,30 +4,32 @@ to a pod, offline)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-import logging
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import yaml
 
-from rdmaplane.cli.common import console, err_console, fail
+from rdmaplane.cli.common import (
+    LogFormatOption,
+    VerboseOption,
+    config_file,
+    console,
+    err_console,
+    fail,
+    start_logging,
+)
+from rdmaplane.config import WebhookConfig
 from rdmaplane.documents import DocumentError, read_document
-from rdmaplane.webhook.config import ConfigError, WebhookConfig, load_config
 
 app = typer.Typer()
 
 ConfigOption = Annotated[
-    Path | None, typer.Option("--config", metavar="FILE", help="WebhookConfig file (YAML).")
+    Path | None,
+    typer.Option("--config", metavar="FILE", help="A WebhookConfig file (YAML or JSON)."),
 ]
-
-
-def _config(path: Path | None) -> WebhookConfig:
-    try:
-        return load_config(path)
-    except ConfigError as exc:
-        fail(str(exc))
 
 
 @app.command("webhook")
@@ -37,31 +39,32 @@ def webhook(
     port: Annotated[int, typer.Option(min=1, max=65535, help="HTTPS port.")] = 8443,
     kubeconfig: Annotated[
         Path | None,
-        typer.Option("--kubeconfig", metavar="FILE", help="Default: the pod's service account."),
+        typer.Option(
+            "--kubeconfig",
+            metavar="FILE",
+            help="For its Secret and caBundle. Default: the pod's service account.",
+        ),
     ] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning or error.")] = "info",
+    log_format: LogFormatOption = None,
+    verbose: VerboseOption = False,
 ) -> None:
     """Serve the mutating admission webhook over HTTPS (see docs/webhook.md): GPU pods in
     opted-in namespaces, or annotated rdmaplane.io/rdma, get the RDMA resource, IPC_LOCK,
     /dev/shm and the fault-notice volume."""
     from lightkube import ConfigError as KubeConfigError
 
+    from rdmaplane.kube import load_config
     from rdmaplane.webhook.service import serve
 
-    if log_level.lower() not in ("debug", "info", "warning", "error"):
-        fail(f"--log-level: {log_level!r} is not one of debug, info, warning, error")
-    cfg = _config(config)
-    if kubeconfig is not None and not kubeconfig.is_file():
-        fail(f"--kubeconfig: {kubeconfig}: no such file")
-    logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    try:
-        asyncio.run(serve(cfg, host, port, kubeconfig, log_level.lower()))
-    except KubeConfigError as exc:
-        fail(f"--kubeconfig: {exc}")
-    except KeyboardInterrupt:
-        pass
+    cfg = config_file(config, WebhookConfig)
+    if not cfg.tls.from_files:  # its own certificate: it needs the API server
+        try:
+            load_config(kubeconfig)  # none outside a pod: say so now, not in every retry
+        except KubeConfigError as exc:
+            fail(str(exc))
+    start_logging(log_format, verbose)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(cfg, host, port, kubeconfig, access_log=verbose))
 
 
 @app.command("inject")
@@ -85,7 +88,7 @@ def inject_command(
 
     if output not in ("yaml", "json", "patch"):
         fail(f"-o: {output!r} is not one of yaml, json, patch")
-    cfg = _config(config)
+    cfg = config_file(config, WebhookConfig)
     try:
         doc = read_document(file)
         pods = _pods(doc, file)

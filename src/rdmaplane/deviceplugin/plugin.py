@@ -19,12 +19,13 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from rdmaplane.deviceplugin.config import PluginConfig, PoolConfig
+from rdmaplane.config import DevicePluginConfig, PoolConfig
 from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.deviceplugin.server import PoolServer
 from rdmaplane.discovery import read_node
 from rdmaplane.discovery.probe import Probe, settle
 from rdmaplane.model import NodeTopology
+from rdmaplane.selectors import natural_key
 
 log = logging.getLogger("rdmaplane.deviceplugin")
 
@@ -40,7 +41,7 @@ class RdmaDevicePlugin:
 
     def __init__(
         self,
-        config: PluginConfig,
+        config: DevicePluginConfig,
         *,
         kubelet_dir: str | Path = "/var/lib/kubelet",
         dev_root: str = "/dev",
@@ -61,6 +62,7 @@ class RdmaDevicePlugin:
             )
             for pool in config.pools
         ]
+        self._members: dict[str, tuple[str, ...]] = {}  # per pool, as last logged
 
     def update(self, topo: NodeTopology, faults: Mapping[str, str] | None = None) -> None:
         """Take a new topology and faults judged outside the plugin (HCA name → why); streams
@@ -70,6 +72,32 @@ class RdmaDevicePlugin:
                 server.notify()
                 if self.config.cdi.enabled:
                     self._write_cdi_spec(server.manager)
+            self._log_members(server.manager)
+
+    def _log_members(self, manager: ResourceManager) -> None:
+        """Each pool's HCAs at the first topology and whenever they change; a pool that matches
+        nothing is a warning (it registers and offers nothing, rarely what was meant)."""
+        pool = manager.pool
+        names = tuple(sorted((h.name for h in manager.members), key=natural_key))
+        if self._members.get(pool.resource_name) == names:
+            return
+        self._members[pool.resource_name] = names
+        if names:
+            log.info(
+                "%s: %d HCA%s (%s): %s",
+                pool.resource_name,
+                len(names),
+                "" if len(names) == 1 else "s",
+                pool.mode,
+                ", ".join(names),
+            )
+            return
+        chosen = pool.selectors.model_dump(by_alias=True, exclude_defaults=True)
+        log.warning(
+            "%s: no HCA port matches %s; the pool offers no device",
+            pool.resource_name,
+            f"the selectors {json.dumps(chosen)}" if chosen else "(no selectors: no RDMA device)",
+        )
 
     async def start(self) -> None:
         for server in self.servers:
@@ -84,7 +112,9 @@ class RdmaDevicePlugin:
         folder = Path(self.config.cdi.spec_dir)
         target = folder / (kind.replace("/", "-") + ".json")
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            if not folder.is_dir():  # /var/run is tmpfs: gone after a reboot until written
+                folder.mkdir(parents=True)
+                log.info("created the CDI spec folder %s", folder)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rdmaplane-")
             with os.fdopen(fd, "w") as f:
                 json.dump(manager.cdi_spec(), f, indent=1)
@@ -140,7 +170,7 @@ async def poll_topology(
 
 
 async def run_standalone(
-    config: PluginConfig,
+    config: DevicePluginConfig,
     *,
     sysfs_root: str = "/sys",
     kubelet_dir: str = "/var/lib/kubelet",

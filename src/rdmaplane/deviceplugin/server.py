@@ -201,12 +201,15 @@ class PoolServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         await self._unserve()
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             self.socket.unlink()
 
     async def _serve(self) -> None:
+        folder = self.socket.parent
         try:
-            self.socket.parent.mkdir(parents=True, exist_ok=True)
+            if not folder.is_dir():  # the kubelet makes it at its start; its root must exist
+                folder.mkdir()
+                log.info("%s: created %s", self.resource_name, folder)
             with contextlib.suppress(FileNotFoundError):
                 self.socket.unlink()  # a stale socket from an earlier run
         except OSError as e:

@@ -1,6 +1,11 @@
 """The HTTP service kube-scheduler calls: `/filter`, `/prioritize`, plus health, readiness,
 metrics and an explain endpoint. Every request is answered from the cache, never from the API
-server; bad input gets a 4xx with a message, an unexpected fault a 503 (never a 500)."""
+server; bad input gets a 4xx with a message, an unexpected fault a 503 (never a 500).
+
+Until the cache has listed every kind once (API server not reached yet) the decision endpoints
+answer 503: a blind answer ("no NodeResourceTopology published" for every node) would fail every
+RDMA pod, while an error lets kube-scheduler's `ignorable: true` schedule without us.
+"""
 
 from __future__ import annotations
 
@@ -26,14 +31,17 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from starlette.requests import ClientDisconnect
 
+from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.httpbody import BodyTooLarge, read_body
+from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
-from rdmaplane.scheduler.config import ExtenderConfig
 
 log = logging.getLogger("rdmaplane.scheduler")
+CLIENT_CLOSED = 499  # nginx's code for "client closed request": how such requests are counted
 
 Watcher = Callable[[ClusterCache, Callable[[str], None]], Coroutine[Any, Any, None]]
 
@@ -117,7 +125,7 @@ def _synced(cache: ClusterCache, kind: str) -> float:
 
 
 def create_app(
-    cache: ClusterCache, config: ExtenderConfig, watcher: Watcher | None = None
+    cache: ClusterCache, config: SchedulerExtenderConfig, watcher: Watcher | None = None
 ) -> FastAPI:
     metrics = Metrics(cache)
 
@@ -147,13 +155,20 @@ def create_app(
                 body = await read_body(request, config.max_request_bytes)
             except BodyTooLarge as exc:
                 raise _Reject(413, str(exc)) from None
+            if not cache.ready:
+                raise _Reject(503, f"cache not synced yet: {_unsynced(cache)}; ask again later")
             args = wire.parse_args(body)
             response = Response(answer(args), media_type="application/json")
             response.headers["Server-Timing"] = (
                 f"app;dur={(time.perf_counter() - start) * 1000:.3f}"
             )
+        except ClientDisconnect:  # nobody is left to answer; not our fault, not an error
+            log.info("%s: the client went away before sending the whole request body", verb)
+            response = Response(status_code=CLIENT_CLOSED)
         except _Reject as exc:
             response = _error(exc.status, str(exc))
+            if exc.status == 413:  # the rest of the body may still be on its way: drop it
+                response.headers["Connection"] = "close"
         except (wire.WireError, pl.RequestError) as exc:
             response = _error(400, str(exc))
         except Exception as exc:  # never a 500: say what broke, keep serving
@@ -205,7 +220,10 @@ def create_app(
     def do_explain(args: wire.ExtenderArgs) -> bytes:
         request, found, scores, terms = score(args)
         rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)), scores, terms)
-        return orjson.dumps({"request": explain_request(request), "nodes": rows})
+        job = cache.job_context(args.pod)
+        return orjson.dumps(
+            {"request": explain_request(request), "job": explain_job(job), "nodes": rows}
+        )
 
     @app.post("/filter")
     async def filter_(request: Request) -> Response:
@@ -239,9 +257,8 @@ def create_app(
     async def readyz() -> Response:
         if cache.ready:
             return Response("ok\n", media_type="text/plain")
-        missing = ", ".join(k for k, done in cache.synced.items() if not done)
         return Response(
-            f"cache not synced yet: {missing}\n", status_code=503, media_type="text/plain"
+            f"cache not synced yet: {_unsynced(cache)}\n", status_code=503, media_type="text/plain"
         )
 
     @app.get("/metrics")
@@ -249,6 +266,10 @@ def create_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _unsynced(cache: ClusterCache) -> str:
+    return ", ".join(k for k, done in cache.synced.items() if not done)
 
 
 def _error(status: int, message: str) -> Response:
@@ -262,6 +283,17 @@ def explain_request(request: pl.PodRequest) -> dict[str, Any]:
         "containers": request.containers,
         "initContainers": request.init,
         "total": request.total,
+    }
+
+
+def explain_job(job: ja.JobContext | None) -> dict[str, Any] | None:
+    """What the extender knows of the pod's job: its bound peers and how many are left."""
+    if job is None:
+        return None
+    return {
+        "peerNodes": sorted(set(job.peer_nodes)),
+        "boundPeers": len(job.peer_nodes),
+        "remaining": job.remaining,
     }
 
 

@@ -17,9 +17,9 @@ from typing import Protocol
 
 import uvicorn
 
+from rdmaplane.config import WebhookConfig
 from rdmaplane.kube import async_client
 from rdmaplane.webhook.app import create_app
-from rdmaplane.webhook.config import WebhookConfig
 from rdmaplane.webhook.tls import FileCerts, SecretCerts, Served, TlsError
 
 log = logging.getLogger("rdmaplane.webhook")
@@ -69,7 +69,7 @@ async def _keep_fresh(
 
 
 async def serve(
-    config: WebhookConfig, host: str, port: int, kubeconfig: Path | None, log_level: str
+    config: WebhookConfig, host: str, port: int, kubeconfig: Path | None, access_log: bool
 ) -> None:
     state = _State()
     tls = config.tls
@@ -90,14 +90,14 @@ async def serve(
             port=port,
             ssl_certfile=served.cert_file,
             ssl_keyfile=served.key_file,
-            log_level=log_level,
-            access_log=False,
+            log_config=None,  # uvicorn logs through rdmaplane's handler
+            access_log=access_log,
             timeout_keep_alive=30,  # the API server keeps its connections to webhooks open
         )
         server_config.load()
         assert server_config.ssl is not None
         refresh = asyncio.create_task(
-            _keep_fresh(source, server_config.ssl, served, tls.check_interval_seconds)
+            _keep_fresh(source, server_config.ssl, served, tls.check_interval_s)
         )
         try:
             await uvicorn.Server(server_config).serve()

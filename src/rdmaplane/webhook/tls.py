@@ -29,8 +29,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.core_v1 import Secret
 
+from rdmaplane.config.webhook import TlsConfig
 from rdmaplane.webhook import certs
-from rdmaplane.webhook.config import TlsConfig
 
 log = logging.getLogger("rdmaplane.webhook.tls")
 CONFLICT_RETRIES = 5

@@ -1,0 +1,178 @@
+"""`AgentConfig`: the node agent's configuration (`rdmaplane agent --config`, docs/agent.md)."""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+from pathlib import Path
+from typing import Literal, get_args
+
+from pydantic import Field, field_validator
+
+from rdmaplane.config.base import Kind, Seconds, Section
+from rdmaplane.counters import KNOWN_COUNTERS
+from rdmaplane.discovery.lldp import DEFAULT_COMMAND as DEFAULT_LLDP_COMMAND
+from rdmaplane.fabric import DEFAULT_TIER_LABELS
+
+Policy = Literal["none", "best-effort", "restricted", "single-numa-node"]
+Scope = Literal["container", "pod"]
+POLICIES: tuple[str, ...] = get_args(Policy)
+SCOPES: tuple[str, ...] = get_args(Scope)
+
+# The counters the health monitor watches by default, and how many increments within the window
+# it tolerates before it calls the HCA unhealthy. `link_downed` counts every time the link fell
+# from LinkUp: one is already a flap.
+DEFAULT_THRESHOLDS = {
+    "link_downed": 0,
+    "symbol_error": 100,
+    "port_rcv_errors": 100,
+    "local_ack_timeout_err": 100,
+}
+
+
+class HealthConfig(Section):
+    """Error-counter rules: more than `thresholds[counter]` increments within `window_s` seconds
+    make the HCA unhealthy; it recovers once the increments in the window fall back under."""
+
+    window_s: Seconds = Field(default=300.0, gt=0, description="sliding window for error counters")
+    thresholds: dict[str, int] = Field(
+        default_factory=lambda: dict(DEFAULT_THRESHOLDS),
+        description="counter file → increments tolerated within the window (more: Unhealthy)",
+    )
+
+    @field_validator("thresholds")
+    @classmethod
+    def _known_and_non_negative(cls, v: dict[str, int]) -> dict[str, int]:
+        for name in sorted(v):
+            if name not in KNOWN_COUNTERS:
+                near = difflib.get_close_matches(name, sorted(KNOWN_COUNTERS), n=1)
+                hint = f" (did you mean {near[0]}?)" if near else " (see docs/agent.md)"
+                raise ValueError(f"{name!r} is not a port counter the kernel exposes{hint}")
+        bad = [k for k, n in v.items() if n < 0]
+        if bad:
+            raise ValueError(f"thresholds must be >= 0: {', '.join(sorted(bad))}")
+        return v
+
+
+class PublishConfig(Section):
+    """How the agent talks to the API server."""
+
+    enabled: bool = Field(
+        default=True, description="false: no API server (device plugin, metrics only)"
+    )
+    backoff_initial_s: Seconds = Field(
+        default=1.0, gt=0, description="retry delay after a failed write, doubling ..."
+    )
+    backoff_max_s: Seconds = Field(default=60.0, gt=0, description="... up to this")
+    resync_interval_s: Seconds = Field(
+        default=600.0, gt=0, description="read back what the server holds and fix drift"
+    )
+    event_namespace: str = Field(
+        default="default", description="where Node events go (kubectl describe node shows them)"
+    )
+    max_pending_events: int = Field(
+        default=100, ge=0, description="Events kept while the API server is away (oldest dropped)"
+    )
+    event_aggregate_s: Seconds = Field(
+        default=600.0, ge=0, description="the same Event again within this window: count goes up"
+    )
+
+
+class FabricConfig(Section):
+    """Where the node sits on the fabric, and the labels that say so (docs/fabric.md). Sources:
+    the operator's fabric file, else LLDP (lldpd's `lldpcli`) when it is installed."""
+
+    tier_labels: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_TIER_LABELS),
+        min_length=1,
+        description="node label keys of the tiers, closest first",
+    )
+    file: Path | None = Field(default=None, description="the operator's Fabric file")
+    lldp: Literal["auto", "off"] = Field(
+        default="auto", description="auto: read lldpcli's JSON when lldpcli is installed"
+    )
+    lldp_command: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_LLDP_COMMAND),
+        min_length=1,
+        description="how to ask lldpd for the neighbours",
+    )
+
+
+class AgentConfig(Kind):
+    """Everything `rdmaplane agent` reads from its config file; flags override it."""
+
+    docs = "docs/agent.md"
+    read_by = "rdmaplane agent --config"
+
+    kind: Literal["AgentConfig"] = "AgentConfig"
+    node_name: str = Field(default="", description="required (--node-name or $NODE_NAME)")
+    sysfs_root: Path = Field(default=Path("/sys"), description="/host/sys in the DaemonSet")
+    kubelet_dir: Path = Field(
+        default=Path("/var/lib/kubelet"),
+        description="must exist; device-plugins/, pod-resources/kubelet.sock, config.yaml",
+    )
+    kubeconfig: Path | None = Field(default=None, description="null: the pod's service account")
+    device_plugin_enabled: bool = Field(
+        default=True,
+        description="false when the standalone rdmaplane device-plugin serves the kubelet",
+    )
+    device_plugin_config: Path | None = Field(
+        default=None, description="a DevicePluginConfig file; null: one exclusive pool of every HCA"
+    )
+    dev_root: Path = Field(
+        default=Path("/dev"), description="where to look for /dev/infiniband/* (/host/dev in a pod)"
+    )
+    poll_interval_s: Seconds = Field(
+        default=5.0, gt=0, description="cheap change detection + health counters"
+    )
+    rediscover_interval_s: Seconds = Field(
+        default=600.0, gt=0, description="full discovery even when nothing seemed to change"
+    )
+    allocation_interval_s: Seconds = Field(
+        default=30.0, gt=0, description="PodResources List + GetAllocatableResources"
+    )
+    topology_manager_policy: Policy | None = Field(
+        default=None, description="null: topologyManagerPolicy of the kubelet config file"
+    )
+    topology_manager_scope: Scope | None = Field(
+        default=None, description="null: topologyManagerScope of the kubelet config file"
+    )
+    kubelet_config: Path | None = Field(default=None, description="null: <kubeletDir>/config.yaml")
+    gpu_resource: str = Field(
+        default="nvidia.com/gpu", description="the GPU plugin's resource name"
+    )
+    metrics_address: str = Field(
+        default="0.0.0.0", description="IP address of /metrics, /healthz, /readyz (:: for IPv6)"
+    )
+    metrics_port: int = Field(default=9478, ge=0, le=65535, description="0: any free port")
+    log_format: Literal["text", "json"] = Field(
+        default="text",
+        description="json: one object per line (ts, level, logger, msg, extra fields)",
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="of rdmaplane's own loggers (-v: DEBUG)"
+    )
+    health: HealthConfig = Field(default_factory=HealthConfig, description="health monitor")
+    publish: PublishConfig = Field(default_factory=PublishConfig, description="API server")
+    fabric: FabricConfig = Field(
+        default_factory=FabricConfig, description="the node's place on the fabric"
+    )
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _ip_address(cls, v: str) -> str:
+        try:
+            ipaddress.ip_address(v)
+        except ValueError:
+            raise ValueError(
+                f"{v!r} is not an IP address (0.0.0.0 for every IPv4 address, :: for IPv6)"
+            ) from None
+        return v
+
+    @property
+    def kubelet_config_path(self) -> Path:
+        return self.kubelet_config or self.kubelet_dir / "config.yaml"
+
+    @property
+    def pod_resources_socket(self) -> Path:
+        return self.kubelet_dir / "pod-resources" / "kubelet.sock"
