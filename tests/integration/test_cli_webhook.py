@@ -92,7 +92,6 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
         ),
         (("webhook", "--config", bad_config), "bad.yaml: hcasPerGPU"),
         (("webhook", "--kubeconfig", str(tmp_path / "nope")), "nope does not exist"),
-        (("webhook", "--log-format", "xml"), "--log-format"),
     ]
     for args, message in cases:
         result = run(*args)
