@@ -4,11 +4,13 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SAMPLE ?= hgx-h100-roce
-# Where scripts/build-k8s.sh keeps kube-apiserver, kube-scheduler and etcd for the e2e tests.
+# Where scripts/build-k8s.sh keeps kube-apiserver, kube-scheduler and etcd for the e2e tests,
+# and the kubelet admission harness (device manager + Topology Manager) for tests/kubelet.
 K8S_BIN = $(shell scripts/build-k8s.sh --bin-dir)
+KUBELET_HARNESS = $(shell scripts/build-k8s.sh kubelet-harness --path)
 LINT_DIRS := $(wildcard src tests bench)
 
-.PHONY: demo test test-fast lint typecheck bench clean k8s-bins
+.PHONY: demo test test-fast lint typecheck bench clean k8s-bins graphviz
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,18 +29,27 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# Everything but the end-to-end tiers: the quick loop while developing.
-test-fast: lint typecheck
-	$(BIN)/pytest -q -m "not e2e"
+# Graphviz's `dot` judges `rdmaplane inspect -o dot` in the tests (Debian's package, once).
+graphviz:
+	@command -v dot >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends graphviz >/dev/null; } || \
+	  { echo "Graphviz is needed for the tests: apt-get install graphviz" >&2; exit 1; }
 
-# Builds the e2e control plane on first use (tens of minutes on 2 cores), then reuses it.
+# Everything but the tiers that need Go-built upstream binaries: the quick loop while developing.
+test-fast: lint typecheck graphviz
+	$(BIN)/pytest -q -m "not e2e and not kubelet"
+
+# Builds the e2e control plane and the kubelet harness on first use (tens of minutes on 2
+# cores), then reuses them.
 k8s-bins:
 	scripts/build-k8s.sh
+	scripts/build-k8s.sh kubelet-harness
 
-test: lint typecheck k8s-bins
-	RDMAPLANE_K8S_BIN="$(K8S_BIN)" $(BIN)/pytest -q
+test: lint typecheck graphviz k8s-bins
+	RDMAPLANE_K8S_BIN="$(K8S_BIN)" RDMAPLANE_KUBELET_HARNESS="$(KUBELET_HARNESS)" $(BIN)/pytest -q
 
 bench: $(STAMP)
+	scripts/build-k8s.sh kubelet-harness >/dev/null  # bench/placement.py's judge
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

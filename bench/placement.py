@@ -1,25 +1,30 @@
-"""Placement quality: spread vs. NUMA-only vs. rdmaplane on a fragmented GPU cluster.
+"""Placement quality judged by the kubelet: spread vs. NUMA-only vs. rdmaplane, one trace.
 
-A 256-node cluster built from the bundled sample nodes (HGX H100 RoCE and HGX H200 IB, one GPU
-and one 400G NIC per PCIe root on 2 NUMA nodes; DGX A100 with 8 NUMA nodes and two GPUs + two
-NICs per switch; a PCIe L40S server with NICs next to only two of its GPUs, all on socket 0)
-plus a synthetic PCIe server whose NICs sit on their own root complexes (see
-`rdmaplane.scheduler.layouts`), with a mix of
-Topology Manager policies is pre-fragmented with random running pods, then a trace of
-1/2/4/8-GPU jobs (one exclusive NIC per GPU) arrives while jobs finish. Every policy sees the
-same trace; the kubelet is modelled the same way for all (`rdmaplane.scheduler.placement`: Topology
-Manager admission, then the best achievable GPU-NIC pairing inside the NUMA zones it picks), so
-the differences come from the scheduler's choice of node alone.
+A cluster of bundled sample nodes (HGX H100 RoCE and HGX H200 IB: one GPU and one 400G NIC per
+PCIe root, 2 NUMA nodes; DGX A100: 8 NUMA nodes, two GPUs + two NICs per switch; a PCIe L40S
+server with NICs next to only two of its GPUs, all on socket 0) with a mix of Topology Manager
+policies. Every node is a real kubelet admission: the kubelet's own device manager and Topology
+Manager (the Go harness, tests/kubelet) with rdmaplane's device plugin on the sample's sysfs
+tree and a GPU plugin stand-in registered. The node's NodeResourceTopology is what the agent
+publishes from the kubelet's real allocations.
 
-- spread: default scheduler, node totals only, least-allocated GPUs wins;
-- numa-only: like the upstream NodeResourceTopologyMatch plugin: single-numa-node nodes filtered
-  per NUMA zone, least-allocated NUMA zone wins;
-- rdmaplane: this extender's filter and score.
+The cluster is prefilled to 60 % of its GPUs with random pods on random nodes (half of them
+GPU-only, which leaves NICs without their GPU partner), then a trace of 1/2/4/8-GPU jobs (one
+exclusive NIC per GPU) arrives, one per tick, while jobs finish. Each scheduler sees the same
+trace on a fresh copy of the same cluster, chooses a node from the published NRTs, and the
+kubelet decides: admitted (with the devices it really allocated) or rejected.
 
-A job is *feasible* when, at its arrival, some node can take it NUMA-aligned (every GPU with a
-NIC on its NUMA zone, on the fewest zones possible). Shares are of feasible jobs.
+- spread: kube-scheduler's default scoring, node totals only, least-allocated GPUs wins;
+- numa-only: a stand-in for scheduler-plugins' NodeResourceTopologyMatch (not the plugin:
+  sigs.k8s.io/scheduler-plugins cannot be fetched here): single-numa-node nodes filtered per
+  NUMA zone (a zone must hold the whole container), least-allocated NUMA zone wins;
+- rdmaplane: this extender's filter and score (`placement.evaluate`).
 
-    python bench/placement.py [--nodes 256] [--jobs 3000] [--seed 7]
+NUMA-aligned: every GPU of the pod has one of its NICs on its NUMA node; PCIe-aligned: on its
+PCIe root. Both from the devices the kubelet allocated. Shares are of admitted pods.
+
+    .venv/bin/python bench/placement.py [--nodes 64] [--jobs 2000] [--seed 7]
+                                        [--gpu-preference index|reverse|none]
 """
 
 from __future__ import annotations
@@ -27,241 +32,327 @@ from __future__ import annotations
 import argparse
 import heapq
 import random
+import sys
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TypeVar
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler.layouts import layout
+from tests.kubelet.differential import Container, PodShape
+from tests.kubelet.gpu_plugin import PREFERENCES
+from tests.kubelet.harness import (
+    GPU,
+    HCA,
+    Admission,
+    Backend,
+    HarnessMissing,
+    KubeletHarness,
+    SampleNode,
+    harness_binary,
+    sample_node,
+)
 
 T = TypeVar("T")
 SIZES = ((1, 0.4), (2, 0.3), (4, 0.2), (8, 0.1))
 LAYOUT_MIX = (
     ("hgx-h100-roce", 0.3),
-    ("hgx-h200-ib", 0.2),
-    ("dgx-a100", 0.2),
-    ("pcie-l40s-split", 0.15),
-    ("split-roots", 0.15),
+    ("hgx-h200-ib", 0.25),
+    ("dgx-a100", 0.25),
+    ("pcie-l40s-split", 0.2),
 )
 POLICY_MIX = (("single-numa-node", 0.4), ("restricted", 0.4), ("best-effort", 0.2))
 TARGET_UTILISATION = 0.75
 PREFILL_UTILISATION = 0.6
 GPU_ONLY_SHARE = 0.5
-ALIGNED = ("pcie", "numa")
+SCHEDULERS = ("spread", "numa-only", "rdmaplane")
 
 
 def _pick(rng: random.Random, mix: Sequence[tuple[T, float]]) -> T:
     return rng.choices([k for k, _ in mix], [w for _, w in mix])[0]
 
 
-def _job(gpus: int, nics: bool = True) -> pl.PodRequest:
-    unit = (gpus, gpus if nics else 0, 0)
-    return pl.PodRequest((unit,), (), unit)
+def _job(gpus: int, nics: bool = True) -> PodShape:
+    return PodShape((Container("app", gpus, gpus if nics else 0),))
+
+
+@dataclass
+class Node:
+    """A node of the cluster: its kubelet, and its published state as schedulers see it."""
+
+    harness: KubeletHarness
+    _state: pl.NodeState | None = None
+
+    @property
+    def state(self) -> pl.NodeState:
+        if self._state is None:
+            self._state = pl.node_state(self.harness.published())
+        return self._state
+
+    def admit(self, shape: PodShape, name: str) -> Admission:
+        self._state = None
+        return self.harness.admit(shape.manifest(name))
+
+    def end(self, uid: str) -> None:
+        self._state = None
+        self.harness.delete(uid)
 
 
 @dataclass
 class Cluster:
-    """One scheduler's copy of the cluster, with decisions memoised per node state."""
-
-    states: list[pl.NodeState]
+    nodes: list[Node]
     memo: dict[tuple[pl.NodeState, pl.PodRequest], pl.Verdict] = field(default_factory=dict)
 
-    def verdict(self, i: int, request: pl.PodRequest) -> pl.Verdict:
-        key = (self.states[i], request)
+    def verdict(self, node: Node, request: pl.PodRequest) -> pl.Verdict:
+        key = (node.state, request)
         found = self.memo.get(key)
         if found is None:
-            found = self.memo[key] = pl.evaluate(self.states[i], request)
+            found = self.memo[key] = pl.evaluate(node.state, request)
         return found
 
-    def gpus(self, i: int) -> tuple[int, int]:
-        zones = self.states[i].zones
-        return sum(z.free[0] for z in zones), sum(z.capacity[0] for z in zones)
+
+def _free(state: pl.NodeState, r: int) -> int:
+    return sum(z.free[r] for z in state.zones)
 
 
-def _totals_fit(state: pl.NodeState, request: pl.PodRequest) -> bool:
-    return all(sum(z.free[r] for z in state.zones) >= request.total[r] for r in range(3))
+def _cap(state: pl.NodeState, r: int) -> int:
+    return sum(z.capacity[r] for z in state.zones)
 
 
-def choose(name: str, c: Cluster, request: pl.PodRequest, rng: random.Random) -> int | None:
+def _spread(c: Cluster, n: Node, req: pl.PodRequest) -> float | None:
+    s = n.state
+    if any(_free(s, r) < req.total[r] for r in range(2)):
+        return None
+    return round(10 * (_free(s, 0) - req.total[0]) / max(_cap(s, 0), 1))
+
+
+def _numa_only(c: Cluster, n: Node, req: pl.PodRequest) -> float | None:
+    s = n.state
+    if any(_free(s, r) < req.total[r] for r in range(2)):
+        return None
+    holds = [z for z in s.zones if all(z.free[r] >= req.total[r] for r in range(2))]
+    if s.policy == "single-numa-node" and not holds:
+        return None
+    scores = [
+        round(10 * (z.free[0] - req.total[0]) / z.capacity[0]) for z in holds if z.capacity[0]
+    ]
+    return max(scores, default=0)
+
+
+def _rdmaplane(c: Cluster, n: Node, req: pl.PodRequest) -> float | None:
+    v = c.verdict(n, req)
+    return float(v.score) if v.fits else None
+
+
+SCORERS: dict[str, Callable[[Cluster, Node, pl.PodRequest], float | None]] = {
+    "spread": _spread,
+    "numa-only": _numa_only,
+    "rdmaplane": _rdmaplane,
+}
+
+
+def choose(name: str, c: Cluster, shape: PodShape, rng: random.Random) -> Node | None:
     """The node a scheduler picks (ties broken at random, as kube-scheduler does)."""
-    best: list[int] = []
+    request = pl.pod_request(shape.manifest("x"))
+    best: list[Node] = []
     best_score = -1.0
-    for i, state in enumerate(c.states):
-        if name == "rdmaplane":
-            v = c.verdict(i, request)
-            if not v.fits:
-                continue
-            score = float(v.score)
-        elif not _totals_fit(state, request):
+    for node in c.nodes:
+        score = SCORERS[name](c, node, request)
+        if score is None:
             continue
-        elif name == "spread":
-            free, cap = c.gpus(i)
-            score = round(10 * (free - request.total[0]) / cap)
-        else:  # numa-only
-            if state.policy == "single-numa-node" and not c.verdict(i, request).fits:
-                continue
-            score = max(
-                (
-                    round(10 * (z.free[0] - request.total[0]) / z.capacity[0])
-                    for z in state.zones
-                    if z.capacity[0] and z.free[0] >= request.total[0]
-                ),
-                default=0,
-            )
         if score > best_score:
-            best, best_score = [i], score
+            best, best_score = [node], score
         elif score == best_score:
-            best.append(i)
+            best.append(node)
     return rng.choice(best) if best else None
+
+
+def alignment(h: KubeletHarness, a: Admission) -> tuple[bool, bool]:
+    """(NUMA-aligned, PCIe-aligned) of a GPU+NIC pod, from the devices it really got."""
+    gpus = [h.facts[i] for i in a.devices(GPU)]
+    hcas = [h.facts[i] for i in a.devices(HCA)]
+    numa = Counter(n for f in hcas for n in f.numa)
+    roots = Counter(f.root for f in hcas)
+    numa_ok = pcie_ok = True
+    for g in gpus:
+        zone = g.numa[0] if g.numa else -1
+        numa_ok &= numa[zone] > 0
+        numa[zone] -= 1
+        pcie_ok &= roots[g.root] > 0
+        roots[g.root] -= 1
+    return numa_ok, pcie_ok
 
 
 @dataclass
 class Tally:
-    arrived: int = 0
-    feasible: int = 0
-    numa_aligned: int = 0
-    pcie_aligned: int = 0
-    misaligned: int = 0
-    kubelet_rejected: int = 0
+    admitted: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)  # by node policy
     unplaced: int = 0
-    by_size: dict[int, list[int]] = field(default_factory=lambda: {g: [0, 0, 0] for g, _ in SIZES})
-    placed_by_size: dict[int, int] = field(default_factory=lambda: {g: 0 for g, _ in SIZES})
+    numa: list[int] = field(default_factory=lambda: [0, 0])  # all, multi-GPU
+    pcie: list[int] = field(default_factory=lambda: [0, 0])
+    multi: int = 0
+    predicted_pcie: int = 0  # multi-GPU pods the extender predicted PCIe-aligned
+    placed_by_size: Counter[int] = field(default_factory=Counter)
 
 
-def build_cluster(n: int, rng: random.Random) -> list[pl.NodeState]:
-    return [
-        pl.node_state(layout(_pick(rng, LAYOUT_MIX), f"n{i:03d}", policy=_pick(rng, POLICY_MIX)))
-        for i in range(n)
-    ]
+def build_cluster(
+    backend: Backend,
+    samples: dict[str, SampleNode],
+    layout: list[tuple[str, str]],
+    gpu_preference: str,
+) -> Cluster:
+    nodes = []
+    for i, (kind, policy) in enumerate(layout):
+        harness = KubeletHarness(
+            samples[kind],
+            policy,
+            "container",
+            gpu_preference=gpu_preference,
+            name=f"n{i:03d}",
+            backend=backend,
+        )
+        nodes.append(Node(harness.start()))
+    return Cluster(nodes)
 
 
-def prefill(
-    states: list[pl.NodeState], rng: random.Random, mean_life: float
-) -> list[tuple[float, int, pl.UnitPlacement]]:
-    """Random running pods on random nodes up to the prefill utilisation: the fragmentation.
-    Half of them are GPU-only (inference), which leaves NICs without their GPU partner."""
-    running: list[tuple[float, int, pl.UnitPlacement]] = []
-    capacity = sum(z.capacity[0] for s in states for z in s.zones)
+def prefill(c: Cluster, rng: random.Random, mean_life: float) -> list[tuple[float, int, int, str]]:
+    """Random running pods on random nodes, admitted by their kubelets, up to the prefill
+    utilisation: the fragmentation every scheduler starts from."""
+    running: list[tuple[float, int, int, str]] = []
+    capacity = sum(_cap(n.state, 0) for n in c.nodes)
     used = 0
     while used < PREFILL_UTILISATION * capacity:
-        i = rng.randrange(len(states))
+        i = rng.randrange(len(c.nodes))
         gpus = _pick(rng, SIZES[:3])
-        placed = pl.place_pod(states[i], _job(gpus, nics=rng.random() >= GPU_ONLY_SHARE))
-        if isinstance(placed, pl.Rejection):
-            continue
-        states[i] = placed[1]
-        used += gpus
-        running += [(rng.expovariate(1 / mean_life), i, p) for p in placed[0]]
+        shape = _job(gpus, nics=rng.random() >= GPU_ONLY_SHARE)
+        admission = c.nodes[i].admit(shape, f"pre{len(running)}")
+        if admission.admitted:
+            used += gpus
+            running.append((rng.expovariate(1 / mean_life), len(running), i, admission.uid))
     return running
-
-
-def eight_gpu_jobs_that_fit(c: Cluster) -> int:
-    request, count = _job(8), 0
-    while True:
-        fits = [
-            i
-            for i in range(len(c.states))
-            if c.verdict(i, request).fits and c.verdict(i, request).alignment in ALIGNED
-        ]
-        if not fits:
-            return count
-        placed = pl.place_pod(c.states[fits[0]], request)
-        assert not isinstance(placed, pl.Rejection)
-        c.states[fits[0]] = placed[1]
-        count += 1
 
 
 def run(
     name: str,
-    base: list[pl.NodeState],
-    running0: list[tuple[float, int, pl.UnitPlacement]],
+    c: Cluster,
+    running0: list[tuple[float, int, int, str]],
     trace: list[tuple[int, float]],
     seed: int,
-) -> tuple[Tally, int, int]:
+) -> Tally:
     rng = random.Random(seed)
-    c = Cluster(list(base))
     running = list(running0)
     heapq.heapify(running)
     tally = Tally()
     for now, (gpus, life) in enumerate(trace):
         while running and running[0][0] <= now:
-            _, i, p = heapq.heappop(running)
-            c.states[i] = pl.release(c.states[i], p)
-        request = _job(gpus)
-        tally.arrived += 1
-        feasible = any(
-            c.verdict(i, request).fits and c.verdict(i, request).alignment in ALIGNED
-            for i in range(len(c.states))
-        )
-        tally.feasible += feasible
-        i = choose(name, c, request, rng)
-        if i is None:
+            _, _, i, uid = heapq.heappop(running)
+            c.nodes[i].end(uid)
+        shape = _job(gpus)
+        node = choose(name, c, shape, rng)
+        if node is None:
             tally.unplaced += 1
             continue
-        placed = pl.place_pod(c.states[i], request)
-        if isinstance(placed, pl.Rejection):
-            tally.kubelet_rejected += 1
+        predicted = pl.evaluate(node.state, pl.pod_request(shape.manifest("x")))
+        admission = node.admit(shape, f"job{now}")
+        if not admission.admitted:
+            tally.rejected[node.harness.policy] += 1
             continue
-        c.states[i] = placed[1]
+        tally.admitted += 1
         tally.placed_by_size[gpus] += 1
-        for p in placed[0]:
-            heapq.heappush(running, (now + life, i, p))
-        level = pl.alignment_level(placed[0])
-        if feasible:
-            tally.numa_aligned += level in ALIGNED
-            tally.pcie_aligned += level == "pcie"
-            tally.misaligned += level not in ALIGNED
-            tally.by_size[gpus][0] += 1
-            tally.by_size[gpus][1] += level in ALIGNED
-            tally.by_size[gpus][2] += level == "pcie"
-    free = sum(c.gpus(i)[0] for i in range(len(c.states)))
-    return tally, free, eight_gpu_jobs_that_fit(c)
+        heapq.heappush(
+            running, (now + life, len(running0) + now, c.nodes.index(node), admission.uid)
+        )
+        numa_ok, pcie_ok = alignment(node.harness, admission)
+        tally.numa[0] += numa_ok
+        tally.pcie[0] += pcie_ok
+        if gpus > 1:
+            tally.multi += 1
+            tally.numa[1] += numa_ok
+            tally.pcie[1] += pcie_ok
+            tally.predicted_pcie += predicted.alignment == "pcie"
+    return tally
+
+
+def _pct(n: int, d: int) -> str:
+    return f"{100 * n / d:5.1f}%" if d else "    -"
+
+
+HEADER = (
+    f"{'scheduler':<10} {'admitted':>8} {'rejected':>8} {'(snn/restr/b-e)':>15} {'unplaced':>8}"
+    f"  {'NUMA-aligned':>12} {'PCIe-aligned':>12}  {'multi-GPU: NUMA':>15} {'PCIe':>6}"
+    f" {'predicted PCIe':>14}  {'8-GPU jobs':>10}  placed 1/2/4/8"
+)
+
+
+def _row(name: str, t: Tally) -> str:
+    by_policy = "/".join(str(t.rejected[p]) for p, _ in POLICY_MIX)
+    sizes = "/".join(str(t.placed_by_size[g]) for g, _ in SIZES)
+    return (
+        f"{name:<10} {t.admitted:>8} {sum(t.rejected.values()):>8} {by_policy:>15}"
+        f" {t.unplaced:>8}  {_pct(t.numa[0], t.admitted):>12} {_pct(t.pcie[0], t.admitted):>12}"
+        f"  {_pct(t.numa[1], t.multi):>15} {_pct(t.pcie[1], t.multi):>6}"
+        f" {_pct(t.predicted_pcie, t.multi):>14}  {t.placed_by_size[8]:>10}  {sizes}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nodes", type=int, default=256)
-    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--gpu-preference",
+        choices=PREFERENCES,
+        default="index",
+        help="the GPU plugin stand-in's GetPreferredAllocation: lowest indices first (index), "
+        "highest (reverse), or none (the kubelet picks at random)",
+    )
     args = parser.parse_args()
+    try:
+        harness_binary()
+    except HarnessMissing as e:
+        sys.exit(f"bench/placement.py: {e}")
     rng = random.Random(args.seed)
-    base = build_cluster(args.nodes, rng)
-    capacity = sum(z.capacity[0] for s in base for z in s.zones)
-    mean_gpus = sum(g * w for g, w in SIZES)
-    mean_life = TARGET_UTILISATION * capacity / mean_gpus  # Little's law: one arrival per tick
-    running = prefill(base, rng, mean_life)
-    trace = [(_pick(rng, SIZES), rng.expovariate(1 / mean_life)) for _ in range(args.jobs)]
-    print(
-        f"cluster: {args.nodes} nodes, {capacity} GPUs; layouts {dict(LAYOUT_MIX)}, "
-        f"policies {dict(POLICY_MIX)}"
-    )
-    print(
-        f"prefilled to {PREFILL_UTILISATION:.0%} GPUs with {len(running)} pods; "
-        f"trace: {args.jobs} jobs "
-        f"(1/2/4/8 GPUs, one NIC per GPU), target load {TARGET_UTILISATION:.0%}, seed {args.seed}"
-    )
-    print(
-        f"{'policy':<10} {'placed':>6} {'feasible':>8} {'NUMA-aligned':>13} {'PCIe-aligned':>13} "
-        f"{'kubelet-rejected':>16} {'unplaced':>8} {'free GPUs':>9} {'8-GPU jobs fit':>14}  "
-        "placed 1/2/4/8-GPU jobs  by size (NUMA/PCIe % of feasible)"
-    )
-    for name in ("spread", "numa-only", "rdmaplane"):
-        start = time.perf_counter()
-        tally, free, eights = run(name, base, running, trace, args.seed)
-        placed = tally.arrived - tally.kubelet_rejected - tally.unplaced
-        f = max(tally.feasible, 1)
-        sizes = " ".join(
-            f"{g}:{100 * n / max(t, 1):.0f}/{100 * p / max(t, 1):.0f}"
-            for g, (t, n, p) in tally.by_size.items()
+    layout = [(_pick(rng, LAYOUT_MIX), _pick(rng, POLICY_MIX)) for _ in range(args.nodes)]
+    trace_rng = random.Random(args.seed + 1)
+    with ExitStack() as stack:
+        samples = {k: stack.enter_context(sample_node(k)) for k, _ in LAYOUT_MIX}
+        capacity = sum(len(samples[k].gpus()) for k, _ in layout)
+        mean_gpus = sum(g * w for g, w in SIZES)
+        mean_life = TARGET_UTILISATION * capacity / mean_gpus  # Little's law: one job per tick
+        trace = [
+            (_pick(trace_rng, SIZES), trace_rng.expovariate(1 / mean_life))
+            for _ in range(args.jobs)
+        ]
+        kinds = Counter(k for k, _ in layout)
+        policies = Counter(p for _, p in layout)
+        print(f"cluster: {args.nodes} nodes, {capacity} GPUs; layouts {dict(kinds)}")
+        print(f"policies {dict(policies)}, scope container; seed {args.seed}")
+        print(
+            f"prefilled to {PREFILL_UTILISATION:.0%} of GPUs (half of the pods GPU-only); "
+            f"trace: {args.jobs} jobs of 1/2/4/8 GPUs with one NIC per GPU, "
+            f"{TARGET_UTILISATION:.0%} target load"
         )
         print(
-            f"{name:<10} {placed:>6} {tally.feasible:>8} {100 * tally.numa_aligned / f:>12.1f}% "
-            f"{100 * tally.pcie_aligned / f:>12.1f}% "
-            f"{tally.kubelet_rejected:>16} {tally.unplaced:>8} "
-            f"{free:>9} {eights:>14}  {'/'.join(map(str, tally.placed_by_size.values())):>23}  "
-            f"{sizes}  ({time.perf_counter() - start:.1f}s)"
+            "judged by the kubelet's device manager + Topology Manager v1.37.2 with rdmaplane's "
+            f"device plugin and a GPU plugin preferring: {args.gpu_preference}"
         )
+        print(HEADER)
+        for name in SCHEDULERS:
+            start = time.perf_counter()
+            backend = Backend.start()
+            try:
+                cluster = build_cluster(backend, samples, layout, args.gpu_preference)
+                running = prefill(cluster, random.Random(args.seed + 2), mean_life)
+                tally = run(name, cluster, running, trace, args.seed)
+            finally:
+                backend.close()
+            print(f"{_row(name, tally)}  ({time.perf_counter() - start:.0f}s)", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,9 +9,45 @@
 #   scripts/build-k8s.sh                 build if needed, print the k8s bin dir
 #   scripts/build-k8s.sh --bin-dir       print the k8s bin dir only (builds nothing; it may not exist yet)
 #   scripts/build-k8s.sh --helm-bin-dir  print the helm bin dir only (builds nothing)
+#
+#   scripts/build-k8s.sh kubelet-harness         build the admission harness if needed, print its path
+#   scripts/build-k8s.sh kubelet-harness --path  print its path only (builds nothing)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# --- the kubelet admission harness (test/k8s/kubelet-harness): its own module, key and binary,
+# so that building it never moves the e2e binaries' key below.
+kubelet_harness() {
+  local module="$root/test/k8s/kubelet-harness"
+  local kube go_version hash key bin
+  kube="$(awk '{ sub(/^require[ \t]+/, "") } $1 == "k8s.io/kubernetes" { print $2; exit }' "$module/go.mod")"
+  go_version="$(go env GOVERSION)"
+  hash="$(cat "$module"/go.mod "$module"/go.sum "$module"/*.go "$module"/*.s | sha256sum | cut -c1-10)"
+  key="kubelet-harness_kube-${kube}_${go_version}_${hash}"
+  bin="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/$key/bin/kubelet-harness"
+  if [[ "${1:-}" == "--path" || -x "$bin" ]]; then
+    echo "$bin"
+    return
+  fi
+  mkdir -p "$(dirname "$bin")"
+  exec 8>"$(dirname "$bin")/build.lock"
+  flock 8 # a parallel build of the same key waits here, then finds the binary
+  if [[ ! -x "$bin" ]]; then
+    local start=$SECONDS
+    printf '[build-k8s %(%H:%M:%S)T] building kubelet-harness (device manager + Topology Manager %s)\n' -1 "$kube" >&2
+    (cd "$module" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+      go build -trimpath -ldflags="-s -w" -o "$bin.partial" .)
+    mv "$bin.partial" "$bin"
+    printf '[build-k8s %(%H:%M:%S)T] built kubelet-harness in %d s\n' -1 $((SECONDS - start)) >&2
+  fi
+  echo "$bin"
+}
+if [[ "${1:-}" == "kubelet-harness" ]]; then
+  kubelet_harness "${2:-}"
+  exit 0
+fi
+
 module="$root/test/k8s"
 binaries=(kube-apiserver kube-scheduler etcd)
 

@@ -13,18 +13,35 @@ costs no memory; the depth walk visits each shared container once.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
+
+from rdmaplane.untrusted import DocumentError, printable
+
+__all__ = [
+    "MAX_BYTES",
+    "MAX_DEPTH",
+    "DocumentError",
+    "check_depth",
+    "decode",
+    "expect_mapping",
+    "parse_document",
+    "parse_documents",
+    "printable",
+    "read_document",
+    "read_documents",
+    "read_text",
+]
 
 # Far above any real config, pod or NRT (a Pod nests about 12 deep), far below Python's limit.
 MAX_DEPTH = 64
 # Pods and NRTs of 8-GPU nodes are tens of KiB; GID dumps of big nodes a few MiB.
 MAX_BYTES = 64 * 1024 * 1024
 
-
-class DocumentError(ValueError):
-    """A document that cannot be used; the message names the source and the problem."""
+T = TypeVar("T")
 
 
 def read_document(path: str | Path, *, max_bytes: int = MAX_BYTES) -> object:
@@ -59,29 +76,62 @@ def decode(data: bytes, source: str) -> str:
 
 def parse_document(text: str, source: str) -> object:
     """YAML (a superset of the JSON we read) parsed, with the depth bound checked."""
+    doc = _parsed(text, source, _load_one)
+    check_depth(doc, source)
+    return doc
+
+
+def read_documents(path: str | Path, *, max_bytes: int = MAX_BYTES) -> list[object]:
+    """Every document of a YAML stream (`---` between them, as `kubectl get -o yaml` of several
+    objects or a hand-joined file gives), empty ones left out; JSON is one document."""
+    return parse_documents(read_text(path, max_bytes=max_bytes), str(path))
+
+
+def parse_documents(text: str, source: str) -> list[object]:
+    docs = _parsed(text, source, _load_all)
+    for doc in docs:
+        check_depth(doc, source)
+    return docs
+
+
+_NOT_JSON = object()
+
+
+def _json(text: str) -> object:
+    """The JSON document, or `_NOT_JSON` (flow-style YAML also starts with { or [)."""
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass
+    return _NOT_JSON
+
+
+def _load_one(text: str) -> object:
+    doc = _json(text)
+    return yaml.safe_load(text) if doc is _NOT_JSON else doc
+
+
+def _load_all(text: str) -> list[object]:
+    doc = _json(text)
+    docs = yaml.safe_load_all(text) if doc is _NOT_JSON else [doc]
+    return [d for d in docs if d is not None]
+
+
+def _parsed(text: str, source: str, load: Callable[[str], T]) -> T:
+    """`load(text)`, with every way a parser can fail on hostile text turned into one line."""
     if "\0" in text:
         raise DocumentError(f"{source}: contains NUL bytes; not a YAML or JSON document")
     try:
-        if text.lstrip().startswith(("{", "[")):
-            try:
-                doc: object = json.loads(text)
-            except json.JSONDecodeError:
-                doc = yaml.safe_load(text)  # flow-style YAML also starts with { or [
-        else:
-            doc = yaml.safe_load(text)
+        return load(text)
     except RecursionError:
         raise DocumentError(f"{source}: nested deeper than {MAX_DEPTH} levels") from None
     except yaml.MarkedYAMLError as e:
-        where = (
-            f"line {e.problem_mark.line + 1}, column {e.problem_mark.column + 1}: "
-            if (e.problem_mark)
-            else ""
-        )
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise DocumentError(f"{source}: not valid YAML/JSON: {where}{e.problem}") from None
     except yaml.YAMLError as e:
         raise DocumentError(f"{source}: not valid YAML/JSON: {e}") from None
-    check_depth(doc, source)
-    return doc
 
 
 def check_depth(doc: object, source: str, limit: int = MAX_DEPTH) -> None:

@@ -43,7 +43,8 @@ _CONFIG_KEYS = {
 
 def natural_key(name: str) -> tuple[str | int, ...]:
     """Sort key that puts `mlx5_2` before `mlx5_10` (and `mlx5_9` before `mlx5_bond_0`)."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+    # odd places hold the digit runs the split matched (`isdigit` would take `²` for one)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(re.split(r"(\d+)", name)))
 
 
 def port_key(pair: tuple[Hca, Port]) -> tuple[tuple[str | int, ...], int]:

@@ -2,7 +2,7 @@
 
 Written by `rdmaplane inspect -o json`, read by `rdmaplane gid audit` and anything else that
 takes node files. `relations` is derived, so it is written for readers and ignored on input.
-Pure: dicts in, dicts out.
+Pure: dicts in, dicts out; a bad document raises `DocumentError` naming the field.
 """
 
 from __future__ import annotations
@@ -28,11 +28,9 @@ from rdmaplane.model import (
     format_cpulist,
     parse_cpulist,
 )
+from rdmaplane.selectors import natural_key
 from rdmaplane.topology import relations
-
-
-class DocumentError(ValueError):
-    """A node document that is not `rdmaplane.io/node-topology/v1`; says which field is wrong."""
+from rdmaplane.untrusted import DocumentError, printable
 
 
 def to_document(topo: NodeTopology) -> dict[str, Any]:
@@ -164,7 +162,12 @@ def from_document(doc: Any, *, where: str = "document") -> NodeTopology:
             for i, n in enumerate(r.objs(d, "numa_nodes", ""))
         ),
         gpus=tuple(_read_gpu(r, g, f"gpus[{i}]") for i, g in enumerate(r.objs(d, "gpus", ""))),
-        hcas=tuple(_read_hca(r, h, f"hcas[{i}]") for i, h in enumerate(r.objs(d, "hcas", ""))),
+        hcas=tuple(
+            sorted(
+                (_read_hca(r, h, f"hcas[{i}]") for i, h in enumerate(r.objs(d, "hcas", ""))),
+                key=lambda h: natural_key(h.name),
+            )
+        ),
         netdevs=tuple(
             _read_netdev(r, n, f"netdevs[{i}]") for i, n in enumerate(r.objs(d, "netdevs", ""))
         ),
@@ -199,16 +202,22 @@ def _read_pci(r: _Fields, p: dict[str, Any], at: str) -> PciDevice:
 
 
 def _read_gpu(r: _Fields, g: dict[str, Any], at: str) -> Gpu:
-    links = g.get("nvlinks")
     return Gpu(
         index=r.integer(g, "index", at),
         pci=_read_pci(r, r.obj(g.get("pci_device"), f"{at}.pci_device"), f"{at}.pci_device"),
         uuid=r.opt_str(g, "uuid", at),
         name=r.opt_str(g, "name", at),
-        nvlinks=tuple(sorted((str(k), int(v)) for k, v in links.items()))
-        if isinstance(links, dict)
-        else None,
+        nvlinks=_read_nvlinks(r, g, at),
     )
+
+
+def _read_nvlinks(r: _Fields, g: dict[str, Any], at: str) -> tuple[tuple[str, int], ...] | None:
+    links = g.get("nvlinks")
+    if links is None:
+        return None
+    if not isinstance(links, dict):
+        raise r.fail(at, "nvlinks", "expected an object of peer PCI address to link count")
+    return tuple(sorted((str(k), r.integer(links, k, f"{at}.nvlinks")) for k in links))
 
 
 def _read_hca(r: _Fields, h: dict[str, Any], at: str) -> Hca:
@@ -249,7 +258,7 @@ def _read_port(r: _Fields, p: dict[str, Any], at: str) -> Port:
 
 
 def _read_gid(r: _Fields, g: dict[str, Any], at: str) -> Gid:
-    kind = g.get("type")
+    kind = r.opt_str(g, "type", at)
     if kind is not None and kind not in GidType._value2member_map_:
         raise DocumentError(f"{r.where}: {at}.type: unknown GID type {kind!r}")
     gid = Gid(
@@ -306,12 +315,19 @@ class _Fields:
         v = d.get(key)
         if not isinstance(v, str):
             raise self.fail(at, key, "expected a string")
-        return v
+        return self._printable(v, at, key)
 
     def opt_str(self, d: dict[str, Any], key: str, at: str) -> str | None:
         v = d.get(key)
         if v is not None and not isinstance(v, str):
             raise self.fail(at, key, "expected a string or null")
+        return v if v is None else self._printable(v, at, key)
+
+    def _printable(self, v: str, at: str, key: str) -> str:
+        """Node documents travel between people: no string in one may carry what a terminal
+        would act on (escape sequences, line breaks); no real value does."""
+        if not v.isprintable():
+            raise self.fail(at, key, f"control characters in {printable(v)[:60]!r}")
         return v
 
     def integer(self, d: dict[str, Any], key: str, at: str) -> int:

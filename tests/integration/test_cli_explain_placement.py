@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -94,3 +96,80 @@ def test_usage_errors(tmp_path: Path) -> None:
         app, ["explain-placement", str(job), "--nrt", str(job), "--config", str(config)]
     )
     assert result.exit_code == 2 and "weights.alignment" in result.output
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            {"kind": "NodeResourceTopology", "metadata": "x"},
+            "document 1: metadata.name: expected a non-empty string",
+        ),
+        (
+            {"kind": "Node", "metadata": {"name": "n"}},
+            "document 1: kind is 'Node', expected NodeResourceTopology",
+        ),
+        (
+            {"kind": "List", "items": [{"metadata": {"name": 7}}]},
+            "document 1, items[0]: metadata.name: expected a non-empty string",
+        ),
+        ([1, 2], "document 1, items[0]: expected a NodeResourceTopology object, got int"),
+        ({"metadata": {"name": "n"}, "status": "x"}, "document 1: status: expected an object"),
+    ],
+    ids=["metadata-string", "wrong-kind", "name-number", "list", "status-string"],
+)
+def test_objects_that_are_not_what_the_flag_wants(
+    tmp_path: Path, content: object, message: str
+) -> None:
+    _, _, _, job = _files(tmp_path)
+    given = tmp_path / "given.yaml"
+    given.write_text(yaml.safe_dump(content))
+    r = runner.invoke(app, ["explain-placement", str(job), "--nrt", str(given)])
+    assert (r.exit_code, r.stderr) == (2, f"error: {given}: {message}\n")
+
+
+def test_a_later_document_is_named(tmp_path: Path) -> None:
+    nrts, _, _, job = _files(tmp_path)
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(nrts.read_text() + "---\nkind: NodeResourceTopology\nmetadata: x\n")
+    r = runner.invoke(app, ["explain-placement", str(job), "--nrt", str(mixed)])
+    assert r.exit_code == 2 and f"{mixed}: document 3: metadata.name" in r.stderr
+
+
+def test_cluster_problems_are_one_line(tmp_path: Path) -> None:
+    _, _, _, job = _files(tmp_path)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    closed = tmp_path / "closed.kubeconfig"
+    closed.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+                "users": [{"name": "u", "user": {"token": "t"}}],
+            }
+        )
+    )
+    junk = tmp_path / "junk.kubeconfig"
+    junk.write_text("clusters: 7\ncontexts: []\n")
+    for kubeconfig, code, message in [
+        (tmp_path / "missing", 2, "does not exist"),
+        (junk, 2, f"{junk}: not a kubeconfig"),
+        (closed, 1, f"cannot reach the API server of {closed}: "),
+    ]:
+        r = runner.invoke(app, ["explain-placement", str(job), "--kubeconfig", str(kubeconfig)])
+        assert r.exit_code == code and message in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and r.stderr.startswith("error: ")
+
+
+def test_names_from_files_reach_the_table_as_text(tmp_path: Path) -> None:
+    _, _, _, job = _files(tmp_path)
+    odd = nrt.to_object(layout("hgx-h100-roce", "hgx\x1b[2J[bold]", policy="none"))
+    given = tmp_path / "odd.yaml"
+    given.write_text(yaml.safe_dump(odd))
+    r = runner.invoke(app, ["explain-placement", str(job), "--nrt", str(given)])
+    assert r.exit_code == 0 and "hgx\\x1b[2J[bold]" in r.stdout and "\x1b" not in r.stdout

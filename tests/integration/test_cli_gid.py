@@ -191,9 +191,9 @@ def test_audit_bad_inputs_exit_2(tmp_path: Path) -> None:
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps({"schema": "something/else"}))
     for args, message in [
-        ([str(bad)], "bad.json: not JSON"),
+        ([str(bad)], "bad.json: not valid YAML/JSON"),
         ([str(wrong)], "wrong.json: schema is 'something/else'"),
-        ([str(tmp_path / "missing.json")], "missing.json: No such file"),
+        ([str(tmp_path / "missing.json")], "missing.json: cannot read: No such file"),
         (["--sample", "nope"], "no sample named 'nope'"),
         ([], "give node documents"),
     ]:

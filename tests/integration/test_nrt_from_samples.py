@@ -32,9 +32,9 @@ def test_split_node_pairs_only_where_nics_are(sample_nodes: dict[str, NodeTopolo
         nrt.build("l40s", nrt.devices_from_topology(topo), policy="single-numa-node")
     )
     assert [z.capacity for z in state.zones] == [(4, 2, 0), (4, 0, 0)]
-    two = pl.evaluate(state, pl.PodRequest(((2, 2, 0),), (), (2, 2, 0)))
+    two = pl.evaluate(state, pl.PodRequest.of((2, 2, 0)))
     assert two.fits and two.alignment == "pcie"
-    assert not pl.evaluate(state, pl.PodRequest(((3, 3, 0),), (), (3, 3, 0))).fits
+    assert not pl.evaluate(state, pl.PodRequest.of((3, 3, 0))).fits
 
 
 def test_no_rdma_no_labels(sample_nodes: dict[str, NodeTopology]) -> None:

@@ -85,12 +85,21 @@ def test_hostile_archives_are_refused(tmp_path: Path) -> None:
     link.type, link.linkname = tarfile.SYMTYPE, "/etc"
     with pytest.raises(NodeSourceError, match="not a readable snapshot"):
         load_node(snapshot_file=str(_tar(tmp_path, [(link, b"")])))
+    absolute = tarfile.TarInfo("/class/infiniband/mlx5_0/hca_type")
+    with pytest.raises(NodeSourceError, match="absolute path"):  # tarfile would strip the /
+        load_node(snapshot_file=str(_tar(tmp_path, [(absolute, b"MT4129")])))
+    device = tarfile.TarInfo("class/infiniband/null")
+    device.type = tarfile.CHRTYPE
+    with pytest.raises(NodeSourceError, match="not a readable snapshot"):
+        load_node(snapshot_file=str(_tar(tmp_path, [(device, b"")])))
     not_tar = tmp_path / "junk.tar.gz"
     not_tar.write_bytes(b"garbage")
     with pytest.raises(NodeSourceError, match=r"junk\.tar\.gz"):
         load_node(snapshot_file=str(not_tar))
     with pytest.raises(NodeSourceError, match="does not exist"):
         load_node(snapshot_file=str(tmp_path / "missing.tar.gz"))
+    with pytest.raises(NodeSourceError, match="is not a file"):
+        load_node(snapshot_file=str(tmp_path))
 
 
 def test_oversized_archives_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,4 +114,7 @@ def test_one_source_only(sample_trees: dict[str, Path]) -> None:
         load_node(sysfs_root=str(sample_trees["degraded"]), sample="degraded")
     with pytest.raises(NodeSourceError, match="no sample named"):
         load_node(sample="nope")
+    for flag in ("sample", "snapshot_file", "sysfs_root"):
+        with pytest.raises(NodeSourceError, match="empty value"):
+            load_node(**{flag: ""})
     assert read_node(str(sample_trees["workstation"])).hostname == "ws-lab-2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from rdmaplane.discovery import samples
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import GidType, LinkLayer, NetdevKind, NodeTopology, PortState
+from rdmaplane.selectors import natural_key
 from rdmaplane.topology import relations
 
 
@@ -138,6 +140,71 @@ def test_link_escaping_the_root_is_refused(tree: Path, tmp_path: Path) -> None:
     topo = read_node(str(tree))
     assert any("outside the sysfs root" in w.message for w in topo.warnings)
     assert len(topo.gpus) == 3
+
+
+# ---------------------------------------------------------------- untrusted content
+
+
+SIDECARS = {
+    "nvlinks as a string": ({"gpus": {"0000:1a:00.0": {"nvlinks": "NV12"}}}, "nvlinks"),
+    "nvlink count as a string": (
+        {"gpus": {"0000:1a:00.0": {"nvlinks": {"0000:2a:00.0": "12"}}}},
+        "nvlinks",
+    ),
+    "gpus as a list": ({"gpus": ["x"]}, "gpus: expected an object"),
+    "gpu facts as a string": ({"gpus": {"0000:1a:00.0": "x"}}, "gpus.0000:1a:00.0"),
+    "uuid as a number": ({"gpus": {"0000:1a:00.0": {"uuid": 7}}}, "uuid: expected a string"),
+    "hostname as a list": ({"hostname": []}, "hostname: expected a string"),
+    "unreadable as a list": ({"unreadable": []}, "'unreadable' is not an object"),
+    "deep nesting": ("[" * 5000 + "]" * 5000, "nested deeper than"),
+    "binary junk": (b"\xff\xfe\x00", "not UTF-8"),
+    "not JSON": ("{", "not valid YAML/JSON"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SIDECARS))
+def test_a_broken_sidecar_is_a_warning_naming_the_key(tree: Path, case: str) -> None:
+    content, message = SIDECARS[case]
+    sidecar = tree / ".rdmaplane/node.json"
+    if isinstance(content, bytes):
+        sidecar.write_bytes(content)
+    else:
+        sidecar.write_text(content if isinstance(content, str) else json.dumps(content))
+    topo = read_node(str(tree))
+    found = [w for w in topo.warnings if w.path == ".rdmaplane/node.json"]
+    assert any(message in w.message for w in found), found
+    assert len(topo.hcas) == 4 and len(topo.gpus) == 4  # the tree itself is still read
+    relations(topo)
+
+
+def test_text_a_terminal_would_act_on_is_escaped(tree: Path) -> None:
+    hca = _hca_dir(tree, "mlx5_0")
+    (hca / "hca_type").write_text("MT4129\x1b]0;pwned\x07\n")
+    sidecar = tree / ".rdmaplane/node.json"
+    facts = json.loads(sidecar.read_text())
+    facts["hostname"] = "evil\x1b[2J\r\u202e"
+    sidecar.write_text(json.dumps(facts))
+    topo = read_node(str(tree))
+    assert topo.hostname == "evil\\x1b[2J\\r\\u202e"
+    assert topo.hca("mlx5_0").hca_type == "MT4129\\x1b]0;pwned\\x07"  # type: ignore[union-attr]
+    messages = {(w.path, w.message) for w in topo.warnings}
+    assert ("class/infiniband/mlx5_0/hca_type", "control characters escaped") in messages
+
+
+def test_a_device_named_with_control_characters_is_left_out(tree: Path) -> None:
+    (tree / "class/infiniband/mlx5_0").rename(tree / "class/infiniband/mlx5_\x1b[31m0")
+    topo = read_node(str(tree))
+    assert [h.name for h in topo.hcas] == ["mlx5_3", "mlx5_4", "mlx5_bond_0"]
+    assert any(w.path == "class/infiniband/mlx5_\\x1b[31m0" for w in topo.warnings)
+
+
+def test_hcas_and_netdevs_come_in_natural_order(sample_nodes: dict[str, NodeTopology]) -> None:
+    topo = sample_nodes["hgx-h200-ib"]
+    names = [h.name for h in topo.hcas]
+    assert names.index("mlx5_2") < names.index("mlx5_10")
+    assert names == sorted(names, key=natural_key)
+    netdevs = [n.name for n in topo.netdevs]
+    assert netdevs == sorted(netdevs, key=natural_key)
 
 
 # ---------------------------------------------------------------- fuzzing

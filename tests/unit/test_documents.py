@@ -5,8 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from rdmaplane.documents import MAX_DEPTH, DocumentError, expect_mapping, read_document
+from rdmaplane.documents import (
+    MAX_DEPTH,
+    DocumentError,
+    expect_mapping,
+    printable,
+    read_document,
+    read_documents,
+)
 
 HOSTILE = {
     "deep-json": "[" * 100_000 + "]" * 100_000,
@@ -72,3 +81,37 @@ def test_good_documents_parse(tmp_path: Path) -> None:
     assert expect_mapping(read_document(tmp_path / "empty.yaml"), "empty") == {}
     with pytest.raises(DocumentError, match="got a list"):
         expect_mapping([1], "x")
+
+
+def test_a_stream_of_documents(tmp_path: Path) -> None:
+    path = tmp_path / "objects.yaml"
+    path.write_text("a: 1\n---\n---\n- b\n...\n---\nc: {d: 2}\n")
+    assert read_documents(path) == [{"a": 1}, ["b"], {"c": {"d": 2}}]
+    (tmp_path / "one.json").write_text('{"kind": "List", "items": []}')
+    assert read_documents(tmp_path / "one.json") == [{"kind": "List", "items": []}]
+    (tmp_path / "empty.yaml").write_text("")
+    assert read_documents(tmp_path / "empty.yaml") == []
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [
+        ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "nested deeper than"),
+        ("a: [1, 2\nb: }", "not valid YAML/JSON: line 4"),
+        ("a: 1\0", "NUL bytes"),
+    ],
+)
+def test_a_bad_later_document_fails_the_file(tmp_path: Path, second: str, message: str) -> None:
+    path = tmp_path / "objects.yaml"
+    path.write_text(f"a: 1\n---\n{second}\n")
+    with pytest.raises(DocumentError, match=message) as e:
+        read_documents(path)
+    assert str(e.value).startswith(f"{path}: ")
+
+
+@given(st.text())
+def test_printable_text_is_safe_and_printable_input_is_kept(text: str) -> None:
+    shown = printable(text)
+    assert shown.isprintable()
+    assert (shown == text) == text.isprintable()
+    assert printable("\x1b[31m red\r\n") == "\\x1b[31m red\\r\\n"

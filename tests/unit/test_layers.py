@@ -26,6 +26,7 @@ CORE = [
     "rdmaplane.agent.desired",
     "rdmaplane.agent.allocation",
     "rdmaplane.agent.inventory",
+    "rdmaplane.untrusted",
     "rdmaplane.fabric",
     "rdmaplane.fabric_export",
     "rdmaplane.scheduler.jobaware",

@@ -53,6 +53,13 @@ def test_round_trip(name: str, sample_nodes: dict[str, NodeTopology]) -> None:
         (lambda d: d["gpus"][0].update(pci_device=None), "gpus[0].pci_device: expected an object"),
         (lambda d: d["numa_nodes"][0].update(cpus="a-b"), "numa_nodes[0].cpus: not a CPU list"),
         (lambda d: d.update(hcas="x"), "hcas: expected a list of objects"),
+        (
+            lambda d: d["hcas"][0]["ports"][0]["gids"][0].update(type=[]),
+            "gids[0].type: expected a string or null",
+        ),
+        (lambda d: d["gpus"][0].update(nvlinks="NV12"), "gpus[0].nvlinks: expected an object"),
+        (lambda d: d["gpus"][0].update(nvlinks={"x": "4"}), "gpus[0].nvlinks.x: expected an int"),
+        (lambda d: d.update(hostname="a\x1b[2J"), "hostname: control characters in"),
     ],
 )
 def test_bad_documents_name_the_field(
@@ -94,3 +101,39 @@ def test_gid_flags() -> None:
         6,
     )
     assert zero.is_zero and zero.ip is None and zero.family is None
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _paths(doc: object, at: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Every place in `doc` (keys and indexes from the top) that holds a value."""
+    found = [at]
+    children = (
+        doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else []
+    )
+    for key, child in children:
+        found += _paths(child, (*at, key))
+    return found
+
+
+@given(data=st.data())
+def test_any_damage_is_a_document_error(sample_nodes: dict[str, NodeTopology], data) -> None:
+    """Whatever a file holds in whatever place, reading it answers a node or DocumentError."""
+    doc = copy.deepcopy(to_document(sample_nodes["degraded"]))
+    for _ in range(data.draw(st.integers(1, 3))):
+        where = data.draw(st.sampled_from(_paths(doc)[1:]))
+        parent = doc
+        for key in where[:-1]:
+            parent = parent[key]  # type: ignore[index]
+        parent[where[-1]] = data.draw(JSON)  # type: ignore[index]
+    try:
+        from_document(doc, where="node.json")
+    except DocumentError as e:
+        assert str(e).startswith("node.json: ") and "\n" not in str(e)

@@ -2,16 +2,63 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
 import typer
+from typer.core import TyperGroup
 
 from rdmaplane import __version__
+from rdmaplane.cli.common import say_error
 from rdmaplane.cli.deviceplugin import device_plugin
+
+# click's exceptions, from wherever this typer takes click (newer releases vendor it)
+_errors = importlib.import_module(typer.BadParameter.__module__)
+
+
+class _Rdmaplane(TyperGroup):
+    """The root group: a bad flag or argument is one `error:` line naming it, like every other
+    bad input, instead of click's usage box (the usage is one `--help` away)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        extra["windows_expand_args"] = windows_expand_args
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, False, **extra)
+        except _errors.NoArgsIsHelpError:
+            sys.exit(2)  # the help is printed already
+        except _errors.UsageError as e:
+            where = f"{e.ctx.command_path}: " if e.ctx else ""
+            hint = f" (see {e.ctx.command_path if e.ctx else self.name} --help)"
+            _exit(f"{where}{e.format_message()}{hint}", e.exit_code)
+        except _errors.ClickException as e:
+            _exit(e.format_message(), e.exit_code)
+        except typer.Abort:
+            _exit("aborted", 1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+def _exit(message: str, code: int) -> NoReturn:
+    say_error(message)
+    sys.exit(code)
+
 
 app = typer.Typer(
     name="rdmaplane",
+    cls=_Rdmaplane,
     help="RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate.",
     no_args_is_help=True,
-    add_completion=False,
     pretty_exceptions_enable=False,
 )
 
@@ -37,10 +84,14 @@ from rdmaplane.cli import gid as _gid  # noqa: E402
 from rdmaplane.cli import inspect as _inspect  # noqa: E402
 
 app.command("inspect")(_inspect.inspect)
-app.command("samples")(_inspect.list_samples)
+app.add_typer(_inspect.samples_app, name="samples")
 app.add_typer(_inspect.snapshot_app, name="snapshot")
 app.command("env")(_gid.env)
 app.add_typer(_gid.app, name="gid")
+
+from rdmaplane.cli.nrt import nrt_command  # noqa: E402
+
+app.command("nrt")(nrt_command)
 
 from rdmaplane.cli import doctor as _doctor  # noqa: E402
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from rdmaplane.discovery import NodeSourceError, load_node
+from rdmaplane.discovery import NodeSourceError, load_node, samples
+from rdmaplane.documents import DocumentError, printable, read_documents
 from rdmaplane.model import NodeTopology
 
 if TYPE_CHECKING:
@@ -33,6 +35,12 @@ def _console(stderr: bool = False) -> Console:
 console = _console()
 err_console = _console(stderr=True)
 
+
+def complete_sample(incomplete: str) -> list[str]:
+    """Shell completion of `--sample NAME`."""
+    return [n for n in samples.names() if n.startswith(incomplete)]
+
+
 SysfsRootOption = Annotated[
     str | None,
     typer.Option(
@@ -48,28 +56,110 @@ SnapshotOption = Annotated[
 SampleOption = Annotated[
     str | None,
     typer.Option(
-        "--sample", metavar="NAME", help="Read a bundled sample node (see `rdmaplane samples`)."
+        "--sample",
+        metavar="NAME",
+        help="Read a bundled sample node (see `rdmaplane samples`).",
+        autocompletion=complete_sample,
     ),
 ]
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    """One line on stderr and the exit code: 2 for usage errors, 1 for failed checks."""
+    """One line on stderr and the exit code: 2 for bad input, 1 for a failure or failed check."""
     say_error(message)
     raise typer.Exit(code)
 
 
 def say_error(message: str) -> None:
     """`error: message` on stderr as one line, however long (never wrapped), taken literally
-    (brackets in key paths such as `pools[0]` are not markup)."""
-    err_console.print(f"[bold red]error:[/] {escape(message)}", soft_wrap=True)
+    whatever it holds: brackets in key paths such as `pools[0]` are not markup, and escape
+    sequences or line breaks from file names and snapshot values are shown escaped."""
+    err_console.print(f"[bold red]error:[/] {escape(printable(message))}", soft_wrap=True)
 
 
 def load(sysfs_root: str | None, snapshot: str | None, sample: str | None) -> NodeTopology:
+    """The node from the one source given (this machine's /sys without one); exit 2 when the
+    source is unusable."""
     try:
         return load_node(sysfs_root=sysfs_root, snapshot_file=snapshot, sample=sample)
     except NodeSourceError as e:
         fail(str(e))
+
+
+def no_rdma(topo: NodeTopology) -> str:
+    """What every command says about a node without RDMA devices, whatever its source."""
+    source = topo.source or "this node"
+    if source == "/sys":
+        return (
+            "no RDMA device found in /sys/class/infiniband on this machine; try "
+            "`rdmaplane inspect --sample hgx-h100-roce` (`rdmaplane samples` lists them)"
+        )
+    kind, _, name = source.partition(":")
+    if kind in ("snapshot", "sample") and name:
+        return f"no RDMA device in {kind} {name}"
+    return f"no RDMA device in {os.path.join(source, 'class/infiniband')}"
+
+
+def load_rdma_node(
+    sysfs_root: str | None, snapshot: str | None, sample: str | None
+) -> NodeTopology:
+    """`load`, then exit 1 when the node has no RDMA device: the one rule for every command
+    whose answer is about RDMA devices."""
+    topo = load(sysfs_root, snapshot, sample)
+    if not topo.hcas:
+        fail(no_rdma(topo), code=1)
+    return topo
+
+
+def read_objects(paths: Iterable[Path], kind: str) -> list[dict[str, Any]]:
+    """The Kubernetes objects of `kind` in files (one per YAML document, the items of a List,
+    or a YAML list of them), read like every document; exit 2 naming the file and the object
+    when one lacks the envelope every reader of it relies on."""
+    found: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            docs = read_documents(path)
+        except DocumentError as e:
+            fail(str(e))
+        for i, doc in enumerate(docs):
+            items = doc.get("items") if isinstance(doc, dict) else doc
+            batch = items if isinstance(items, list) else [doc]
+            for j, obj in enumerate(batch):
+                where = f"{path}: document {i + 1}" + (f", items[{j}]" if batch is items else "")
+                found.append(_kube_object(obj, kind, where))
+    return found
+
+
+def _kube_object(obj: object, kind: str, where: str) -> dict[str, Any]:
+    """`obj` when it is an object of `kind` (if it names one) with `metadata.name`, and with
+    objects, lists and strings where readers take them for such."""
+    if not isinstance(obj, dict):
+        fail(f"{where}: expected a {kind} object, got {type(obj).__name__}")
+    if obj.get("kind", kind) != kind:
+        fail(f"{where}: kind is {obj.get('kind')!r}, expected {kind}")
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        fail(f"{where}: metadata.name: expected a non-empty string")
+    shapes = {
+        "metadata.namespace": (meta.get("namespace"), str),
+        "metadata.creationTimestamp": (meta.get("creationTimestamp"), str),
+        "metadata.labels": (meta.get("labels"), dict),
+        "metadata.annotations": (meta.get("annotations"), dict),
+        "spec": (obj.get("spec"), dict),
+        "status": (obj.get("status"), dict),
+    }
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    if isinstance(spec, dict):
+        shapes["spec.nodeName"] = (spec.get("nodeName"), str)
+    if isinstance(status, dict):
+        shapes["status.conditions"] = (status.get("conditions"), list)
+    for key, (value, expected) in shapes.items():
+        if value is not None and not isinstance(value, expected):
+            fail(f"{where}: {key}: expected {_WORDS[expected]}")
+    return obj
+
+
+_WORDS = {str: "a string", dict: "an object", list: "a list"}
 
 
 class LogFormat(StrEnum):
@@ -111,5 +201,5 @@ def config_file(path: str | Path | None, kind: type[K], **overrides: object) -> 
 def existing_dir(flag: str, path: str | Path) -> None:
     """Exit 2 unless `path` is a directory: folders that belong to someone else (sysfs, the
     kubelet's root) are never created, so a wrong path is said at once."""
-    if not Path(path).is_dir():
-        fail(f"{flag} {path}: not a directory")
+    if not str(path) or not Path(path).is_dir():  # Path("") is ".", the working directory
+        fail(f"{flag} {str(path) or repr('')}: not a directory")

@@ -6,6 +6,7 @@ cluster."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 from rich.table import Table
 
 from rdmaplane import fabric as fab
-from rdmaplane.cli.common import console, err_console, fail
+from rdmaplane.cli.common import console, err_console, fail, read_objects
 from rdmaplane.documents import DocumentError, read_document
 from rdmaplane.fabric_export import (
     KUEUE_API_VERSION,
@@ -28,6 +29,7 @@ from rdmaplane.scheduler.cache import ClusterCache, pod_key
 from rdmaplane.scheduler.jobaware import pod_group
 
 SCHEMA = "rdmaplane.io/fabric/v1"
+OBJECT_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")  # RFC 1123 subdomain
 
 app = typer.Typer(
     help="The fabric between nodes: tiers, rails, where a job's pods are; exports for gang "
@@ -87,14 +89,15 @@ def load_view(
         if fabric_file is not None:
             doc = read_document(fabric_file)
             where = fab.fabric_from_document(doc, str(fabric_file)).locations()
-            return View(where, tuple(tier_labels) or fab.DEFAULT_TIER_LABELS, _objects(pods))
+            pods_given = read_objects(pods, "Pod")
+            return View(where, tuple(tier_labels) or fab.DEFAULT_TIER_LABELS, pods_given)
         if kubeconfig is not None:
             listed = _cluster(kubeconfig)
         else:
             listed = {
-                "node": [o for p in nodes for o in _objects([p])],
-                "nrt": [o for p in nrts for o in _objects([p])],
-                "pod": _objects(pods),
+                "node": read_objects(nodes, "Node"),
+                "nrt": read_objects(nrts, "NodeResourceTopology"),
+                "pod": read_objects(pods, "Pod"),
             }
     except (DocumentError, fab.FabricError) as exc:
         fail(str(exc))
@@ -112,27 +115,13 @@ def _labels(node: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if isinstance(v, str)}
 
 
-def _objects(paths: list[Path]) -> list[dict[str, Any]]:
-    """Kubernetes objects from files holding one object, a List, or a YAML list of them."""
-    out: list[dict[str, Any]] = []
-    for path in paths:
-        doc = read_document(path)
-        items = doc.get("items") if isinstance(doc, dict) and "items" in doc else doc
-        items = items if isinstance(items, list) else [items]
-        for i, item in enumerate(items):
-            if not isinstance(item, dict):
-                raise DocumentError(f"{path}: item {i}: expected a Kubernetes object")
-            out.append(item)
-    return out
-
-
 def _cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
-    from rdmaplane.cli.scheduler import list_cluster
+    from rdmaplane.cli.scheduler import ClusterError, list_cluster
 
     try:
         return list_cluster(kubeconfig)
-    except Exception as exc:  # unreachable server, bad kubeconfig: one line, exit 1
-        fail(f"cannot read the cluster with {kubeconfig}: {type(exc).__name__}: {exc}", 1)
+    except ClusterError as exc:  # bad kubeconfig (2), unreachable or refusing server (1)
+        fail(str(exc), exc.code)
 
 
 class Output(StrEnum):
@@ -295,6 +284,8 @@ def export(
     (then kubernetes.io/hostname), or the Volcano `HyperNode` tree (tier 1 = tier-0 switches)."""
     if kueue == volcano:
         fail("give exactly one of --kueue and --volcano")
+    if not OBJECT_NAME.fullmatch(name):
+        fail(f"--name {name!r}: not a Kubernetes object name (a-z, 0-9, '-', '.'; 253 at most)")
     view = load_view(fabric_file, nodes, nrt, [], kubeconfig, tier_label)
     shape = fab.tree(view.locations)
     for problem in shape.problems:

@@ -17,9 +17,9 @@ from rdmaplane.cli.common import (
     SysfsRootOption,
     console,
     fail,
-    load,
+    load_rdma_node,
 )
-from rdmaplane.discovery import NodeSourceError, load_node
+from rdmaplane.documents import DocumentError, read_document
 from rdmaplane.gid import (
     ClusterAudit,
     GidChoice,
@@ -34,7 +34,7 @@ from rdmaplane.gid import (
 from rdmaplane.model import Gid, NodeTopology
 from rdmaplane.nccl import NcclSettings, PlanError, default_socket_ifname, nccl_env
 from rdmaplane.selectors import PortVerdict, Selectors, classify_ports, compute_ports
-from rdmaplane.serialize import DocumentError, from_document
+from rdmaplane.serialize import from_document
 
 app = typer.Typer(
     help="The GID index NCCL should use: explain it per port, audit it across nodes.",
@@ -127,7 +127,7 @@ def env(
 ) -> None:
     """Print the NCCL/UCX environment for this node's compute ports (or the --hca ones)."""
     policy = _policy(family, addr_range, roce_version)
-    topo = load(sysfs_root, snapshot, sample)
+    topo = load_rdma_node(sysfs_root, snapshot, sample)
     ports = [(v.hca, v.port) for v in _ports_for(topo, hca) if v.compute]
     if socket_ifname is None:
         socket_ifname = default_socket_ifname(topo, ports)
@@ -188,7 +188,7 @@ def explain(
 ) -> None:
     """Show every GID like show_gids, the row NCCL picks per port, and why."""
     policy = _policy(family, addr_range, roce_version)
-    topo = load(sysfs_root, snapshot, sample)
+    topo = load_rdma_node(sysfs_root, snapshot, sample)
     verdicts = _ports_for(topo, hca)
     choices = [select_gid(v.hca, v.port, policy) for v in verdicts]
     plan = plan_node(topo, [(v.hca, v.port) for v in verdicts if v.compute], policy)
@@ -315,11 +315,12 @@ def audit_command(
     roce_version: RoceOption = 2,
     output: TableOutput = Format.table,
 ) -> None:
-    """Is one GID index right for every compute port of every node? Exit 1 when not."""
+    """Is one GID index right for every compute port of every node? Exit 1 when not (or when a
+    node has no RDMA device), 2 on bad input."""
     policy = _policy(family, addr_range, roce_version)
-    nodes = [_read_document(f) for f in files or ()]
-    nodes += [_load_one(snapshot_file=s) for s in snapshot or ()]
-    nodes += [_load_one(sample=s) for s in sample or ()]
+    nodes = [_read_node_document(f) for f in files or ()]
+    nodes += [load_rdma_node(None, s, None) for s in snapshot or ()]
+    nodes += [load_rdma_node(None, None, s) for s in sample or ()]
     if not nodes:
         fail("give node documents, --snapshot FILE or --sample NAME")
     result = audit(nodes, _selectors(hca), policy)
@@ -331,25 +332,14 @@ def audit_command(
         raise typer.Exit(1)
 
 
-def _read_document(path: str) -> NodeTopology:
+def _read_node_document(path: str) -> NodeTopology:
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except OSError as e:
-        fail(f"{path}: {e.strerror or e}")
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        fail(f"{path}: not JSON: {e}")
-    try:
-        return from_document(doc, where=path)
+        topo = from_document(read_document(path), where=path)
     except DocumentError as e:
         fail(str(e))
-
-
-def _load_one(**source: str) -> NodeTopology:
-    try:
-        return load_node(**source)
-    except NodeSourceError as e:
-        fail(str(e))
+    if not topo.hcas:
+        fail(f"no RDMA device in node document {path}", code=1)
+    return topo
 
 
 def _print_audit(result: ClusterAudit) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import sys
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,12 +19,15 @@ from rdmaplane.cli.common import (
     SampleOption,
     SnapshotOption,
     SysfsRootOption,
+    complete_sample,
     console,
     err_console,
     fail,
     load,
+    no_rdma,
 )
 from rdmaplane.discovery import nvml, samples, snapshot
+from rdmaplane.documents import printable
 from rdmaplane.model import Gpu, Hca, NodeTopology
 from rdmaplane.serialize import to_document
 from rdmaplane.topology import Relation, device_label, pci_relation, relation_label
@@ -57,9 +62,9 @@ def inspect(
 
     `-o matrix` lays relations out like `nvidia-smi topo -m`; `-o dot` draws the PCIe tree
     (render with `dot -Tsvg`); `-o json` is the `rdmaplane.io/node-topology/v1` document.
+    Exit 1 when the node has no RDMA device (after showing what it has), 2 on bad input.
     """
     topo = load(sysfs_root, snapshot_file, sample)
-    live = not (sysfs_root or snapshot_file or sample)
     if output is Output.json:
         typer.echo(json.dumps(to_document(topo), indent=2))
     elif output is Output.yaml:
@@ -70,12 +75,8 @@ def inspect(
         typer.echo(dot_text(topo))
     else:
         print_summary(topo)
-    if live and not topo.hcas:
-        fail(
-            "no RDMA device found in /sys/class/infiniband on this machine; "
-            "try `rdmaplane inspect --sample hgx-h100-roce` (`rdmaplane samples` lists them)",
-            code=1,
-        )
+    if not topo.hcas:
+        fail(no_rdma(topo), code=1)
 
 
 # ---------------------------------------------------------------- the summary
@@ -186,11 +187,15 @@ def matrix_text(topo: NodeTopology) -> str:
 
 def dot_text(topo: NodeTopology) -> str:
     """NUMA nodes as clusters holding their root complexes; switches and bridges as small
-    boxes; GPUs and NICs as leaves; dashed edges mark each GPU's nearest NIC (PIX/PXB)."""
+    boxes; GPUs and NICs as leaves, a NIC with a port not ACTIVE/LinkUp filled pink and its
+    port states in its label; dashed edges mark each GPU's nearest NIC (PIX/PXB).
+
+    Every ID is a quoted string: `node`, `edge`, `graph` and `subgraph` are DOT keywords, and
+    names come from the node (a snapshot is untrusted input)."""
     out = [
-        "digraph node {",
+        f"digraph {_q(topo.hostname or 'node')} {{",
         "  rankdir=TB; node [fontname=Helvetica, fontsize=10]; edge [arrowhead=none];",
-        f'  label="{_esc(topo.hostname or "node")}"; labelloc=t;',
+        f"  label={_q(topo.hostname or 'node')}; labelloc=t;",
     ]
     devices: list[Gpu | Hca] = [*topo.gpus, *(h for h in topo.hcas if h.pci is not None)]
     roots: dict[str, int | None] = {}
@@ -207,20 +212,13 @@ def dot_text(topo: NodeTopology) -> str:
         by_numa.setdefault(numa, []).append(root)
     for numa, members in by_numa.items():
         name = f"NUMA node {numa}" if numa is not None else "NUMA unknown"
-        out.append(f'  subgraph "cluster_numa{numa}" {{ label="{name}"; style=rounded;')
-        out += [f'    "{r}" [shape=box, style=filled, fillcolor=lightgrey];' for r in members]
+        out.append(f"  subgraph {_q(f'cluster_numa{numa}')} {{ label={_q(name)}; style=rounded;")
+        out += [f"    {_q(r)} [shape=box, style=filled, fillcolor=lightgrey];" for r in members]
         out.append("  }")
     bridges = {c for _, c in edges} - {device_label(d) for d in devices}
-    out += [f'  "{b}" [shape=box, fontsize=8, height=0.2];' for b in sorted(bridges)]
-    for d in devices:
-        if isinstance(d, Gpu):
-            text = f"GPU{d.index}\\n{d.pci.address}\\n{_esc(d.name or '')}"
-            out.append(f'  "{device_label(d)}" [shape=box3d, color=green4, label="{text}"];')
-        else:
-            rate = next((p.rate_gbps for p in d.ports if p.rate_gbps), None)
-            text = f"{d.name}\\n{d.pci.address if d.pci else ''}\\n{f'{rate:g}' if rate else '?'}G"
-            out.append(f'  "{d.name}" [shape=component, color=blue, label="{text}"];')
-    out += [f'  "{a}" -> "{b}";' for a, b in sorted(edges)]
+    out += [f"  {_q(b)} [shape=box, fontsize=8, height=0.2];" for b in sorted(bridges)]
+    out += [f"  {_q(device_label(d))} [{_dot_device(d)}];" for d in devices]
+    out += [f"  {_q(a)} -> {_q(b)};" for a, b in sorted(edges)]
     for g in topo.gpus:
         near = [
             (r, h.name)
@@ -228,24 +226,60 @@ def dot_text(topo: NodeTopology) -> str:
             if h.pci is not None and (r := pci_relation(g.pci, h.pci)) <= Relation.PXB
         ]
         for r, name in sorted(near)[:1]:
-            out.append(f'  "GPU{g.index}" -> "{name}" [style=dashed, color=red, label="{r.name}"];')
+            out.append(
+                f"  {_q(device_label(g))} -> {_q(name)} "
+                f"[style=dashed, color=red, label={_q(r.name)}];"
+            )
     out.append("}")
     return "\n".join(out)
 
 
-def _esc(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"')
+def _dot_device(d: Gpu | Hca) -> str:
+    """The attributes of a GPU or NIC node; label lines are joined with DOT's `\\n`."""
+    if isinstance(d, Gpu):
+        lines = [f"GPU{d.index}", d.pci.address, d.name or ""]
+        return f"shape=box3d, color=green4, label={_q(*lines)}"
+    rate = next((p.rate_gbps for p in d.ports if p.rate_gbps), None)
+    lines = [d.name, d.pci.address if d.pci else "", f"{rate:g}G" if rate else "?G"]
+    down = [p for p in d.ports if not p.is_up]
+    lines += [f"port {p.number} {p.state.name}/{p.phys_state.name}" for p in down]
+    style = ", style=filled, fillcolor=mistyrose, fontcolor=red3" if down else ""
+    return f"shape=component, color=blue{style}, label={_q(*lines)}"
+
+
+def _q(*lines: str) -> str:
+    """A quoted DOT string of `lines` (joined with DOT's line break `\\n`): quotes and
+    backslashes escaped, characters a terminal acts on written as escapes."""
+    text = "\\n".join(printable(s).replace("\\", "\\\\").replace('"', '\\"') for s in lines)
+    return f'"{text}"'
 
 
 # ---------------------------------------------------------------- samples and snapshots
 
 
+class ListFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+samples_app = typer.Typer(
+    help="The bundled sample nodes: list them, or lay one out as a sysfs tree.",
+    invoke_without_command=True,
+)
+
+
+@samples_app.callback()
 def list_samples(
-    output: Annotated[str, typer.Option("-o", "--output", help="table or json")] = "table",
+    ctx: typer.Context,
+    output: Annotated[
+        ListFormat, typer.Option("-o", "--output", help="table or json.")
+    ] = ListFormat.table,
 ) -> None:
     """List the bundled sample nodes (use one with `--sample NAME`)."""
+    if ctx.invoked_subcommand is not None:
+        return
     found = samples.all_samples()
-    if output == "json":
+    if output is ListFormat.json:
         typer.echo(json.dumps([{"name": s.name, "description": s.description} for s in found]))
         return
     t = Table("Sample", "What it models")
@@ -254,12 +288,38 @@ def list_samples(
     console.print(t)
 
 
+@samples_app.command("materialize")
+def materialize(
+    name: Annotated[
+        str,
+        typer.Argument(metavar="NAME", help="A sample name.", autocompletion=complete_sample),
+    ],
+    dest: Annotated[Path, typer.Argument(metavar="DIR", help="A new or empty directory to write.")],
+) -> None:
+    """Write a sample's sysfs tree to DIR, to read with `--sysfs-root DIR` or edit by hand."""
+    try:
+        samples.materialise(name, dest)
+    except samples.SampleError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"cannot write {dest}: {e.strerror or e}", code=1)
+    where = escape(str(dest))
+    console.print(
+        f"wrote sample {name} to {where}; read it with --sysfs-root {where}", soft_wrap=True
+    )
+
+
 snapshot_app = typer.Typer(help="Support snapshots of a node's sysfs subset.", no_args_is_help=True)
 
 
 @snapshot_app.command("create")
 def snapshot_create(
-    output: Annotated[str, typer.Option("-o", "--output", metavar="FILE", help="Where to write.")],
+    output: Annotated[
+        str,
+        typer.Option(
+            "-o", "--output", metavar="FILE", help="Where to write the .tar.gz; - for stdout."
+        ),
+    ],
     sysfs_root: SysfsRootOption = None,
     redact: Annotated[
         bool, typer.Option("--redact", help="Replace GUIDs, MACs, IPs and the hostname.")
@@ -268,15 +328,41 @@ def snapshot_create(
     """Capture what rdmaplane reads from this node's sysfs into a small .tar.gz.
 
     Attach it to a support request; every command that reads a node takes `--snapshot FILE`.
+    Exit 1 when the node has no RDMA device (nothing to capture; nothing is written).
     """
-    root = sysfs_root or "/sys"
+    to_stdout = output == "-"
+    if to_stdout and sys.stdout.isatty():
+        fail("-o -: refusing to write a binary archive to a terminal; redirect it to a file")
+    if not to_stdout:
+        _check_target(output)
+    root = "/sys" if sysfs_root is None else sysfs_root
     if not os.path.isdir(root):
-        fail(f"sysfs root {root!r} is not a directory")
+        fail(f"--sysfs-root {root!r} is not a directory")
     live = os.path.realpath(root) == "/sys"
-    counts = snapshot.create(
-        output, root=root, redact=redact, gpu_info=nvml.gpu_info() if live else None
+    snap = snapshot.capture(root, redact=redact, gpu_info=nvml.gpu_info() if live else None)
+    if not snap.topology.hcas:
+        fail(f"nothing to capture: {no_rdma(snap.topology)}", code=1)
+    if to_stdout:
+        typer.get_binary_stream("stdout").write(snap.archive)
+    else:
+        try:
+            Path(output).write_bytes(snap.archive)
+        except OSError as e:
+            fail(f"cannot write {output}: {e.strerror or e}", code=1)
+    (err_console if to_stdout else console).print(
+        f"wrote {'stdout' if to_stdout else escape(output)}: {snap.files} files, "
+        f"{snap.links} links, {len(snap.archive) / 1024:.1f} KiB{' (redacted)' if redact else ''}"
     )
-    console.print(
-        f"wrote {output}: {counts['files']} files, {counts['links']} links, "
-        f"{counts['bytes'] / 1024:.1f} KiB{' (redacted)' if redact else ''}"
-    )
+
+
+def _check_target(output: str) -> None:
+    """Refuse an output path that cannot take a file before reading the node."""
+    if not output:
+        fail("-o: empty; give a file name, or - for stdout")
+    if os.path.isdir(output):
+        fail(
+            f"-o {output}: is a directory; give a file name, e.g. {output.rstrip('/')}/node.tar.gz"
+        )
+    parent = os.path.dirname(output) or "."
+    if not os.path.isdir(parent):
+        fail(f"-o {output}: directory {parent} does not exist")

@@ -4,13 +4,12 @@ decisions, per node, for a pod — from files or from a cluster)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from rdmaplane.cli.common import (
@@ -18,9 +17,11 @@ from rdmaplane.cli.common import (
     VerboseOption,
     config_file,
     fail,
+    read_objects,
     start_logging,
 )
 from rdmaplane.config import SchedulerExtenderConfig
+from rdmaplane.documents import DocumentError, printable, read_documents
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
 
@@ -79,31 +80,32 @@ def explain_placement(
     config: Path | None = ConfigOption,
     output: str = typer.Option("table", "-o", "--output", help="table or json."),
 ) -> None:
-    """Why each node would or would not get the pod, and its score. Exit 1 when none fits."""
+    """Why each node would or would not get the pod, and its score. Exit 1 when none fits
+    (or the cluster cannot be read), 2 on bad input."""
     if output not in ("table", "json"):
-        typer.echo("error: -o must be table or json", err=True)
-        raise typer.Exit(2)
+        fail(f"-o {output!r}: choose table or json")
     cfg = config_file(config, SchedulerExtenderConfig)
     cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
+    pod_obj = _workload_pod(pod)
     try:
-        pod_obj = _workload_pod(next(_documents(pod), None), pod)
-        if kubeconfig is not None:
-            listed = list_cluster(kubeconfig)
-        elif nrt or nodes:
-            listed = {
-                "nrt": [d for p in nrt for d in _documents(p)],
-                "node": [d for p in nodes for d in _documents(p)],
-                "pod": [d for p in pods for d in _documents(p)],
-            }
-        else:
-            typer.echo("error: give --nrt/--nodes files or --kubeconfig", err=True)
-            raise typer.Exit(2)
-        for kind, objs in listed.items():
-            cache.replace(kind, objs)
         request = pl.pod_request(pod_obj, cache.policy.names)
-    except (OSError, yaml.YAMLError, ValueError) as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except pl.RequestError as exc:
+        fail(f"{pod}: {exc}")
+    if kubeconfig is not None:
+        try:
+            listed = list_cluster(kubeconfig)
+        except ClusterError as exc:
+            fail(str(exc), exc.code)
+    elif nrt or nodes:
+        listed = {
+            "nrt": read_objects(nrt, "NodeResourceTopology"),
+            "node": read_objects(nodes, "Node"),
+            "pod": read_objects(pods, "Pod"),
+        }
+    else:
+        fail("give --nrt/--nodes files or --kubeconfig")
+    for kind, objs in listed.items():
+        cache.replace(kind, objs)
     from rdmaplane.scheduler.app import explain_request, explain_rows
 
     names = sorted({_name(o) for objs in (listed["nrt"], listed["node"]) for o in objs})
@@ -122,44 +124,64 @@ def _print_table(request: pl.PodRequest, rows: list[dict[str, Any]]) -> None:
         table.add_column(col)
     for r in rows:
         fits = "yes" if r["fits"] else ("never" if r["unresolvable"] else "no")
-        table.add_row(r["node"], r["policy"], fits, str(r["score"]), r["alignment"], r["detail"])
+        cells = (r["node"], r["policy"], fits, str(r["score"]), r["alignment"], r["detail"])
+        table.add_row(*(escape(printable(str(c))) for c in cells))  # names come from files
     Console(width=200).print(table)
 
 
-def _documents(path: Path) -> Iterator[dict[str, Any]]:
-    for doc in yaml.safe_load_all(path.read_text()):
-        if isinstance(doc, dict) and isinstance(doc.get("items"), list):
-            yield from (d for d in doc["items"] if isinstance(d, dict))
-        elif isinstance(doc, dict):
-            yield doc
-        elif doc is not None:
-            raise ValueError(f"{path}: expected Kubernetes objects, found {type(doc).__name__}")
-
-
-def _workload_pod(obj: dict[str, Any] | None, path: Path) -> dict[str, Any]:
-    if obj is None:
-        raise ValueError(f"{path}: no object in the file")
-    template = (obj.get("spec") or {}).get("template")
-    if obj.get("kind") != "Pod" and isinstance(template, dict):
-        return template
-    return obj
+def _workload_pod(path: Path) -> dict[str, Any]:
+    """The pod in the file: a Pod, or the `spec.template` of a workload (Job, Deployment...)."""
+    try:
+        docs = read_documents(path)
+    except DocumentError as exc:
+        fail(str(exc))
+    if not docs:
+        fail(f"{path}: no object in the file")
+    obj = docs[0]
+    if not isinstance(obj, dict):
+        fail(f"{path}: expected a Pod or a workload object, got {type(obj).__name__}")
+    spec = obj.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    pod = template if obj.get("kind") != "Pod" and isinstance(template, dict) else obj
+    if not isinstance(pod.get("metadata") or {}, dict):
+        fail(f"{path}: metadata: expected an object")
+    return pod
 
 
 def _name(obj: dict[str, Any]) -> str:
-    return str((obj.get("metadata") or {}).get("name", ""))
+    return str(obj["metadata"]["name"])
+
+
+class ClusterError(Exception):
+    """The cluster cannot be read: `code` 2 for an unusable kubeconfig, 1 when the API server
+    cannot be reached or refuses; the message is one line."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
-    from lightkube import operators
+    """NRTs, nodes and bound pods from the cluster, or `ClusterError`."""
+    import httpx2  # lightkube's transport: its errors are what an unreachable server raises
+    from lightkube import ApiError, ConfigError, operators
     from lightkube.resources.core_v1 import Node, Pod
 
     from rdmaplane.kube import NodeResourceTopology, sync_client
     from rdmaplane.scheduler.watch import as_dict
 
-    client = sync_client(kubeconfig)
+    try:
+        client = sync_client(kubeconfig)
+    except ConfigError as exc:
+        raise ClusterError(str(exc), 2) from None
     bound: dict[str, Any] = {"spec.nodeName": operators.not_equal("")}
-    return {
-        "nrt": [as_dict(o) for o in client.list(NodeResourceTopology)],
-        "node": [as_dict(o) for o in client.list(Node)],
-        "pod": [as_dict(o) for o in client.list(Pod, namespace="*", fields=bound)],
-    }
+    try:
+        return {
+            "nrt": [as_dict(o) for o in client.list(NodeResourceTopology)],
+            "node": [as_dict(o) for o in client.list(Node)],
+            "pod": [as_dict(o) for o in client.list(Pod, namespace="*", fields=bound)],
+        }
+    except ApiError as exc:
+        raise ClusterError(f"the API server refused: {exc.status.message or exc}", 1) from None
+    except (httpx2.HTTPError, OSError) as exc:
+        raise ClusterError(f"cannot reach the API server of {kubeconfig}: {exc}", 1) from None

@@ -126,6 +126,11 @@ def _pods(doc: object, path: Path) -> list[tuple[tuple[str | int, ...], dict[str
     if not isinstance(doc, dict):
         raise DocumentError(f"{path}: expected a Pod or a workload object")
     if doc.get("kind") == "Pod":
+        for key, want in (("metadata", dict), ("spec", dict)):
+            if not isinstance(doc.get(key, {}), want):
+                raise DocumentError(f"{path}: {key}: expected a mapping")
+        if not isinstance(doc.get("spec", {}).get("containers"), list):
+            raise DocumentError(f"{path}: spec.containers: expected a list of containers")
         return [((), doc)]
     found: list[tuple[tuple[str | int, ...], dict[str, Any]]] = []
     stack: list[tuple[tuple[str | int, ...], object]] = [((), doc)]

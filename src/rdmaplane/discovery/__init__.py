@@ -21,17 +21,30 @@ def load_node(
     *, sysfs_root: str | None = None, snapshot_file: str | None = None, sample: str | None = None
 ) -> NodeTopology:
     """Read the node from exactly one source; the live `/sys` of this machine by default."""
-    given = [s for s in (sysfs_root, snapshot_file, sample) if s]
+    given = {
+        flag: value
+        for flag, value in (
+            ("--sysfs-root", sysfs_root),
+            ("--snapshot", snapshot_file),
+            ("--sample", sample),
+        )
+        if value is not None
+    }
     if len(given) > 1:
         raise NodeSourceError("give only one of --sysfs-root, --snapshot and --sample")
+    for flag, value in given.items():
+        if not value:
+            raise NodeSourceError(f"{flag}: empty value (leave the flag out to read /sys)")
     if sample:
         try:
             return samples.read_sample(sample)
         except samples.SampleError as e:
             raise NodeSourceError(str(e)) from e
     if snapshot_file:
-        if not os.path.isfile(snapshot_file):
+        if not os.path.exists(snapshot_file):
             raise NodeSourceError(f"snapshot {snapshot_file!r} does not exist")
+        if not os.path.isfile(snapshot_file):
+            raise NodeSourceError(f"snapshot {snapshot_file!r} is not a file")
         try:
             with snapshot.extracted(snapshot_file) as root:
                 topo = read_node(root)

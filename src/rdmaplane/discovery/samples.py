@@ -120,11 +120,25 @@ def all_samples() -> list[Sample]:
 @contextmanager
 def materialised(name: str) -> Iterator[Path]:
     """A temporary sysfs tree of the sample, removed afterwards."""
+    spec = load(name).spec  # a name that is no sample fails here, before any path is made
     scratch = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # thousands of tiny files
-    with tempfile.TemporaryDirectory(prefix=f"rdmaplane-{name}-", dir=scratch) as tmp:
+    with tempfile.TemporaryDirectory(prefix="rdmaplane-sample-", dir=scratch) as tmp:
         root = Path(tmp) / "sys"
-        build(load(name).spec, root)
+        build(spec, root)
         yield root
+
+
+def materialise(name: str, dest: Path) -> None:
+    """Lay the sample's sysfs tree out at `dest` (missing, or an empty directory), for
+    `--sysfs-root` and for editing by hand."""
+    spec = load(name).spec
+    if dest.is_dir() and any(dest.iterdir()):
+        raise SampleError(f"{dest}: not empty; give a new or empty directory")
+    if dest.exists() and not dest.is_dir():
+        raise SampleError(f"{dest}: exists and is not a directory")
+    if not dest.parent.is_dir():
+        raise SampleError(f"{dest}: its directory {dest.parent} does not exist")
+    build(spec, dest)
 
 
 def read_sample(name: str) -> NodeTopology:
@@ -144,7 +158,7 @@ def _with_source(topo: NodeTopology, source: str) -> NodeTopology:
 
 
 def build(spec: dict[str, Any], root: Path) -> None:
-    """Write the sysfs tree that `spec` describes below `root` (which must not exist yet)."""
+    """Write the sysfs tree that `spec` describes below `root` (missing or empty)."""
     _Tree(spec, root).build()
 
 
@@ -228,7 +242,7 @@ class _Tree:
 
     # --- whole node
     def build(self) -> None:
-        self.root.mkdir(parents=True)
+        self.root.mkdir(parents=True, exist_ok=True)
         for node in self.spec.get("numa", []):
             base = f"devices/system/node/node{node['id']}"
             self.write(f"{base}/cpulist", node["cpus"])

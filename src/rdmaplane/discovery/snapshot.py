@@ -19,11 +19,12 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rdmaplane.discovery.sysfs import SIDECAR, Recording, read_node
-from rdmaplane.model import Gpu
+from rdmaplane.model import Gpu, NodeTopology
 
 MAX_MEMBERS = 200_000
 MAX_BYTES = 64 << 20
@@ -33,14 +34,23 @@ class SnapshotError(ValueError):
     """A snapshot that cannot be read: not a tar.gz, too large, or with unsafe members."""
 
 
-def create(
-    out: str,
-    *,
+@dataclass(frozen=True)
+class Capture:
+    """A snapshot in memory: the node as read while recording, and the archive of it."""
+
+    topology: NodeTopology
+    archive: bytes
+    files: int
+    links: int
+
+
+def capture(
     root: str = "/sys",
+    *,
     redact: bool = False,
     gpu_info: dict[str, dict[str, Any]] | None = None,
-) -> dict[str, int]:
-    """Write a snapshot of the node at `root` to `out`; returns counts for the caller to show.
+) -> Capture:
+    """Read the node at `root` once, recording, and pack what was read into a `.tar.gz`.
 
     `gpu_info` (from NVML on a live node) is kept in the sidecar, since sysfs has no GPU UUIDs.
     """
@@ -66,8 +76,20 @@ def create(
         "unreadable": unreadable,
     }
     writer.add_sidecar(side)
-    writer.write(out)
-    return {"files": writer.file_count, "links": writer.link_count, "bytes": os.path.getsize(out)}
+    return Capture(topo, writer.archive(), writer.file_count, writer.link_count)
+
+
+def create(
+    out: str,
+    *,
+    root: str = "/sys",
+    redact: bool = False,
+    gpu_info: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, int]:
+    """`capture` written to the file `out`; returns counts for the caller to show."""
+    snap = capture(root, redact=redact, gpu_info=gpu_info)
+    Path(out).write_bytes(snap.archive)
+    return {"files": snap.files, "links": snap.links, "bytes": len(snap.archive)}
 
 
 def _gpu_facts(gpu: Gpu) -> dict[str, Any]:
@@ -98,6 +120,13 @@ def extracted(path: str) -> Iterator[str]:
 
 
 def _check_members(members: list[tarfile.TarInfo], path: str) -> None:
+    """Bounds, and absolute names: tarfile's "data" filter would strip their leading `/` and
+    extract them anyway, but a snapshot never holds one, so an archive that does is refused.
+    (Members leaving the directory, links pointing out of it and special files are refused
+    by that filter during extraction.)"""
+    absolute = next((m.name for m in members if m.name.startswith(("/", os.sep))), None)
+    if absolute is not None:
+        raise SnapshotError(f"{path}: member {absolute!r} has an absolute path; not a snapshot")
     if len(members) > MAX_MEMBERS:
         raise SnapshotError(f"{path}: {len(members)} entries, more than {MAX_MEMBERS}")
     total = sum(m.size for m in members)
@@ -166,9 +195,9 @@ class _Writer:
             self.file_count += 1
         self.tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
 
-    def write(self, out: str) -> None:
+    def archive(self) -> bytes:
         self.tar.close()
-        Path(out).write_bytes(self.buffer.getvalue())
+        return self.buffer.getvalue()
 
 
 class _Redactor:

@@ -9,12 +9,12 @@ the file, and the rest of the node is still read.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from rdmaplane.documents import DocumentError, decode, parse_document, printable
 from rdmaplane.model import (
     NVIDIA_VENDOR,
     Gid,
@@ -34,8 +34,10 @@ from rdmaplane.model import (
     parse_cpulist,
     parse_rate_gbps,
 )
+from rdmaplane.selectors import natural_key
 
 SIDECAR = ".rdmaplane/node.json"  # facts sysfs lacks (hostname, GPU UUIDs), kept beside the tree
+SIDECAR_MAX_BYTES = 8 << 20  # an 8-GPU node's is a few KiB; EINVAL lists of big nodes far less
 
 _ROOT_COMPLEX = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 _BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -74,8 +76,9 @@ class _Sysfs:
     def warn(self, rel: str, message: str) -> None:
         self.warnings.append(ReadWarning(rel, message))
 
-    def read(self, rel: str) -> bytes:
-        """Raw content; raises OSError, including the errors a snapshot recorded for `rel`.
+    def read(self, rel: str, limit: int = 65536) -> bytes:
+        """Raw content (at most `limit` bytes); raises OSError, including the errors a snapshot
+        recorded for `rel`.
 
         Files are opened relative to their directory, whose descriptor is kept while reads
         stay in it: resolving a deep sysfs path (through `class/…` symlinks) once per directory
@@ -88,7 +91,7 @@ class _Sysfs:
                 raise OSError(code, os.strerror(code))
             fd = os.open(name, _READ_FLAGS, dir_fd=self._folder_fd(folder))
             try:
-                data = os.read(fd, 65536)
+                data = os.read(fd, limit)
             finally:
                 os.close(fd)
         except OSError as e:
@@ -148,10 +151,18 @@ class _Sysfs:
                 self.warn(rel, e.strerror or type(e).__name__)
             return None
         try:
-            return data.decode("utf-8").strip()
+            return self.printable(rel, data.decode("utf-8").strip())
         except UnicodeDecodeError:
             self.warn(rel, "not UTF-8 text")
             return None
+
+    def printable(self, rel: str, text: str) -> str:
+        """`text` safe for a terminal; a snapshot is untrusted input, and no sysfs attribute
+        holds escape sequences or line breaks, so one that does is junk worth a warning."""
+        if text.isprintable():
+            return text
+        self.warn(rel, "control characters escaped")
+        return printable(text)
 
     def parsed(self, rel: str, parse: Callable[[str], T], *, optional: bool = False) -> T | None:
         return self.parse(rel, self.text(rel, optional=optional), parse)
@@ -175,7 +186,11 @@ class _Sysfs:
             return []
         if self.recording is not None:
             self.recording.dirs.add(rel)
-        return names
+        if all(n.isprintable() for n in names):
+            return names
+        for odd in (n for n in names if not n.isprintable()):
+            self.warn(f"{rel}/{printable(odd)}", "name with control characters; left out")
+        return [n for n in names if n.isprintable()]
 
     def resolve(self, rel: str) -> list[str] | None:
         """The link target as path parts below the root; None when it leaves the root."""
@@ -229,11 +244,11 @@ def read_node(
         numa = _read_numa(fs)
         netdevs = _read_netdevs(fs)
         hcas = _read_hcas(fs, pci, netdevs)
-        gpus = _read_gpus(fs, pci, sidecar.get("gpus", {}))
+        gpus = _read_gpus(fs, pci, _sidecar_map(fs, sidecar, "gpus"))
     finally:
         fs.close()
     return NodeTopology(
-        hostname=_str_or_none(sidecar.get("hostname")) or hostname,
+        hostname=_sidecar_text(fs, sidecar, "hostname") or hostname,
         numa_nodes=numa,
         gpus=gpus,
         hcas=hcas,
@@ -244,13 +259,20 @@ def read_node(
 
 
 def _read_sidecar(fs: _Sysfs) -> dict[str, object]:
-    raw = fs.text(SIDECAR, optional=True)
-    if raw is None:
+    """The sidecar as a mapping (empty when there is none); a broken one is a warning, since
+    the tree beside it may still be good."""
+    try:
+        raw = fs.read(SIDECAR, limit=SIDECAR_MAX_BYTES + 1)
+    except OSError as e:
+        if e.errno not in _QUIET:
+            fs.warn(SIDECAR, e.strerror or type(e).__name__)
         return {}
     try:
-        data = json.loads(raw)
-    except ValueError as e:
-        fs.warn(SIDECAR, f"not JSON: {e}")
+        if len(raw) > SIDECAR_MAX_BYTES:
+            raise DocumentError(f"{SIDECAR}: larger than {SIDECAR_MAX_BYTES} bytes")
+        data = parse_document(decode(raw, SIDECAR), SIDECAR)
+    except DocumentError as e:
+        fs.warn(SIDECAR, str(e).removeprefix(f"{SIDECAR}: "))
         return {}
     if not isinstance(data, dict):
         fs.warn(SIDECAR, "not a JSON object")
@@ -347,8 +369,9 @@ def _read_pci(fs: _Sysfs, address: str) -> PciDevice | None:
     )
 
 
-def _read_gpus(fs: _Sysfs, pci: Callable[[str], PciDevice | None], info: object) -> tuple[Gpu, ...]:
-    known = info if isinstance(info, dict) else {}
+def _read_gpus(
+    fs: _Sysfs, pci: Callable[[str], PciDevice | None], known: dict[str, object]
+) -> tuple[Gpu, ...]:
     found = []
     base = "bus/pci/devices"
     addresses = fs.listdir(base, optional=True)
@@ -363,23 +386,53 @@ def _read_gpus(fs: _Sysfs, pci: Callable[[str], PciDevice | None], info: object)
             found.append(dev)
     gpus = []
     for index, dev in enumerate(sorted(found, key=lambda d: d.address)):
-        extra = known.get(dev.address, {})
-        extra = extra if isinstance(extra, dict) else {}
-        links = extra.get("nvlinks")
+        at = f"gpus.{dev.address}"
+        facts = _sidecar_map(fs, known, dev.address, at)
         gpus.append(
             Gpu(
                 index=index,
                 pci=dev,
-                uuid=_str_or_none(extra.get("uuid")),
-                name=_str_or_none(extra.get("name")),
-                nvlinks=tuple(sorted(links.items())) if isinstance(links, dict) else None,
+                uuid=_sidecar_text(fs, facts, "uuid", f"{at}.uuid"),
+                name=_sidecar_text(fs, facts, "name", f"{at}.name"),
+                nvlinks=_nvlinks(fs, facts.get("nvlinks"), f"{at}.nvlinks"),
             )
         )
     return tuple(gpus)
 
 
-def _str_or_none(v: object) -> str | None:
-    return v if isinstance(v, str) else None
+# The sidecar is as untrusted as the tree (it arrives in a support archive): a field of the
+# wrong type is a warning naming its key, and the field is left out.
+
+
+def _sidecar_map(fs: _Sysfs, d: dict[str, object], key: str, at: str = "") -> dict[str, object]:
+    v = d.get(key)
+    if v is None:
+        return {}
+    if isinstance(v, dict):
+        return v
+    fs.warn(SIDECAR, f"{at or key}: expected an object, got {type(v).__name__}")
+    return {}
+
+
+def _sidecar_text(fs: _Sysfs, d: dict[str, object], key: str, at: str = "") -> str | None:
+    v = d.get(key)
+    if v is None or isinstance(v, str):
+        return v if v is None else fs.printable(f"{SIDECAR}: {at or key}", v)
+    fs.warn(SIDECAR, f"{at or key}: expected a string, got {type(v).__name__}")
+    return None
+
+
+def _nvlinks(fs: _Sysfs, links: object, at: str) -> tuple[tuple[str, int], ...] | None:
+    """NVLinks to each peer GPU (PCI address → count of bonded links), as NVML reports them."""
+    if links is None:
+        return None
+    if isinstance(links, dict) and all(
+        isinstance(k, str) and isinstance(n, int) and not isinstance(n, bool) and n >= 0
+        for k, n in links.items()
+    ):
+        return tuple(sorted(links.items()))
+    fs.warn(SIDECAR, f"{at}: expected a map of peer PCI address to a link count")
+    return None
 
 
 # ---------------------------------------------------------------- netdevs
@@ -387,7 +440,7 @@ def _str_or_none(v: object) -> str | None:
 
 def _read_netdevs(fs: _Sysfs) -> dict[str, Netdev]:
     out: dict[str, Netdev] = {}
-    for name in fs.listdir("class/net", optional=True):
+    for name in sorted(fs.listdir("class/net", optional=True), key=natural_key):
         rel = f"class/net/{name}"
         entries = set(fs.listdir(rel, optional=True))
         lower = tuple(
@@ -453,7 +506,7 @@ def _read_hcas(
     verbs = _read_char_devices(fs, "class/infiniband_verbs", ["uverbs"])
     mad = _read_char_devices(fs, "class/infiniband_mad", ["umad", "issm"])
     hcas = []
-    for name in fs.listdir("class/infiniband", optional=True):
+    for name in sorted(fs.listdir("class/infiniband", optional=True), key=natural_key):
         rel = f"class/infiniband/{name}"
         dev = None
         address = fs.link_name(f"{rel}/device")
@@ -589,9 +642,9 @@ def _with_attrs(fs: _Sysfs, port_rel: str, gid: Gid) -> Gid:
     gid_type: GidType | None = None
     netdev: str | None = None
     for attr in ("types", "ndevs"):
+        rel = f"{port_rel}/gid_attrs/{attr}/{gid.index}"
         try:
-            value = fs.read(f"{port_rel}/gid_attrs/{attr}/{gid.index}").decode("utf-8", "replace")
-            value = value.strip()
+            value = fs.printable(rel, fs.read(rel).decode("utf-8", "replace").strip())
         except OSError as e:
             errors.append(f"{attr}: {e.strerror or type(e).__name__}")
             continue

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from lightkube import AsyncClient, Client, ConfigError, KubeConfig
 
+from rdmaplane.documents import DocumentError, expect_mapping, read_document
+
 FIELD_MANAGER = "rdmaplane"
 
 
@@ -19,15 +21,31 @@ def load_config(kubeconfig: Path | None = None) -> KubeConfig:
     Raises `ConfigError` naming the file or the missing service account.
     """
     if kubeconfig is not None:
-        if not kubeconfig.is_file():
+        if not kubeconfig.exists():
             raise ConfigError(f"kubeconfig {kubeconfig} does not exist")
-        return KubeConfig.from_file(kubeconfig)
+        return _from_file(kubeconfig)
     try:
         return KubeConfig.from_service_account()
     except ConfigError as err:
         raise ConfigError(
             f"no kubeconfig given and not running in a pod with a service account ({err})"
         ) from err
+
+
+def _from_file(path: Path) -> KubeConfig:
+    """The kubeconfig at `path`, read like every other document (binary junk, deep nesting and
+    syntax errors answered in one line); lightkube's own reader would raise whatever its parser
+    meets on a file that is not a kubeconfig, so that becomes a `ConfigError` naming it too."""
+    try:
+        doc = expect_mapping(read_document(path), str(path), "a kubeconfig")
+    except DocumentError as e:
+        raise ConfigError(str(e)) from None
+    try:
+        return KubeConfig.from_dict(doc, fname=path)
+    except KeyError as e:
+        raise ConfigError(f"{path}: not a kubeconfig: no {e}") from None
+    except (TypeError, AttributeError, ValueError) as e:
+        raise ConfigError(f"{path}: not a kubeconfig: {e}") from None
 
 
 def sync_client(kubeconfig: Path | None = None, field_manager: str = FIELD_MANAGER) -> Client:

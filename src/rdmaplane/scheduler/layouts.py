@@ -10,7 +10,8 @@ agent will) or of one of these synthetic layouts, quick to build and modelled on
 - `one-socket-nics`: 8 GPUs over 2 sockets, all 8 NICs on socket 0 (half the GPUs have none);
 - `split-roots`: a PCIe server, per socket 4 GPUs behind two switches and 2 NICs on a third
   root complex: NUMA alignment is possible, PCIe pairing never;
-- `hgx-shared`: the HGX layout with its NICs in one shared pool of 16 slots (8 per NUMA zone).
+- `hgx-shared`: the HGX layout with its NICs in one shared pool of 16 slots; each slot grants
+  the whole pool, so (as the agent publishes it) every slot counts in both NUMA zones.
 
 `hgx_uplinks(switches)` cables the HGX layout's NIC i (`mlx5_i`, rail i) into `switches[i]`,
 for NRTs that carry HCA zones (a rail-optimised fabric).
@@ -77,7 +78,8 @@ def layout(
                 devices.append(nrt.Device(nrt.HCA, i // 4, root))
             else:
                 pool.append((i // 4, root))
-                devices += [nrt.Device(nrt.HCA_SHARED, i // 4)] * 2
+        if kind == "hgx-shared":
+            devices += [nrt.Device(nrt.HCA_SHARED, numa) for numa in (0, 1) for _ in range(16)]
     elif kind == "dgx-a100":
         distances = _DGX_NUMA
         for numa, root in (

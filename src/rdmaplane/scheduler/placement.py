@@ -1,22 +1,27 @@
 """Where a GPU/RDMA pod fits on a node, and how well: the scheduler extender's policy.
 
 Pure: it takes a node's published topology (`rdmaplane.nrt`) and a pod's requests and predicts
-what the kubelet's Topology Manager will do with them, the way the kubelet does it:
+what the node's kubelet will do with them, following the kubelet's own code (Topology Manager
+and device manager, v1.37) and checked against it (tests/kubelet):
 
-- per requested device resource, NUMA hints: every set of NUMA zones whose free devices cover
-  the request; *preferred* when the set is as small as the node's capacity allows;
-- hints of all resources merged by intersection, the best being preferred first, then narrowest,
-  then lowest-numbered; `single-numa-node` keeps only preferred one-zone hints, `restricted` and
-  `single-numa-node` reject a pod whose best hint is not preferred, `best-effort` and `none`
-  admit it anyway (for `none` we assume the same narrowest choice, which the plugins may or may
-  not make);
-- scope `container` aligns each container alone, in order (init containers each on their own,
-  as their devices are reused); scope `pod` aligns the pod's effective request at once.
+- containers are admitted in the kubelet's order (init containers and sidecars, then apps);
+  scope `container` asks for a hint per container, scope `pod` one for the pod's effective
+  request, which every container then gets;
+- per requested device resource, the device manager's hints (`resource_hints`): the sets of
+  the NUMA zones holding that resource that have enough free devices (and every device the
+  container may reuse from the pod's init containers), preferred when no smaller set has that
+  many installed;
+- the Topology Manager's merge (`merge_hints`): preferred only when every resource's hint is
+  preferred and they are the same zones; `single-numa-node` keeps one-zone hints only,
+  `restricted` and `single-numa-node` refuse a hint that is not preferred, `best-effort` admits
+  it, `none` gives no affinity at all;
+- the device manager's allocation (`allocate`): reusable devices first, then every free device
+  inside the affinity before any other.
 
-Inside the chosen NUMA zones it then takes devices so as to pair every GPU with a NIC on its
-PCIe root where possible (the *best achievable* pairing; the kubelet itself knows only NUMA), and
-scores the node 0-10 from that alignment and a packing term that keeps whole NUMA zones and whole
-nodes free for large jobs.
+Which devices inside the affinity is the device plugins' choice; the prediction takes the ones
+that pair every GPU with a NIC on its PCIe root where possible (the *best achievable* pairing:
+the kubelet itself knows only NUMA), and scores the node 0-10 from that alignment and a packing
+term that keeps whole NUMA zones and whole nodes free for large jobs.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from itertools import product
 from typing import Any
 
 from rdmaplane import nrt as nrtmod
@@ -72,14 +76,44 @@ class Policy:
 # ---------------------------------------------------------------------------------------------
 # Pod requests
 
+KINDS = ("init", "sidecar", "app")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRequest:
+    """One container's devices: a regular init container, a sidecar (an init container with
+    `restartPolicy: Always`) or an app container."""
+
+    kind: str
+    devices: Vec
+    zero: tuple[int, ...] = ()  # resources its limits name with a count of 0 (see kubelet_hint)
+
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
     """Device requests of a pod, as the scheduler and the kubelet count them."""
 
-    containers: tuple[Vec, ...]  # app containers and sidecars with devices, in order
-    init: tuple[Vec, ...]  # regular init containers with devices (plus the sidecars before them)
+    steps: tuple[ContainerRequest, ...]  # containers naming devices, in the kubelet's order
     total: Vec  # the effective pod request (max of the app sum and each init container)
+    zero: tuple[int, ...] = ()  # resources named by some container, 0 in total
+
+    @classmethod
+    def of(cls, *devices: Vec) -> PodRequest:
+        """A pod of app containers only."""
+        steps = tuple(ContainerRequest("app", d) for d in devices if d != ZERO)
+        total = ZERO
+        for d in devices:
+            total = _add(total, d)
+        return cls(steps, total)
+
+    @property
+    def containers(self) -> tuple[Vec, ...]:
+        """Devices of the containers that run alongside each other: sidecars and apps."""
+        return tuple(s.devices for s in self.steps if s.kind != "init")
+
+    @property
+    def init(self) -> tuple[Vec, ...]:
+        return tuple(s.devices for s in self.steps if s.kind == "init")
 
     @property
     def wants_devices(self) -> bool:
@@ -89,39 +123,40 @@ class PodRequest:
     def wants_rdma(self) -> bool:
         return self.total[1] > 0 or self.total[2] > 0
 
-    def units(self, scope: str) -> tuple[tuple[Vec, ...], tuple[Vec, ...]]:
-        """(units checked alone, units placed and kept) under a Topology Manager scope."""
-        if scope == "pod":
-            return (), (self.total,)
-        return self.init, self.containers
-
 
 def pod_request(pod: Any, names: ResourceNames = ResourceNames()) -> PodRequest:
-    """Read GPU/HCA/shared-slot requests of a v1 Pod object (requests, else limits)."""
+    """Read GPU/HCA/shared-slot requests of a v1 Pod object (requests, else limits), in the
+    order the kubelet admits containers: init containers and sidecars as listed, then apps."""
     if not isinstance(pod, Mapping):
         raise RequestError("Pod: expected an object")
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
         raise RequestError("Pod.spec: expected an object")
-    apps = [
-        _container_vec(c, f"Pod.spec.containers[{i}]", names) for i, c in _items(spec, "containers")
-    ]
+    steps: list[ContainerRequest] = []
     sidecars: Vec = ZERO
-    init: list[Vec] = []
+    total: Vec = ZERO
+    named: set[int] = set()
     for i, c in _items(spec, "initContainers"):
-        vec = _container_vec(c, f"Pod.spec.initContainers[{i}]", names)
-        if c.get("restartPolicy") == "Always":
-            apps.append(vec)
+        vec, names_here = _container_vec(c, f"Pod.spec.initContainers[{i}]", names)
+        kind = "sidecar" if c.get("restartPolicy") == "Always" else "init"
+        steps.append(ContainerRequest(kind, vec, tuple(r for r in names_here if not vec[r])))
+        named.update(names_here)
+        if kind == "sidecar":
             sidecars = _add(sidecars, vec)
         else:
-            init.append(_add(vec, sidecars))
-    total = ZERO
-    for vec in apps:
-        total = _add(total, vec)
-    for vec in init:
-        total = (max(total[0], vec[0]), max(total[1], vec[1]), max(total[2], vec[2]))
-    keep = tuple(v for v in apps if v != ZERO)
-    return PodRequest(keep, tuple(v for v in init if v != ZERO), total)
+            total = _max(total, _add(vec, sidecars))
+    apps = sidecars
+    for i, c in _items(spec, "containers"):
+        vec, names_here = _container_vec(c, f"Pod.spec.containers[{i}]", names)
+        steps.append(ContainerRequest("app", vec, tuple(r for r in names_here if not vec[r])))
+        named.update(names_here)
+        apps = _add(apps, vec)
+    total = _max(total, apps)
+    return PodRequest(
+        tuple(s for s in steps if s.devices != ZERO or s.zero),
+        total,
+        tuple(r for r in sorted(named) if not total[r]),
+    )
 
 
 def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, Any]]]:
@@ -136,14 +171,18 @@ def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, An
     return list(enumerate(value))
 
 
-def _container_vec(container: Mapping[str, Any], where: str, names: ResourceNames) -> Vec:
+def _container_vec(
+    container: Mapping[str, Any], where: str, names: ResourceNames
+) -> tuple[Vec, tuple[int, ...]]:
+    """The container's GPUs, HCAs and shared slots, and which of them it names at all."""
     resources = container.get("resources")
     if resources is None:
-        return ZERO
+        return ZERO, ()
     if not isinstance(resources, Mapping):
         raise RequestError(f"{where}.resources: expected an object")
     amounts = []
-    for name in names.as_tuple():
+    named = []
+    for r, name in enumerate(names.as_tuple()):
         value = 0
         for kind in ("limits", "requests"):  # requests win when both are set
             table = resources.get(kind)
@@ -153,8 +192,9 @@ def _container_vec(container: Mapping[str, Any], where: str, names: ResourceName
                 raise RequestError(f"{where}.resources.{kind}: expected an object")
             if name in table:
                 value = parse_count(table[name], f"{where}.resources.{kind}[{name}]")
+                named.append(r)
         amounts.append(value)
-    return (amounts[0], amounts[1], amounts[2])
+    return (amounts[0], amounts[1], amounts[2]), tuple(dict.fromkeys(named))
 
 
 def parse_count(value: Any, where: str) -> int:
@@ -167,6 +207,10 @@ def parse_count(value: Any, where: str) -> int:
 
 def _add(a: Vec, b: Vec) -> Vec:
     return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+def _max(a: Vec, b: Vec) -> Vec:
+    return (max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,36 +308,58 @@ def _numa_order(zone: nrtmod.Zone) -> tuple[int, str]:
 # ---------------------------------------------------------------------------------------------
 # The kubelet's choice of NUMA zones
 
+Roots = tuple[tuple[tuple[int, int], ...], ...]  # per zone, per root: (GPUs, HCAs)
+
+
+@dataclass(frozen=True, slots=True)
+class Hint:
+    """A Topology Manager hint: a set of NUMA zones (a bitmask of zone indices) and whether it
+    is preferred."""
+
+    mask: int
+    preferred: bool
+
 
 @dataclass(frozen=True, slots=True)
 class UnitPlacement:
-    """Where one alignment unit (a container, or the pod) lands on a node."""
+    """Where one container's devices land on a node (the kubelet allocates per container, in
+    both scopes; under scope `pod` every container gets the pod's affinity)."""
 
     unit: Vec
-    zones: tuple[int, ...]  # the NUMA affinity the Topology Manager picks
+    zones: tuple[int, ...]  # the NUMA affinity the Topology Manager picks; () for none at all
     preferred: bool
-    taken: tuple[tuple[tuple[int, int], ...], ...]  # per zone, per root: (GPUs, HCAs)
-    shared_taken: tuple[int, ...]  # per zone
+    taken: Roots  # devices newly allocated
+    shared_taken: int  # shared slots newly allocated (each spans the pool's NUMA zones)
     pcie_pairs: int  # GPUs with a NIC of theirs on the same PCIe root
     numa_pairs: int  # ... on the same NUMA zone (includes pcie_pairs)
     needed: int  # pairs a perfect placement would make
+    kind: str = "app"  # init | sidecar | app
+    reused: Roots = ()  # devices taken over from the pod's init containers
+    shared_reused: int = 0
+
+    @property
+    def devices(self) -> Roots:
+        """All of the container's GPUs and HCAs: reused and newly taken."""
+        return _plus(self.taken, self.reused, 1) if self.reused else self.taken
 
     @property
     def spilled(self) -> tuple[int, ...]:
-        """Zones outside the affinity that devices had to come from. The Topology Manager can
-        merge hints into an affinity narrower than the request (GPUs on {1,3} and NICs on {1,5}
-        give {1}); the kubelet then takes the rest from anywhere, so no alignment is promised
-        for those."""
+        """Zones outside the affinity that devices came from. The Topology Manager can merge
+        hints into an affinity narrower than the request (GPUs on {1,3} and NICs on {1,5} give
+        {1}, not preferred); the device manager then takes the rest from anywhere."""
+        if not self.zones:
+            return ()
         return tuple(
             z
-            for z, roots in enumerate(self.taken)
-            if z not in self.zones and (any(g or h for g, h in roots) or self.shared_taken[z])
+            for z, roots in enumerate(self.devices)
+            if z not in self.zones and any(g or h for g, h in roots)
         )
 
     @property
     def aligned(self) -> bool:
-        """The kubelet promises this unit's NUMA alignment: preferred hint, nothing spilled."""
-        return self.preferred and not self.spilled
+        """The kubelet promises this container's NUMA alignment: a preferred affinity, nothing
+        outside it."""
+        return self.preferred and bool(self.zones) and not self.spilled
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,62 +367,44 @@ class Rejection:
     reason: str
 
 
-def place_unit(
-    state: NodeState, unit: Vec, names: ResourceNames = ResourceNames()
-) -> UnitPlacement | Rejection:
-    """Predict the kubelet's admission and device choice for one unit on a node."""
-    totals_free = _sum_vecs(z.free for z in state.zones)
-    for r in range(3):
-        if unit[r] > totals_free[r]:
-            return Rejection(f"insufficient {names.as_tuple()[r]}")
-    if unit == ZERO or not state.zones:
-        return _allocate(state, unit, tuple(range(len(state.zones))), True)
-    chosen = _best_hint(state, unit)
-    if chosen is None:
-        return Rejection(_misfit_reason(state, unit, names))
-    mask, preferred = chosen
-    zones = tuple(i for i in range(len(state.zones)) if mask >> i & 1)
-    return _allocate(state, unit, zones, preferred)
+@dataclass(frozen=True, slots=True)
+class Reusable:
+    """Devices a pod's regular init containers hold: the device manager hands them to the
+    pod's later containers first, and a later container's hints must cover their zones."""
+
+    roots: Roots
+    shared: int = 0
+
+    def count(self, r: int) -> int:
+        if r == 2:
+            return self.shared
+        return sum(pair[r] for zone in self.roots for pair in zone)
+
+    def mask(self, r: int) -> int:
+        """Zones holding reusable devices of resource r (slots: none, they span the pool)."""
+        if r == 2:
+            return 0
+        return sum(1 << z for z, zone in enumerate(self.roots) if any(p[r] for p in zone))
+
+    def after(self, placed: UnitPlacement) -> Reusable:
+        """A regular init container adds what it holds; a sidecar or an app container takes
+        what it reused away (upstream: add/removeContainerAllocatedResources)."""
+        if placed.kind == "init":
+            return Reusable(_plus(self.roots, placed.taken, 1), self.shared + placed.shared_taken)
+        if not placed.reused:
+            return self
+        return Reusable(_plus(self.roots, placed.reused, -1), self.shared - placed.shared_reused)
 
 
-def _best_hint(state: NodeState, unit: Vec) -> tuple[int, bool] | None:
-    n = len(state.zones)
-    if n > MAX_MASK_ZONES:  # beyond the Topology Manager's reach: no alignment at all
-        return None if state.policy in ("restricted", "single-numa-node") else ((1 << n) - 1, False)
-    full = (1 << n) - 1
-    requested = [r for r in range(3) if unit[r]]
-    frees = {r: _mask_sums([z.free[r] for z in state.zones]) for r in requested}
-    preferred_lists = []
-    for r in requested:
-        caps = _mask_sums([z.capacity[r] for z in state.zones])
-        fits = [m for m in range(1, full + 1) if caps[m] >= unit[r]]
-        if not fits:
-            return None
-        width = min(m.bit_count() for m in fits)
-        if state.policy == "single-numa-node" and width != 1:
-            return None
-        preferred_lists.append(
-            [m for m in fits if m.bit_count() == width and frees[r][m] >= unit[r]]
-        )
-    best: int | None = None
-    for combo in product(*preferred_lists):
-        merged = full
-        for m in combo:
-            merged &= m
-        if merged and (best is None or _narrower(merged, best)):
-            best = merged
-    if best is not None:
-        return best, True
-    if state.policy in ("restricted", "single-numa-node"):
-        return None
-    for m in sorted(range(1, full + 1), key=lambda m: (m.bit_count(), m)):
-        if all(frees[r][m] >= unit[r] for r in requested):
-            return m, False
-    return None
+def _no_devices(state: NodeState) -> Roots:
+    return tuple(tuple((0, 0) for _ in z.roots) for z in state.zones)
 
 
-def _narrower(a: int, b: int) -> bool:
-    return (a.bit_count(), a) < (b.bit_count(), b)
+def _plus(a: Roots, b: Roots, sign: int) -> Roots:
+    return tuple(
+        tuple((g + sign * bg, h + sign * bh) for (g, h), (bg, bh) in zip(za, zb, strict=True))
+        for za, zb in zip(a, b, strict=True)
+    )
 
 
 def _mask_sums(values: Sequence[int]) -> list[int]:
@@ -367,7 +415,109 @@ def _mask_sums(values: Sequence[int]) -> list[int]:
     return sums
 
 
-def _misfit_reason(state: NodeState, unit: Vec, names: ResourceNames) -> str:
+def _mask_maxes(values: Sequence[int]) -> list[int]:
+    maxes = [0] * (1 << len(values))
+    for m in range(1, len(maxes)):
+        low = m & -m
+        maxes[m] = max(maxes[m ^ low], values[low.bit_length() - 1])
+    return maxes
+
+
+def _narrowness(mask: int) -> tuple[int, int]:
+    """Upstream's `IsNarrowerThan`: fewer NUMA zones, then the lower bitmask."""
+    return (mask.bit_count(), mask)
+
+
+def resource_hints(state: NodeState, r: int, want: int, reusable: Reusable) -> list[Hint]:
+    """The device manager's hints for `want` devices of resource r (upstream
+    `generateDeviceTopologyHints`): every set of the NUMA zones that have devices of r which
+    holds all reusable ones and enough of them with the free ones; preferred when no smaller
+    set of those zones has that many devices installed. Shared slots span their pool's zones:
+    a set touching the pool holds every slot."""
+    n = len(state.zones)
+    combine = _mask_maxes if r == 2 else _mask_sums
+    installed = combine([z.capacity[r] for z in state.zones])
+    free = combine([z.free[r] for z in state.zones])
+    bearing = sum(1 << i for i, z in enumerate(state.zones) if z.capacity[r])
+    width = bearing.bit_count()
+    must, reused = reusable.mask(r), reusable.count(r)
+    masks = [m for m in range(1, 1 << n) if not m & ~bearing]
+    for m in masks:
+        if installed[m] >= want:
+            width = min(width, m.bit_count())
+    return [
+        Hint(m, m.bit_count() == width) for m in masks if not must & ~m and reused + free[m] >= want
+    ]
+
+
+def merge_hints(state: NodeState, hints: Sequence[Sequence[Hint]]) -> Hint:
+    """The Topology Manager's merge of the resources' hints (upstream `HintMerger`): a merged
+    hint (the AND of one hint per resource) is preferred only when every hint in it is
+    preferred and all their zones are equal; the best is the narrowest preferred one, else the
+    non-preferred one closest below or at the largest of the resources' narrowest widths
+    (`BestNonPreferredAffinityCount`), else the narrowest. A resource with no hint counts as
+    `{any, not preferred}`; single-numa-node keeps only preferred one-zone hints first."""
+    full = (1 << len(state.zones)) - 1
+    if state.policy == "single-numa-node":
+        hints = [[h for h in hs if h.preferred and h.mask.bit_count() == 1] for hs in hints]
+        if any(not hs for hs in hints):
+            return Hint(full, False)
+    common: set[int] | None = None
+    for hs in hints:
+        preferred = {h.mask for h in hs if h.preferred}
+        common = preferred if common is None else common & preferred
+    if common:
+        return Hint(min(common, key=_narrowness), True)
+    merged = {full}
+    for hs in hints:
+        masks = {h.mask for h in hs} or {full}
+        merged = {a & m for a in merged for m in masks}
+    merged.discard(0)
+    if not merged:
+        return Hint(full, False)
+    target = max((min(h.mask.bit_count() for h in hs) for hs in hints if hs), default=0)
+    at = [m for m in merged if m.bit_count() == target]
+    below = [m for m in merged if m.bit_count() < target]
+    if at:
+        return Hint(min(at, key=_narrowness), False)
+    if below:
+        top = max(m.bit_count() for m in below)
+        return Hint(min(m for m in below if m.bit_count() == top), False)
+    return Hint(min(merged, key=_narrowness), False)
+
+
+def kubelet_hint(
+    state: NodeState, unit: Vec, reusable: Reusable, zero: Iterable[int] = ()
+) -> tuple[Hint, bool] | None:
+    """The affinity the Topology Manager gives a unit and whether it admits it; None under
+    policy `none` (no hints, no affinity). Beyond 8 NUMA zones the kubelet refuses to start
+    with a policy (`max-allowable-numa-nodes`): treated as no alignment at all.
+
+    A resource named with a count of 0 (`rdmaplane.io/hca: "0"`) still gets hints upstream:
+    every set of its zones, the one-zone sets preferred. So it can spoil a merge: 8 GPUs (both
+    zones, preferred) next to `hca: 0` (both zones: not preferred) is refused by restricted."""
+    if state.policy == "none" or not state.zones:
+        return None
+    full = (1 << len(state.zones)) - 1
+    if len(state.zones) > MAX_MASK_ZONES:
+        return Hint(full, False), state.policy not in ("restricted", "single-numa-node")
+    named = {r for r in range(3) if unit[r]} | {
+        r for r in zero if any(z.capacity[r] for z in state.zones)
+    }
+    hints = [resource_hints(state, r, unit[r], reusable) for r in sorted(named)]
+    if not hints:  # no device asked for: the providers have no preference
+        return Hint(full, True), True
+    best = merge_hints(state, hints)
+    admit = best.preferred or state.policy == "best-effort"
+    return best, admit
+
+
+def _misfit_reason(
+    state: NodeState, unit: Vec, names: ResourceNames, reusable: Reusable | None = None
+) -> str:
+    short = _short_of(state, unit, reusable)
+    if short is not None:
+        return f"insufficient {names.as_tuple()[short]}"
     wants = " + ".join(f"{unit[r]} {names.as_tuple()[r]}" for r in range(3) if unit[r])
     if state.policy == "single-numa-node":
         return f"single-numa-node: no NUMA zone can hold {wants}"
@@ -378,15 +528,14 @@ def _misfit_reason(state: NodeState, unit: Vec, names: ResourceNames) -> str:
 
 @dataclass(slots=True)
 class _Pool:
-    """Free and taken devices of one kind, per zone and root, while one unit is placed."""
+    """Devices of one kind, per zone and root, and what one container took of them."""
 
     free: list[list[int]]
     took: list[list[int]]
 
     @classmethod
-    def of(cls, state: NodeState, gpus: bool) -> _Pool:
-        free = [[r.free_gpus if gpus else r.free_hcas for r in z.roots] for z in state.zones]
-        return cls(free, [[0] * len(row) for row in free])
+    def of(cls, counts: Sequence[Sequence[int]]) -> _Pool:
+        return cls([list(row) for row in counts], [[0] * len(row) for row in counts])
 
     def take(self, z: int, i: int, count: int) -> int:
         step = min(self.free[z][i], count)
@@ -403,60 +552,135 @@ class _Pool:
         return got
 
 
-def _allocate(
-    state: NodeState, unit: Vec, zones: tuple[int, ...], preferred: bool
-) -> UnitPlacement:
-    """Take devices from the chosen zones (spilling to the others only if they fall short):
-    GPU+NIC pairs on one PCIe root first, then pairs within a zone, then the rest. With a shared
-    slot instead of NICs, a GPU pairs with any pool HCA."""
-    gpus, hcas = _Pool.of(state, True), _Pool.of(state, False)
-    shared_took = [0] * len(state.zones)
-    need = list(unit)
-    shared = unit[1] == 0 and unit[2] > 0
-    pcie_pairs = 0
-    rest = tuple(i for i in range(len(state.zones)) if i not in zones)
-    for group in (zones, rest):
-        for z in group:  # 1. pairs on one PCIe root
-            for i, root in enumerate(state.zones[z].roots):
-                if root.name and shared and root.pool_hcas:
-                    step = gpus.take(z, i, need[0])
-                elif root.name and not shared:
-                    step = min(gpus.free[z][i], hcas.free[z][i], need[0], need[1])
-                    gpus.take(z, i, step)
-                    need[1] -= hcas.take(z, i, step)
-                else:
-                    continue
-                need[0] -= step
-                pcie_pairs += step
-        for z in group:  # 2. pairs within a NUMA zone
-            if shared and state.zones[z].pool_hcas:
-                need[0] -= gpus.take_in_zone(z, need[0], hcas)
+def _free(state: NodeState) -> Roots:
+    return tuple(tuple((r.free_gpus, r.free_hcas) for r in z.roots) for z in state.zones)
+
+
+def _pools(devices: Roots) -> tuple[_Pool, _Pool]:
+    return (
+        _Pool.of([[g for g, _ in zone] for zone in devices]),
+        _Pool.of([[h for _, h in zone] for zone in devices]),
+    )
+
+
+def _take_pairs(
+    state: NodeState,
+    pools: tuple[_Pool, _Pool],
+    need: list[int],
+    order: Sequence[int],
+    shared: bool,
+) -> Roots:
+    """Take GPUs and HCAs from `pools` in the zones in `order`: pairs on one PCIe root first,
+    then pairs within a zone, then the rest; `need` goes down by what was taken. With a shared
+    slot instead of HCAs a GPU pairs with any pool HCA, so GPUs on roots with pool HCAs go
+    first."""
+    gpus, hcas = pools
+    for z in order:  # 1. pairs on one PCIe root
+        for i, root in enumerate(state.zones[z].roots):
+            if not root.name:
+                continue
+            if shared and root.pool_hcas:
+                need[0] -= gpus.take(z, i, need[0])
             elif not shared:
-                pairs = min(sum(gpus.free[z]), sum(hcas.free[z]), need[0], need[1])
-                need[0] -= gpus.take_in_zone(z, pairs, hcas)
-                need[1] -= hcas.take_in_zone(z, pairs, gpus)
-        for z in group:  # 3. whatever is left
+                step = min(gpus.free[z][i], hcas.free[z][i], need[0], need[1])
+                need[0] -= gpus.take(z, i, step)
+                need[1] -= hcas.take(z, i, step)
+    for z in order:  # 2. pairs within a NUMA zone
+        if shared and state.zones[z].pool_hcas:
             need[0] -= gpus.take_in_zone(z, need[0], hcas)
-            need[1] -= hcas.take_in_zone(z, need[1], gpus)
-            shared_took[z] = min(need[2], state.zones[z].free[2])
-            need[2] -= shared_took[z]
-    needed = min(unit[0], unit[1]) if unit[1] else (unit[0] if unit[2] else 0)
-    per_zone = range(len(state.zones))
-    if shared:
-        numa = sum(sum(gpus.took[z]) for z in per_zone if state.zones[z].pool_hcas)
-    else:
-        numa = sum(min(sum(gpus.took[z]), sum(hcas.took[z])) for z in per_zone)
-    taken = tuple(tuple(zip(gpus.took[z], hcas.took[z], strict=True)) for z in per_zone)
-    return UnitPlacement(
+        elif not shared:
+            pairs = min(sum(gpus.free[z]), sum(hcas.free[z]), need[0], need[1])
+            need[0] -= gpus.take_in_zone(z, pairs, hcas)
+            need[1] -= hcas.take_in_zone(z, pairs, gpus)
+    for z in order:  # 3. whatever is left
+        need[0] -= gpus.take_in_zone(z, need[0], hcas)
+        need[1] -= hcas.take_in_zone(z, need[1], gpus)
+    return tuple(tuple(zip(g, h, strict=True)) for g, h in zip(gpus.took, hcas.took, strict=True))
+
+
+def _plan_zones(state: NodeState, unit: Vec, reusable: Reusable) -> tuple[int, ...]:
+    """Without an affinity the plugins choose; assume the narrowest set of zones that holds
+    the container (the best case), for the score only: nothing is promised."""
+    n = len(state.zones)
+    frees = [
+        _mask_sums(
+            [z.free[r] + sum(p[r] for p in reusable.roots[i]) for i, z in enumerate(state.zones)]
+        )
+        for r in range(2)
+    ]
+    for m in sorted(range(1, 1 << n), key=_narrowness):
+        if all(frees[r][m] >= unit[r] for r in range(2)):
+            return tuple(i for i in range(n) if m >> i & 1)
+    return tuple(range(n))
+
+
+def _short_of(state: NodeState, unit: Vec, reusable: Reusable | None) -> int | None:
+    """The first resource the node (free plus the pod's reusable devices) has too few of."""
+    slots = max((z.free[2] for z in state.zones if z.capacity[2]), default=0)
+    for r, free in enumerate((*_sum_vecs(z.free for z in state.zones)[:2], slots)):
+        if unit[r] > free + (reusable.count(r) if reusable else 0):
+            return r
+    return None
+
+
+def allocate(
+    state: NodeState,
+    step: ContainerRequest,
+    affinity: tuple[int, ...],
+    preferred: bool,
+    reusable: Reusable,
+    names: ResourceNames = ResourceNames(),
+) -> UnitPlacement | Rejection:
+    """The devices one container gets (upstream `devicesToAllocate`): its pod's reusable
+    devices first, then free ones inside the affinity, and only when those run short the rest
+    from other zones. Which ones inside the affinity is up to the device plugins; this takes
+    the best achievable pairing (GPU + NIC on one PCIe root, else on one zone)."""
+    unit = step.devices
+    short = _short_of(state, unit, reusable)
+    if short is not None:
+        return Rejection(f"insufficient {names.as_tuple()[short]}")
+    plan = affinity or _plan_zones(state, unit, reusable)
+    rest = tuple(z for z in range(len(state.zones)) if z not in plan)
+    need = [unit[0], unit[1]]
+    shared = unit[1] == 0 and unit[2] > 0
+    reused = _take_pairs(state, _pools(reusable.roots), need, (*plan, *rest), shared)
+    free = _pools(_free(state))
+    _take_pairs(state, free, need, plan, shared)  # every aligned device before any other
+    taken = _take_pairs(state, free, need, rest, shared)
+    shared_reused = min(unit[2], reusable.shared)
+    placed = UnitPlacement(
         unit,
-        zones,
+        affinity,
         preferred,
         taken,
-        tuple(shared_took),
-        min(pcie_pairs, needed),
-        min(numa, needed),
-        needed,
+        unit[2] - shared_reused,
+        0,
+        0,
+        0,
+        step.kind,
+        reused,
+        shared_reused,
     )
+    return _with_pairs(state, placed)
+
+
+def _with_pairs(state: NodeState, p: UnitPlacement) -> UnitPlacement:
+    """Count the container's GPU-NIC pairs on one PCIe root and on one NUMA zone."""
+    unit, devices = p.unit, p.devices
+    shared = unit[1] == 0 and unit[2] > 0
+    needed = min(unit[0], unit[1]) if unit[1] else (unit[0] if unit[2] else 0)
+    pcie = numa = 0
+    for z, zone in enumerate(state.zones):
+        for root, (g, h) in zip(zone.roots, devices[z], strict=True):
+            if root.name:
+                pcie += g if shared and root.pool_hcas else (0 if shared else min(g, h))
+        gz = sum(g for g, _ in devices[z])
+        numa += (
+            gz
+            if shared and zone.pool_hcas
+            else (0 if shared else min(gz, sum(h for _, h in devices[z])))
+        )
+    return replace(p, pcie_pairs=min(pcie, needed), numa_pairs=min(numa, needed), needed=needed)
 
 
 def apply(state: NodeState, placement: UnitPlacement) -> NodeState:
@@ -470,6 +694,7 @@ def release(state: NodeState, placement: UnitPlacement) -> NodeState:
 
 
 def _shift(state: NodeState, placement: UnitPlacement, sign: int) -> NodeState:
+    """Shared slots span every zone of their pool, as the NRT counts them."""
     zones = []
     for z, zone in enumerate(state.zones):
         roots = tuple(
@@ -478,10 +703,11 @@ def _shift(state: NodeState, placement: UnitPlacement, sign: int) -> NodeState:
         )
         took_g = sum(g for g, _ in placement.taken[z])
         took_h = sum(h for _, h in placement.taken[z])
+        slots = placement.shared_taken if zone.capacity[2] else 0
         free = (
             zone.free[0] + sign * took_g,
             zone.free[1] + sign * took_h,
-            zone.free[2] + sign * placement.shared_taken[z],
+            zone.free[2] + sign * slots,
         )
         zones.append(replace(zone, roots=roots, free=free))
     return replace(state, zones=tuple(zones))
@@ -537,20 +763,50 @@ def evaluate(state: NodeState, request: PodRequest, policy: Policy = Policy()) -
 def place_pod(
     state: NodeState, request: PodRequest, names: ResourceNames = ResourceNames()
 ) -> tuple[tuple[UnitPlacement, ...], NodeState] | Rejection:
-    """The placements of the pod's units and the node afterwards (or why the kubelet refuses)."""
-    alone, kept = request.units(state.scope)
-    for unit in alone:
-        tried = place_unit(state, unit, names)
-        if isinstance(tried, Rejection):
-            return Rejection(f"init container: {tried.reason}")
+    """Each container's devices and the node afterwards, or why the kubelet refuses the pod.
+
+    As the kubelet admits (upstream topologymanager scopes + devicemanager.Allocate): scope
+    `container` asks for a hint per container, in order, each seeing what the ones before took;
+    scope `pod` one hint for the pod's effective request, then every container is allocated
+    within it. Either way, what regular init containers hold is handed to later containers
+    first."""
+    pod_hint: tuple[Hint, bool] | None = None
+    if state.scope == "pod":
+        pod_hint = kubelet_hint(state, request.total, Reusable(_no_devices(state)), request.zero)
+        if pod_hint is not None and not pod_hint[1]:
+            return Rejection(_misfit_reason(state, request.total, names))
     placements = []
-    for unit in kept:
-        placed = place_unit(state, unit, names)
+    reusable = Reusable(_no_devices(state))
+    for step in request.steps:
+        if state.scope == "pod":
+            decided = pod_hint
+        else:
+            decided = kubelet_hint(state, step.devices, reusable, step.zero)
+        affinity: tuple[int, ...] = ()
+        preferred = False
+        if decided is not None:
+            hint, admit = decided
+            if not admit:
+                why = _misfit_reason(state, step.devices, names, reusable)
+                return Rejection(_prefix(step) + why)
+            affinity = tuple(i for i in range(len(state.zones)) if hint.mask >> i & 1)
+            preferred = hint.preferred
+        placed = allocate(state, step, affinity, preferred, reusable, names)
         if isinstance(placed, Rejection):
-            return placed
+            return Rejection(_prefix(step) + placed.reason)
         placements.append(placed)
         state = apply(state, placed)
+        reusable = reusable.after(placed)
     return tuple(placements), state
+
+
+def _prefix(step: ContainerRequest) -> str:
+    return "" if step.kind == "app" else f"{step.kind} container: "
+
+
+def _kept(placements: tuple[UnitPlacement, ...]) -> tuple[UnitPlacement, ...]:
+    """The containers that run: sidecars and apps (init containers' devices pass to them)."""
+    return tuple(p for p in placements if p.kind != "init") or placements
 
 
 def _unit_alignment(p: UnitPlacement, w: Weights) -> float:
@@ -566,6 +822,7 @@ def _unit_alignment(p: UnitPlacement, w: Weights) -> float:
 
 
 def _alignment(placements: tuple[UnitPlacement, ...], w: Weights) -> float:
+    placements = _kept(placements)
     top = max(w.pcie, w.numa, w.cross) or 1.0
     weights = [max(1, sum(p.unit)) for p in placements]
     total = sum(_unit_alignment(p, w) * k for p, k in zip(placements, weights, strict=True))
@@ -590,6 +847,7 @@ def _packing(before: NodeState, after: NodeState, request: PodRequest, w: Weight
 
 
 def alignment_level(placements: tuple[UnitPlacement, ...]) -> str:
+    placements = _kept(placements)
     if all(p.needed == 0 for p in placements):
         return "none" if all(p.aligned for p in placements) else "cross"
     if all(p.aligned and p.pcie_pairs == p.needed for p in placements):
@@ -609,7 +867,12 @@ def describe(state: NodeState, placements: Iterable[UnitPlacement]) -> str:
             if p.needed
             else ""
         )
-        note = "" if p.preferred else " (spans more NUMA zones than needed)"
+        if not p.zones:
+            note = " (no NUMA affinity: policy none, the device plugins choose)"
+        elif not p.preferred:
+            note = " (affinity not preferred: alignment not promised)"
+        else:
+            note = ""
         if p.spilled:
             spill = ",".join(state.zones[z].name for z in p.spilled)
             note += f" (kubelet affinity {zones} too small: rest from {spill}, unaligned)"

@@ -1,0 +1,116 @@
+"""`rdmaplane nrt`: the NodeResourceTopology the node agent would publish for a node.
+
+Built by the agent's own code (its embedded device plugin decides what is offered, its health
+rules judge the ports, `agent.inventory.nrt_object` writes the object), for a node that no pod
+holds devices on yet; for `explain-placement --nrt`, support cases and the docs.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+import yaml
+
+from rdmaplane import nrt
+from rdmaplane.cli.common import (
+    SampleOption,
+    SnapshotOption,
+    SysfsRootOption,
+    config_file,
+    fail,
+    load_rdma_node,
+)
+from rdmaplane.model import NodeTopology, PortObservation
+
+if TYPE_CHECKING:
+    from rdmaplane.config import DevicePluginConfig
+
+
+class Format(StrEnum):
+    yaml = "yaml"
+    json = "json"
+
+
+# the kubelet's words, as choices for typer (which takes enums)
+Policy = StrEnum("Policy", {p: p for p in nrt.POLICIES})  # type: ignore[misc]
+Scope = StrEnum("Scope", {s: s for s in nrt.SCOPES})  # type: ignore[misc]
+
+
+def nrt_command(
+    sysfs_root: SysfsRootOption = None,
+    snapshot: SnapshotOption = None,
+    sample: SampleOption = None,
+    node_name: Annotated[
+        str | None,
+        typer.Option(
+            "--node-name", metavar="NAME", help="The Node's name [default: the node's hostname]."
+        ),
+    ] = None,
+    device_plugin_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--device-plugin-config",
+            metavar="FILE",
+            help="The pools the agent's device plugin offers [default: its defaults].",
+        ),
+    ] = None,
+    policy: Annotated[
+        Policy, typer.Option("--topology-manager-policy", help="The kubelet's policy.")
+    ] = Policy("none"),
+    scope: Annotated[
+        Scope, typer.Option("--topology-manager-scope", help="The kubelet's scope.")
+    ] = Scope("container"),
+    output: Annotated[Format, typer.Option("-o", "--output", help="yaml or json.")] = Format.yaml,
+) -> None:
+    """Print the NodeResourceTopology the node agent would publish for this node (or the
+    --sysfs-root/--snapshot/--sample one) while no pod holds its devices.
+
+    Feed it to `rdmaplane explain-placement POD --nrt FILE`. Exit 1 when the node has no
+    RDMA device, 2 on bad input.
+    """
+    from rdmaplane.config import DevicePluginConfig
+
+    plugin_config = config_file(device_plugin_config, DevicePluginConfig)
+    topo = load_rdma_node(sysfs_root, snapshot, sample)
+    name = node_name or topo.hostname
+    if not name:
+        fail("--node-name: required (the node does not say its hostname)")
+    obj = agent_nrt(topo, name, plugin_config, str(policy), str(scope))
+    if output is Format.json:
+        typer.echo(json.dumps(obj, indent=2))
+    else:
+        typer.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
+
+
+def agent_nrt(
+    topo: NodeTopology, node_name: str, plugin_config: DevicePluginConfig, policy: str, scope: str
+) -> dict[str, object]:
+    """The agent's NRT object for `topo` right after its first poll, with no pod on the node."""
+    from rdmaplane.agent.allocation import Allocations
+    from rdmaplane.agent.health import HealthState, Rules, step
+    from rdmaplane.agent.inventory import nrt_object
+    from rdmaplane.agent.plugin import EmbeddedPlugin
+
+    # CDI off: the plugin would write its spec file on update, and the NRT does not depend on it
+    no_cdi = plugin_config.cdi.model_copy(update={"enabled": False})
+    quiet = plugin_config.model_copy(update={"cdi": no_cdi})
+    plugin = EmbeddedPlugin(quiet, kubelet_dir=Path("/var/lib/kubelet"), dev_root=Path("/dev"))
+    plugin.update(topo, {})
+    ports = [
+        PortObservation(h.name, p.number, p.state, p.phys_state) for h in topo.hcas for p in h.ports
+    ]
+    health, _ = step(HealthState(), 0.0, ports, Rules(window_s=60.0, thresholds={}))
+    return nrt_object(
+        node_name,
+        topo,
+        plugin.offered(),
+        health.hcas,
+        Allocations(),
+        gpu_resource=nrt.GPU,
+        policy=policy,
+        scope=scope,
+    )

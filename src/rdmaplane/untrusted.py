@@ -1,0 +1,18 @@
+"""What every reader of input from elsewhere shares (files a user hands us, support archives
+from another machine, objects from a cluster): the error that names the source and what is
+wrong with it, and text made safe for a terminal. Pure: the file reading is `documents`'."""
+
+from __future__ import annotations
+
+
+class DocumentError(ValueError):
+    """A document that cannot be used; the message names the source and the problem."""
+
+
+def printable(text: str) -> str:
+    """`text` with every character a terminal would act on (escape sequences, carriage returns,
+    bidi overrides, line breaks) written as its Python escape (`\\x1b`): strings from untrusted
+    input (a support archive, a file from someone else) must reach a terminal as plain text."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)

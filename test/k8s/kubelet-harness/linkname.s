@@ -1,0 +1,1 @@
+// An empty assembly file: it lets main.go declare newManagerImpl without a body (go:linkname).

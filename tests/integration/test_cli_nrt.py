@@ -1,0 +1,101 @@
+"""`rdmaplane nrt`: what the agent publishes, and what explain-placement can read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from rdmaplane import nrt
+from rdmaplane.agent.plugin import EmbeddedPlugin
+from rdmaplane.agent.service import Agent
+from rdmaplane.cli import app
+from rdmaplane.config import AgentConfig, DevicePluginConfig
+from rdmaplane.discovery import samples
+from tests.scheduler_helpers import pod
+
+runner = CliRunner()
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("name", samples.names())
+async def test_the_nrt_is_the_one_the_agent_publishes(
+    name: str, sample_trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """The agent itself, after its first discovery of the same tree (no pod, no API server),
+    against the command; single-numa-node/pod to see the flags reach the object."""
+    tree = sample_trees[name]
+    config = AgentConfig(
+        node_name="n1",
+        sysfs_root=tree,
+        kubelet_dir=tmp_path,
+        topology_manager_policy="single-numa-node",
+        topology_manager_scope="pod",
+        metrics_port=0,
+    )
+    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=tmp_path, dev_root=tmp_path)
+    agent = Agent(config, plugin=plugin)
+    await agent.discover("start")
+    published = agent.desired().nrt
+    code, out, err = run(
+        "nrt",
+        "--sysfs-root",
+        str(tree),
+        "--node-name",
+        "n1",
+        "--topology-manager-policy",
+        "single-numa-node",
+        "--topology-manager-scope",
+        "pod",
+        "-o",
+        "json",
+    )
+    assert code == 0, err
+    assert json.loads(out) == published
+    assert nrt.from_object(published).name == "n1"
+
+
+def test_a_down_port_is_capacity_but_not_allocatable() -> None:
+    code, out, _ = run("nrt", "--sample", "degraded", "-o", "json")
+    numa = nrt.from_object(json.loads(out)).numa_zones()
+    hcas = [r for z in numa for r in z.resources if r.name == nrt.HCA]
+    assert code == 0 and sum(r.capacity for r in hcas) == sum(r.allocatable for r in hcas) + 1
+
+
+def test_explain_placement_reads_what_nrt_writes(tmp_path: Path) -> None:
+    topology = tmp_path / "hgx.yaml"
+    code, out, _ = run("nrt", "--sample", "hgx-h100-roce")
+    assert code == 0 and yaml.safe_load(out)["metadata"]["name"] == "hgx-h100-017"
+    topology.write_text(out)
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(pod("job", 2, 2)))
+    r = runner.invoke(app, ["explain-placement", str(job), "--nrt", str(topology), "-o", "json"])
+    rows = json.loads(r.stdout)["nodes"]
+    assert r.exit_code == 0 and rows[0]["node"] == "hgx-h100-017"
+    assert rows[0]["fits"] and rows[0]["alignment"] == "pcie"
+
+
+def test_bad_inputs(tmp_path: Path) -> None:
+    nameless = tmp_path / "sys"
+    samples.build({**samples.load("workstation").spec, "hostname": None}, nameless)
+    assert run("nrt", "--sysfs-root", str(nameless)) == (
+        2,
+        "",
+        "error: --node-name: required (the node does not say its hostname)\n",
+    )
+    assert run("nrt", "--sysfs-root", str(nameless), "--node-name", "ws")[0] == 0
+    bad = tmp_path / "plugin.yaml"
+    bad.write_text(
+        "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\npools: [{mode: sideways}]\n"
+    )
+    code, _, err = run("nrt", "--sample", "workstation", "--device-plugin-config", str(bad))
+    assert code == 2 and err.startswith(f"error: {bad}: ") and "mode" in err
+    code, _, err = run("nrt", "--sample", "workstation", "--topology-manager-policy", "best")
+    assert code == 2 and "--topology-manager-policy" in err
