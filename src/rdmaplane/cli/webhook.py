@@ -126,9 +126,9 @@ def _pods(doc: object, path: Path) -> list[tuple[tuple[str | int, ...], dict[str
     if not isinstance(doc, dict):
         raise DocumentError(f"{path}: expected a Pod or a workload object")
     if doc.get("kind") == "Pod":
-        for key, want in (("metadata", dict), ("spec", dict)):
-            if not isinstance(doc.get(key, {}), want):
-                raise DocumentError(f"{path}: {key}: expected a mapping")
+        for part in ("metadata", "spec"):
+            if not isinstance(doc.get(part, {}), dict):
+                raise DocumentError(f"{path}: {part}: expected a mapping")
         if not isinstance(doc.get("spec", {}).get("containers"), list):
             raise DocumentError(f"{path}: spec.containers: expected a list of containers")
         return [((), doc)]
