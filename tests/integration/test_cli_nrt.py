@@ -71,7 +71,10 @@ def test_a_down_port_is_capacity_but_not_allocatable() -> None:
 
 def test_explain_placement_reads_what_nrt_writes(tmp_path: Path) -> None:
     topology = tmp_path / "hgx.yaml"
-    code, out, _ = run("nrt", "--sample", "hgx-h100-roce")
+    # policy `none` promises no alignment, so the node says which policy its kubelet runs
+    code, out, _ = run(
+        "nrt", "--sample", "hgx-h100-roce", "--topology-manager-policy", "best-effort"
+    )
     assert code == 0 and yaml.safe_load(out)["metadata"]["name"] == "hgx-h100-017"
     topology.write_text(out)
     job = tmp_path / "job.yaml"

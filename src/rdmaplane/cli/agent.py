@@ -72,7 +72,12 @@ def agent(
     ] = False,
     metrics_port: Annotated[
         int | None,
-        typer.Option("--metrics-port", help="Port of /metrics, /healthz, /readyz. Default: 9478."),
+        typer.Option(
+            "--metrics-port",
+            min=0,
+            max=65535,
+            help="Port of /metrics, /healthz, /readyz. Default: 9478.",
+        ),
     ] = None,
     log_format: LogFormatOption = None,
     verbose: VerboseOption = False,

@@ -45,7 +45,7 @@ OutputOption = Annotated[
     str, typer.Option("-o", "--output", help="table (people) or json (machines).")
 ]
 RootOption = Annotated[
-    Path,
+    str,
     typer.Option(
         "--root",
         metavar="DIR",
@@ -142,16 +142,17 @@ def _finish(kind: str, findings: list[Finding], output: str, extra: Mapping[str,
     raise typer.Exit(exit_code(status))
 
 
-def _root_dir(root: Path) -> Path:
-    if not root.is_dir():
-        _bad_input(f"--root {root}: not a directory")
-    return root
+def _root_dir(root: str) -> Path:
+    """The --root folder; '' is refused (Path('') would be the working directory)."""
+    if not root or not Path(root).is_dir():
+        _bad_input(f"--root {root or repr('')}: not a directory")
+    return Path(root)
 
 
 @doctor_app.callback()
 def run_checks(
     ctx: typer.Context,
-    root: RootOption = Path("/"),
+    root: RootOption = "/",
     output: OutputOption = "table",
 ) -> None:
     """Check this pod (or host): RDMA devices (and the RDMA netns mode), ports, locked memory
@@ -176,7 +177,7 @@ def nccl_tests(
     file: Annotated[str, typer.Argument(metavar="FILE|-", help="nccl-tests output.")],
     line_rate: LineRateOption = None,
     threshold: Annotated[float, typer.Option(help="Pass at this share of the aggregate.")] = 0.8,
-    root: RootOption = Path("/"),
+    root: RootOption = "/",
     output: OutputOption = "table",
 ) -> None:
     """Judge nccl-tests output (all_reduce_perf and the other collectives): peak and average
@@ -190,10 +191,11 @@ def nccl_tests(
     except ParseError as e:
         _bad_input(f"{file}: {e}")
     aggregate, basis, notes = line_rate, "--line-rate" if line_rate else None, []
-    if aggregate is None and (root / "sys/class/infiniband").is_dir():
-        choice = judge.compute_hcas(read_node(str(root / "sys")), _env())
+    host_root = _root_dir(root)
+    if aggregate is None and (host_root / "sys/class/infiniband").is_dir():
+        choice = judge.compute_hcas(read_node(str(host_root / "sys")), _env())
         aggregate = judge.aggregate_gbps(choice.hcas) or None
-        basis = f"{choice.basis} at {root}"
+        basis = f"{choice.basis} at {host_root}"
         if choice.problem:
             notes.append(
                 Finding(
@@ -298,7 +300,7 @@ def perf_cmd(
     timeout: Annotated[
         float, typer.Option(help="Seconds before a run, or the TCP leg, is abandoned.")
     ] = 120.0,
-    root: RootOption = Path("/"),
+    root: RootOption = "/",
     output: OutputOption = "table",
 ) -> None:
     """Drive ib_write_bw and ib_write_lat per HCA between two pods (start --server first),

@@ -32,7 +32,7 @@ ConfigOption = typer.Option(None, "--config", help="A SchedulerExtenderConfig fi
 @app.command("scheduler-extender")
 def scheduler_extender(
     host: str = typer.Option("0.0.0.0", help="Address to listen on."),
-    port: int = typer.Option(8888, help="Port to listen on."),
+    port: int = typer.Option(8888, min=0, max=65535, help="Port to listen on."),
     kubeconfig: Path | None = typer.Option(
         None, help="Kubeconfig; default: the pod's service account."
     ),
