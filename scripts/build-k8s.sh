@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Builds the end-to-end test control plane (kube-apiserver, kube-scheduler, etcd) from the
-# upstream Go modules pinned in test/k8s/go.mod, once, into a cache folder keyed by versions:
+# Builds the end-to-end test control plane (kube-apiserver, kube-scheduler,
+# kube-controller-manager, etcd) from the upstream Go modules pinned in test/k8s/go.mod, once,
+# into a cache folder keyed by versions:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/<key>/bin
-# and Helm (for the chart's tests) from its own module at $helm_version, into
-#   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/helm/<helm key>/bin
-# Later runs reuse both. Progress goes to stderr; the k8s bin dir is the one line on stdout.
+# and two tools from their own modules (go install pkg@version): KWOK (fake nodes with a pod
+# lifecycle) at $kwok_version and Helm (for the chart's tests) at $helm_version, into
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/{kwok,helm}/<tool key>/bin
+# Later runs reuse all of them. Progress goes to stderr; the k8s bin dir is the one line on stdout.
 #
 #   scripts/build-k8s.sh                 build if needed, print the k8s bin dir
-#   scripts/build-k8s.sh --bin-dir       print the k8s bin dir only (builds nothing; it may not exist yet)
+#   scripts/build-k8s.sh --bin-dir       print the k8s bin dir only (builds nothing)
+#   scripts/build-k8s.sh --kwok-bin-dir  print the kwok bin dir only (builds nothing)
 #   scripts/build-k8s.sh --helm-bin-dir  print the helm bin dir only (builds nothing)
 #
 #   scripts/build-k8s.sh kubelet-harness         build the admission harness if needed, print its path
@@ -49,7 +52,7 @@ if [[ "${1:-}" == "kubelet-harness" ]]; then
 fi
 
 module="$root/test/k8s"
-binaries=(kube-apiserver kube-scheduler etcd)
+binaries=(kube-apiserver kube-scheduler kube-controller-manager etcd)
 
 pinned() { awk -v m="$1" '{ sub(/^require[ \t]+/, "") } $1 == m { print $2; exit }' "$module/go.mod"; }
 kube_version="$(pinned k8s.io/kubernetes)"
@@ -60,15 +63,18 @@ deps_hash="$(cat "$module/go.mod" "$module/go.sum" "$module/cmd/etcd/main.go" | 
 key="kube-${kube_version}_etcd-${etcd_version}_${go_version}_${deps_hash}"
 bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/$key/bin"
 
-# A tool that is its own Go module (go install pkg@version): its key holds only its version and
-# Go's. Helm stamps the Kubernetes minor its client libraries speak (v3.22 is built on 0.37) as
-# its default for `helm template`, as helm's own Makefile does.
+# Tools that are their own Go module (go install pkg@version): each key holds only the tool's
+# version and Go's. Helm stamps the Kubernetes minor its client libraries speak (v3.22 is built
+# on 0.37) as its default for `helm template`, as helm's own Makefile does.
+kwok_version=v0.8.0
+kwok_bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/kwok/kwok-${kwok_version}_${go_version}/bin"
 helm_version=v3.22.0
 helm_k8s_minor=37
 helm_bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/helm/helm-${helm_version}_${go_version}/bin"
 
 case "${1:-}" in
   --bin-dir) echo "$bin_dir"; exit 0 ;;
+  --kwok-bin-dir) echo "$kwok_bin_dir"; exit 0 ;;
   --helm-bin-dir) echo "$helm_bin_dir"; exit 0 ;;
 esac
 
@@ -82,7 +88,7 @@ build_tool() {
   (
     flock 8
     [[ -x "$dir/$name" ]] && exit 0
-    log "building $pkg with $go_version (a few minutes on 2 cores, once)"
+    log "building $pkg with $go_version (about 2 min on 2 cores, once)"
     local_start=$SECONDS
     rm -rf "$dir.partial"
     mkdir -p "$dir.partial"
@@ -93,6 +99,7 @@ build_tool() {
     log "built $name in $((SECONDS - local_start)) s"
   ) 8>"$(dirname "$dir")/build.lock"
 }
+build_tool kwok "$kwok_bin_dir" "sigs.k8s.io/kwok/cmd/kwok@$kwok_version" ""
 helm_x="-X helm.sh/helm/v3/internal/version.version=$helm_version"
 for pkg in pkg/chartutil pkg/lint/rules; do
   helm_x+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$helm_k8s_minor"
@@ -120,7 +127,7 @@ mkdir -p "$staging"
 start=$SECONDS
 cd "$module"
 export CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false"
-log "building kube-apiserver + kube-scheduler $kube_version and etcd $etcd_version with $go_version"
+log "building kube-apiserver, kube-scheduler, kube-controller-manager $kube_version and etcd $etcd_version with $go_version"
 log "(first build: expect tens of minutes on 2 cores; later runs reuse $bin_dir)"
 log "downloading modules"
 go mod download

@@ -24,15 +24,23 @@ Fixtures
   passed through as is (e.g. with an `extenders:` entry); only apiVersion/kind,
   `clientConnection.kubeconfig` and `leaderElection.leaderElect: false` are filled in when
   missing. Returns once /readyz is 200; stopped after the test.
+- `kwok_cluster` (session): a `KwokCluster`, a control plane of its own (etcd,
+  kube-apiserver, the NRT CRD) with kube-controller-manager (Job and taint-eviction
+  controllers) and KWOK managing nodes annotated `kwok.x-k8s.io/node=fake` with the stages in
+  `kwok-stages.yaml` (make such nodes with `add_kwok_node`). Its own, because a Job controller
+  would act on every other test's Jobs, and their schedulers would place its pods. The kwok
+  binary comes from `RDMAPLANE_KWOK_BIN` or `scripts/build-k8s.sh --kwok-bin-dir`.
 Startup failures raise `StartError` naming the binary, its flags and its log tail.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -47,6 +55,8 @@ from tests.e2e.controlplane import (
     SchedulerConfig,
     StartError,
     control_plane,
+    launch_controller_manager,
+    launch_kwok,
     launch_scheduler,
     missing_binaries,
     poll_until,
@@ -68,13 +78,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def k8s_bin_dir() -> Path:
     configured = os.environ.get("RDMAPLANE_K8S_BIN")
-    if configured:
-        bin_dir = Path(configured)
-    else:
-        found = subprocess.run(
-            [str(BUILD_SCRIPT), "--bin-dir"], capture_output=True, text=True, check=True
-        )
-        bin_dir = Path(found.stdout.strip())
+    bin_dir = Path(configured) if configured else _script_dir("--bin-dir")
     missing = missing_binaries(bin_dir)
     if missing:
         pytest.fail(
@@ -83,6 +87,49 @@ def k8s_bin_dir() -> Path:
             pytrace=False,
         )
     return bin_dir
+
+
+def _script_dir(flag: str) -> Path:
+    found = subprocess.run([str(BUILD_SCRIPT), flag], capture_output=True, text=True, check=True)
+    return Path(found.stdout.strip())
+
+
+@pytest.fixture(scope="session")
+def kwok_bin() -> Path:
+    configured = os.environ.get("RDMAPLANE_KWOK_BIN")
+    binary = Path(configured) if configured else _script_dir("--kwok-bin-dir") / "kwok"
+    if not binary.is_file():
+        pytest.fail(
+            f"kwok missing at {binary}: run `make k8s-bins` (or {BUILD_SCRIPT.relative_to(REPO)})",
+            pytrace=False,
+        )
+    return binary
+
+
+@dataclass(frozen=True)
+class KwokCluster:
+    """A control plane with the controllers that restart jobs, and KWOK for its nodes."""
+
+    cluster: KubeCluster
+    controller_manager: Process
+    kwok: Process
+
+
+@pytest.fixture(scope="session")
+def kwok_cluster(k8s_bin_dir: Path, kwok_bin: Path) -> Iterator[KwokCluster]:
+    try:
+        with contextlib.ExitStack() as stack:
+            cluster = stack.enter_context(control_plane(k8s_bin_dir))
+            _install_nrt_crd(cluster)
+            kcm = launch_controller_manager(cluster)
+            stack.callback(kcm.stop)
+            kwok = launch_kwok(cluster, kwok_bin)
+            stack.callback(kwok.stop)
+            yield KwokCluster(cluster, kcm, kwok)
+            return
+    except StartError as err:
+        failure = str(err)
+    pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -113,11 +160,15 @@ def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def nrt_crd(kube_cluster: KubeCluster) -> type[NodeResourceTopology]:
-    with kube_cluster.client() as client:
+    _install_nrt_crd(kube_cluster)
+    return NodeResourceTopology
+
+
+def _install_nrt_crd(cluster: KubeCluster) -> None:
+    with cluster.client() as client:
         for crd in codecs.load_all_yaml(NRT_CRD.read_text()):
             client.apply(crd, force=True)
             _wait_established(client, crd.metadata.name)
-    return NodeResourceTopology
 
 
 def _wait_established(client: Client, name: str) -> None:

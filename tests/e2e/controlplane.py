@@ -1,18 +1,19 @@
-"""A real Kubernetes control plane on loopback: etcd, kube-apiserver and kube-scheduler.
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager, and KWOK for fake nodes whose pods have a lifecycle.
 
 The binaries come from `scripts/build-k8s.sh` (upstream Go modules). Everything here is plain
 process and file handling; `conftest.py` turns it into pytest fixtures. Tests reach the cluster
-through `KubeCluster` and make simulated nodes with `add_ready_node`.
+through `KubeCluster` and make simulated nodes with `add_ready_node` (API objects only) or
+`add_kwok_node` (KWOK runs their pods).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
-import ctypes
 import datetime as dt
 import ipaddress
-import signal
 import socket
 import ssl
 import subprocess
@@ -37,7 +38,13 @@ from lightkube.types import PatchType
 from rdmaplane.kube import async_client, sync_client
 from rdmaplane.webhook import certs
 
-BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
+BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
+# The controllers a test cluster needs to restart jobs: the Job controller (podFailurePolicy,
+# pod replacement) and taint eviction (NoExecute taints). Others stay off: fewer informers,
+# less CPU on a loaded machine, and nothing racing the fixtures (e.g. ServiceAccounts).
+DEFAULT_CONTROLLERS = ("job", "taint-eviction-controller")
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+KWOK_STAGES = Path(__file__).resolve().parent / "kwok-stages.yaml"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 STARTUP_TIMEOUT_S = 120.0
 
@@ -67,10 +74,10 @@ def poll_until(check: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.25)
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGKILL it when pytest dies, so no binary outlives a run."""
-    prctl_set_pdeathsig = 1
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(prctl_set_pdeathsig, signal.SIGKILL)
+# SIGKILL the child when pytest dies, so no binary outlives a run. util-linux's setpriv sets
+# PR_SET_PDEATHSIG and execs the binary: no Python runs between fork and exec (a preexec_fn
+# does, and in a process with gRPC threads the child sometimes aborted before exec).
+DIE_WITH_PARENT = ("setpriv", "--pdeathsig", "KILL", "--")
 
 
 @dataclass
@@ -86,11 +93,10 @@ class Process:
     def start(cls, binary: Path, args: Sequence[str], log_path: Path) -> Process:
         with log_path.open("wb") as log:
             popen = subprocess.Popen(
-                [str(binary), *args],
+                [*DIE_WITH_PARENT, str(binary), *args],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,
             )
         return cls(binary, list(args), log_path, popen)
 
@@ -428,6 +434,91 @@ def launch_scheduler(cluster: KubeCluster, config: SchedulerConfig | None = None
     context = cluster.tls_context()
     process.wait_ready(lambda: _http_ok(f"https://127.0.0.1:{port}/readyz", context))
     return process
+
+
+def launch_controller_manager(
+    cluster: KubeCluster, controllers: Sequence[str] = DEFAULT_CONTROLLERS
+) -> Process:
+    """kube-controller-manager running `controllers` with the admin's credentials (its own RBAC
+    is not under test; with one identity no per-controller ServiceAccount tokens are needed).
+    Ready when /healthz answers 200."""
+    serving_cert, serving_key = cluster.pki.issue(
+        "controller-manager", "kube-controller-manager", hosts=["127.0.0.1"]
+    )
+    port = free_port()
+    process = Process.start(
+        cluster.bin_dir / "kube-controller-manager",
+        [
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--authentication-kubeconfig={cluster.kubeconfig}",
+            f"--authorization-kubeconfig={cluster.kubeconfig}",
+            f"--controllers={','.join(controllers)}",
+            "--leader-elect=false",
+            "--use-service-account-credentials=false",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={port}",
+            f"--tls-cert-file={serving_cert}",
+            f"--tls-private-key-file={serving_key}",
+            "--profiling=false",
+        ],
+        cluster.workdir / f"kube-controller-manager-{port}.log",
+    )
+    context = cluster.tls_context()
+    process.wait_ready(lambda: _http_ok(f"https://127.0.0.1:{port}/healthz", context))
+    return process
+
+
+def launch_kwok(
+    cluster: KubeCluster, kwok_bin: Path, stages: Path = KWOK_STAGES, *extra: str
+) -> Process:
+    """KWOK managing the nodes annotated `kwok.x-k8s.io/node=fake` with `stages` (our own stage
+    set, `kwok-stages.yaml`: nodes become Ready, bound pods Running, evicted or deleted pods
+    Failed and then gone). Ready when its /healthz answers 200."""
+    port = free_port()
+    process = Process.start(
+        kwok_bin,
+        [
+            f"--kubeconfig={cluster.kubeconfig}",
+            f"--config={stages}",
+            f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+            f"--server-address=127.0.0.1:{port}",
+            "--node-ip=127.0.0.1",
+            *extra,
+        ],
+        cluster.workdir / f"kwok-{port}.log",
+    )
+    process.wait_ready(lambda: _http_ok(f"http://127.0.0.1:{port}/healthz"))
+    return process
+
+
+async def add_kwok_node(
+    kube: AsyncClient, name: str, labels: Mapping[str, str], extended: Mapping[str, str]
+) -> None:
+    """A Node that KWOK manages (its pods start and stop): created with its capacity in the
+    create body's status (kwok keeps it), made Ready by KWOK's node stage; returns once Ready
+    and without the `not-ready` taint admission puts on new nodes."""
+    resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **extended}
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": dict(labels),
+            "annotations": {KWOK_ANNOTATION: "fake"},
+        },
+        "status": {"capacity": resources, "allocatable": resources},
+    }
+    await kube.create(Node.from_dict(body))
+    await kube.patch(Node, name, {"spec": {"taints": None}}, patch_type=PatchType.MERGE)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while True:
+        node = await kube.get(Node, name)
+        conditions = (node.status.conditions if node.status else None) or []
+        if any(c.type == "Ready" and c.status == "True" for c in conditions):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"KWOK did not make node {name} Ready")
+        await asyncio.sleep(0.1)
 
 
 def missing_binaries(bin_dir: Path) -> list[str]:

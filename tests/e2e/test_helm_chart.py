@@ -159,6 +159,7 @@ def test_values_reach_the_components(helm: Path) -> None:
     objects = {(o["kind"], o["metadata"]["name"]): o for o in render(helm, "-f", str(CUSTOM))}
     agent_cm = objects["ConfigMap", "rdmaplane-agent"]["data"]
     agent = loaded("agent.yaml", agent_cm["agent.yaml"])
+    assert (agent.fault.action, agent.fault.max_evictions_per_minute) == ("notify", 1)
     assert agent.fabric.tier_labels == [
         "network.topology.example/leaf",
         "network.topology.example/spine",

@@ -135,3 +135,25 @@ def test_serves_until_sigterm(sample_trees: dict[str, Path], short_dir: Path):
     # -v: rdmaplane's debug lines, no gRPC or asyncio internals
     assert {r["logger"].split(".")[0] for r in records} == {"rdmaplane"}
     assert any(r["msg"].startswith("rdmaplane.io/hca: 9 HCAs (exclusive)") for r in records)
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("{fatal_after: 5}", "fault.fatal_after: unknown key"),
+        ("{fatalAfter: soon}", "fault.fatalAfter: 'soon' is not a duration"),
+        ("{action: delete}", "fault.action: Input should be 'observe', 'notify' or 'evict'"),
+        ("{graceSeconds: -1}", "fault.graceSeconds: Input should be greater than or equal to 0"),
+        ("{taintEffect: Evict}", "fault.taintEffect: Input should be 'NoExecute'"),
+        ("{fatalThresholds: {link_down: 0}}", "(did you mean link_downed?)"),
+        ("[evict]", "fault: Input should be a valid dictionary"),
+    ],
+)
+def test_malformed_fault_config_is_one_line_and_exit_2(tmp_path: Path, fault: str, message: str):
+    config = tmp_path / "agent.yaml"
+    config.write_text(HEAD + f"nodeName: n\nfault: {fault}\n")
+    result = runner.invoke(app, ["agent", "--config", str(config)])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())  # the console wraps long lines at its width
+    assert said.startswith(f"error: {config}: ") and message in said, result.output
+    assert "Traceback" not in result.output

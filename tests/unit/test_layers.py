@@ -33,6 +33,7 @@ CORE = [
     "rdmaplane.webhook.inject",
     "rdmaplane.webhook.review",
     "rdmaplane.webhook.certs",
+    "rdmaplane.faults",
 ]
 SERVICES = ["agent", "scheduler", "doctor", "webhook"]
 IO_MODULES = {
@@ -108,4 +109,18 @@ def test_services_do_not_import_each_other(service: str) -> None:
     others = {f"rdmaplane.{s}" for s in SERVICES if s != service}
     for path in (SRC / service).rglob("*.py"):
         bad = {m for m in imports(path) if any(m == o or m.startswith(o + ".") for o in others)}
+        assert not bad, f"{path.relative_to(SRC)} imports {bad}"
+
+
+def test_train_is_standalone() -> None:
+    """`rdmaplane.train` runs inside training pods: the standard library (and torch in its
+    PyTorch helpers) only, nothing else of rdmaplane, no third-party package."""
+    import sys
+
+    allowed = set(sys.stdlib_module_names) | {"torch", "rdmaplane"}
+    for path in (SRC / "train").rglob("*.py"):
+        found = imports(path)
+        bad = {m for m in found if m.split(".")[0] not in allowed}
+        ours = {m for m in found if m.startswith("rdmaplane.")}
+        bad |= {m for m in ours if not m.startswith("rdmaplane.train")}
         assert not bad, f"{path.relative_to(SRC)} imports {bad}"

@@ -64,6 +64,17 @@ class HealthState:
     hcas: Mapping[str, HcaHealth] = field(default_factory=dict)
 
 
+def risen(state: HealthState) -> dict[tuple[str, int], dict[str, int]]:
+    """Per port, each counter's increments within the window (what the fault classes judge)."""
+    out: dict[tuple[str, int], dict[str, int]] = {}
+    for key, memory in state.ports.items():
+        sums: dict[str, int] = {}
+        for _, counter, delta in memory.increments:
+            sums[counter] = sums.get(counter, 0) + delta
+        out[key] = sums
+    return out
+
+
 def step(
     state: HealthState, now: float, observations: Iterable[PortObservation], rules: Rules
 ) -> tuple[HealthState, list[Transition]]:

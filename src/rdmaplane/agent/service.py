@@ -26,6 +26,7 @@ from rdmaplane import nrt
 from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.fabricsource import NOTHING, FabricSource, NodeFabric
+from rdmaplane.agent.faultaction import FaultActor, View
 from rdmaplane.agent.health import ERRORS_RISING, HcaHealth, HealthState, Rules, Transition, step
 from rdmaplane.agent.httpserver import HttpServer, Response
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
@@ -103,6 +104,18 @@ class Agent:
         self._published_from: tuple[object, ...] | None = None
         self._allocation_problem: str | None = None
         self._rules = Rules(config.health.window_s, dict(config.health.thresholds))
+        # The probe reads the health counters and the fault classes' fatal ones.
+        self._counters = sorted({*config.health.thresholds, *config.fault.fatal_thresholds})
+        self._allocations_at: float | None = None
+        self.faults = FaultActor(
+            config.fault,
+            config.health,
+            config.node_name,
+            kube,
+            self.metrics,
+            view=self._fault_view,
+            node_event=self.publisher.record_event if self.publisher else lambda *_: None,
+        )
         self.policy, self.scope = self._topology_manager()
         self.http = HttpServer(
             {"/metrics": self._metrics, "/healthz": self._healthz, "/readyz": self._readyz},
@@ -132,6 +145,7 @@ class Agent:
             if self.publisher is not None:
                 self._publish()
                 tasks.append(asyncio.create_task(self.publisher.run(), name="publish"))
+                tasks.append(asyncio.create_task(self.faults.run(), name="faults"))
             await stop.wait()
             log.info("shutting down")
         finally:
@@ -167,7 +181,7 @@ class Agent:
         started = time.perf_counter()
         settled = await settle(
             lambda: asyncio.to_thread(read_node, self.root),
-            lambda topo: Probe(self.root, topo, self._rules.thresholds),
+            lambda topo: Probe(self.root, topo, self._counters),
         )
         self.metrics.discovery_seconds.observe(time.perf_counter() - started)
         self.metrics.discoveries.labels(trigger).inc()
@@ -200,6 +214,7 @@ class Agent:
         for t in transitions:
             self._report(t)
         self._feed_plugin()
+        self._observe_faults(reading)
         self._publish()
 
     def _report(self, t: Transition) -> None:
@@ -225,6 +240,25 @@ class Agent:
             self.plugin.update(*fed)
             self._plugin_fed = fed
 
+    def _observe_faults(self, reading: Reading) -> None:
+        """Fault classes and whom they hurt (docs/faults.md); the actor's task does the rest."""
+        assert self.topo is not None
+        offered = self.plugin.offered() if self.plugin is not None else []
+        self.faults.watch(self.topo, self.managed())
+        resources = {r for p in self.allocations.pods for r in p.devices}
+        self.faults.observe(
+            self.topo,
+            reading.ports,
+            self.health_state,
+            offered,
+            self.allocations,
+            resources - {self.config.gpu_resource},
+        )
+
+    def _fault_view(self) -> View:
+        failures = self.publisher.failures if self.publisher is not None else 0
+        return View(failures, self._allocations_at, self.config.allocation_interval_s)
+
     # ---------------------------------------------------------------- allocations
 
     async def refresh_allocations(self) -> None:
@@ -237,6 +271,7 @@ class Agent:
                 log.warning("%s; keeping the last known allocations", e)
                 self._allocation_problem = str(e)
             return
+        self._allocations_at = time.monotonic()
         if self._allocation_problem is not None:
             log.info("PodResources answers again")
             self._allocation_problem = None

@@ -82,7 +82,8 @@ def agent(
     log_format: LogFormatOption = None,
     verbose: VerboseOption = False,
 ) -> None:
-    """Run the node agent: discovery, device plugin, topology publisher, health, metrics."""
+    """Run the node agent: discovery, device plugin, topology publisher, health, fault
+    actions (notice, eviction, taint: docs/faults.md), metrics."""
     # the agent's stack (gRPC, lightkube, prometheus) loads only when this command runs
     from lightkube import ConfigError as KubeConfigError
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import difflib
 import ipaddress
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from rdmaplane.config.base import Kind, Seconds, Section
 from rdmaplane.counters import KNOWN_COUNTERS
@@ -30,28 +30,66 @@ DEFAULT_THRESHOLDS = {
 }
 
 
+def known_counter_limits(v: dict[str, int]) -> dict[str, int]:
+    """Counter limits name counters the kernel exposes and are >= 0."""
+    for name in sorted(v):
+        if name not in KNOWN_COUNTERS:
+            near = difflib.get_close_matches(name, sorted(KNOWN_COUNTERS), n=1)
+            hint = f" (did you mean {near[0]}?)" if near else " (see docs/agent.md)"
+            raise ValueError(f"{name!r} is not a port counter the kernel exposes{hint}")
+    bad = [k for k, n in v.items() if n < 0]
+    if bad:
+        raise ValueError(f"thresholds must be >= 0: {', '.join(sorted(bad))}")
+    return v
+
+
+# Counter file → how many increments within the health window are tolerated.
+CounterLimits = Annotated[dict[str, int], AfterValidator(known_counter_limits)]
+
+
 class HealthConfig(Section):
     """Error-counter rules: more than `thresholds[counter]` increments within `window_s` seconds
     make the HCA unhealthy; it recovers once the increments in the window fall back under."""
 
     window_s: Seconds = Field(default=300.0, gt=0, description="sliding window for error counters")
-    thresholds: dict[str, int] = Field(
+    thresholds: CounterLimits = Field(
         default_factory=lambda: dict(DEFAULT_THRESHOLDS),
         description="counter file → increments tolerated within the window (more: Unhealthy)",
     )
 
-    @field_validator("thresholds")
-    @classmethod
-    def _known_and_non_negative(cls, v: dict[str, int]) -> dict[str, int]:
-        for name in sorted(v):
-            if name not in KNOWN_COUNTERS:
-                near = difflib.get_close_matches(name, sorted(KNOWN_COUNTERS), n=1)
-                hint = f" (did you mean {near[0]}?)" if near else " (see docs/agent.md)"
-                raise ValueError(f"{name!r} is not a port counter the kernel exposes{hint}")
-        bad = [k for k, n in v.items() if n < 0]
-        if bad:
-            raise ValueError(f"thresholds must be >= 0: {', '.join(sorted(bad))}")
-        return v
+
+class FaultConfig(Section):
+    """What the agent does when an RDMA port fails under a pod (docs/faults.md): the fault
+    notice, then (after `graceSeconds`) the RDMAFault condition and the eviction."""
+
+    action: Literal["observe", "notify", "evict"] = Field(
+        default="evict",
+        description="observe: log and count; notify: notice + RDMAFault; evict: and evict",
+    )
+    fatal_after_s: Seconds = Field(
+        default=5.0, ge=0, description="fatal symptoms must persist this long to be a fault"
+    )
+    clear_after_s: Seconds = Field(
+        default=60.0, ge=0, description="a fault clears after this long without its symptoms"
+    )
+    grace_s: Seconds = Field(
+        default=30.0,
+        ge=0,
+        alias="graceSeconds",
+        description="notice → condition + eviction: time for an emergency checkpoint",
+    )
+    max_evictions_per_minute: int = Field(default=4, ge=0, description="the rest wait")
+    fatal_thresholds: CounterLimits = Field(
+        default_factory=lambda: {"link_downed": 0},
+        description="counter → increments within health.window that are fatal (others: degraded)",
+    )
+    taint_effect: Literal["NoExecute", "NoSchedule", "PreferNoSchedule"] | None = Field(
+        default="NoExecute",
+        description="rdmaplane.io/rdma-unhealthy when every compute HCA is fatal; null: never",
+    )
+    degraded_taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = Field(
+        default=None, description="the same taint when every compute HCA is at least degraded"
+    )
 
 
 class PublishConfig(Section):
@@ -156,6 +194,9 @@ class AgentConfig(Kind):
     publish: PublishConfig = Field(default_factory=PublishConfig, description="API server")
     fabric: FabricConfig = Field(
         default_factory=FabricConfig, description="the node's place on the fabric"
+    )
+    fault: FaultConfig = Field(
+        default_factory=FaultConfig, description="RDMA faults under pods (docs/faults.md)"
     )
 
     @field_validator("metrics_address")

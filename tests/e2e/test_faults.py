@@ -1,0 +1,298 @@
+"""The fault chain on a real control plane: kube-apiserver, kube-scheduler with the rdmaplane
+extender, kube-controller-manager (Job and taint-eviction controllers), KWOK for the nodes' pod
+lifecycle, and the rdmaplane agent (with its own RBAC) for node A (see `faultrig.py`).
+
+A port under the pod on A goes down → the fault notice (annotation + Event) → after the grace
+period the RDMAFault condition and an eviction → KWOK fails the pod → the Job controller
+replaces it without counting a failure → the scheduler and the extender place the replacement
+on the spare node (A has only 7 healthy HCAs left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Node, Pod
+
+from rdmaplane.agent.service import Agent
+from tests.e2e.conftest import KwokCluster
+from tests.e2e.controlplane import KubeCluster, Process, launch_scheduler, write_kubeconfig
+from tests.e2e.faultrig import (
+    CHAIN_S,
+    FAULT,
+    NOTICE,
+    Proxy,
+    Rig,
+    absent,
+    add_spare,
+    condition_true,
+    fault_rig,
+    placed_on,
+    serve_extender,
+    start_job,
+)
+from tests.e2e.test_agent import (  # noqa: F401  (fixtures)
+    Lister,
+    _metrics_url,
+    eventually,
+    install_rbac,
+    kubelet,
+    tree,
+    workdir,
+)
+
+
+async def _metric(agent: Agent, name: str, **labels: str) -> float:
+    """The sum of a metric's samples that carry `labels`, scraped from the agent's /metrics
+    (the agent serves it on this event loop: never a blocking request here)."""
+    async with httpx.AsyncClient() as client:
+        body = (await client.get(_metrics_url(agent), timeout=10)).text
+    wanted = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in body.splitlines()
+        if line.startswith(name + "{") and all(w in line for w in wanted)
+    )
+
+
+RigFactory = Callable[..., contextlib.AbstractAsyncContextManager[tuple[Rig, Agent]]]
+
+
+@dataclass(frozen=True)
+class FaultEnv:
+    """The kwok cluster as these tests use it: the agent's kubeconfig (its own RBAC) and the
+    extender watching that cluster."""
+
+    cluster: KubeCluster
+    agent_kubeconfig: Path
+    extender: str
+
+
+@pytest.fixture(scope="module")
+def fault_env(kwok_cluster: KwokCluster) -> Iterator[FaultEnv]:
+    cluster = kwok_cluster.cluster
+    kubeconfig = install_rbac(cluster)
+    with serve_extender(cluster) as url:
+        yield FaultEnv(cluster, kubeconfig, url)
+
+
+@pytest.fixture
+async def chain(
+    fault_env: FaultEnv,
+    tree: Path,  # noqa: F811
+    workdir: Path,  # noqa: F811
+    kubelet: Lister,  # noqa: F811
+) -> AsyncIterator[RigFactory]:
+    """`fault_rig` in a fresh namespace of the kwok cluster: `async with chain() as (rig,
+    agent)`, or `chain(agent_kubeconfig=other)`. Its kube-schedulers stop after the test."""
+    cluster = fault_env.cluster
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.create_namespace(namespace)
+    schedulers: list[Process] = []
+    async with cluster.async_client() as kube:
+        yield functools.partial(
+            fault_rig,
+            kube=kube,
+            namespace=namespace,
+            agent_kubeconfig=fault_env.agent_kubeconfig,
+            tree=tree,
+            workdir=workdir,
+            kubelet=kubelet,
+            start_scheduler=lambda config: schedulers.append(launch_scheduler(cluster, config)),
+            extender_url=fault_env.extender,
+        )
+    for process in schedulers:
+        process.stop()
+
+
+# ---------------------------------------------------------------- tests
+
+
+async def test_port_down_notice_condition_eviction_replacement(chain: RigFactory):
+    async with chain() as (rig, agent):
+        kube, namespace = rig.kube, rig.namespace
+        job = await start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
+        victim = next(p for p, n in placed.items() if n == rig.a)
+        spare = await add_spare(rig)
+
+        rig.port("mlx5_3", up=False)
+
+        now_placed = await placed_on(rig, {spare, rig.b})
+        assert victim not in now_placed
+
+        # The victim's recorded versions: notice, condition, then the eviction.
+        notice = [
+            v
+            for v in rig.versions(victim)
+            if "rdmaplane.io/fault" in (v["metadata"].get("annotations") or {})
+        ]
+        assert notice, "no fault notice annotation"
+        fault = json.loads(notice[0]["metadata"]["annotations"]["rdmaplane.io/fault"])
+        assert (fault["hca"], fault["port"], fault["class"]) == ("mlx5_3", 1, "fatal")
+        assert fault["reason"] == "port 1 DOWN (DISABLED)" and fault["since"].endswith("Z")
+        versions = rig.versions(victim)
+        rdma_fault = next(c for v in versions if (c := condition_true(v, "RDMAFault")))
+        assert "mlx5_3 port 1 fatal" in rdma_fault["message"]
+        disruption = next(c for v in versions if (c := condition_true(v, "DisruptionTarget")))
+        assert disruption["reason"] == "EvictionByEvictionAPI"
+        reasons = {e.reason for e in await rig.events("RDMAFault")} | {
+            e.reason for e in await rig.events("RDMAFaultEviction")
+        }
+        assert reasons == {"RDMAFault", "RDMAFaultEviction"}
+
+        status = (await kube.get(Job, job, namespace=namespace)).status
+        assert status is not None and not status.failed  # Ignored: no failure counted
+        acted = await _metric(agent, "rdmaplane_agent_fault_decisions_total", verb="act")
+        assert acted == 1
+
+
+async def test_flapping_port_evicts_at_most_once(chain: RigFactory):
+    async with chain() as (rig, agent):
+        await start_job(rig)
+        await placed_on(rig, {rig.a, rig.b})
+        await add_spare(rig)
+        # Down and up every 0.3 s for 12 s; the hardware counts each fall in link_downed.
+        for n in range(1, 41):
+            rig.port("mlx5_5", up=False, link_downed=n)
+            await asyncio.sleep(0.15)
+            rig.port("mlx5_5", up=True)
+            await asyncio.sleep(0.15)
+        await asyncio.sleep(5)
+        evicted = rig.versions_with(lambda v: condition_true(v, "DisruptionTarget") is not None)
+        assert len(evicted) <= 1
+        assert len(await rig.events("RDMAFaultEviction")) <= 1
+        raised = await _metric(agent, "rdmaplane_agent_fault_changes_total", to="fatal")
+        assert raised == 1  # one fault for the whole flapping episode
+
+
+async def test_every_compute_hca_fatal_taints_the_node_until_clear_after(chain: RigFactory):
+    async with chain() as (rig, _):
+        kube, namespace = rig.kube, rig.namespace
+        hcas = [f"mlx5_{i}" for i in range(8)]
+
+        async def taint() -> Any:
+            node = await kube.get(Node, rig.a)
+            taints = (node.spec.taints if node.spec else None) or []
+            return next((t for t in taints if t.key == "rdmaplane.io/rdma-unhealthy"), None)
+
+        for hca in hcas[:7]:
+            rig.port(hca, up=False)
+        await asyncio.sleep(3)  # > fatalAfter: seven fatal HCAs are no reason to taint
+        assert await taint() is None
+        rig.port(hcas[7], up=False)
+        found = await eventually(taint, CHAIN_S)
+        assert (found.value, found.effect) == ("8-hcas", "NoExecute")
+
+        # The taint manager acts on it: a pod without the toleration is evicted at once.
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "intolerant", "namespace": namespace},
+            "spec": {"nodeName": rig.a, "containers": [{"name": "c", "image": "busybox"}]},
+        }
+        await kube.create(Pod.from_dict(body))
+
+        async def taint_evicted() -> bool:
+            versions = rig.versions("intolerant")
+            return any(
+                (c := condition_true(v, "DisruptionTarget"))
+                and c["reason"] == "DeletionByTaintManager"
+                for v in versions
+            )
+
+        await eventually(taint_evicted, CHAIN_S)
+
+        rig.port(hcas[0], up=True)
+        await asyncio.sleep(2)  # < clearAfter: still tainted
+        assert await taint() is not None
+        await eventually(lambda: absent(taint), CHAIN_S)
+
+
+async def test_api_server_away_during_the_fault_then_the_right_action(
+    chain: RigFactory,
+    fault_env: FaultEnv,
+    workdir: Path,  # noqa: F811
+):
+    """While the agent cannot reach the API server, the fault is raised but nothing is done to
+    the pod (its view is stale); once it can, the notice and eviction follow."""
+    proxy = Proxy(int(fault_env.cluster.server.rsplit(":", 1)[1]))
+    await proxy.open()
+    config = yaml.safe_load(await asyncio.to_thread(fault_env.agent_kubeconfig.read_text))
+    user = config["users"][0]["user"]
+    via_proxy = write_kubeconfig(
+        workdir / "via-proxy.kubeconfig",
+        f"https://127.0.0.1:{proxy.port}",
+        Path(config["clusters"][0]["cluster"]["certificate-authority"]),
+        Path(user["client-certificate"]),
+        Path(user["client-key"]),
+    )
+    async with chain(agent_kubeconfig=via_proxy) as (rig, agent):
+        await start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
+        victim = next(p for p, n in placed.items() if n == rig.a)
+        await add_spare(rig)
+        await asyncio.wait_for(agent.publisher.in_sync.wait(), CHAIN_S)
+
+        await proxy.cut()
+        rig.port("mlx5_2", up=False)
+        await eventually(lambda: _raised(agent), CHAIN_S)
+        await eventually(lambda: _held(agent), CHAIN_S)
+        await asyncio.sleep(FAULT.grace_s + 3)  # past the grace period: would have acted
+        pod = await rig.kube.get(Pod, victim, namespace=rig.namespace)
+        assert pod.metadata is not None and pod.metadata.deletionTimestamp is None
+        assert "rdmaplane.io/fault" not in (pod.metadata.annotations or {})
+
+        await proxy.open()
+        await eventually(lambda: _evicted(rig), CHAIN_S)
+        assert rig.versions_with(lambda v: condition_true(v, "RDMAFault") is not None) == [victim]
+
+
+async def _evicted(rig: Rig) -> list[str]:
+    return rig.versions_with(lambda v: condition_true(v, "DisruptionTarget") is not None)
+
+
+async def _raised(agent: Agent) -> bool:
+    return bool(agent.faults.state.faults)
+
+
+async def _held(agent: Agent) -> bool:
+    return await _metric(agent, "rdmaplane_agent_fault_decisions_total", outcome="held") > 0
+
+
+async def test_stale_pod_resources_hold_then_the_right_action(chain: RigFactory):
+    """While the kubelet's PodResources does not answer (its last answer older than two
+    intervals), the agent does nothing to pods; once it answers, the notice and eviction follow
+    for the pod it names."""
+    async with chain() as (rig, agent):
+        await start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
+        victim = next(p for p, n in placed.items() if n == rig.a)
+        await add_spare(rig)
+
+        # The kubelet restarting: its PodResources socket is gone for a while.
+        socket = rig.tree.parent / "kubelet/pod-resources/kubelet.sock"
+        away = socket.with_suffix(".away")
+        socket.rename(away)
+        await asyncio.sleep(1)  # > two allocation intervals (0.2 s)
+        rig.port("mlx5_1", up=False)
+        await eventually(lambda: _raised(agent), CHAIN_S)
+        await eventually(lambda: _held(agent), CHAIN_S)
+        await asyncio.sleep(FAULT.grace_s + 3)  # past the grace period: would have acted
+        assert rig.versions_with(lambda v: NOTICE in (v["metadata"].get("annotations") or {})) == []
+
+        away.rename(socket)
+        await eventually(lambda: _evicted(rig), CHAIN_S)
+        assert rig.versions_with(lambda v: condition_true(v, "RDMAFault") is not None) == [victim]
