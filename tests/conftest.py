@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,3 +35,12 @@ def sample_trees(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def sample_nodes(sample_trees: dict[str, Path]) -> dict[str, NodeTopology]:
     return {name: read_node(str(root)) for name, root in sample_trees.items()}
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A folder with a short path: unix socket paths are limited to 107 bytes, and pytest's
+    tmp_path can be longer."""
+    path = Path(tempfile.mkdtemp(prefix="rp-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -63,11 +63,8 @@ def agent_kubeconfig(kube_cluster: KubeCluster, nrt_crd: object) -> Path:
 
 
 @pytest.fixture
-def workdir() -> Iterator[Path]:
-    """Short paths: unix socket paths are limited to 107 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="rpa-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def workdir(short_dir: Path) -> Path:
+    return short_dir
 
 
 @pytest.fixture

@@ -16,9 +16,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 
+from rdmaplane.agent.plugin import EmbeddedPlugin
+from rdmaplane.config import AgentConfig, DevicePluginConfig
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
@@ -35,6 +38,23 @@ def device_nodes(sysfs: Path, root: Path) -> Path:
                 (root / "infiniband" / entry.name).touch()
     (root / "infiniband" / "rdma_cm").touch()
     return root
+
+
+def agent_with_plugin(
+    sysfs: Path, short_dir: Path, **extra: Any
+) -> tuple[AgentConfig, EmbeddedPlugin]:
+    """An agent config whose kubelet folder is `short_dir` (unix socket paths are short), and
+    the plugin it embeds, with a device node for every HCA of the tree under `short_dir/dev`."""
+    cfg = AgentConfig(
+        node_name="hgx-h100-017",
+        sysfs_root=sysfs,
+        kubelet_dir=short_dir,
+        metrics_address="127.0.0.1",
+        metrics_port=0,
+        **extra,
+    )
+    dev_root = device_nodes(sysfs, short_dir / "dev")
+    return cfg, EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
 
 
 @dataclass

@@ -8,13 +8,13 @@ import json
 import logging
 import re
 import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import httpx
 import pytest
+from kubelet_standin import agent_with_plugin
+from lightkube import AsyncClient, KubeConfig
 from prometheus_client.parser import text_string_to_metric_families
 
 from rdmaplane import nrt
@@ -263,12 +263,8 @@ async def test_available_follows_pod_resources(
         await server.stop(None)
 
 
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """Unix socket paths are limited to 107 bytes: the plugin's socket needs a short folder."""
-    path = Path(tempfile.mkdtemp(prefix="rpa-"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+def with_plugin(node: Path, short_dir: Path, **extra) -> tuple[AgentConfig, EmbeddedPlugin]:
+    return agent_with_plugin(node, short_dir, poll_interval_s=POLL_S, **extra)
 
 
 async def test_rising_errors_reach_the_device_plugin(
@@ -277,16 +273,9 @@ async def test_rising_errors_reach_the_device_plugin(
     """The embedded plugin learns of counter-based ill health from the agent (it sees port
     states itself): ListAndWatch turns the HCA Unhealthy, Allocate refuses it naming the counter,
     and it turns Healthy again once it recovers."""
-    cfg = AgentConfig(
-        node_name="hgx-h100-017",
-        sysfs_root=node,
-        kubelet_dir=short_dir,
-        poll_interval_s=POLL_S,
-        metrics_address="127.0.0.1",
-        metrics_port=0,
-        health={"window_s": 1.0, "thresholds": {"symbol_error": 10}},
+    cfg, plugin = with_plugin(
+        node, short_dir, health={"window_s": 1.0, "thresholds": {"symbol_error": 10}}
     )
-    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=short_dir)
     mlx5_2 = sample_nodes["hgx-h100-roce"].hca("mlx5_2").pci.address
     counter = node / "class/infiniband/mlx5_2/ports/1/counters/symbol_error"
     async with Running(Agent(cfg, plugin=plugin)):
@@ -348,3 +337,126 @@ async def test_http_rejects_what_it_does_not_serve(node: Path, tmp_path: Path):
         assert (await raw_http(port, b"POST /metrics HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
         assert (await raw_http(port, b"nonsense\r\n\r\n")).startswith(b"HTTP/1.1 400")
         assert (await raw_http(port, b"GET /healthz HTTP/1.0\r\n\r\n")).endswith(b"ok\n")
+
+
+async def healthz_until(run: Running, status: int, within_s: float = 30.0) -> httpx.Response:
+    deadline = asyncio.get_running_loop().time() + within_s
+    while (health := await run.get("/healthz")).status_code != status:
+        assert asyncio.get_running_loop().time() < deadline, f"/healthz never {status}"
+    return health
+
+
+class Broken:
+    """Stands in for one method of a running task: raises an unexpected error while set."""
+
+    def __init__(self, real) -> None:
+        self.real = real
+        self.on = True
+
+    async def __call__(self, *args, **kwargs):
+        if self.on:
+            raise RuntimeError("unexpected fault injected by the test")
+        return await self.real(*args, **kwargs)
+
+
+class BrokenSync(Broken):
+    def __call__(self, *args, **kwargs):  # type: ignore[override]
+        if self.on:
+            raise RuntimeError("unexpected fault injected by the test")
+        return self.real(*args, **kwargs)
+
+
+async def test_each_task_that_dies_is_restarted_and_healthz_fails_meanwhile(
+    node: Path, short_dir: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Kill every long task of the agent in turn with an exception nobody expects: /healthz
+    answers 503 naming the task while it is down, the task is restarted, /healthz is 200
+    again, and the restarts are counted in /metrics."""
+    cfg, plugin = with_plugin(node, short_dir, allocation_interval_s=POLL_S)
+    unreachable = AsyncClient(  # the discard port: the publisher keeps retrying
+        KubeConfig.from_dict(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    pod_resources = PodResourcesClient(cfg.pod_resources_socket, [GPU])
+    agent = Agent(cfg, kube=unreachable, plugin=plugin, allocation_source=pod_resources)
+    agent.tasks.backoff_initial_s, agent.tasks.backoff_max_s = 0.05, 0.2
+    pool = plugin.plugin.servers[0]
+    assert agent.publisher is not None
+    faults = {
+        "poll": (agent, "poll", Broken, lambda: None),
+        "allocations": (agent, "refresh_allocations", Broken, lambda: None),
+        "publish": (
+            agent.publisher,
+            "publish_once",
+            Broken,
+            lambda: agent.publisher.record_event("Normal", "Test", "wake up"),
+        ),
+        "faults": (agent.faults, "act_once", Broken, lambda: None),  # acts after every poll
+        pool.task_name: (
+            pool,
+            "_still_served",
+            BrokenSync,
+            lambda: (cfg.kubelet_dir / "device-plugins" / "wake").touch(),
+        ),
+    }
+    async with Running(agent) as run:
+        assert sorted(agent.tasks.names) == sorted(faults)
+        for name, (owner, method, kind, wake) in faults.items():
+            broken = kind(getattr(owner, method))
+            monkeypatch.setattr(owner, method, broken)
+            wake()
+            health = await healthz_until(run, 503)
+            assert f"task {name} is down: RuntimeError: unexpected fault" in health.text
+            broken.on = False
+            await healthz_until(run, 200)
+            assert agent.tasks.restarts[name] > 0
+        m = await run.metrics()
+    for name in faults:
+        assert m[("rdmaplane_agent_task_restarts_total", (("task", name),))] >= 1
+
+
+async def test_a_device_without_its_verbs_node_is_unhealthy_with_the_reason(
+    node: Path, short_dir: Path, sample_nodes: dict[str, NodeTopology], caplog
+):
+    """`--dev-root` lacking /dev/infiniband/uverbsN: the kubelet is told Unhealthy (not Healthy
+    and then refused at Allocate), the reason is logged at start and exported in /metrics, and
+    the device turns Healthy once its node appears."""
+    mlx5_3 = sample_nodes["hgx-h100-roce"].hca("mlx5_3")
+    cfg, plugin = with_plugin(node, short_dir)
+    dev_root = short_dir / "dev"
+    (dev_root / "infiniband" / mlx5_3.uverbs).unlink()
+    async with Running(Agent(cfg, plugin=plugin)) as run:
+        socket = next((cfg.kubelet_dir / "device-plugins").glob("rdmaplane-*.sock"))
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            stream = dp_grpc.DevicePluginStub(channel).ListAndWatch(dp.Empty())
+            health = await next_health(stream)
+            assert health[mlx5_3.pci.address] == "Unhealthy"
+            assert sum(v == "Healthy" for v in health.values()) == 8
+            m = await run.metrics()
+            hca = "rdmaplane.io/hca"
+            unhealthy = (("health", "Unhealthy"), ("reason", "NoVerbsDevice"), ("resource", hca))
+            assert m[("rdmaplane_device_plugin_devices", unhealthy)] == 1
+            healthy = (("health", "Healthy"), ("reason", ""), ("resource", hca))
+            assert m[("rdmaplane_device_plugin_devices", healthy)] == 8
+            series = (
+                ("device", mlx5_3.pci.address),
+                ("hcas", "mlx5_3"),
+                ("reason", "NoVerbsDevice"),
+                ("resource", hca),
+            )
+            assert m[("rdmaplane_device_plugin_unusable_devices", series)] == 1
+            (dev_root / "infiniband" / mlx5_3.uverbs).touch()  # the driver came up late
+            while (health := await next_health(stream))[mlx5_3.pci.address] == "Unhealthy":
+                pass
+            stream.cancel()
+    logged = [r.getMessage() for r in caplog.records if "NoVerbsDevice" in r.getMessage()]
+    assert logged == [
+        f"rdmaplane.io/hca: device {mlx5_3.pci.address} is Unhealthy (NoVerbsDevice): mlx5_3: "
+        f"no verbs device node /dev/infiniband/{mlx5_3.uverbs} (looked under {dev_root})"
+    ]

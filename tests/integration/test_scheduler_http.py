@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -266,3 +268,34 @@ def test_outside_a_pod_without_a_kubeconfig_is_a_usage_error(
     assert result.exit_code == 2, result.output
     assert result.output.startswith("error: no kubeconfig given and not running in a pod")
     assert len(result.output.splitlines()) == 1
+
+
+def test_a_watch_task_that_dies_is_restarted_and_healthz_fails_meanwhile() -> None:
+    """The cache's watch task ending on an error nobody expected: /healthz answers 503 naming
+    it until the supervisor has restarted it."""
+    broken = threading.Event()
+    broken.set()
+    started = 0
+
+    async def watcher(cache: ClusterCache, restarted: object) -> None:
+        nonlocal started
+        started += 1
+        if broken.is_set():
+            raise RuntimeError("unexpected fault injected by the test")
+        await asyncio.Event().wait()
+
+    app = create_app(_cluster(), SchedulerExtenderConfig(), watcher)
+    app.state.tasks.backoff_initial_s, app.state.tasks.backoff_max_s = 0.05, 0.2
+    with serve(app) as base:
+        health = _until(base, 503)
+        assert health.text.startswith("task watch is down: RuntimeError: unexpected fault")
+        broken.clear()
+        _until(base, 200)
+        assert started >= 2
+
+
+def _until(base: str, status: int, within_s: float = 30.0) -> httpx.Response:
+    deadline = time.monotonic() + within_s
+    while (health := httpx.get(f"{base}/healthz")).status_code != status:
+        assert time.monotonic() < deadline, f"/healthz never {status}"
+    return health

@@ -83,6 +83,15 @@ def test_counter_reset_is_a_new_baseline():
     assert transitions[1:] == [[], []]
 
 
+def test_an_unreadable_counter_keeps_its_baseline():
+    """100, then a failed read, then 500: the burst across the gap counts +400."""
+    _, transitions = run((0, [obs(symbol_error=100)]), (5, [obs()]), (10, [obs(symbol_error=500)]))
+    assert transitions[1] == []
+    assert [str(t.after.problems[0]) for t in transitions[2]] == [
+        "port 1 symbol_error +400 within 60 s (max 10)"
+    ]
+
+
 def test_unwatched_counters_do_not_matter():
     _, transitions = run((0, [obs(port_rcv_errors=0)]), (5, [obs(port_rcv_errors=10**6)]))
     assert transitions[1] == []
@@ -106,15 +115,17 @@ def test_one_bad_port_makes_the_hca_unhealthy():
 
 def brute_force_unhealthy(history, rules: Rules) -> bool:
     """Restate the rule from the whole history: down now, or a watched counter rose by more
-    than its threshold within the window (increases only; a drop resets the baseline)."""
+    than its threshold within the window (increases only; a drop resets the baseline; a poll
+    where it could not be read is skipped, the reads around it are compared)."""
     now, last_state, _ = history[-1]
     if last_state != UP:
         return True
     for name, threshold in rules.thresholds.items():
+        readable = [(t, c[name]) for t, _, c in history if name in c]
         risen = 0
-        for (_, _, before), (t, _, after) in itertools.pairwise(history):
-            if t > now - rules.window_s and after[name] > before[name]:
-                risen += after[name] - before[name]
+        for (_, before), (t, after) in itertools.pairwise(readable):
+            if t > now - rules.window_s and after > before:
+                risen += after - before
         if risen > threshold:
             return True
     return False
@@ -126,6 +137,7 @@ polls = st.lists(
         st.sampled_from([UP, UP, UP, DOWN]),
         st.integers(min_value=-3, max_value=8),  # symbol_error change (negative = reset to 0)
         st.integers(min_value=0, max_value=1),  # link_downed change
+        st.sampled_from([True, True, True, False]),  # symbol_error readable this poll
     ),
     min_size=1,
     max_size=30,
@@ -138,14 +150,13 @@ def test_matches_brute_force(script):
     state, now, sym, ld = HealthState(), 0.0, 0, 0
     history = []
     healthy_before = None
-    for dt, port_state, d_sym, d_ld in script:
+    for dt, port_state, d_sym, d_ld, readable in script:
         now += dt
         sym = 0 if d_sym < 0 else sym + d_sym
         ld += d_ld
-        history.append((now, port_state, {"symbol_error": sym, "link_downed": ld}))
-        state, transitions = step(
-            state, now, [obs(state=port_state, symbol_error=sym, link_downed=ld)], RULES
-        )
+        counters = {"symbol_error": sym, "link_downed": ld} if readable else {"link_downed": ld}
+        history.append((now, port_state, counters))
+        state, transitions = step(state, now, [obs(state=port_state, **counters)], RULES)
         expected_unhealthy = brute_force_unhealthy(history, RULES)
         assert state.hcas["mlx5_0"].healthy is not expected_unhealthy
         flipped = healthy_before is not None and healthy_before == expected_unhealthy

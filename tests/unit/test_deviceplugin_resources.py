@@ -8,8 +8,18 @@ from pathlib import Path
 import pytest
 
 from rdmaplane.config import DevicePluginConfig
-from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
-from rdmaplane.model import Hca, NodeTopology, PhysState, PortState
+from rdmaplane.deviceplugin.resources import (
+    DEVICE_GONE,
+    NO_VERBS_DEVICE,
+    PORT_DOWN,
+    REPORTED_FAULT,
+    AllocateError,
+    ResourceManager,
+    Unusable,
+    device_id,
+)
+from rdmaplane.model import Hca, NetnsMode, NodeTopology, PhysState, PortState
+from rdmaplane.netns import NETNS_EXCLUSIVE
 
 
 @pytest.fixture
@@ -17,7 +27,23 @@ def hgx(sample_nodes: dict[str, NodeTopology]) -> NodeTopology:
     return sample_nodes["hgx-h100-roce"]
 
 
-def manager(pool: dict[str, object], dev_root: Path | str = "/nonexistent") -> ResourceManager:
+def device_nodes(topo: NodeTopology, root: Path) -> Path:
+    """A node's /dev as the plugin sees it: every HCA's verbs, umad and issm node."""
+    folder = root / "infiniband"
+    folder.mkdir(parents=True)
+    for hca in topo.hcas:
+        for name in (hca.uverbs, *(n for p in hca.ports for n in (p.umad, p.issm))):
+            if name:
+                (folder / name).touch()
+    return root
+
+
+@pytest.fixture
+def dev(hgx: NodeTopology, tmp_path: Path) -> Path:
+    return device_nodes(hgx, tmp_path / "dev")
+
+
+def manager(pool: dict[str, object], dev_root: Path | str) -> ResourceManager:
     return ResourceManager(DevicePluginConfig(pools=[pool]).pools[0], dev_root=str(dev_root))
 
 
@@ -31,8 +57,8 @@ def down(topo: NodeTopology, name: str) -> NodeTopology:
     return replace(topo, hcas=tuple(port_down(h) for h in topo.hcas))
 
 
-def test_exclusive_devices_are_pci_addresses_with_numa(hgx: NodeTopology) -> None:
-    m = manager({})
+def test_exclusive_devices_are_pci_addresses_with_numa(hgx: NodeTopology, dev: Path) -> None:
+    m = manager({}, dev)
     assert m.update(hgx)
     assert [(d.id, d.numa_nodes, d.hcas) for d in m.devices] == sorted(
         (h.pci.address, (h.numa,), (h.name,)) for h in hgx.hcas if h.pci
@@ -40,44 +66,52 @@ def test_exclusive_devices_are_pci_addresses_with_numa(hgx: NodeTopology) -> Non
     assert not m.update(hgx)  # nothing changed, nothing to re-send
 
 
-def test_software_device_is_named_and_has_no_topology(hgx: NodeTopology) -> None:
+def test_software_device_is_named_and_has_no_topology(hgx: NodeTopology, dev: Path) -> None:
     rxe = replace(hgx.hcas[0], name="rxe0", pci=None)
-    m = manager({"selectors": {"hcaNames": ["rxe0"]}})
+    m = manager({"selectors": {"hcaNames": ["rxe0"]}}, dev)
     m.update(replace(hgx, hcas=(rxe,)))
     assert [(d.id, d.numa_nodes) for d in m.devices] == [("rxe0", ())]
     assert device_id(rxe) == "rxe0"
 
 
-def test_selectors_pick_the_pool(hgx: NodeTopology) -> None:
-    m = manager({"selectors": {"ifNames": ["ens108np0", "bond0"]}})
+def test_selectors_pick_the_pool(hgx: NodeTopology, dev: Path) -> None:
+    m = manager({"selectors": {"ifNames": ["ens108np0", "bond0"]}}, dev)
     m.update(hgx)
     assert sorted(h.name for h in m.members) == ["mlx5_0", "mlx5_bond_0"]
 
 
-def test_port_down_is_unhealthy_with_a_reason(hgx: NodeTopology) -> None:
-    m = manager({})
+def test_port_down_is_unhealthy_with_a_reason(hgx: NodeTopology, dev: Path) -> None:
+    m = manager({}, dev)
     m.update(hgx)
     assert m.update(down(hgx, "mlx5_2"))
     bad = [d for d in m.devices if not d.healthy]
     assert [d.hcas for d in bad] == [("mlx5_2",)]
-    assert bad[0].problem == "mlx5_2: no port ACTIVE and LinkUp (port 1 DOWN/DISABLED)"
+    assert bad[0].problem == Unusable(
+        PORT_DOWN, "mlx5_2: no port ACTIVE and LinkUp (port 1 DOWN/DISABLED)"
+    )
 
 
-def test_fault_from_outside_is_unhealthy_until_cleared(hgx: NodeTopology) -> None:
+def test_fault_from_outside_is_unhealthy_until_cleared(hgx: NodeTopology, dev: Path) -> None:
     """The agent's counter verdicts arrive as faults; the reason is theirs, not a port state."""
-    m = manager({})
+    m = manager({}, dev)
     m.update(hgx)
     fault = "port 1 symbol_error +12 within 60 s (max 10)"
     assert m.update(hgx, {"mlx5_2": fault, "not-in-pool": "ignored"})
     bad = [d for d in m.devices if not d.healthy]
-    assert [(d.hcas, d.problem) for d in bad] == [(("mlx5_2",), f"mlx5_2: {fault}")]
+    assert [(d.hcas, d.problem) for d in bad] == [
+        (("mlx5_2",), Unusable(REPORTED_FAULT, f"mlx5_2: {fault}"))
+    ]
     with pytest.raises(AllocateError, match="symbol_error"):
         m.allocate([bad[0].id])
     assert m.update(hgx) and all(d.healthy for d in m.devices)
 
 
-def test_shared_slots_grant_the_pool_and_fail_only_when_all_ports_do(hgx: NodeTopology) -> None:
-    m = manager({"mode": "shared", "slots": 3, "selectors": {"hcaNames": ["mlx5_0", "mlx5_4"]}})
+def test_shared_slots_grant_the_pool_and_fail_only_when_all_ports_do(
+    hgx: NodeTopology, dev: Path
+) -> None:
+    m = manager(
+        {"mode": "shared", "slots": 3, "selectors": {"hcaNames": ["mlx5_0", "mlx5_4"]}}, dev
+    )
     m.update(hgx)
     assert [(d.id, d.healthy, d.numa_nodes, d.hcas) for d in m.devices] == [
         (f"hca-shared-{i:04d}", True, (0, 1), ("mlx5_0", "mlx5_4")) for i in range(3)
@@ -90,8 +124,34 @@ def test_shared_slots_grant_the_pool_and_fail_only_when_all_ports_do(hgx: NodeTo
         m.allocate(["hca-shared-0001"])
 
 
-def test_preferred_set_uses_numa_and_roots(hgx: NodeTopology) -> None:
-    m = manager({})
+def test_a_shared_pool_on_an_exclusive_netns_node_is_unhealthy_with_the_reason(
+    hgx: NodeTopology, dev: Path
+) -> None:
+    """Each slot grants HCAs that stay in the node's network namespace: in exclusive mode the
+    pods would see none, so no slot is handed out. Exclusive pools are served as ever."""
+    pool = {"mode": "shared", "slots": 2, "selectors": {"hcaNames": ["mlx5_0", "mlx5_4"]}}
+    shared, exclusive = manager(pool, dev), manager({}, dev)
+    exclusive_mode = replace(hgx, netns_mode=NetnsMode.EXCLUSIVE)
+    fault = {"mlx5_0": "port 1 symbol_error +12 within 60 s (max 10)"}
+    assert shared.update(exclusive_mode, fault) and exclusive.update(exclusive_mode)
+    assert all(d.healthy for d in exclusive.devices)
+    said = Unusable(
+        NETNS_EXCLUSIVE,
+        "mlx5_0: RDMA netns mode is exclusive; a shared pool needs shared (its pods would not "
+        "see it); mlx5_4: RDMA netns mode is exclusive; a shared pool needs shared (its pods "
+        "would not see it)",
+    )
+    assert [(d.healthy, d.problem) for d in shared.devices] == [(False, said)] * 2
+    with pytest.raises(AllocateError, match="hca-shared-0000 is unhealthy: mlx5_0: RDMA netns"):
+        shared.allocate(["hca-shared-0000"])
+    for mode in (NetnsMode.SHARED, NetnsMode.UNKNOWN):  # unknown: nothing to hold against it
+        assert shared.update(replace(hgx, netns_mode=mode))
+        assert all(d.healthy for d in shared.devices)
+        shared.update(exclusive_mode)
+
+
+def test_preferred_set_uses_numa_and_roots(hgx: NodeTopology, dev: Path) -> None:
+    m = manager({}, dev)
     m.update(hgx)
     numa1 = [device_id(h) for h in hgx.hcas if h.numa == 1]
     everything = [d.id for d in m.devices]
@@ -99,13 +159,54 @@ def test_preferred_set_uses_numa_and_roots(hgx: NodeTopology) -> None:
     assert set(chosen) <= set(numa1) and numa1[0] in chosen
 
 
-def test_missing_verbs_node_refuses_allocation(hgx: NodeTopology, tmp_path: Path) -> None:
-    m = manager({}, tmp_path)
+def test_hca_without_a_verbs_node_is_unhealthy_with_the_reason(
+    hgx: NodeTopology, dev: Path
+) -> None:
+    """A device the plugin could not hand out is never Healthy; Allocate refuses it with the
+    same reason, and it turns Healthy when its node appears (`recheck`, every poll)."""
+    mlx5_3 = hgx.hca("mlx5_3")
+    assert mlx5_3 and mlx5_3.uverbs
+    (dev / "infiniband" / mlx5_3.uverbs).unlink()
+    m = manager({}, dev)
     m.update(hgx)
-    with pytest.raises(
-        AllocateError, match=f"no verbs device node .* \\(looked under {tmp_path}\\)"
-    ):
-        m.allocate([m.devices[0].id])
+    bad = [d for d in m.devices if not d.healthy]
+    assert [d.id for d in bad] == [device_id(mlx5_3)]
+    assert bad[0].problem == Unusable(
+        NO_VERBS_DEVICE,
+        f"mlx5_3: no verbs device node /dev/infiniband/{mlx5_3.uverbs} (looked under {dev})",
+    )
+    with pytest.raises(AllocateError, match="is unhealthy: mlx5_3: no verbs device node"):
+        m.allocate([bad[0].id])
+    assert not m.recheck()  # nothing changed under /dev
+    (dev / "infiniband" / mlx5_3.uverbs).touch()
+    assert m.recheck() and all(d.healthy for d in m.devices)
+
+
+def test_without_device_nodes_nothing_is_healthy(hgx: NodeTopology, tmp_path: Path) -> None:
+    m = manager({}, tmp_path)  # e.g. --dev-root without /dev/infiniband mounted
+    m.update(hgx)
+    assert {(d.healthy, d.problem.reason if d.problem else None) for d in m.devices} == {
+        (False, NO_VERBS_DEVICE)
+    }
+    shared = manager({"mode": "shared", "slots": 2}, tmp_path)
+    shared.update(hgx)
+    assert {(d.healthy, d.problem.reason if d.problem else None) for d in shared.devices} == {
+        (False, NO_VERBS_DEVICE)
+    }
+
+
+def test_a_shared_slot_grants_only_the_hcas_it_can_hand_out(hgx: NodeTopology, dev: Path) -> None:
+    mlx5_0 = hgx.hca("mlx5_0")
+    assert mlx5_0 and mlx5_0.uverbs
+    (dev / "infiniband" / mlx5_0.uverbs).unlink()
+    m = manager(
+        {"mode": "shared", "slots": 2, "selectors": {"hcaNames": ["mlx5_0", "mlx5_4"]}}, dev
+    )
+    m.update(hgx)
+    assert all(d.healthy for d in m.devices)  # mlx5_4 is usable
+    got = m.allocate([m.devices[0].id])
+    assert got.envs["RDMAPLANE_HCAS"] == "mlx5_4"
+    assert not any(mlx5_0.uverbs in n for n in got.device_nodes)
 
 
 def test_device_nodes_are_the_nodes_real_paths(hgx: NodeTopology, tmp_path: Path) -> None:
@@ -124,14 +225,15 @@ def test_device_nodes_are_the_nodes_real_paths(hgx: NodeTopology, tmp_path: Path
     assert got.envs["RDMAPLANE_HCAS"] == "mlx5_1"
 
 
-def test_vanished_device_stays_listed_as_unhealthy(hgx: NodeTopology) -> None:
-    m = manager({})
+def test_vanished_device_stays_listed_as_unhealthy(hgx: NodeTopology, dev: Path) -> None:
+    m = manager({}, dev)
     m.update(hgx)
     gone = hgx.hca("mlx5_7")
     assert gone
     assert m.update(replace(hgx, hcas=tuple(h for h in hgx.hcas if h.name != "mlx5_7")))
-    dev = next(d for d in m.devices if d.id == device_id(gone))
-    assert not dev.healthy and dev.problem == "mlx5_7: device is gone"
+    gone_dev = next(d for d in m.devices if d.id == device_id(gone))
+    assert not gone_dev.healthy
+    assert gone_dev.problem == Unusable(DEVICE_GONE, "mlx5_7: device is gone")
     assert m.update(hgx) and all(d.healthy for d in m.devices)
 
 
@@ -145,10 +247,13 @@ def test_vanished_device_stays_listed_as_unhealthy(hgx: NodeTopology) -> None:
     ],
 )
 def test_pool_gid_index_is_what_allocate_injects(
-    sample_nodes: dict[str, NodeTopology], sample: str, gid: dict[str, int], expected: tuple
+    sample_nodes: dict[str, NodeTopology],
+    sample: str,
+    gid: dict[str, int],
+    expected: tuple,
+    tmp_path: Path,
 ) -> None:
-    pool = DevicePluginConfig(pools=[{"nccl": {"gid": gid}}]).pools[0]
-    m = ResourceManager(pool, cdi_kind="rdmaplane.io/hca")  # CDI: no device nodes needed
+    m = manager({"nccl": {"gid": gid}}, device_nodes(sample_nodes[sample], tmp_path / "dev"))
     m.update(sample_nodes[sample])
     assert m.pool_gid_index() == expected
     every = [d.id for d in m.devices if d.healthy]
@@ -160,7 +265,9 @@ def test_pool_gid_index_is_what_allocate_injects(
     assert injected == (None if expected[1] is None else str(expected[1]))
 
 
-def test_an_infiniband_pool_needs_no_gid_index(sample_nodes: dict[str, NodeTopology]) -> None:
-    m = manager({"selectors": {"linkTypes": ["infiniband"]}})
+def test_an_infiniband_pool_needs_no_gid_index(
+    sample_nodes: dict[str, NodeTopology], tmp_path: Path
+) -> None:
+    m = manager({"selectors": {"linkTypes": ["infiniband"]}}, tmp_path)
     m.update(sample_nodes["hgx-h200-ib"])
     assert m.members and m.pool_gid_index() == (False, None)

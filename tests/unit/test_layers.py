@@ -20,6 +20,7 @@ CORE = [
     "rdmaplane.selectors",
     "rdmaplane.nrt",
     "rdmaplane.counters",
+    "rdmaplane.netns",
     "rdmaplane.deviceplugin.alloc",
     "rdmaplane.scheduler.placement",
     "rdmaplane.agent.health",

@@ -4,6 +4,8 @@ Pure (no I/O, time passed in). An HCA is unhealthy while any of its ports is not
 or while a watched error counter rose by more than its threshold within the sliding window.
 It recovers by itself once the port is up and the increments have aged out of the window.
 A counter that goes down was reset (driver reload, `perfquery -R`): it becomes the new baseline.
+A counter that could not be read keeps its last good value as the baseline, so a burst that
+spans the gap (100, unreadable, 500) still counts +400.
 """
 
 from __future__ import annotations
@@ -110,7 +112,8 @@ def _remember(
         before = memory.last.get(name) if memory else None
         if before is not None and value > before:
             new.append((now, name, value - before))
-    return _PortMemory(last=dict(obs.counters), increments=kept + tuple(new))
+    last = {**memory.last, **obs.counters} if memory else dict(obs.counters)
+    return _PortMemory(last=last, increments=kept + tuple(new))
 
 
 def _port_problems(obs: PortObservation, memory: _PortMemory, rules: Rules) -> list[Problem]:

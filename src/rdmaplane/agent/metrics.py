@@ -223,6 +223,12 @@ class AgentMetrics:
             ["to"],
             registry=r,
         )
+        self.task_restarts = Counter(
+            "rdmaplane_agent_task_restarts",
+            "Long-running tasks restarted after an unexpected fault, by task",
+            ["task"],
+            registry=r,
+        )
         info = Gauge("rdmaplane_agent_info", "Agent version", ["version"], registry=r)
         info.labels(__version__).set(1)
         r.register(NodeCollector(view))

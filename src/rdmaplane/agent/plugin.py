@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from rdmaplane.agent.inventory import Offered
 from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.plugin import RdmaDevicePlugin
 from rdmaplane.model import NodeTopology
+from rdmaplane.supervisor import Supervisor
 
 
 class EmbeddedPlugin:
@@ -24,8 +29,13 @@ class EmbeddedPlugin:
     def update(self, topo: NodeTopology, faults: Mapping[str, str]) -> None:
         self.plugin.update(topo, faults)
 
-    async def start(self) -> None:
-        await self.plugin.start()
+    def recheck(self) -> None:
+        self.plugin.recheck()
+
+    async def start(self, supervisor: Supervisor | None = None) -> None:
+        """Serve; the registration tasks run under `supervisor` (the agent's), else the
+        plugin's own."""
+        await self.plugin.start(supervisor)
 
     async def stop(self) -> None:
         await self.plugin.stop()
@@ -37,3 +47,28 @@ class EmbeddedPlugin:
             for server in self.plugin.servers
             for d in server.manager.devices
         ]
+
+    def collect(self) -> Iterator[Metric]:
+        """What the kubelet is told, by health and reason (a prometheus collector)."""
+        devices = GaugeMetricFamily(
+            "rdmaplane_device_plugin_devices",
+            "Devices advertised to the kubelet, by health and why unhealthy",
+            labels=["resource", "health", "reason"],
+        )
+        unusable = GaugeMetricFamily(
+            "rdmaplane_device_plugin_unusable_devices",
+            "1 for each device the plugin cannot hand out, with the reason",
+            labels=["resource", "device", "hcas", "reason"],
+        )
+        for server in self.plugin.servers:
+            resource = server.resource_name
+            counts: Counter[tuple[str, str]] = Counter()
+            for d in server.manager.devices:
+                reason = d.problem.reason if d.problem else ""
+                counts["Healthy" if d.healthy else "Unhealthy", reason] += 1
+                if not d.healthy and not server.manager.shared:
+                    unusable.add_metric([resource, d.id, ",".join(d.hcas), reason], 1)
+            for (health, reason), n in sorted(counts.items()):
+                devices.add_metric([resource, health, reason], n)
+        yield devices
+        yield unusable

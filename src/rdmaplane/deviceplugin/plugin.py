@@ -2,30 +2,28 @@
 
 `RdmaDevicePlugin` takes its `NodeTopology` from outside (`update(topo)`), so the node agent's
 single discovery loop can feed it; `run_standalone` is the small loop of its own that
-`rdmaplane device-plugin` uses, reading sysfs every `healthPollInterval`.
+`rdmaplane device-plugin` uses, reading sysfs every `healthPollInterval`, in one process.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
 import json
 import logging
-import multiprocessing
 import os
 import signal
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rdmaplane.config import DevicePluginConfig, PoolConfig
-from rdmaplane.deviceplugin.resources import ResourceManager
+from rdmaplane.deviceplugin.resources import PluginDevice, ResourceManager
 from rdmaplane.deviceplugin.server import PoolServer
-from rdmaplane.discovery import read_node
 from rdmaplane.discovery.probe import Probe, settle
+from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
 from rdmaplane.selectors import natural_key
+from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.deviceplugin")
 
@@ -45,10 +43,11 @@ class RdmaDevicePlugin:
         *,
         kubelet_dir: str | Path = "/var/lib/kubelet",
         dev_root: str = "/dev",
-        watch_interval: float = 1.0,
+        recheck_interval: float = 30.0,
         max_backoff: float = 5.0,
     ) -> None:
         self.config = config
+        self._own_tasks: Supervisor | None = None
         self.servers = [
             PoolServer(
                 ResourceManager(
@@ -57,7 +56,7 @@ class RdmaDevicePlugin:
                 kubelet_dir=kubelet_dir,
                 registration=config.registration,
                 resend_interval=config.resend_interval,
-                watch_interval=watch_interval,
+                recheck_interval=recheck_interval,
                 max_backoff=max_backoff,
             )
             for pool in config.pools
@@ -68,10 +67,7 @@ class RdmaDevicePlugin:
         """Take a new topology and faults judged outside the plugin (HCA name → why); streams
         are woken only for pools whose devices changed."""
         for server in self.servers:
-            if server.manager.update(topo, faults):
-                server.notify()
-                if self.config.cdi.enabled:
-                    self._write_cdi_spec(server.manager)
+            self._changed(server, lambda m: m.update(topo, faults))
             self._log_members(server.manager)
 
     def _log_members(self, manager: ResourceManager) -> None:
@@ -99,13 +95,35 @@ class RdmaDevicePlugin:
             f"the selectors {json.dumps(chosen)}" if chosen else "(no selectors: no RDMA device)",
         )
 
-    async def start(self) -> None:
+    def recheck(self) -> None:
+        """Look at the device nodes again (cheap: one listing per pool); call it every poll."""
         for server in self.servers:
-            await server.start()
+            self._changed(server, ResourceManager.recheck)
+
+    def _changed(self, server: PoolServer, change: Callable[[ResourceManager], bool]) -> None:
+        manager = server.manager
+        before = {d.id: d for d in manager.devices}
+        if not change(manager):
+            return
+        server.notify()
+        log_health_changes(manager.pool.resource_name, before, manager.devices)
+        if self.config.cdi.enabled:
+            self._write_cdi_spec(manager)
+
+    async def start(self, supervisor: Supervisor | None = None) -> None:
+        """Serve every pool; the tasks that keep them registered run under `supervisor` (the
+        agent's, so its /healthz sees them), else under one of the plugin's own."""
+        if supervisor is None:
+            supervisor = self._own_tasks = Supervisor()
+        for server in self.servers:
+            await server.start(supervisor)
 
     async def stop(self) -> None:
         for server in self.servers:
             await server.stop()
+        if self._own_tasks is not None:
+            await self._own_tasks.close()
+            self._own_tasks = None
 
     def _write_cdi_spec(self, manager: ResourceManager) -> None:
         kind = manager.cdi_kind or ""
@@ -123,6 +141,28 @@ class RdmaDevicePlugin:
             log.error("cannot write CDI spec %s: %s", target, e)
 
 
+def log_health_changes(
+    resource: str, before: Mapping[str, PluginDevice], after: list[PluginDevice]
+) -> None:
+    """One line per device whose health or reason changed; at start (nothing before) only the
+    devices that cannot be handed out, so a node where nothing is usable says so at once."""
+    for dev in after:
+        old = before.get(dev.id)
+        if old is not None and (old.healthy, old.problem) == (dev.healthy, dev.problem):
+            continue
+        if dev.problem is not None:
+            log.warning(
+                "%s: device %s is Unhealthy (%s): %s",
+                resource,
+                dev.id,
+                dev.problem.reason,
+                dev.problem.message,
+                extra={"resource": resource, "device": dev.id, "reason": dev.problem.reason},
+            )
+        elif old is not None:
+            log.info("%s: device %s is Healthy again", resource, dev.id)
+
+
 REDISCOVER_S = 300.0  # a full read now and then, for what the probe does not watch
 
 
@@ -130,21 +170,21 @@ async def poll_topology(
     plugin: RdmaDevicePlugin,
     sysfs_root: str,
     interval: float,
-    executor: concurrent.futures.Executor | None = None,
     first: NodeTopology | None = None,
 ) -> None:
     """Probe sysfs every `interval` seconds (port states, device listings, in-use GIDs: ~120
-    small files on a big node) and read it fully only when the probe saw a change, or every
-    `REDISCOVER_S` (and at the start, to settle the probe's baseline against `first`, the
-    topology the plugin was started with, or a fresh read).
+    small files on a big node, plus a listing of the device nodes) and read it fully only when
+    the probe saw a change, or every `REDISCOVER_S` (and at the start, to settle the probe's
+    baseline against `first`, the topology the plugin was started with, or a fresh read).
 
-    A full read of a big node is tens of ms of Python; in a thread it would hold the GIL and
-    stall gRPC answers for that long, so the standalone plugin passes a process pool. A read
-    that fails keeps the last topology: a flaky read must not make devices vanish."""
+    Full reads (tens of ms of Python on a big node) run in a thread: the interpreter hands the
+    event loop its turn every few ms, so gRPC answers wait at most that long, and only when
+    something changed. A read that fails keeps the last topology: a flaky read must not make
+    devices vanish."""
     loop = asyncio.get_running_loop()
 
     async def read() -> NodeTopology:
-        return await loop.run_in_executor(executor, read_node, sysfs_root)
+        return await asyncio.to_thread(read_node, sysfs_root)
 
     def probe_for(topo: NodeTopology) -> Probe:
         return Probe(sysfs_root, topo, watched=())
@@ -152,8 +192,11 @@ async def poll_topology(
     probe: Probe | None = None
     seen: tuple[object, ...] | None = None
     read_at = 0.0
+    if first is not None:  # the plugin serves `first` already: registering comes first
+        await asyncio.sleep(interval)
     while True:
         if probe is not None:
+            plugin.recheck()
             fingerprint = (await asyncio.to_thread(probe.read)).fingerprint
             if fingerprint == seen and loop.time() - read_at < REDISCOVER_S:
                 await asyncio.sleep(interval)
@@ -176,26 +219,23 @@ async def run_standalone(
     kubelet_dir: str = "/var/lib/kubelet",
     dev_root: str = "/dev",
 ) -> None:
-    """Serve until SIGTERM/SIGINT, then remove the sockets and return."""
+    """Serve until SIGTERM/SIGINT, then remove the sockets and return. One process: the
+    gRPC server, the registration watchers and the sysfs poller share one event loop, each
+    long task under a supervisor (a fault is logged and the task restarted)."""
     plugin = RdmaDevicePlugin(config, kubelet_dir=kubelet_dir, dev_root=dev_root)
-    topo = await asyncio.to_thread(read_node, sysfs_root)
+    topo = read_node(sysfs_root)  # nothing to serve yet: no need to leave the loop free
     plugin.update(topo)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await plugin.start()
-    # spawn, not fork: forking a process that runs gRPC threads is unsafe
-    reader = concurrent.futures.ProcessPoolExecutor(1, multiprocessing.get_context("spawn"))
-    poller = asyncio.create_task(
-        poll_topology(plugin, sysfs_root, config.health_poll_interval, reader, first=topo)
-    )
+    tasks = Supervisor()
     try:
+        await plugin.start(tasks)
+        interval = config.health_poll_interval
+        tasks.spawn("poll", lambda: poll_topology(plugin, sysfs_root, interval, first=topo))
         await stop.wait()
         log.info("shutting down")
     finally:
-        poller.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await poller
-        reader.shutdown(cancel_futures=True)
+        await tasks.close()
         await plugin.stop()

@@ -4,6 +4,11 @@ Kept apart from the gRPC server (as NVIDIA's k8s-device-plugin does) so it can b
 benchmarked without sockets: it takes a `NodeTopology`, answers with plain data, and keeps only
 one piece of state, the devices it has announced, so a device that disappears is reported
 Unhealthy instead of silently dropped (the kubelet then stops handing it out).
+
+A device the plugin could not hand out is never reported Healthy: every reason an HCA is
+unusable is decided in one place (`ResourceManager._judge`), carries a short reason word and a
+message, and from there reaches ListAndWatch (Unhealthy), Allocate's refusal, the log and the
+agent's metrics alike.
 """
 
 from __future__ import annotations
@@ -14,11 +19,31 @@ from dataclasses import dataclass, field
 
 from rdmaplane.config import PoolConfig
 from rdmaplane.deviceplugin.alloc import Candidate, preferred_allocation
-from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
+from rdmaplane.model import Hca, LinkLayer, NetnsMode, NodeTopology, Port
 from rdmaplane.nccl import PlanError, nccl_env
+from rdmaplane.netns import NETNS_EXCLUSIVE, device_blocked
 from rdmaplane.selectors import compute_ports
 
 DEV_DIR = "/dev/infiniband"
+
+
+# Why a device cannot be handed out (the `reason` of `Unusable`; a metrics label, so few).
+DEVICE_GONE = "DeviceGone"  # announced once, no longer found
+REPORTED_FAULT = "ReportedFault"  # judged outside the plugin (the agent's error counters)
+NO_VERBS_DEVICE = "NoVerbsDevice"  # no /dev/infiniband/uverbsN to give the container
+PORT_DOWN = "PortDown"  # no selected port ACTIVE and LinkUp
+# NETNS_EXCLUSIVE: a shared pool's HCA on a node in exclusive RDMA netns mode (rdmaplane.netns)
+
+
+@dataclass(frozen=True, slots=True)
+class Unusable:
+    """Why a device is Unhealthy: `reason`, one of the words above; `message`, for people."""
+
+    reason: str
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +54,7 @@ class PluginDevice:
     healthy: bool
     numa_nodes: tuple[int, ...] = ()  # empty when unknown: the kubelet then ignores NUMA
     hcas: tuple[str, ...] = ()
-    problem: str | None = None  # why it is unhealthy
+    problem: Unusable | None = None  # why it is unhealthy
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,21 +79,11 @@ class _Member:
     hca: Hca
     ports: list[Port] = field(default_factory=list)
     fault: str | None = None  # judged outside the plugin (the agent's error counters)
+    unusable: Unusable | None = None  # set by `ResourceManager._judge`
 
     @property
     def up_ports(self) -> list[Port]:
         return [p for p in self.ports if p.is_up]
-
-    @property
-    def problem(self) -> str | None:
-        if self.fault:
-            return f"{self.hca.name}: {self.fault}"
-        if self.up_ports:
-            return None
-        states = ", ".join(
-            f"port {p.number} {p.state.name}/{p.phys_state.name}" for p in self.ports
-        )
-        return f"{self.hca.name}: no port ACTIVE and LinkUp ({states})"
 
     @property
     def rate_gbps(self) -> float:
@@ -90,8 +105,11 @@ class ResourceManager:
         self.dev_root = dev_root
         self.cdi_kind = cdi_kind
         self.topo = NodeTopology()
+        self._faults: Mapping[str, str] = {}
+        self._nodes: frozenset[str] = frozenset()  # what <dev_root>/infiniband holds
         self._members: dict[str, _Member] = {}  # by HCA name
         self._devices: dict[str, PluginDevice] = {}  # by device ID, everything ever announced
+        self._granted: dict[tuple[str, ...], ContainerAllocation] = {}  # by HCA names
         self._settings = pool.nccl.settings()
 
     @property
@@ -108,29 +126,71 @@ class ResourceManager:
 
     def update(self, topo: NodeTopology, faults: Mapping[str, str] | None = None) -> bool:
         """Take a new topology and the faults found elsewhere (HCA name → why; the plugin
-        judges port states itself); True when the device list the kubelet sees changed."""
+        judges port states and device nodes itself); True when the device list the kubelet
+        sees changed."""
         faults = faults or {}
+        self._granted.clear()  # what an allocation grants is worked out again on this state
+        self._nodes = self._list_device_nodes()
         members: dict[str, _Member] = {}
         for hca, port in compute_ports(topo, self.pool.selectors.selectors()):
             member = members.setdefault(hca.name, _Member(hca, fault=faults.get(hca.name)))
             member.ports.append(port)
-        self.topo, self._members = topo, members
+        for member in members.values():
+            member.unusable = self._judge(member, topo.netns_mode)
+        self.topo, self._faults, self._members = topo, faults, members
         fresh = self._shared_slots() if self.shared else self._exclusive()
         devices = dict(self._devices)
         for dev_id, dev in devices.items():
             if dev_id not in fresh:
-                gone = f"{', '.join(dev.hcas) or dev_id}: device is gone"
+                gone = Unusable(DEVICE_GONE, f"{', '.join(dev.hcas) or dev_id}: device is gone")
                 fresh[dev_id] = PluginDevice(dev_id, False, dev.numa_nodes, dev.hcas, gone)
         changed = fresh != devices
         self._devices = dict(sorted(fresh.items()))
         return changed
+
+    def recheck(self) -> bool:
+        """Look at the device nodes again (a driver loaded late, a mount fixed); True when the
+        device list the kubelet sees changed. One directory listing when nothing did."""
+        if self._list_device_nodes() == self._nodes:
+            return False
+        return self.update(self.topo, self._faults)
+
+    def _judge(self, m: _Member, netns_mode: NetnsMode) -> Unusable | None:
+        """Whether an HCA can be handed out, and if not why: the one place that decides.
+
+        In order: a shared pool on a node in exclusive RDMA netns mode (its pods, each in its
+        own network namespace, would see no HCA), a fault reported from outside, a missing
+        verbs device node (Allocate could not give the container its device), no selected
+        port up."""
+        name = m.hca.name
+        if self.shared and netns_mode is NetnsMode.EXCLUSIVE:
+            return Unusable(NETNS_EXCLUSIVE, device_blocked(name))
+        if m.fault:
+            return Unusable(REPORTED_FAULT, f"{name}: {m.fault}")
+        if m.hca.uverbs is None or m.hca.uverbs not in self._nodes:
+            where = f"{DEV_DIR}/{m.hca.uverbs or 'uverbs?'}"
+            return Unusable(
+                NO_VERBS_DEVICE,
+                f"{name}: no verbs device node {where} (looked under {self.dev_root})",
+            )
+        if m.up_ports:
+            return None
+        states = ", ".join(f"port {p.number} {p.state.name}/{p.phys_state.name}" for p in m.ports)
+        return Unusable(PORT_DOWN, f"{name}: no port ACTIVE and LinkUp ({states})")
+
+    def _list_device_nodes(self) -> frozenset[str]:
+        try:
+            return frozenset(os.listdir(os.path.join(self.dev_root, "infiniband")))
+        except OSError:
+            return frozenset()
 
     def _exclusive(self) -> dict[str, PluginDevice]:
         out = {}
         for m in self._members.values():
             numa = (m.hca.numa,) if m.hca.numa is not None else ()
             dev_id = device_id(m.hca)
-            out[dev_id] = PluginDevice(dev_id, m.problem is None, numa, (m.hca.name,), m.problem)
+            healthy = m.unusable is None
+            out[dev_id] = PluginDevice(dev_id, healthy, numa, (m.hca.name,), m.unusable)
         return out
 
     def _shared_slots(self) -> dict[str, PluginDevice]:
@@ -138,9 +198,17 @@ class ResourceManager:
             return {}
         numa = tuple(sorted({n for m in self._members.values() if (n := m.hca.numa) is not None}))
         hcas = tuple(self._members)
-        problems = [m.problem for m in self._members.values() if m.problem]
+        problems = [m.unusable for m in self._members.values() if m.unusable]
         healthy = len(problems) < len(self._members)
-        problem = None if healthy else "; ".join(problems)
+        reasons = sorted({p.reason for p in problems})
+        problem = (
+            None
+            if healthy
+            else Unusable(
+                reasons[0] if len(reasons) == 1 else "+".join(reasons),
+                "; ".join(p.message for p in problems),
+            )
+        )
         prefix = self.pool.resource_name.rsplit("/", 1)[-1][:50]
         return {
             f"{prefix}-{i:04d}": PluginDevice(f"{prefix}-{i:04d}", healthy, numa, hcas, problem)
@@ -180,7 +248,8 @@ class ResourceManager:
 
     # --- Allocate
     def allocate(self, ids: Sequence[str]) -> ContainerAllocation:
-        """Device nodes, env and CDI names for one container's devices."""
+        """Device nodes, env and CDI names for one container's devices. Worked out once per
+        set of HCAs until the next update: every slot of a shared pool grants the same."""
         names: dict[str, None] = {}
         for dev_id in ids:
             dev = self._devices.get(dev_id)
@@ -196,7 +265,15 @@ class ResourceManager:
                     f"{self.pool.resource_name}: device {dev_id} is unhealthy: {dev.problem}",
                 )
             names.update(dict.fromkeys(dev.hcas))
+        key = tuple(names)
+        if key not in self._granted:
+            self._granted[key] = self._grant(key)
+        return self._granted[key]
+
+    def _grant(self, names: tuple[str, ...]) -> ContainerAllocation:
         members = [self._members[n] for n in names]
+        if self.shared:  # a slot grants the pool's HCAs that have a device node to give
+            members = [m for m in members if not _lacks_verbs(m)]
         envs = self._envs(members)
         if self.cdi_kind:
             cdi = tuple(f"{self.cdi_kind}={m.hca.name}" for m in members)
@@ -213,30 +290,21 @@ class ResourceManager:
         return envs
 
     def _device_nodes(self, members: list[_Member]) -> tuple[str, ...]:
-        nodes: list[str] = []
-        for m in members:
-            uverbs = m.hca.uverbs
-            if uverbs is None or not self._present(uverbs):
-                raise AllocateError(
-                    "unhealthy",
-                    f"{m.hca.name}: no verbs device node {DEV_DIR}/{uverbs or 'uverbs?'} "
-                    f"(looked under {self.dev_root})",
-                )
-            nodes.append(uverbs)
-            for p in m.ports:
-                nodes += [n for n in (p.umad, p.issm) if n and self._present(n)]
+        """Each HCA's verbs node (there: `_judge` saw it), its ports' umad/issm nodes that
+        exist, and rdma_cm."""
+        nodes = [n for m in members for n in _node_names(m) if self._present(n)]
         if self._present("rdma_cm"):
             nodes.append("rdma_cm")
         return tuple(f"{DEV_DIR}/{n}" for n in nodes)
 
-    def _present(self, name: str) -> bool:
-        return os.path.exists(os.path.join(self.dev_root, "infiniband", name))
+    def _present(self, name: str | None) -> bool:
+        return name is not None and name in self._nodes
 
     def cdi_spec(self) -> dict[str, object]:
         """A CDI spec naming every member HCA's device nodes (written when CDI is on)."""
         devices = []
         for m in self._members.values():
-            nodes = [m.hca.uverbs] + [n for p in m.ports for n in (p.umad, p.issm)]
+            nodes = _node_names(m)
             devices.append(
                 {
                     "name": m.hca.name,
@@ -244,7 +312,7 @@ class ResourceManager:
                         "deviceNodes": [
                             {"path": f"{DEV_DIR}/{n}", "permissions": "rw"}
                             for n in nodes
-                            if n and self._present(n)
+                            if self._present(n)
                         ]
                     },
                 }
@@ -256,3 +324,11 @@ class ResourceManager:
             "devices": devices,
             "containerEdits": {"deviceNodes": edits if self._present("rdma_cm") else []},
         }
+
+
+def _node_names(m: _Member) -> list[str | None]:
+    return [m.hca.uverbs, *(n for p in m.ports for n in (p.umad, p.issm))]
+
+
+def _lacks_verbs(m: _Member) -> bool:
+    return m.unusable is not None and m.unusable.reason == NO_VERBS_DEVICE

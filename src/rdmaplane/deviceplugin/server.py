@@ -3,26 +3,37 @@
 The kubelet talks to a device plugin in one of two ways, both served here:
 
 * `kubelet` registration: the plugin serves on `<kubelet-dir>/device-plugins/<name>.sock` and
-  calls `Registration.Register` on the kubelet's `device-plugins/kubelet.sock`. A restarting
-  kubelet deletes every socket in that folder and creates a new `kubelet.sock`; the plugin polls
-  both files' identity (inode, mtime) and, when its own socket vanished, serves again on a fresh
-  one, and re-registers whenever the kubelet socket changed. The kubelet then dials in and
+  calls `Registration.Register` on the kubelet's `device-plugins/kubelet.sock`. A starting
+  kubelet deletes every socket in that folder, ours included, then listens on a new
+  `kubelet.sock`. The rule here: our socket gone means the kubelet restarted, so serve again and
+  register again, always; a new `kubelet.sock` means register again. Both are seen through
+  inotify on the folder, at once, never by comparing inodes or mtimes (a new socket can get the
+  old one's inode and, within one timestamp tick, its mtime). The kubelet then dials in and
   opens a new ListAndWatch, which starts with the full device list.
 * `plugins-registry`: the plugin serves the DevicePlugin and the plugin watcher's
   `Registration` (`GetInfo`, `NotifyRegistrationStatus`) on `<kubelet-dir>/plugins_registry/
-  <name>.sock`; the kubelet finds the socket itself (and again after its restarts).
+  <name>.sock`; the kubelet finds the socket itself (and again after its restarts); a socket
+  that vanished is served again at once, and the kubelet's watcher finds the new one.
+
+A socket is served by binding a hidden, uniquely named socket and renaming it into place: the
+rename is atomic (no moment without a socket, a stale one from an earlier run is replaced), and
+gRPC, which unlinks the path it bound when its server stops, can never take away the socket of
+the server that replaced it. The plugin watcher ignores names starting with a dot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
+import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
+from asyncinotify import Event, Inotify, Mask
 
 from rdmaplane.deviceplugin.alloc import AllocationRequestError
 from rdmaplane.deviceplugin.resources import AllocateError, PluginDevice, ResourceManager
@@ -30,9 +41,11 @@ from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from rdmaplane.supervisor import Supervisor
 
 API_VERSION = "v1beta1"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
+KUBELET_SOCKET = "kubelet.sock"
 log = logging.getLogger("rdmaplane.deviceplugin")
 
 _STATUS = {
@@ -40,6 +53,13 @@ _STATUS = {
     "unhealthy": grpc.StatusCode.FAILED_PRECONDITION,
     "plan": grpc.StatusCode.FAILED_PRECONDITION,
 }
+# What happens in the socket folder that can concern us: sockets appearing and going, the
+# folder itself going (then the kubelet directory is watched for its return).
+_FOLDER_EVENTS = (
+    Mask.CREATE | Mask.MOVED_TO | Mask.DELETE | Mask.MOVED_FROM | Mask.DELETE_SELF | Mask.MOVE_SELF
+)
+_CREATED = Mask.CREATE | Mask.MOVED_TO
+_serial = itertools.count()
 
 
 class ServeError(RuntimeError):
@@ -61,12 +81,14 @@ def to_proto(device: PluginDevice) -> dp.Device:
     )
 
 
-def _identity(path: Path) -> tuple[int, int] | None:
+def _inode(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of a path. Ours cannot be reused by another file while our listening
+    socket holds it, so for our own socket this identity is exact."""
     try:
         st = path.stat()
     except OSError:
         return None
-    return st.st_ino, st.st_mtime_ns
+    return st.st_dev, st.st_ino
 
 
 class _DevicePlugin(dp_grpc.DevicePluginServicer):
@@ -168,50 +190,63 @@ class PoolServer:
         kubelet_dir: str | Path,
         registration: str = "kubelet",
         resend_interval: float = 60.0,
-        watch_interval: float = 1.0,
+        recheck_interval: float = 30.0,
         max_backoff: float = 5.0,
     ) -> None:
         self.manager = manager
         self.resource_name = manager.pool.resource_name
         self.watcher_mode = registration == "plugins-registry"
-        folder = "plugins_registry" if self.watcher_mode else "device-plugins"
-        self.socket = Path(kubelet_dir) / folder / socket_name(self.resource_name)
-        self.kubelet_socket = Path(kubelet_dir) / "device-plugins" / "kubelet.sock"
+        self.kubelet_dir = Path(kubelet_dir)
+        self.folder = self.kubelet_dir / (
+            "plugins_registry" if self.watcher_mode else "device-plugins"
+        )
+        self.socket = self.folder / socket_name(self.resource_name)
+        self.kubelet_socket = self.kubelet_dir / "device-plugins" / KUBELET_SOCKET
         self.resend_interval = resend_interval
-        self.watch_interval = watch_interval
+        self.recheck_interval = recheck_interval  # a safety net: inotify tells first
         self.max_backoff = max_backoff
         self.changed = asyncio.Event()
         self.registrations = 0
         self._server: grpc.aio.Server | None = None
-        self._served: tuple[int, int] | None = None  # identity of the socket we serve on
-        self._task: asyncio.Task[None] | None = None
+        self._served: tuple[int, int] | None = None  # inode of the socket we serve on
+        self._supervisor: Supervisor | None = None
+        self._waiting_logged = False
+
+    @property
+    def task_name(self) -> str:
+        return f"device-plugin {self.resource_name}"
 
     def notify(self) -> None:
         """Wake every ListAndWatch stream: the device list changed."""
         event, self.changed = self.changed, asyncio.Event()
         event.set()
 
-    async def start(self) -> None:
+    async def start(self, supervisor: Supervisor) -> None:
+        """Serve (a socket that cannot be created is a `ServeError` here, at start), then stay
+        registered in a task of `supervisor`."""
         await self._serve()
-        self._task = asyncio.create_task(self._stay_registered(), name=f"dp:{self.resource_name}")
+        self._supervisor = supervisor
+        supervisor.spawn(self.task_name, self.stay_registered)
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-        await self._unserve()
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            self.socket.unlink()
+        """Stop staying registered, stop serving, remove our socket (only if still ours)."""
+        if self._supervisor is not None:
+            await self._supervisor.cancel(self.task_name)
+            self._supervisor = None
+        if self._server is not None:
+            await self._server.stop(grace=0.2)
+            self._server = None
+        if self._still_served():
+            with contextlib.suppress(FileNotFoundError):
+                self.socket.unlink()
 
     async def _serve(self) -> None:
-        folder = self.socket.parent
+        """A new server on a hidden socket, renamed into place; then the old server stops."""
+        hidden = self.folder / f".{os.getpid()}-{next(_serial)}.sock"
         try:
-            if not folder.is_dir():  # the kubelet makes it at its start; its root must exist
-                folder.mkdir()
-                log.info("%s: created %s", self.resource_name, folder)
-            with contextlib.suppress(FileNotFoundError):
-                self.socket.unlink()  # a stale socket from an earlier run
+            if not self.folder.is_dir():  # the kubelet makes it at its start; its root must exist
+                self.folder.mkdir()
+                log.info("%s: created %s", self.resource_name, self.folder)
         except OSError as e:
             raise ServeError(f"cannot serve on {self.socket}: {e.strerror or e}") from e
         server = grpc.aio.server()
@@ -219,79 +254,137 @@ class PoolServer:
         if self.watcher_mode:
             reg_grpc.add_RegistrationServicer_to_server(_WatcherRegistration(self), server)  # type: ignore[no-untyped-call]
         try:
-            server.add_insecure_port(f"unix://{self.socket}")
+            server.add_insecure_port(f"unix://{hidden}")
         except RuntimeError as e:  # grpc: "Failed to bind to address ..."
             raise ServeError(f"cannot serve on {self.socket}: {e}") from e
         await server.start()
-        self._server = server
-        self._served = _identity(self.socket)
+        try:
+            os.rename(hidden, self.socket)
+        except OSError as e:  # e.g. the kubelet wiped the folder between bind and rename
+            await server.stop(grace=None)
+            raise ServeError(f"cannot serve on {self.socket}: {e.strerror or e}") from e
+        old, self._server, self._served = self._server, server, _inode(self.socket)
+        if old is not None:
+            await old.stop(grace=None)  # its streams belong to a kubelet that is gone
         log.info("%s: serving on %s", self.resource_name, self.socket)
 
-    async def _unserve(self) -> None:
-        if self._server:
-            await self._server.stop(grace=0.2)
-            self._server = None
+    def _still_served(self) -> bool:
+        return self._served is not None and _inode(self.socket) == self._served
 
-    async def _stay_registered(self) -> None:
-        """Register, then watch; again whenever the kubelet restarted."""
-        while True:
-            kubelet = await self._register() if not self.watcher_mode else None
+    async def stay_registered(self) -> None:
+        """Serve again whenever our socket vanished, register again whenever the kubelet
+        restarted (our socket gone, or a new kubelet.sock); woken by inotify."""
+        with _FolderEvents(self.folder, self.kubelet_dir) as events:
+            pending = not self.watcher_mode  # (again) when this task is restarted
+            backoff: float | None = None
             while True:
-                await asyncio.sleep(self.watch_interval)
-                if await self._serving_again():
-                    break
-                if not self.watcher_mode and _identity(self.kubelet_socket) != kubelet:
-                    log.warning("%s: kubelet restarted; registering again", self.resource_name)
-                    break
-
-    async def _serving_again(self) -> bool:
-        """Serve on a fresh socket when ours vanished (the kubelet wipes its folder)."""
-        if _identity(self.socket) == self._served:
-            return False
-        log.warning("%s: socket %s vanished; serving again", self.resource_name, self.socket)
-        await self._unserve()
-        await self._serve()
-        return True
-
-    async def _register(self) -> tuple[int, int] | None:
-        """Register with the kubelet, retrying with backoff (and at once when its socket
-        appears); returns the identity of the kubelet socket it registered with."""
-        delay, waiting_logged = self.watch_interval, False
-        while True:
-            await self._serving_again()  # never point the kubelet at a missing socket
-            kubelet = _identity(self.kubelet_socket)
-            try:
-                await self._register_once()
-            except grpc.aio.AioRpcError as e:
-                if not waiting_logged:
+                events.watch()
+                if not self._still_served():
                     log.warning(
-                        "%s: cannot register at %s (%s); retrying until the kubelet is there",
+                        "%s: socket %s vanished (kubelet restarted?); serving again",
                         self.resource_name,
-                        self.kubelet_socket,
-                        e.code().name,
+                        self.socket,
                     )
-                    waiting_logged = True
-            else:
-                log.info("%s: registered with the kubelet", self.resource_name)
-                self.registrations += 1
-                return kubelet
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + delay
-            while loop.time() < deadline:
-                await asyncio.sleep(self.watch_interval)
-                if _identity(self.kubelet_socket) not in (None, kubelet):
-                    break
-            delay = min(delay * 2, self.max_backoff)
+                    await self._serve_retrying()
+                    pending = not self.watcher_mode
+                if pending:
+                    pending, backoff = await self._register_step(backoff)
+                wait = backoff if pending and backoff else self.recheck_interval
+                if await events.kubelet_restarted(wait) and not self.watcher_mode:
+                    pending = True
 
-    async def _register_once(self) -> None:
-        async with grpc.aio.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
-            kubelet = dp_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
-            await kubelet.Register(
-                dp.RegisterRequest(
-                    version=API_VERSION,
-                    endpoint=self.socket.name,
-                    resource_name=self.resource_name,
-                    options=dp.DevicePluginOptions(get_preferred_allocation_available=True),
-                ),
-                timeout=5.0,
-            )
+    async def _register_step(self, backoff: float | None) -> tuple[bool, float | None]:
+        """One try at registering: (still pending, the next retry delay or None to wait for a
+        new kubelet.sock). Logged once per outage."""
+        if not self.kubelet_socket.exists():
+            self._log_waiting(f"waiting for {self.kubelet_socket}")
+            return True, None
+        problem = await self._register_once()
+        if problem is None:
+            self._waiting_logged = False
+            return False, None
+        self._log_waiting(
+            f"cannot register at {self.kubelet_socket} ({problem}); retrying until it answers"
+        )
+        return True, min(backoff * 2, self.max_backoff) if backoff else 0.1
+
+    def _log_waiting(self, message: str) -> None:
+        if not self._waiting_logged:
+            log.warning("%s: %s", self.resource_name, message)
+            self._waiting_logged = True
+
+    async def _serve_retrying(self) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await self._serve()
+                return
+            except ServeError as e:
+                log.warning("%s: %s; retrying in %g s", self.resource_name, e, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self.max_backoff)
+
+    async def _register_once(self) -> str | None:
+        """Register with the kubelet; None when it worked, else why not."""
+        try:
+            async with grpc.aio.insecure_channel(f"unix://{self.kubelet_socket}") as channel:
+                kubelet = dp_grpc.RegistrationStub(channel)  # type: ignore[no-untyped-call]
+                await kubelet.Register(
+                    dp.RegisterRequest(
+                        version=API_VERSION,
+                        endpoint=self.socket.name,
+                        resource_name=self.resource_name,
+                        options=dp.DevicePluginOptions(get_preferred_allocation_available=True),
+                    ),
+                    timeout=15.0,  # the kubelet dials us back within it (10 s)
+                )
+        except grpc.aio.AioRpcError as e:
+            return f"{e.code().name}: {e.details()}"
+        log.info("%s: registered with the kubelet", self.resource_name)
+        self.registrations += 1
+        return None
+
+
+class _FolderEvents:
+    """inotify on the socket folder (or, while it is missing, on the kubelet directory).
+
+    One read of the inotify descriptor stays pending across waits: cancelling it at a timeout
+    could drop events it had just read."""
+
+    def __init__(self, folder: Path, parent: Path) -> None:
+        self.folder = folder
+        self.parent = parent
+        self._inotify = Inotify(sync_timeout=0)
+        self._pending: asyncio.Task[Event] | None = None
+
+    def __enter__(self) -> _FolderEvents:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+        self._inotify.close()
+
+    def watch(self) -> None:
+        """(Re-)add the watch; adding one that exists already changes nothing."""
+        for path, mask in ((self.folder, _FOLDER_EVENTS), (self.parent, Mask.CREATE)):
+            with contextlib.suppress(OSError):
+                self._inotify.add_watch(path, mask)
+                return
+
+    async def kubelet_restarted(self, within: float) -> bool:
+        """Wait for the next changes (or `within` s); True when a new kubelet.sock appeared or
+        events were lost. The caller checks its own socket after any change."""
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._inotify.get())
+        done, _ = await asyncio.wait({self._pending}, timeout=within)
+        if not done:
+            return False
+        events, self._pending = [self._pending.result()], None
+        while (event := self._inotify.sync_get()) is not None:
+            events.append(event)
+        return any(
+            Mask.Q_OVERFLOW in e.mask
+            or (e.name is not None and e.name.name == KUBELET_SOCKET and bool(e.mask & _CREATED))
+            for e in events
+        )

@@ -7,6 +7,7 @@ import socket
 from dataclasses import replace
 
 from rdmaplane.discovery import nvml, samples, snapshot
+from rdmaplane.discovery.rdma_netlink import RdmaNetlink
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
 
@@ -59,4 +60,5 @@ def load_node(
         root,
         hostname=socket.gethostname() if live else None,
         gpu_info=nvml.gpu_info() if live else None,
+        netlink=RdmaNetlink().netns_mode if live else None,
     )

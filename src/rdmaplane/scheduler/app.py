@@ -9,7 +9,6 @@ RDMA pod, while an error lets kube-scheduler's `ignorable: true` schedule withou
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import gc
@@ -39,6 +38,7 @@ from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
+from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.scheduler")
 CLIENT_CLOSED = 499  # nginx's code for "client closed request": how such requests are counted
@@ -129,22 +129,20 @@ def create_app(
 ) -> FastAPI:
     metrics = Metrics(cache)
 
+    tasks = Supervisor()  # a watch task that fails is restarted, /healthz fails meanwhile
+
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         gc.freeze()  # what exists at startup (a pre-filled cache) is never garbage
-        task: asyncio.Task[None] | None = None
         if watcher is not None:
-            task = asyncio.create_task(
-                watcher(cache, lambda kind: metrics.restarts.labels(kind).inc())
-            )
+            restarted = metrics.restarts.labels
+            tasks.spawn("watch", lambda: watcher(cache, lambda kind: restarted(kind).inc()))
         yield
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await tasks.close()
 
     app = FastAPI(title="rdmaplane scheduler extender", lifespan=lifespan, openapi_url=None)
     app.state.metrics = metrics
+    app.state.tasks = tasks
 
     async def handle(
         verb: str, request: Request, answer: Callable[[wire.ExtenderArgs], bytes]
@@ -251,6 +249,9 @@ def create_app(
 
     @app.get("/healthz")
     async def healthz() -> Response:
+        down = "".join(f"task {name} is down: {fault}\n" for name, fault in tasks.down.items())
+        if down:
+            return Response(down, status_code=503, media_type="text/plain")
         return Response("ok\n", media_type="text/plain")
 
     @app.get("/readyz")

@@ -1,0 +1,238 @@
+"""A kubelet stand-in in a process of its own, restarting the way a kubelet does, instantly.
+
+Run as `python kubelet_process.py KUBELET_DIR [--plugins-registry]` (or through
+`KubeletProcess` below); it reads commands on stdin (`restart`, `restart wipe-registry`, `quit`)
+and prints one JSON object per line on stdout, timed with CLOCK_MONOTONIC (the same clock in
+every process of the machine):
+
+    {"ev": "up", "t": ...}                                  kubelet.sock is listening
+    {"ev": "registered", "resource": ..., "t": ...}         a plugin registered (or was found)
+    {"ev": "list", "resource": ..., "devices": N, "healthy": N, "t": ...}   a ListAndWatch reply
+
+A restart is what a kubelet restart looks like on the node, compressed to milliseconds: the
+old server and every stream to plugins die, every socket in `device-plugins/` is deleted (the
+device manager's CleanupPluginDirectory: sockets only), and a new `kubelet.sock` listens. On a
+disk file system the new socket often gets the old one's inode, and within the same timestamp
+tick, its mtime too. With `--plugins-registry` the stand-in also plays the plugin watcher:
+sockets in `plugins_registry/` (at start, and whenever one is created, by inotify) are asked
+`GetInfo`, dialled and told `NotifyRegistrationStatus`. `restart wipe-registry` deletes the
+sockets in `plugins_registry/` too (harsher than a kubelet: the plugin must serve again).
+
+It shares no code with the plugin: its own process, its own event loop, only the generated
+stubs of the kubelet's .proto files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import stat
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from asyncinotify import Inotify, Mask
+
+from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
+from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+
+
+def say(ev: str, **fields: object) -> None:
+    print(json.dumps({"ev": ev, "t": time.monotonic(), **fields}), flush=True)
+
+
+def dial(socket: Path) -> grpc.aio.Channel:
+    """A connection of its own, as each Go ClientConn has: Python's gRPC would otherwise reuse
+    another channel's live connection to the same path, to a server that is going away."""
+    return grpc.aio.insecure_channel(
+        f"unix://{socket}", options=[("grpc.use_local_subchannel_pool", 1)]
+    )
+
+
+class Kubelet(dp_grpc.RegistrationServicer):
+    def __init__(self, root: Path, registry: bool) -> None:
+        self.plugins_dir = root / "device-plugins"
+        self.registry_dir = root / "plugins_registry"
+        self.registry = registry
+        self.server: grpc.aio.Server | None = None
+        self.streams: set[asyncio.Task[None]] = set()
+
+    async def start(self, wipe_registry: bool = False) -> None:
+        self.plugins_dir.mkdir(parents=True, exist_ok=True)
+        for folder in (
+            (self.plugins_dir, self.registry_dir) if wipe_registry else (self.plugins_dir,)
+        ):
+            for entry in folder.iterdir():  # CleanupPluginDirectory: sockets only
+                with contextlib.suppress(OSError):
+                    if stat.S_ISSOCK(entry.stat().st_mode):
+                        entry.unlink()
+        self.server = grpc.aio.server()
+        dp_grpc.add_RegistrationServicer_to_server(self, self.server)
+        self.server.add_insecure_port(f"unix://{self.plugins_dir / 'kubelet.sock'}")
+        await self.server.start()
+        say("up")
+        if self.registry:
+            for sock in sorted(self.registry_dir.glob("*")):
+                self.found(sock)
+
+    async def stop(self) -> None:
+        streams = list(self.streams)
+        for task in streams:
+            task.cancel()
+        for task in streams:  # every connection of the old kubelet closed before the new one
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.server is not None:
+            await self.server.stop(None)
+            self.server = None
+
+    async def Register(self, request: dp.RegisterRequest, context: object) -> dp.Empty:
+        # the device manager dials the plugin before it answers
+        channel = dial(self.plugins_dir / request.endpoint)
+        stub = dp_grpc.DevicePluginStub(channel)
+        await stub.GetDevicePluginOptions(dp.Empty(), timeout=10, wait_for_ready=True)
+        say("registered", resource=request.resource_name)
+        self.follow(request.resource_name, channel)
+        return dp.Empty()
+
+    def found(self, sock: Path) -> None:
+        """The plugin watcher saw a socket: ask it who it is, connect, notify."""
+        if sock.name.startswith(".") or not sock.is_socket():
+            return
+        self.spawn(self._register_found(sock))
+
+    async def _register_found(self, sock: Path) -> None:
+        channel = dial(sock)
+        with contextlib.suppress(grpc.aio.AioRpcError):
+            watcher = reg_grpc.RegistrationStub(channel)
+            info = await watcher.GetInfo(reg.InfoRequest(), timeout=10)
+            await watcher.NotifyRegistrationStatus(
+                reg.RegistrationStatus(plugin_registered=True), timeout=10
+            )
+            say("registered", resource=info.name)
+            await self._list_and_watch(info.name, channel)
+
+    def follow(self, resource: str, channel: grpc.aio.Channel) -> None:
+        self.spawn(self._list_and_watch(resource, channel))
+
+    def spawn(self, coro: object) -> None:
+        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self.streams.add(task)
+        task.add_done_callback(self.streams.discard)
+
+    async def _list_and_watch(self, resource: str, channel: grpc.aio.Channel) -> None:
+        try:
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                async for response in dp_grpc.DevicePluginStub(channel).ListAndWatch(dp.Empty()):
+                    healthy = sum(d.health == "Healthy" for d in response.devices)
+                    say("list", resource=resource, devices=len(response.devices), healthy=healthy)
+        finally:
+            await channel.close()
+
+
+async def watch_registry(kubelet: Kubelet, inotify: Inotify) -> None:
+    async for event in inotify:
+        if event.path is not None:
+            kubelet.found(event.path)
+
+
+async def main(root: Path, registry: bool) -> None:
+    kubelet = Kubelet(root, registry)
+    inotify = Inotify()
+    watcher = None
+    if registry:  # watching before the first look: no socket slips between the two
+        kubelet.registry_dir.mkdir(parents=True, exist_ok=True)
+        inotify.add_watch(kubelet.registry_dir, Mask.CREATE | Mask.MOVED_TO)
+        watcher = asyncio.create_task(watch_registry(kubelet, inotify))
+    await kubelet.start()
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while line := (await reader.readline()).decode().strip():
+        if line.startswith("restart"):
+            await kubelet.stop()
+            await kubelet.start(wipe_registry=line.endswith("wipe-registry"))
+        elif line == "quit":
+            break
+    if watcher is not None:
+        watcher.cancel()
+    inotify.close()
+    await kubelet.stop()
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A plugin's registration and the first full list after it, as the stand-in saw them."""
+
+    registered_at: float
+    listed_at: float
+    devices: int
+    healthy: int
+
+
+class KubeletProcess:
+    """Runs this file as a child process and follows what it reports."""
+
+    def __init__(self, kubelet_dir: Path, *, plugins_registry: bool = False) -> None:
+        self.args = [str(kubelet_dir)] + (["--plugins-registry"] if plugins_registry else [])
+        self.proc: asyncio.subprocess.Process | None = None
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> KubeletProcess:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, __file__, *self.args,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        self._reader = asyncio.create_task(self._read())
+        await self.next("up", within=60)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        with contextlib.suppress(ConnectionError):
+            self.proc.stdin.write(b"quit\n")
+            await self.proc.stdin.drain()
+        try:
+            await asyncio.wait_for(self.proc.wait(), 20)
+        except TimeoutError:
+            self.proc.kill()
+            await self.proc.wait()
+        if self._reader is not None:
+            self._reader.cancel()
+
+    async def _read(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        while line := await self.proc.stdout.readline():
+            await self.events.put(json.loads(line))
+
+    async def next(self, ev: str, within: float, resource: str | None = None) -> dict[str, Any]:
+        """The next event `ev` (of `resource`, when given); earlier others are dropped."""
+        async with asyncio.timeout(within):
+            while True:
+                event = await self.events.get()
+                if event["ev"] == ev and resource in (None, event.get("resource")):
+                    return event
+
+    async def restart(self, *, wipe_registry: bool = False, within: float = 60) -> float:
+        """Restart; returns when the new kubelet.sock listened (CLOCK_MONOTONIC)."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(b"restart wipe-registry\n" if wipe_registry else b"restart\n")
+        await self.proc.stdin.drain()
+        return float((await self.next("up", within))["t"])
+
+    async def registered(self, within: float, resource: str | None = None) -> Seen:
+        """The next registration (of `resource`) and the first ListAndWatch reply after it."""
+        registered = await self.next("registered", within, resource)
+        listed = await self.next("list", within, registered["resource"])
+        return Seen(registered["t"], listed["t"], listed["devices"], listed["healthy"])
+
+
+if __name__ == "__main__":
+    asyncio.run(main(Path(sys.argv[1]), "--plugins-registry" in sys.argv[2:]))
