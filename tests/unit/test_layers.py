@@ -31,9 +31,12 @@ CORE = [
     "rdmaplane.fabric",
     "rdmaplane.fabric_export",
     "rdmaplane.scheduler.jobaware",
+    "rdmaplane.webhook.inject",
+    "rdmaplane.webhook.review",
+    "rdmaplane.webhook.certs",
     "rdmaplane.faults",
 ]
-SERVICES = ["agent", "scheduler", "doctor"]
+SERVICES = ["agent", "scheduler", "doctor", "webhook"]
 IO_MODULES = {
     "os",
     "io",
