@@ -31,12 +31,15 @@ CORE = [
     "rdmaplane.fabric",
     "rdmaplane.fabric_export",
     "rdmaplane.scheduler.jobaware",
+    "rdmaplane.webhook.inject",
+    "rdmaplane.webhook.review",
+    "rdmaplane.webhook.certs",
     "rdmaplane.faults",
     "rdmaplane.dra.devices",
     "rdmaplane.dra.slices",
     "rdmaplane.dra.claims",
 ]
-SERVICES = ["agent", "scheduler", "doctor"]
+SERVICES = ["agent", "scheduler", "doctor", "webhook"]
 IO_MODULES = {
     "os",
     "io",

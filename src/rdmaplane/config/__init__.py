@@ -1,7 +1,8 @@
 """rdmaplane's configuration files: one versioned kind per component, all in this package.
 
     apiVersion: rdmaplane.io/v1alpha1
-    kind: AgentConfig | DevicePluginConfig | SchedulerExtenderConfig | RdmaDeviceConfig
+    kind: AgentConfig | DevicePluginConfig | SchedulerExtenderConfig | WebhookConfig |
+          RdmaDeviceConfig
 
 `load(path, AgentConfig)` reads and validates a file (`ConfigError`: one line naming the file
 and the key); `render_defaults(kind)` is the documented default file of a kind. See `base` for
@@ -22,6 +23,7 @@ from rdmaplane.config.base import (
 from rdmaplane.config.deviceplugin import DevicePluginConfig, PoolConfig
 from rdmaplane.config.dra import DraConfig, RdmaDeviceConfig
 from rdmaplane.config.extender import SchedulerExtenderConfig
+from rdmaplane.config.webhook import WebhookConfig
 
 __all__ = [
     "API_VERSION",
@@ -37,6 +39,7 @@ __all__ = [
     "RdmaDeviceConfig",
     "SchedulerExtenderConfig",
     "Section",
+    "WebhookConfig",
     "load",
     "parse",
     "render_defaults",
