@@ -20,6 +20,9 @@ imagePullSecrets: {{ toYaml . | nindent 2 }}
 {{- with .values.nodeSelector }}
 nodeSelector: {{ toYaml . | nindent 2 }}
 {{- end }}
+{{- with .values.affinity }}
+affinity: {{ toYaml . | nindent 2 }}
+{{- end }}
 {{- with .values.tolerations }}
 tolerations: {{ toYaml . | nindent 2 }}
 {{- end }}
