@@ -39,14 +39,15 @@ import contextlib
 import os
 import subprocess
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
-from lightkube import AsyncClient, Client, codecs
+from lightkube import ApiError, AsyncClient, Client, codecs
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane.kube import NodeResourceTopology
 from tests.e2e.controlplane import (
@@ -156,6 +157,35 @@ def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     yield name
     with kube_cluster.client() as client:
         client.deletecollection(Pod, namespace=name, grace_period=0)
+
+
+@pytest.fixture(autouse=True)
+def nothing_left_behind(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Nodes (with their NRTs) and pods a test made in the shared session cluster are deleted
+    after it: a free node left behind draws the next test's pods, and a pod left Pending (no
+    scheduler ran in its test) is bound by the next test's kube-scheduler onto that test's
+    nodes, taking their room (both seen as placement tests failing only after others ran)."""
+    if "kube_cluster" not in request.fixturenames:
+        yield
+        return
+    cluster: KubeCluster = request.getfixturevalue("kube_cluster")
+    with cluster.client() as client:
+        nodes_before = _names(client.list(Node))
+        pods_before = _names(client.list(Pod, namespace="*"))
+    yield
+    with cluster.client() as client:
+        for namespace, name in _names(client.list(Pod, namespace="*")) - pods_before:
+            with contextlib.suppress(ApiError):
+                client.delete(Pod, name, namespace=namespace, grace_period=0)
+        for _, name in _names(client.list(Node)) - nodes_before:
+            with contextlib.suppress(ApiError):
+                client.delete(Node, name, grace_period=0)
+            with contextlib.suppress(ApiError):
+                client.delete(NodeResourceTopology, name)
+
+
+def _names(objects: Iterable[Any]) -> set[tuple[str, str]]:
+    return {(o.metadata.namespace or "", o.metadata.name) for o in objects if o.metadata}
 
 
 @pytest.fixture(scope="session")
