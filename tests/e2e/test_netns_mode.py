@@ -6,7 +6,6 @@ label, the condition and the pod's binding."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import uuid
 from collections.abc import Callable
@@ -14,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from rdmaplane import nrt
 from rdmaplane.config import DevicePluginConfig
 from rdmaplane.discovery.sysfs import NETNS_PARAMETER
-from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from tests.e2e.controlplane import Process, add_ready_node
 from tests.e2e.test_agent import (  # noqa: F401 (fixtures)
@@ -69,64 +67,55 @@ async def test_exclusive_mode_keeps_rdma_pods_off_until_the_node_shares(
         c = condition(node)
         return node if c is not None and c.status == status else None
 
-    try:
-        async with running_agent(
-            agent_kubeconfig, name, tree, workdir, plugin_config=POOLS
-        ) as agent:
-            slots = [o.device_id for o in agent.plugin.offered() if o.shared]
-            kubelet.allocatable.append(
-                pr.ContainerDevices(resource_name=nrt.HCA_SHARED, device_ids=slots)
-            )
-            node = await eventually(lambda: ready_is("False"))
-            assert node.metadata.labels[nrt.LABEL_RDMA_NETNS] == "exclusive"
-            down = condition(node)
-            assert down.reason == "NetnsExclusive"
-            assert "shared device plugin pools need shared mode: rdmaplane.io/hca-shared" in (
-                down.message
-            )
-            why = await eventually(
-                lambda: _filtered_for(extender, body, name, "rdmaplane: RDMAReady")
-            )
-            assert why.startswith("rdmaplane: RDMAReady=False: the RDMA subsystem is in exclusive")
+    async with running_agent(agent_kubeconfig, name, tree, workdir, plugin_config=POOLS) as agent:
+        slots = [o.device_id for o in agent.plugin.offered() if o.shared]
+        kubelet.allocatable.append(
+            pr.ContainerDevices(resource_name=nrt.HCA_SHARED, device_ids=slots)
+        )
+        node = await eventually(lambda: ready_is("False"))
+        assert node.metadata.labels[nrt.LABEL_RDMA_NETNS] == "exclusive"
+        down = condition(node)
+        assert down.reason == "NetnsExclusive"
+        assert "shared device plugin pools need shared mode: rdmaplane.io/hca-shared" in (
+            down.message
+        )
+        why = await eventually(lambda: _filtered_for(extender, body, name, "rdmaplane: RDMAReady"))
+        assert why.startswith("rdmaplane: RDMAReady=False: the RDMA subsystem is in exclusive")
 
-            start_scheduler(_scheduler_config(extender))
-            await kube.create(Pod.from_dict(body))
+        start_scheduler(_scheduler_config(extender))
+        await kube.create(Pod.from_dict(body))
 
-            async def refused() -> str | None:
-                async for e in kube.list(
-                    Event, namespace=namespace, fields={"involvedObject.name": "nccl-0"}
+        async def refused() -> str | None:
+            async for e in kube.list(
+                Event, namespace=namespace, fields={"involvedObject.name": "nccl-0"}
+            ):
+                if e.reason == "FailedScheduling" and "exclusive network-namespace" in (
+                    e.message or ""
                 ):
-                    if e.reason == "FailedScheduling" and "exclusive network-namespace" in (
-                        e.message or ""
-                    ):
-                        return e.message
-                return None
+                    return e.message
+            return None
 
-            await eventually(refused, within_s=60)
-            assert not (await kube.get(Pod, "nccl-0", namespace=namespace)).spec.nodeName
+        await eventually(refused, within_s=60)
+        assert not (await kube.get(Pod, "nccl-0", namespace=namespace)).spec.nodeName
 
-            (tree / NETNS_PARAMETER).write_text("Y\n")  # `rdma system set netns shared`
-            node = await eventually(lambda: ready_is("True"), within_s=60)
-            assert node.metadata.labels[nrt.LABEL_RDMA_NETNS] == "shared"
-            assert condition(node).reason == "AllDevicesHealthy"
-            await eventually(lambda: _passes(extender, body, name), within_s=60)
-            # The pod waits in the scheduler's unschedulable queue for a cluster event; the agent's
-            # own patches may have come before the extender's watch saw them, so make one more.
-            await kube.patch(
-                Node,
-                name,
-                {"metadata": {"annotations": {"e2e/poke": "1"}}},
-                patch_type=PatchType.MERGE,
-            )
+        (tree / NETNS_PARAMETER).write_text("Y\n")  # `rdma system set netns shared`
+        node = await eventually(lambda: ready_is("True"), within_s=60)
+        assert node.metadata.labels[nrt.LABEL_RDMA_NETNS] == "shared"
+        assert condition(node).reason == "AllDevicesHealthy"
+        await eventually(lambda: _passes(extender, body, name), within_s=60)
+        # The pod waits in the scheduler's unschedulable queue for a cluster event; the agent's
+        # own patches may have come before the extender's watch saw them, so make one more.
+        await kube.patch(
+            Node,
+            name,
+            {"metadata": {"annotations": {"e2e/poke": "1"}}},
+            patch_type=PatchType.MERGE,
+        )
 
-            async def bound() -> str | None:
-                return (await kube.get(Pod, "nccl-0", namespace=namespace)).spec.nodeName
+        async def bound() -> str | None:
+            return (await kube.get(Pod, "nccl-0", namespace=namespace)).spec.nodeName
 
-            assert await eventually(bound, within_s=90) == name
-    finally:  # a free node left behind draws the next test's pods
-        await kube.delete(Node, name)
-        with contextlib.suppress(ApiError):
-            await kube.delete(NodeResourceTopology, name)
+        assert await eventually(bound, within_s=90) == name
 
 
 async def _passes(url: str, body: dict[str, Any], node: str) -> bool:
