@@ -74,7 +74,10 @@ class DraKubelet:
                 await asyncio.sleep(0.1)
 
     async def _register_once(self) -> reg.PluginInfo:
-        sockets = sorted(self.registry.glob("*.sock")) if self.registry.is_dir() else []
+        # As the kubelet's plugin watcher: a name starting with "." is not a plugin (it is where a
+        # driver binds its socket before renaming it into place).
+        found = self.registry.glob("*.sock") if self.registry.is_dir() else []
+        sockets = sorted(s for s in found if not s.name.startswith("."))
         if not sockets:
             raise FileNotFoundError(f"no registration socket in {self.registry}")
         (socket,) = sockets

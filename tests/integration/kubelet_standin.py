@@ -129,6 +129,8 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
         """Find plugin sockets in plugins_registry/, ask who they are, connect, notify."""
         infos = []
         for sock in sorted(self.registry_dir.glob("*.sock")):
+            if sock.name.startswith("."):  # the kubelet's watcher skips these too
+                continue
             channel = self._channel(str(sock))
             watcher = reg_grpc.RegistrationStub(channel)
             info = await watcher.GetInfo(reg.InfoRequest(), timeout=5)
