@@ -252,6 +252,24 @@ def test_available_follows_allocations_and_health(hgx: NodeTopology):
     assert nrt.from_object(obj).accounted_pods == {"team/train-0"}
 
 
+def test_a_device_the_plugin_cannot_hand_out_is_not_allocatable(hgx: NodeTopology):
+    """The health monitor calls mlx5_0 healthy, but the plugin reports its device Unhealthy
+    (e.g. no verbs node): with no kubelet answer to go by, the NRT follows the plugin."""
+    offered = [replace(o, healthy=o.hcas != ("mlx5_0",)) for o in exclusive(hgx, COMPUTE)]
+    obj = nrt_object(
+        "n",
+        hgx,
+        offered,
+        healthy(hgx),
+        Allocations(),
+        gpu_resource=GPU,
+        policy="none",
+        scope="pod",
+    )
+    hca0 = zones(obj)["node-0"].resource("rdmaplane.io/hca")
+    assert (hca0.capacity, hca0.allocatable, hca0.available) == (4, 3, 3)
+
+
 def test_kubelet_allocatable_limits_gpus(hgx: NodeTopology):
     listed = frozenset(g.uuid for g in hgx.gpus[:2])
     allocations = Allocations(allocatable={GPU: listed, "rdmaplane.io/hca": frozenset()})

@@ -10,6 +10,7 @@ import pytest
 from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.resources import (
     DEVICE_GONE,
+    NO_NCCL_PLAN,
     NO_VERBS_DEVICE,
     PORT_DOWN,
     REPORTED_FAULT,
@@ -209,6 +210,43 @@ def test_a_shared_slot_grants_only_the_hcas_it_can_hand_out(hgx: NodeTopology, d
     assert not any(mlx5_0.uverbs in n for n in got.device_nodes)
 
 
+def link_local_only(topo: NodeTopology, name: str) -> NodeTopology:
+    """`name`'s ports keep only their fe80:: GIDs, as a VF before its netdev gets an address."""
+
+    def strip(h: Hca) -> Hca:
+        ports = tuple(
+            replace(p, gids=tuple(g for g in p.gids if g.is_link_local)) for p in h.ports
+        )
+        return replace(h, ports=ports) if h.name == name else h
+
+    return replace(topo, hcas=tuple(strip(h) for h in topo.hcas))
+
+
+def test_an_hca_nccl_could_not_use_is_unhealthy_not_refused_later(
+    hgx: NodeTopology, dev: Path
+) -> None:
+    """Healthy means Allocate will succeed: the kubelet admits a pod on a Healthy device and
+    rejects it (UnexpectedAdmissionError) when Allocate then fails."""
+    m = manager({}, dev)
+    m.update(link_local_only(hgx, "mlx5_3"))
+    bad = [d for d in m.devices if not d.healthy]
+    assert [d.hcas for d in bad] == [("mlx5_3",)]
+    assert bad[0].problem and bad[0].problem.reason == NO_NCCL_PLAN
+    assert "no usable GID" in bad[0].problem.message
+    assert m.allocate([d.id for d in m.devices if d.healthy]).envs["NCCL_IB_GID_INDEX"] == "3"
+
+
+def test_a_shared_slot_leaves_out_an_hca_nccl_could_not_use(hgx: NodeTopology, dev: Path) -> None:
+    m = manager(
+        {"mode": "shared", "slots": 2, "selectors": {"hcaNames": ["mlx5_0", "mlx5_4"]}}, dev
+    )
+    m.update(link_local_only(hgx, "mlx5_0"))
+    assert all(d.healthy for d in m.devices)
+    assert m.allocate([m.devices[0].id]).envs["RDMAPLANE_HCAS"] == "mlx5_4"
+    m.update(link_local_only(link_local_only(hgx, "mlx5_0"), "mlx5_4"))
+    assert not any(d.healthy for d in m.devices)
+
+
 def test_device_nodes_are_the_nodes_real_paths(hgx: NodeTopology, tmp_path: Path) -> None:
     (tmp_path / "infiniband").mkdir()
     hca = hgx.hca("mlx5_1")
@@ -243,7 +281,7 @@ def test_vanished_device_stays_listed_as_unhealthy(hgx: NodeTopology, dev: Path)
         ("hgx-h100-roce", {}, (True, 3)),  # IPv4, RoCE v2: the usual index 3
         ("hgx-h100-roce", {"roceVersion": 1}, (True, 2)),  # its RoCE v1 twin
         ("degraded", {}, (True, None)),  # the storage bond's index differs: NCCL picks
-        ("hgx-h100-roce", {"addrFamily": 6}, (True, None)),  # no IPv6 GID: Allocate refuses
+        ("hgx-h100-roce", {"addrFamily": 6}, (True, None)),  # no IPv6 GID: nothing to give
     ],
 )
 def test_pool_gid_index_is_what_allocate_injects(
@@ -258,8 +296,7 @@ def test_pool_gid_index_is_what_allocate_injects(
     assert m.pool_gid_index() == expected
     every = [d.id for d in m.devices if d.healthy]
     if gid.get("addrFamily") == 6:
-        with pytest.raises(AllocateError, match="no NCCL plan"):
-            m.allocate(every)
+        assert not every and {d.problem.reason for d in m.devices if d.problem} == {NO_NCCL_PLAN}
         return
     injected = m.allocate(every).envs.get("NCCL_IB_GID_INDEX")
     assert injected == (None if expected[1] is None else str(expected[1]))

@@ -28,6 +28,9 @@ class Offered:
     device_id: str
     hcas: tuple[str, ...]
     shared: bool = False
+    # What the plugin tells the kubelet: False for a device it cannot hand out (no verbs node,
+    # port down, netns mode), so the NRT does not offer it while the kubelet cannot be asked.
+    healthy: bool = True
 
 
 def gpu_ids(topo: NodeTopology) -> dict[int, str]:
@@ -60,7 +63,9 @@ def devices(
         hcas = [h for h in (topo.hca(n) for n in device.hcas) if h is not None]
         ok = [h for h in hcas if (hh := health.get(h.name)) is not None and hh.healthy]
         healthy = bool(ok) if device.shared else bool(hcas) and len(ok) == len(hcas)
-        healthy = healthy and usage[device.resource].allocatable(device.device_id)
+        healthy = (
+            healthy and device.healthy and usage[device.resource].allocatable(device.device_id)
+        )
         numas = sorted({_numa(h.numa) for h in hcas}) or [-1]
         roots = {h.pcie_root for h in hcas}
         for numa in numas:

@@ -43,7 +43,9 @@ class EmbeddedPlugin:
     def offered(self) -> list[Offered]:
         """Every device the kubelet has been told about (gone ones stay, marked unhealthy)."""
         return [
-            Offered(server.manager.pool.resource_name, d.id, d.hcas, server.manager.shared)
+            Offered(
+                server.manager.pool.resource_name, d.id, d.hcas, server.manager.shared, d.healthy
+            )
             for server in self.plugin.servers
             for d in server.manager.devices
         ]

@@ -32,6 +32,7 @@ DEVICE_GONE = "DeviceGone"  # announced once, no longer found
 REPORTED_FAULT = "ReportedFault"  # judged outside the plugin (the agent's error counters)
 NO_VERBS_DEVICE = "NoVerbsDevice"  # no /dev/infiniband/uverbsN to give the container
 PORT_DOWN = "PortDown"  # no selected port ACTIVE and LinkUp
+NO_NCCL_PLAN = "NoNcclPlan"  # its up ports give NCCL nothing right (e.g. only link-local GIDs)
 # NETNS_EXCLUSIVE: a shared pool's HCA on a node in exclusive RDMA netns mode (rdmaplane.netns)
 
 
@@ -135,9 +136,10 @@ class ResourceManager:
         for hca, port in compute_ports(topo, self.pool.selectors.selectors()):
             member = members.setdefault(hca.name, _Member(hca, fault=faults.get(hca.name)))
             member.ports.append(port)
+        self.topo, self._faults = topo, faults
         for member in members.values():
             member.unusable = self._judge(member, topo.netns_mode)
-        self.topo, self._faults, self._members = topo, faults, members
+        self._members = members
         fresh = self._shared_slots() if self.shared else self._exclusive()
         devices = dict(self._devices)
         for dev_id, dev in devices.items():
@@ -161,7 +163,8 @@ class ResourceManager:
         In order: a shared pool on a node in exclusive RDMA netns mode (its pods, each in its
         own network namespace, would see no HCA), a fault reported from outside, a missing
         verbs device node (Allocate could not give the container its device), no selected
-        port up."""
+        port up, no NCCL plan for its up ports (Allocate would refuse it, and the kubelet
+        would reject the pod it had admitted)."""
         name = m.hca.name
         if self.shared and netns_mode is NetnsMode.EXCLUSIVE:
             return Unusable(NETNS_EXCLUSIVE, device_blocked(name))
@@ -173,10 +176,16 @@ class ResourceManager:
                 NO_VERBS_DEVICE,
                 f"{name}: no verbs device node {where} (looked under {self.dev_root})",
             )
-        if m.up_ports:
-            return None
-        states = ", ".join(f"port {p.number} {p.state.name}/{p.phys_state.name}" for p in m.ports)
-        return Unusable(PORT_DOWN, f"{name}: no port ACTIVE and LinkUp ({states})")
+        if not m.up_ports:
+            states = ", ".join(
+                f"port {p.number} {p.state.name}/{p.phys_state.name}" for p in m.ports
+            )
+            return Unusable(PORT_DOWN, f"{name}: no port ACTIVE and LinkUp ({states})")
+        try:
+            self._envs([m])
+        except AllocateError as e:
+            return Unusable(NO_NCCL_PLAN, str(e))
+        return None
 
     def _list_device_nodes(self) -> frozenset[str]:
         try:
@@ -272,8 +281,8 @@ class ResourceManager:
 
     def _grant(self, names: tuple[str, ...]) -> ContainerAllocation:
         members = [self._members[n] for n in names]
-        if self.shared:  # a slot grants the pool's HCAs that have a device node to give
-            members = [m for m in members if not _lacks_verbs(m)]
+        if self.shared:  # a slot grants the pool's HCAs it can: a device node, a plan
+            members = [m for m in members if not _cannot_be_granted(m)]
         envs = self._envs(members)
         if self.cdi_kind:
             cdi = tuple(f"{self.cdi_kind}={m.hca.name}" for m in members)
@@ -330,5 +339,5 @@ def _node_names(m: _Member) -> list[str | None]:
     return [m.hca.uverbs, *(n for p in m.ports for n in (p.umad, p.issm))]
 
 
-def _lacks_verbs(m: _Member) -> bool:
-    return m.unusable is not None and m.unusable.reason == NO_VERBS_DEVICE
+def _cannot_be_granted(m: _Member) -> bool:
+    return m.unusable is not None and m.unusable.reason in (NO_VERBS_DEVICE, NO_NCCL_PLAN)
