@@ -117,6 +117,10 @@ class Zone:
         res = self.resource(name)
         return res.allocatable if res else 0
 
+    def capacity(self, name: str) -> int:
+        res = self.resource(name)
+        return res.capacity if res else 0
+
     def attribute(self, name: str) -> str | None:
         return next((a.value for a in self.attributes if a.name == name), None)
 

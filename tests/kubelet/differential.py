@@ -24,6 +24,7 @@ level-1 difference after that point is counted, not failed (level 2 still holds 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -222,7 +223,8 @@ def _failed_at(
 ) -> int | None:
     """Where the kubelet stopped: None when it admitted the pod, -1 at the pod's own hint
     (scope pod), else the container it refused: the first whose hint was never stored
-    (TopologyAffinityError) or that got fewer devices than it asked for (the device manager's
+    (TopologyAffinityError), the first that names a resource with no healthy device, or the
+    first that got fewer devices than it asked for (the device manager's
     UnexpectedAdmissionError)."""
     if admission.admitted:
         return None
@@ -231,12 +233,22 @@ def _failed_at(
             return -1
         unset = (k for k, (_, c) in enumerate(pairs) if c.affinity is None and not c.preferred)
         return next(unset, len(pairs))
+    dead = _UNHEALTHY.search(admission.message)
+    if dead and dead.group(1) in RESOURCES:  # a named resource with no healthy device, 0 too
+        r = RESOURCES.index(dead.group(1))
+        naming = (k for k, (step, _) in enumerate(pairs) if step.devices[r] or r in step.zero)
+        return next(naming, len(pairs))
     short = (
         k
         for k, (step, c) in enumerate(pairs)
         if sum(len(ids) for ids in c.devices.values()) < sum(step.devices)
     )
     return next(short, len(pairs))
+
+
+# devicemanager `devicesToAllocate`, when every device of a resource the container names is
+# unhealthy: it says so before it looks at the count, so a count of 0 fails too.
+_UNHEALTHY = re.compile(r"cannot allocate unhealthy devices (\S+?),")
 
 
 def judge(harness: KubeletHarness, shape: PodShape, name: str) -> Outcome:

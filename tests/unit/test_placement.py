@@ -326,3 +326,35 @@ def test_a_resource_named_with_zero_spoils_a_two_zone_merge() -> None:
     assert pl.evaluate(_state("hgx", "restricted"), pl.pod_request(_pod({nrt.GPU: 8}))).fits
     assert not pl.evaluate(_state("hgx", "restricted"), zero).fits
     assert pl.evaluate(_state("hgx", "best-effort"), zero).fits
+
+
+def _all_unhealthy(state: pl.NodeState, r: int) -> pl.NodeState:
+    """Every device of resource r still registered (the NRT's capacity), none healthy."""
+
+    def sick(z: pl.ZoneState) -> pl.ZoneState:
+        cap, free = list(z.capacity), list(z.free)
+        cap[r] = free[r] = 0
+        return replace(
+            z,
+            capacity=(cap[0], cap[1], cap[2]),
+            free=(free[0], free[1], free[2]),
+            installed=z.registered,
+        )
+
+    return replace(state, zones=tuple(sick(z) for z in state.zones))
+
+
+@pytest.mark.parametrize("policy", ["none", "best-effort", "single-numa-node"])
+def test_naming_a_resource_with_no_healthy_device_is_refused_even_with_zero(policy: str) -> None:
+    """devicemanager `devicesToAllocate` checks health before the count: a container naming
+    `rdmaplane.io/hca: "0"` is refused where every HCA is registered but unhealthy (as a shared
+    pool's slots on a node in exclusive RDMA netns mode), and a pod naming nothing else is no
+    pass-through."""
+    state = _all_unhealthy(_state("hgx", policy), 1)
+    zero_only = pl.evaluate(state, pl.pod_request(_pod({nrt.HCA: 0})))
+    assert not zero_only.fits and "no healthy rdmaplane.io/hca " in zero_only.reason
+    with_gpus = pl.evaluate(state, pl.pod_request(_pod({nrt.GPU: 2, nrt.HCA: 0})))
+    assert not with_gpus.fits and "no healthy rdmaplane.io/hca " in with_gpus.reason
+    assert pl.evaluate(state, pl.pod_request(_pod({nrt.GPU: 2}))).fits
+    healthy = _state("hgx", policy)
+    assert pl.evaluate(healthy, pl.pod_request(_pod({nrt.HCA: 0}))) == pl.PASS_THROUGH

@@ -235,10 +235,16 @@ class RootState:
 @dataclass(frozen=True, slots=True)
 class ZoneState:
     name: str
-    capacity: Vec  # allocatable
+    capacity: Vec  # allocatable: the healthy devices
     free: Vec
     roots: tuple[RootState, ...]
     pool_hcas: int = 0  # shared-pool HCAs in this zone
+    installed: Vec | None = None  # every device the plugins registered, unhealthy ones too
+
+    @property
+    def registered(self) -> Vec:
+        """What the kubelet's hints count (its `allDevices`): unhealthy devices too."""
+        return self.capacity if self.installed is None else self.installed
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +276,7 @@ def node_state(
     zones = []
     for zone in sorted(topology.numa_zones(), key=_numa_order):
         cap: Vec = (zone.allocatable(gpu), zone.allocatable(hca), zone.allocatable(shared))
+        installed: Vec = (zone.capacity(gpu), zone.capacity(hca), zone.capacity(shared))
         free: Vec = (
             min(zone.available(gpu), cap[0]),
             min(zone.available(hca), cap[1]),
@@ -296,7 +303,7 @@ def node_state(
         if rest.gpus or rest.hcas:
             roots.append(rest)
         pool = sum(r.pool_hcas for r in roots) or (1 if cap[2] else 0)
-        zones.append(ZoneState(zone.name, cap, free, tuple(roots), pool))
+        zones.append(ZoneState(zone.name, cap, free, tuple(roots), pool, installed))
     return NodeState(topology.policy, topology.scope, tuple(zones))
 
 
@@ -432,13 +439,14 @@ def resource_hints(state: NodeState, r: int, want: int, reusable: Reusable) -> l
     """The device manager's hints for `want` devices of resource r (upstream
     `generateDeviceTopologyHints`): every set of the NUMA zones that have devices of r which
     holds all reusable ones and enough of them with the free ones; preferred when no smaller
-    set of those zones has that many devices installed. Shared slots span their pool's zones:
-    a set touching the pool holds every slot."""
+    set of those zones has that many devices installed (unhealthy ones count: the kubelet counts
+    every registered device). Shared slots span their pool's zones: a set touching the pool
+    holds every slot."""
     n = len(state.zones)
     combine = _mask_maxes if r == 2 else _mask_sums
-    installed = combine([z.capacity[r] for z in state.zones])
+    installed = combine([z.registered[r] for z in state.zones])
     free = combine([z.free[r] for z in state.zones])
-    bearing = sum(1 << i for i, z in enumerate(state.zones) if z.capacity[r])
+    bearing = sum(1 << i for i, z in enumerate(state.zones) if z.registered[r])
     width = bearing.bit_count()
     must, reused = reusable.mask(r), reusable.count(r)
     masks = [m for m in range(1, 1 << n) if not m & ~bearing]
@@ -502,7 +510,7 @@ def kubelet_hint(
     if len(state.zones) > MAX_MASK_ZONES:
         return Hint(full, False), state.policy not in ("restricted", "single-numa-node")
     named = {r for r in range(3) if unit[r]} | {
-        r for r in zero if any(z.capacity[r] for z in state.zones)
+        r for r in zero if any(z.registered[r] for z in state.zones)
     }
     hints = [resource_hints(state, r, unit[r], reusable) for r in sorted(named)]
     if not hints:  # no device asked for: the providers have no preference
@@ -623,6 +631,17 @@ def _short_of(state: NodeState, unit: Vec, reusable: Reusable | None) -> int | N
     return None
 
 
+def _none_healthy(state: NodeState, named: Iterable[int], names: ResourceNames) -> str | None:
+    """Why the kubelet refuses a container that names (a count of 0 too) a resource whose
+    devices are all unhealthy: `devicesToAllocate` checks health before the count."""
+    for r in named:
+        if any(z.registered[r] for z in state.zones) and not any(
+            z.capacity[r] for z in state.zones
+        ):
+            return f"no healthy {names.as_tuple()[r]} (every one registered is unhealthy)"
+    return None
+
+
 def allocate(
     state: NodeState,
     step: ContainerRequest,
@@ -636,6 +655,9 @@ def allocate(
     from other zones. Which ones inside the affinity is up to the device plugins; this takes
     the best achievable pairing (GPU + NIC on one PCIe root, else on one zone)."""
     unit = step.devices
+    dead = _none_healthy(state, (*(r for r in range(3) if unit[r]), *step.zero), names)
+    if dead is not None:
+        return Rejection(dead)
     short = _short_of(state, unit, reusable)
     if short is not None:
         return Rejection(f"insufficient {names.as_tuple()[short]}")
@@ -741,7 +763,8 @@ PASS_THROUGH = Verdict(True, False, "pod requests no GPU or RDMA device", 0, "no
 def evaluate(state: NodeState, request: PodRequest, policy: Policy = Policy()) -> Verdict:
     """Can the node hold the pod under its Topology Manager policy, and how well (0-10)?"""
     if not request.wants_devices:
-        return PASS_THROUGH
+        dead = _none_healthy(state, request.zero, policy.names)
+        return PASS_THROUGH if dead is None else Verdict(False, True, dead, 0, "")
     outcome = place_pod(state, request, policy.names)
     if isinstance(outcome, Rejection):
         on_empty = place_pod(state.fresh(), request, policy.names)

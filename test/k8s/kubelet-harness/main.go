@@ -11,8 +11,9 @@
 //	 "scope":"container","policyOptions":{}}
 //	    a new node; answers {"started":"n1"}
 //	{"op":"wait","resources":{"nvidia.com/gpu":8},"timeoutSeconds":60}
-//	    until the device manager holds that many healthy devices of each resource;
-//	    answers {"devices":{resource:{id:[numa...]}}} (the topology the plugins reported)
+//	    until the device manager has that many devices of each resource registered, healthy
+//	    or not (its node capacity); answers {"devices":{resource:{id:[numa...]}}} (the
+//	    topology the plugins reported for the healthy ones)
 //	{"op":"admit","pod":{...v1.Pod...}}
 //	    the Topology Manager's admission, which also allocates (GetPreferredAllocation and
 //	    Allocate are called on the plugins as the kubelet calls them); answers
@@ -208,15 +209,16 @@ func (h *harness) devices() map[string]map[string][]int {
 func (h *harness) wait(want map[string]int, timeout time.Duration) (map[string]map[string][]int, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		have := h.devices()
+		capacity, _, _ := h.dm.GetCapacity(h.logger)
 		missing := []string{}
 		for resource, n := range want {
-			if len(have[resource]) < n {
-				missing = append(missing, fmt.Sprintf("%s: %d of %d", resource, len(have[resource]), n))
+			registered := capacity[v1.ResourceName(resource)]
+			if got := registered.Value(); got < int64(n) {
+				missing = append(missing, fmt.Sprintf("%s: %d of %d", resource, got, n))
 			}
 		}
 		if len(missing) == 0 {
-			return have, nil
+			return h.devices(), nil
 		}
 		if time.Now().After(deadline) {
 			sort.Strings(missing)
