@@ -113,6 +113,7 @@ def _serve(n: int, seed: int, churn: float, sock: socket.socket, ready: Any) -> 
     feed = (lambda c, _: _churn(c, names, churn, seed)) if churn else None
     app = create_app(cache, SchedulerExtenderConfig(), feed)
     from rdmaplane.scheduler.serving import server_config
+
     server = uvicorn.Server(server_config(app, log_level="warning", access_log=False))
     ready.set()
     server.run(sockets=[sock])
