@@ -38,7 +38,6 @@ import heapq
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,7 +65,12 @@ from rdmaplane.config import AgentConfig, DevicePluginConfig, PublishConfig  # n
 from rdmaplane.discovery import samples  # noqa: E402
 from rdmaplane.kube import load_config  # noqa: E402
 from tests.e2e import fleet  # noqa: E402
-from tests.e2e.controlplane import KubeCluster, control_plane, create_kwok_node  # noqa: E402
+from tests.e2e.controlplane import (  # noqa: E402
+    KubeCluster,
+    build_dir,
+    control_plane,
+    create_kwok_node,
+)
 
 NRT_CRD = REPO / "deploy" / "crds" / "noderesourcetopology.yaml"
 AGENT_RBAC = REPO / "deploy" / "agent" / "rbac.yaml"
@@ -74,13 +78,6 @@ AGENT_USER = "system:serviceaccount:rdmaplane:rdmaplane-agent"
 AGENT_GROUPS = ("system:serviceaccounts", "system:serviceaccounts:rdmaplane")
 AGENTS_PER_CLIENT = 50
 SETTLE_WITHIN_S = 600.0
-
-
-def script_dir(flag: str) -> Path:
-    out = subprocess.run(
-        [str(REPO / "scripts/build-k8s.sh"), flag], capture_output=True, text=True, check=True
-    )
-    return Path(out.stdout.strip())
 
 
 # ---------------------------------------------------------------- what the agents publish
@@ -376,7 +373,7 @@ def main() -> None:
     parser.add_argument("--burst", type=int, default=1000, help="nodes")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    bin_dir = script_dir("--bin-dir")
+    bin_dir = build_dir("--bin-dir")
     if not (bin_dir / "kube-apiserver").is_file():
         sys.exit("bench/apiserver_load.py: kube-apiserver missing: run `make k8s-bins` first")
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())

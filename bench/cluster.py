@@ -49,7 +49,6 @@ import multiprocessing
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -70,6 +69,7 @@ from tests.e2e import fleet, scalerig  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
     KubeCluster,
     Process,
+    build_dir,
     control_plane,
     free_port,
     launch_extender,
@@ -83,13 +83,6 @@ CONFIGS = {
     "n": "with a do-nothing extender",
     "b": "with the rdmaplane extender",
 }
-
-
-def script_dir(flag: str) -> Path:
-    out = subprocess.run(
-        [str(REPO / "scripts/build-k8s.sh"), flag], capture_output=True, text=True, check=True
-    )
-    return Path(out.stdout.strip())
 
 
 # ---------------------------------------------------------------- the do-nothing extender
@@ -364,7 +357,7 @@ def main() -> None:
     parser.add_argument("--scheduler-qps", type=float, default=1000.0)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    bin_dir, kwok_bin = script_dir("--bin-dir"), script_dir("--kwok-bin-dir") / "kwok"
+    bin_dir, kwok_bin = build_dir("--bin-dir"), build_dir("--kwok-bin-dir") / "kwok"
     missing = [str(p) for p in (bin_dir / "kube-apiserver", kwok_bin) if not p.is_file()]
     if missing:
         sys.exit(f"bench/cluster.py: {', '.join(missing)} missing: run `make k8s-bins` first")

@@ -579,6 +579,16 @@ def launch_extender(
     return process
 
 
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-k8s.sh"
+
+
+def build_dir(flag: str) -> Path:
+    """The folder `scripts/build-k8s.sh FLAG` names (`--bin-dir`, `--kwok-bin-dir`); builds
+    nothing."""
+    found = subprocess.run([str(BUILD_SCRIPT), flag], capture_output=True, text=True, check=True)
+    return Path(found.stdout.strip())
+
+
 def missing_binaries(bin_dir: Path) -> list[str]:
     return [b for b in BINARIES if not (bin_dir / b).is_file()]
 

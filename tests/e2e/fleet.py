@@ -35,8 +35,8 @@ from tests.e2e.controlplane import STARTUP_TIMEOUT_S, create_kwok_node, kwok_nod
 T = TypeVar("T")
 
 FLEET_LABEL = "e2e.rdmaplane.io/fleet"  # the fleet's nodes, and the pods meant for them
-# The machines and kubelet policies of the placement benchmark (bench/placement.py), plus a
-# share of pod scope.
+# The machines and kubelet policies, also the placement benchmark's (bench/placement.py); the
+# fleet adds a share of pod scope.
 SAMPLE_MIX = (
     ("hgx-h100-roce", 0.3),
     ("hgx-h200-ib", 0.25),

@@ -1,8 +1,8 @@
 """The agent's publisher against the real API server, on what keeps a fleet of agents from
-acting in step (docs/agent.md): NRT updates held back by `nrtMinInterval` while the condition
-goes at once; an NRT-only change's `writeJitter` cut short by a change that must not wait; API
-Priority and Fairness turning the agent away with 429 (a FlowSchema of this test's own that
-rejects every request of its user): the same write retried, not counted as a failure.
+acting in step (docs/agent.md): a change to the NRT alone held back (`nrtMinInterval`,
+`writeJitter`) until a change that must not wait takes it along; API Priority and Fairness
+turning the agent away with 429 (a FlowSchema of this test's own sending its user to a
+priority level without seats that rejects): the same write retried, not counted as a failure.
 """
 
 from __future__ import annotations
@@ -104,32 +104,32 @@ def agent_kubeconfig(kube_cluster: KubeCluster, nrt_crd: object) -> Path:
     return install_rbac(kube_cluster)
 
 
-async def test_nrt_updates_wait_their_interval_unless_the_condition_changes(
-    kube: AsyncClient, node: str, agent_kubeconfig: Path, caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize(
+    ("config", "holding"),
+    [
+        (PublishConfig(nrt_min_interval_s=3600.0, write_jitter_s=0.0), "NRT update held back"),
+        (PublishConfig(nrt_min_interval_s=0.0, write_jitter_s=3600.0), "NRT-only change"),
+    ],
+    ids=["nrtMinInterval", "writeJitter"],
+)
+async def test_an_nrt_change_waits_until_the_condition_changes(
+    kube: AsyncClient,
+    node: str,
+    agent_kubeconfig: Path,
+    caplog: pytest.LogCaptureFixture,
+    config: PublishConfig,
+    holding: str,
 ) -> None:
+    """A pod started (the NRT alone changes): held back for an hour, by the minimum interval
+    since the last NRT update or by the write jitter; then the condition changes: it goes at
+    once, and takes the NRT along."""
     caplog.set_level(logging.DEBUG, logger="rdmaplane.agent.publisher")
-    config = PublishConfig(nrt_min_interval_s=3600.0, write_jitter_s=0.0)
     async with _publishing(agent_kubeconfig, node, config, _desired(node)) as publisher:
         await asyncio.wait_for(publisher.in_sync.wait(), 30)
-        publisher.set_desired(_desired(node, free_gpus=2))  # a pod started: NRT alone
-        await eventually(lambda: _logged(caplog, "NRT update held back"))
+        publisher.set_desired(_desired(node, free_gpus=2))
+        await eventually(lambda: _logged(caplog, holding))
         assert await _server_gpus(kube, node) == "4" and not publisher.in_sync.is_set()
-        publisher.set_desired(_desired(node, free_gpus=2, ready=False))  # goes at once, with it
-        await asyncio.wait_for(publisher.in_sync.wait(), 30)
-    assert (await _server_gpus(kube, node), await _server_ready(kube, node)) == ("2", "False")
-
-
-async def test_a_change_that_must_not_wait_cuts_the_jitter_short(
-    kube: AsyncClient, node: str, agent_kubeconfig: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    caplog.set_level(logging.DEBUG, logger="rdmaplane.agent.publisher")
-    config = PublishConfig(nrt_min_interval_s=0.0, write_jitter_s=3600.0)
-    async with _publishing(agent_kubeconfig, node, config, _desired(node)) as publisher:
-        await asyncio.wait_for(publisher.in_sync.wait(), 30)
-        publisher.set_desired(_desired(node, free_gpus=2))  # NRT alone: waits up to an hour
-        await eventually(lambda: _logged(caplog, "NRT-only change: written in"))
-        assert await _server_gpus(kube, node) == "4"
-        publisher.set_desired(_desired(node, free_gpus=2, ready=False))  # ... unless this
+        publisher.set_desired(_desired(node, free_gpus=2, ready=False))
         await asyncio.wait_for(publisher.in_sync.wait(), 30)
     assert (await _server_gpus(kube, node), await _server_ready(kube, node)) == ("2", "False")
 
