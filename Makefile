@@ -60,6 +60,7 @@ test: lint typecheck graphviz k8s-bins torch
 
 bench: $(STAMP)
 	scripts/build-k8s.sh kubelet-harness >/dev/null  # bench/placement.py's judge
+	scripts/build-k8s.sh >/dev/null  # the control plane and KWOK of cluster, apiserver_load, fault
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -112,7 +112,9 @@ def _serve(n: int, seed: int, churn: float, sock: socket.socket, ready: Any) -> 
     cache.replace("pod", pods)
     feed = (lambda c, _: _churn(c, names, churn, seed)) if churn else None
     app = create_app(cache, SchedulerExtenderConfig(), feed)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    from rdmaplane.scheduler.serving import server_config
+
+    server = uvicorn.Server(server_config(app, log_level="warning", access_log=False))
     ready.set()
     server.run(sockets=[sock])
 

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +45,7 @@ from tests.e2e import faultrig  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
     KubeCluster,
     Process,
+    build_dir,
     control_plane,
     launch_controller_manager,
     launch_kwok,
@@ -54,13 +54,6 @@ from tests.e2e.controlplane import (  # noqa: E402
 from tests.e2e.test_agent import POLL_S  # noqa: E402
 
 STEPS = ("fault notice", "condition", "eviction", "pod failed", "replacement", "bound", "running")
-
-
-def script_dir(flag: str) -> Path:
-    out = subprocess.run(
-        [str(REPO / "scripts/build-k8s.sh"), flag], capture_output=True, text=True, check=True
-    )
-    return Path(out.stdout.strip())
 
 
 def has(kind: str) -> Any:
@@ -152,7 +145,7 @@ def main() -> None:
         {**faultrig.FAULT.model_dump(by_alias=True), "fatalAfter": args.fatal_after,
          "graceSeconds": args.grace}
     )  # fmt: skip
-    bin_dir, kwok_bin = script_dir("--bin-dir"), script_dir("--kwok-bin-dir") / "kwok"
+    bin_dir, kwok_bin = build_dir("--bin-dir"), build_dir("--kwok-bin-dir") / "kwok"
     missing = [str(p) for p in (bin_dir / "kube-controller-manager", kwok_bin) if not p.is_file()]
     if missing:
         sys.exit(f"bench/fault.py: {', '.join(missing)} missing: run `make k8s-bins` first")

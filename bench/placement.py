@@ -35,15 +35,16 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rdmaplane.scheduler import placement as pl
+from tests.e2e.fleet import POLICY_MIX, pick
+from tests.e2e.fleet import SAMPLE_MIX as LAYOUT_MIX
 from tests.kubelet.differential import Container, PodShape
 from tests.kubelet.gpu_plugin import PREFERENCES
 from tests.kubelet.harness import (
@@ -58,23 +59,11 @@ from tests.kubelet.harness import (
     sample_node,
 )
 
-T = TypeVar("T")
 SIZES = ((1, 0.4), (2, 0.3), (4, 0.2), (8, 0.1))
-LAYOUT_MIX = (
-    ("hgx-h100-roce", 0.3),
-    ("hgx-h200-ib", 0.25),
-    ("dgx-a100", 0.25),
-    ("pcie-l40s-split", 0.2),
-)
-POLICY_MIX = (("single-numa-node", 0.4), ("restricted", 0.4), ("best-effort", 0.2))
 TARGET_UTILISATION = 0.75
 PREFILL_UTILISATION = 0.6
 GPU_ONLY_SHARE = 0.5
 SCHEDULERS = ("spread", "numa-only", "rdmaplane")
-
-
-def _pick(rng: random.Random, mix: Sequence[tuple[T, float]]) -> T:
-    return rng.choices([k for k, _ in mix], [w for _, w in mix])[0]
 
 
 def _job(gpus: int, nics: bool = True) -> PodShape:
@@ -228,7 +217,7 @@ def prefill(c: Cluster, rng: random.Random, mean_life: float) -> list[tuple[floa
     used = 0
     while used < PREFILL_UTILISATION * capacity:
         i = rng.randrange(len(c.nodes))
-        gpus = _pick(rng, SIZES[:3])
+        gpus = pick(rng, SIZES[:3])
         shape = _job(gpus, nics=rng.random() >= GPU_ONLY_SHARE)
         admission = c.nodes[i].admit(shape, f"pre{len(running)}")
         if admission.admitted:
@@ -318,7 +307,7 @@ def main() -> None:
     except HarnessMissing as e:
         sys.exit(f"bench/placement.py: {e}")
     rng = random.Random(args.seed)
-    layout = [(_pick(rng, LAYOUT_MIX), _pick(rng, POLICY_MIX)) for _ in range(args.nodes)]
+    layout = [(pick(rng, LAYOUT_MIX), pick(rng, POLICY_MIX)) for _ in range(args.nodes)]
     trace_rng = random.Random(args.seed + 1)
     with ExitStack() as stack:
         samples = {k: stack.enter_context(sample_node(k)) for k, _ in LAYOUT_MIX}
@@ -326,8 +315,7 @@ def main() -> None:
         mean_gpus = sum(g * w for g, w in SIZES)
         mean_life = TARGET_UTILISATION * capacity / mean_gpus  # Little's law: one job per tick
         trace = [
-            (_pick(trace_rng, SIZES), trace_rng.expovariate(1 / mean_life))
-            for _ in range(args.jobs)
+            (pick(trace_rng, SIZES), trace_rng.expovariate(1 / mean_life)) for _ in range(args.jobs)
         ]
         kinds = Counter(k for k, _ in layout)
         policies = Counter(p for _, p in layout)

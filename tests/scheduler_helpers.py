@@ -14,6 +14,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from rdmaplane import nrt
+from rdmaplane.scheduler.serving import server_config
 
 
 @contextmanager
@@ -24,7 +25,7 @@ def serve(app: FastAPI) -> Iterator[str]:
     )  # asyncio sets TCP_NODELAY only when proto says TCP
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(server_config(app, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

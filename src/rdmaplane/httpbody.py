@@ -3,7 +3,8 @@ over the bound is refused before it is held in memory."""
 
 from __future__ import annotations
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
+from starlette.types import Receive, Scope
 
 
 class BodyTooLarge(ValueError):
@@ -12,13 +13,26 @@ class BodyTooLarge(ValueError):
 
 
 async def read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
+    return await read_asgi_body(request.scope, request.receive, limit)
+
+
+async def read_asgi_body(scope: Scope, receive: Receive, limit: int) -> bytes:
+    """The body of an ASGI request (plain ASGI routes have no `Request`); ClientDisconnect
+    when the client goes away before sending all of it."""
+    declared = next((v for k, v in scope["headers"] if k == b"content-length"), b"")
     if declared.isdigit() and int(declared) > limit:
-        raise BodyTooLarge(f"request body of {declared} bytes exceeds the limit of {limit} bytes")
+        raise BodyTooLarge(
+            f"request body of {declared.decode()} bytes exceeds the limit of {limit} bytes"
+        )
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
             raise BodyTooLarge(f"request body exceeds the limit of {limit} bytes")
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)

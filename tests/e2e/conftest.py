@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -51,10 +50,12 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane.kube import NodeResourceTopology
 from tests.e2e.controlplane import (
+    BUILD_SCRIPT,
     KubeCluster,
     Process,
     SchedulerConfig,
     StartError,
+    build_dir,
     control_plane,
     launch_controller_manager,
     launch_kwok,
@@ -65,7 +66,6 @@ from tests.e2e.controlplane import (
 
 REPO = Path(__file__).resolve().parents[2]
 E2E_DIR = Path(__file__).resolve().parent
-BUILD_SCRIPT = REPO / "scripts" / "build-k8s.sh"
 NRT_CRD = REPO / "deploy" / "crds" / "noderesourcetopology.yaml"
 
 
@@ -79,7 +79,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def k8s_bin_dir() -> Path:
     configured = os.environ.get("RDMAPLANE_K8S_BIN")
-    bin_dir = Path(configured) if configured else _script_dir("--bin-dir")
+    bin_dir = Path(configured) if configured else build_dir("--bin-dir")
     missing = missing_binaries(bin_dir)
     if missing:
         pytest.fail(
@@ -90,15 +90,10 @@ def k8s_bin_dir() -> Path:
     return bin_dir
 
 
-def _script_dir(flag: str) -> Path:
-    found = subprocess.run([str(BUILD_SCRIPT), flag], capture_output=True, text=True, check=True)
-    return Path(found.stdout.strip())
-
-
 @pytest.fixture(scope="session")
 def kwok_bin() -> Path:
     configured = os.environ.get("RDMAPLANE_KWOK_BIN")
-    binary = Path(configured) if configured else _script_dir("--kwok-bin-dir") / "kwok"
+    binary = Path(configured) if configured else build_dir("--kwok-bin-dir") / "kwok"
     if not binary.is_file():
         pytest.fail(
             f"kwok missing at {binary}: run `make k8s-bins` (or {BUILD_SCRIPT.relative_to(REPO)})",

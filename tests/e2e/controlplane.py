@@ -17,6 +17,7 @@ import ipaddress
 import socket
 import ssl
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -491,12 +492,17 @@ def launch_kwok(
     return process
 
 
-async def add_kwok_node(
-    kube: AsyncClient, name: str, labels: Mapping[str, str], extended: Mapping[str, str]
+async def create_kwok_node(
+    kube: AsyncClient,
+    name: str,
+    labels: Mapping[str, str],
+    extended: Mapping[str, str],
+    conditions: Sequence[Mapping[str, str]] = (),
 ) -> None:
-    """A Node that KWOK manages (its pods start and stop): created with its capacity in the
-    create body's status (kwok keeps it), made Ready by KWOK's node stage; returns once Ready
-    and without the `not-ready` taint admission puts on new nodes."""
+    """Create a Node that KWOK manages (its pods start and stop), with its capacity (and any
+    `conditions` besides Ready, e.g. `RDMAReady`) in the create body's status: kwok keeps them
+    and merges its own conditions by type. The `not-ready` taint admission puts on new nodes is
+    lifted (no node lifecycle controller runs here); KWOK's node stage makes it Ready."""
     resources = {"cpu": "64", "memory": "512Gi", "pods": "110", **extended}
     body = {
         "apiVersion": "v1",
@@ -506,19 +512,65 @@ async def add_kwok_node(
             "labels": dict(labels),
             "annotations": {KWOK_ANNOTATION: "fake"},
         },
-        "status": {"capacity": resources, "allocatable": resources},
+        "status": {
+            "capacity": resources,
+            "allocatable": resources,
+            "conditions": [dict(c) for c in conditions],
+        },
     }
     await kube.create(Node.from_dict(body))
     await kube.patch(Node, name, {"spec": {"taints": None}}, patch_type=PatchType.MERGE)
+
+
+def kwok_node_ready(node: Node) -> bool:
+    conditions = (node.status.conditions if node.status else None) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+async def add_kwok_node(
+    kube: AsyncClient, name: str, labels: Mapping[str, str], extended: Mapping[str, str]
+) -> None:
+    """`create_kwok_node`, returning once KWOK made it Ready."""
+    await create_kwok_node(kube, name, labels, extended)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while True:
-        node = await kube.get(Node, name)
-        conditions = (node.status.conditions if node.status else None) or []
-        if any(c.type == "Ready" and c.status == "True" for c in conditions):
-            return
+    while not kwok_node_ready(await kube.get(Node, name)):
         if time.monotonic() > deadline:
             raise TimeoutError(f"KWOK did not make node {name} Ready")
         await asyncio.sleep(0.1)
+
+
+def launch_extender(
+    cluster: KubeCluster, kubeconfig: Path, port: int, *extra: str, ready: bool = True
+) -> Process:
+    """`rdmaplane scheduler-extender` as it is deployed: its own process, reading the cluster
+    with `kubeconfig`, serving on 127.0.0.1:`port`. With `ready`, returns once its /readyz
+    answers 200 (every watch has listed once)."""
+    process = Process.start(
+        Path(sys.executable),
+        [
+            "-m",
+            "rdmaplane",
+            "scheduler-extender",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            f"--kubeconfig={kubeconfig}",
+            *extra,
+        ],
+        cluster.workdir / f"extender-{port}-{time.monotonic_ns()}.log",
+    )
+    if ready:
+        process.wait_ready(lambda: _http_ok(f"http://127.0.0.1:{port}/readyz"))
+    return process
+
+
+BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-k8s.sh"
+
+
+def build_dir(flag: str) -> Path:
+    """The folder `scripts/build-k8s.sh FLAG` names (`--bin-dir`, `--kwok-bin-dir`); builds
+    nothing."""
+    found = subprocess.run([str(BUILD_SCRIPT), flag], capture_output=True, text=True, check=True)
+    return Path(found.stdout.strip())
 
 
 def missing_binaries(bin_dir: Path) -> list[str]:

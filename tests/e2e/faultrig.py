@@ -300,14 +300,17 @@ async def absent(check: Callable[[], Any]) -> bool:
 
 
 class Proxy:
-    """A TCP relay between the agent and the API server that the test can cut: the node loses
-    the API server while the rest of the cluster keeps it."""
+    """A TCP relay the test can cut: between the agent and the API server (the node loses the
+    API server while the rest of the cluster keeps it), or in front of several extender
+    replicas as a Service stands in front of its pods (each connection to the next upstream
+    in turn, skipping those that refuse it; none left: the connection is closed)."""
 
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream_port = upstream_port
+    def __init__(self, *upstream_ports: int) -> None:
+        self.upstream_ports = upstream_ports
         self.port = 0
         self._server: asyncio.Server | None = None
         self._links: set[asyncio.StreamWriter] = set()
+        self._next = 0
 
     async def open(self) -> None:
         self._server = await asyncio.start_server(self._relay, "127.0.0.1", self.port)
@@ -320,8 +323,21 @@ class Proxy:
             writer.close()
         await self._server.wait_closed()
 
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        ports = self.upstream_ports
+        for _ in ports:
+            port = ports[self._next % len(ports)]
+            self._next += 1
+            with contextlib.suppress(OSError):
+                return await asyncio.open_connection("127.0.0.1", port)
+        return None
+
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        upstream = await self._connect()
+        if upstream is None:
+            writer.close()
+            return
+        up_reader, up_writer = upstream
         self._links |= {writer, up_writer}
 
         async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

@@ -3,7 +3,11 @@ bad objects and node readiness."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rdmaplane import nrt
 from rdmaplane.scheduler import cache as cache_module
@@ -109,3 +113,43 @@ def test_dead_states_are_dropped_and_decisions_stay_right(monkeypatch: pytest.Mo
             cache.apply("pod", "DELETED", pod(f"p{i}", 1, 1, node="n1"))
     assert len(cache._states) <= 8
     assert _decide(cache, "n2", 8, 8).fits
+
+
+_EVENTS = st.lists(
+    st.tuples(
+        st.sampled_from(["bind", "finish", "delete"]),
+        st.integers(0, 7),  # the pod
+        st.sampled_from(["n1", "n2"]),
+        st.integers(0, 9),  # its creation second
+        st.sampled_from([(1, 1), (2, 2), (4, 4), (1, 0), (3, 5)]),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(_EVENTS)
+def test_pods_subtracted_one_by_one_equal_a_rebuild(events: list[Any]) -> None:
+    """Binding pods one after the other (the latest subtracted from the node as it is) ends in
+    the same node states as a cache that lists the same pods at once, whatever the order."""
+    topologies = (layout("hgx", "n1", policy="single-numa-node"), layout("dgx-a100", "n2"))
+    live = _cache(*topologies)
+    pods: dict[str, dict[str, Any]] = {}
+    for action, i, where, second, (gpus, hcas) in events:
+        name = f"p{i}"
+        if action == "delete":
+            if pods.pop(name, None) is not None:
+                live.apply("pod", "DELETED", pod(name))
+            continue
+        obj = pods.get(name) or pod(name, gpus, hcas, node=where)
+        obj["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
+        if action == "finish":
+            obj["status"]["phase"] = "Succeeded"
+        pods[name] = obj
+        live.apply("pod", "MODIFIED", obj)
+    listed = _cache(*topologies)
+    listed.replace("pod", list(pods.values()))
+    for name in ("n1", "n2"):
+        got, want = live.entry(name), listed.entry(name)
+        assert got is not None and want is not None
+        assert (got.state, got.unaccounted) == (want.state, want.unaccounted)

@@ -5,14 +5,23 @@ only what differs from its last successful write (node labels/annotation as one 
 the `RDMAReady` condition on the status subresource, the NRT object), then the queued Events.
 When a write fails it forgets what it wrote (the server may have lost or kept it), logs once per
 backoff step and tries again; when the server answers again, everything is written afresh.
+
+A fleet of agents acts in step (a job starts on a thousand nodes, every agent restarts with its
+DaemonSet), so the timings are spread (bench/apiserver_load.py measured why). A change to the
+NRT alone (pods starting and ending) waits a random delay up to `writeJitter`, and such updates
+leave at most every `nrtMinInterval` (the scheduler extender counts pods bound meanwhile
+itself); a change to labels, the condition or Events does not wait, and takes the NRT along.
+The resync period varies by ±10 %; retries wait a random 50-100 % of the backoff step. A 429
+from API Priority and Fairness is not a failure: nothing was written or lost, so the same write
+is retried after the server's Retry-After (or the backoff step), without reading anything back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
+import random
 import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
@@ -95,8 +104,12 @@ class Publisher:
         self._status: bool | None = None
         self._since: str | None = None
         self.failures = 0  # consecutive failed cycles
+        self.throttled = 0  # consecutive cycles turned away with 429
         self.cycles = 0  # cycles that wrote something
         self.in_sync = asyncio.Event()  # set while the server holds the desired state
+        self._random = random.Random()
+        self._nrt_at = -float("inf")  # when the NRT was last written (monotonic)
+        self._nrt_due: float | None = None  # an NRT update held back until then
 
     def set_desired(self, desired: Desired) -> None:
         self._desired = desired
@@ -110,20 +123,25 @@ class Publisher:
     async def run(self) -> None:
         """Publish forever; returns only when cancelled."""
         delay = self.config.backoff_initial_s
-        last_resync = time.monotonic()
+        resync_at = time.monotonic() + self._resync_period()
         while True:
-            if self.failures == 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.config.resync_interval_s)
+            if self.failures == 0 and self.throttled == 0:
+                await self._until_due(resync_at)
             self._wake.clear()
-            if time.monotonic() - last_resync >= self.config.resync_interval_s:
+            if time.monotonic() >= resync_at:
                 self._node_uid = None  # read back what the server holds, fix what drifted
-                last_resync = time.monotonic()
+                resync_at = time.monotonic() + self._resync_period()
             try:
                 await self.publish_once()
             except (ApiError, httpx2.HTTPError, OSError, TimeoutError) as e:
-                self._failed(e, delay)
-                await asyncio.sleep(delay)
+                wait = self._random.uniform(delay / 2, delay)
+                retry_after = _retry_after(e)
+                if retry_after is None:
+                    self._failed(e, wait)
+                else:
+                    wait = max(wait, retry_after)
+                    self._throttled(wait)
+                await asyncio.sleep(wait)
                 delay = min(delay * 2, self.config.backoff_max_s)
                 continue
             if self.failures:
@@ -132,10 +150,58 @@ class Publisher:
                     self.failures,
                     extra={"node": self.node_name},
                 )
-            self.failures = 0
+            self.failures = self.throttled = 0
             delay = self.config.backoff_initial_s
             self.metrics.api_reachable.set(1)
-            self.in_sync.set()
+            if self._nrt_due is None:
+                self.in_sync.set()
+
+    def _resync_period(self) -> float:
+        return self.config.resync_interval_s * self._random.uniform(0.9, 1.1)
+
+    async def _until_due(self, resync_at: float) -> None:
+        """Wait for a change, the resync or a held-back NRT update; a change to the NRT alone
+        then waits a random part of `writeJitter` (more changes meanwhile join it, and one
+        that is not to the NRT alone ends the wait)."""
+        due = min(resync_at, self._nrt_due if self._nrt_due is not None else resync_at)
+        if not await self._woken(due) or not self._nrt_only():
+            return
+        jitter = self._random.uniform(0, self.config.write_jitter_s)
+        log.debug("NRT-only change: written in %.1f s", jitter)
+        until = time.monotonic() + jitter
+        while self._nrt_only() and await self._woken(until):
+            pass
+
+    async def _woken(self, until: float) -> bool:
+        """Wait for a change until `until` (monotonic); whether one came."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), max(0.0, until - time.monotonic()))
+        except TimeoutError:
+            return False
+        self._wake.clear()
+        return True
+
+    def _nrt_only(self) -> bool:
+        desired = self._desired
+        return (
+            desired is not None
+            and not self._events
+            and _meta(desired) == self._written.meta
+            and desired.condition == self._written.condition
+            and desired.nrt != self._written.nrt
+        )
+
+    def _throttled(self, wait: float) -> None:
+        """A 429: the server is there and wrote nothing; the same write goes again later."""
+        self.in_sync.clear()
+        self.throttled += 1
+        self.metrics.publish_errors.inc()
+        log.info(
+            "the API server asked to slow down (429, attempt %d); retrying in %.1f s",
+            self.throttled,
+            wait,
+            extra={"node": self.node_name, "attempt": self.throttled, "retry_in_s": wait},
+        )
 
     def _failed(self, error: Exception, delay: float) -> None:
         self.in_sync.clear()
@@ -145,7 +211,7 @@ class Publisher:
         self.metrics.publish_errors.inc()
         self.metrics.api_reachable.set(0)
         log.warning(
-            "publishing to the API server failed (attempt %d): %s; retrying in %g s",
+            "publishing to the API server failed (attempt %d): %s; retrying in %.1f s",
             self.failures,
             _describe(error),
             delay,
@@ -162,7 +228,7 @@ class Publisher:
         wrote = False
         if self._node_uid is None:
             await self._read_back(desired)
-        meta = tuple(sorted({**desired.labels, **desired.annotations}.items()))
+        meta = _meta(desired)
         if meta != self._written.meta:
             await self._patch_meta(desired)
             self._written.meta = meta
@@ -171,9 +237,16 @@ class Publisher:
             await self._patch_condition(desired.condition)
             self._written.condition = desired.condition
             wrote = True
+        self._nrt_due = None
         if desired.nrt != self._written.nrt:
-            await self._write_nrt(desired.nrt)
-            wrote = True
+            due = self._nrt_at + self.config.nrt_min_interval_s
+            alone = not wrote and not self._events and self._written.nrt is not None
+            if alone and time.monotonic() < due:
+                self._nrt_due = due  # the loop comes back for it
+                log.debug("NRT update held back %.1f s", due - time.monotonic())
+            else:
+                await self._write_nrt(desired.nrt)
+                wrote = True
         while self._events:
             await self._post_event(self._events[0])
             self._events.popleft()
@@ -276,6 +349,7 @@ class Publisher:
     def _remember_nrt(self, obj: Mapping[str, Any], stored: Any) -> None:
         self._written.nrt = obj
         self._written.nrt_version = _version(stored)
+        self._nrt_at = time.monotonic()
         self.metrics.writes.labels("nrt").inc()
 
     async def _post_event(self, event: PendingEvent) -> None:
@@ -336,6 +410,23 @@ class Publisher:
             "lastTimestamp": at,
             "count": 1,
         }
+
+
+def _meta(desired: Desired) -> tuple[tuple[str, str | None], ...]:
+    """Labels and annotations as the publisher compares them."""
+    return tuple(sorted({**desired.labels, **desired.annotations}.items()))
+
+
+def _retry_after(error: Exception) -> float | None:
+    """For a 429 (API Priority and Fairness turning the request away), the seconds the server
+    asks us to wait (0 when it does not say); None for any other error."""
+    response = (
+        getattr(error, "response", None) if isinstance(error, httpx2.HTTPStatusError) else None
+    )
+    if response is None or response.status_code != 429:
+        return None
+    value = response.headers.get("Retry-After", "")
+    return float(value) if value.isdigit() else 0.0
 
 
 def _version(obj: Any) -> str | None:

@@ -46,6 +46,7 @@ def scheduler_extender(
 
     from rdmaplane.kube import load_config
     from rdmaplane.scheduler.app import create_app
+    from rdmaplane.scheduler.serving import server_config
     from rdmaplane.scheduler.watch import make_client, watch_all
 
     cfg = config_file(config, SchedulerExtenderConfig)
@@ -59,7 +60,8 @@ def scheduler_extender(
         cache, cfg, lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted)
     )
     # uvicorn logs through our handler (log_config=None); each request only with -v
-    uvicorn.run(application, host=host, port=port, log_config=None, access_log=verbose)
+    options = {"host": host, "port": port, "log_config": None, "access_log": verbose}
+    uvicorn.Server(server_config(application, **options)).run()
 
 
 @app.command("explain-placement")

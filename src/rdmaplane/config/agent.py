@@ -104,7 +104,15 @@ class PublishConfig(Section):
     )
     backoff_max_s: Seconds = Field(default=60.0, gt=0, description="... up to this")
     resync_interval_s: Seconds = Field(
-        default=600.0, gt=0, description="read back what the server holds and fix drift"
+        default=600.0, gt=0, description="read back what the server holds and fix drift (±10 %)"
+    )
+    write_jitter_s: Seconds = Field(
+        default=2.0,
+        ge=0,
+        description="a change to the NRT alone waits a random delay up to this ...",
+    )
+    nrt_min_interval_s: Seconds = Field(
+        default=15.0, ge=0, description="... and such updates go at most this often"
     )
     event_namespace: str = Field(
         default="default", description="where Node events go (kubectl describe node shows them)"

@@ -1,6 +1,13 @@
 """Kubernetes API adapter: lightkube clients and the resource types rdmaplane reads and writes."""
 
 from rdmaplane.kube.client import async_client, load_config, sync_client
-from rdmaplane.kube.resources import NodeResourceTopology
+from rdmaplane.kube.resources import NodeDict, NodeResourceTopology, PodDict
 
-__all__ = ["NodeResourceTopology", "async_client", "load_config", "sync_client"]
+__all__ = [
+    "NodeDict",
+    "NodeResourceTopology",
+    "PodDict",
+    "async_client",
+    "load_config",
+    "sync_client",
+]

@@ -3,11 +3,21 @@
 `NodeResourceTopology` is the upstream NRT API (`topology.node.k8s.io/v1alpha2`, cluster-scoped,
 one object per node, named after the node); its CRD is `deploy/crds/noderesourcetopology.yaml`.
 Objects are generic dicts: `{"metadata": {...}, "attributes": [...], "zones": [...]}`.
+
+`PodDict` and `NodeDict` are core Pods and Nodes read the same way, as plain dicts, for readers
+that want dicts anyway (the scheduler extender's watches): decoded straight from JSON, without
+building lightkube's models and converting them back. They are read-only views (list, watch)
+and stay out of lightkube's registry, so `codecs` keeps loading real `Pod`s and `Node`s.
 """
 
 from __future__ import annotations
 
-from lightkube.generic_resource import create_global_resource
+from lightkube.generic_resource import (
+    GenericGlobalResource,
+    GenericNamespacedResource,
+    create_api_info,
+    create_global_resource,
+)
 
 NodeResourceTopology = create_global_resource(
     group="topology.node.k8s.io",
@@ -15,3 +25,13 @@ NodeResourceTopology = create_global_resource(
     kind="NodeResourceTopology",
     plural="noderesourcetopologies",
 )
+
+_READ = ["get", "list", "watch", "global_list", "global_watch"]
+
+
+class PodDict(GenericNamespacedResource):
+    _api_info = create_api_info("", "v1", "Pod", "pods", verbs=_READ)
+
+
+class NodeDict(GenericGlobalResource):
+    _api_info = create_api_info("", "v1", "Node", "nodes", verbs=_READ)

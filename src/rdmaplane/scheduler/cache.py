@@ -45,6 +45,7 @@ class NodeEntry:
     state: pl.NodeState
     sid: int  # interned id of `state`
     unaccounted: tuple[str, ...]  # bound pods subtracted here, on top of the NRT
+    last: tuple[str, str] = ("", "")  # (created, key) of the latest pod subtracted or refused
 
 
 def _bulk(table: Mapping[Any, Any], keys: Sequence[Any]) -> tuple[Any, ...]:
@@ -205,7 +206,7 @@ class ClusterCache:
         self._drop_pod(key)
         self._pods[key] = pod
         self._pods_by_node.setdefault(node, set()).add(key)
-        self._rebuild(node)
+        self._add_to(node, pod)
 
     def _track_group(self, key: str, group: str | None, node: str) -> None:
         """Keep the pod's group membership (bound or pending) in step with the pod."""
@@ -247,27 +248,56 @@ class ClusterCache:
             self._rebuild(pod.node)
 
     def _rebuild(self, name: str) -> None:
+        """The node's state from its NRT, minus the bound pods the NRT does not account for,
+        each where the kubelet would put it, in creation order."""
         topology = self._nrts.get(name)
         if topology is None:
             self._entries.pop(name, None)
             self._sid_by_name.pop(name, None)
             return
-        state = pl.node_state(topology, self.policy.names)
         accounted = topology.accounted_pods
         pods = sorted(
             (self._pods[k] for k in self._pods_by_node.get(name, ()) if k not in accounted),
             key=lambda p: (p.created, p.key),
         )
-        subtracted = []
+        state = pl.node_state(topology, self.policy.names)
+        self._subtract(name, topology, state, (), ("", ""), pods)
+
+    def _add_to(self, name: str, pod: BoundPod) -> None:
+        """A pod newly bound to the node: when it is the latest, subtract it from the state as
+        it is (one placement, not the node's every pod again: a burst binds many pods to a
+        node one after the other); else rebuild the node."""
+        entry = self._entries.get(name)
+        if entry is not None and pod.key in entry.topology.accounted_pods:
+            return  # the NRT already counts it
+        if entry is None or (pod.created, pod.key) < entry.last:
+            self._rebuild(name)
+            return
+        self._subtract(name, entry.topology, entry.state, entry.unaccounted, entry.last, [pod])
+
+    def _subtract(
+        self,
+        name: str,
+        topology: nrtmod.NodeResourceTopology,
+        state: pl.NodeState,
+        subtracted: tuple[str, ...],
+        last: tuple[str, str],
+        pods: Sequence[BoundPod],
+    ) -> None:
+        """Place `pods` in order on `state` (a pod the kubelet refuses holds nothing) and keep
+        the node's entry. Each placement is the decision memoised for the pod's request on
+        that state: the filter call that chose this node for the pod usually made it."""
+        sid = self._intern(state)
         for pod in pods:
-            placed = pl.place_pod(state, pod.request, self.policy.names)
-            if not isinstance(placed, pl.Rejection):  # a pod the kubelet refuses holds nothing
-                state = placed[1]
-                subtracted.append(pod.key)
-        self._entries[name] = NodeEntry(
-            name, topology, state, self._intern(state), tuple(subtracted)
-        )
-        self._sid_by_name[name] = self._entries[name].sid
+            verdict = self._decided(sid, pod.request)
+            if verdict.fits and verdict.state_after is not None:
+                state = verdict.state_after
+                sid = self._intern(state)
+                subtracted = (*subtracted, pod.key)
+            last = (pod.created, pod.key)
+        entry = NodeEntry(name, topology, state, sid, subtracted, last)
+        self._entries[name] = entry
+        self._sid_by_name[name] = entry.sid
 
     def _intern(self, state: pl.NodeState) -> int:
         sid = self._sids.get(state)
@@ -291,7 +321,7 @@ class ClusterCache:
                 sid = self._sids[entry.state] = len(self._states)
                 self._states.append(entry.state)
             self._entries[name] = NodeEntry(
-                name, entry.topology, entry.state, sid, entry.unaccounted
+                name, entry.topology, entry.state, sid, entry.unaccounted, entry.last
             )
             self._sid_by_name[name] = sid
 
@@ -310,12 +340,7 @@ class ClusterCache:
     def verdicts(self, names: Sequence[str], request: pl.PodRequest) -> Sequence[pl.Verdict]:
         """The decision for each node, in order. The request path: two C-level bulk lookups
         (node name → state id → decision), plus an evaluation per state new to this pod."""
-        memo = self._memo.get(request)
-        if memo is None:
-            entries = sum(len(m) for m in self._memo.values())
-            if entries >= self._memo_limit or len(self._memo) >= MAX_REQUEST_SHAPES:
-                self._memo.clear()
-            memo = self._memo[request] = {}
+        memo = self._memo_for(request)
         if not names:
             return []
         try:
@@ -330,6 +355,23 @@ class ClusterCache:
                 self._one(name, request, memo) if name in self._not_ready else v
                 for name, v in zip(names, found, strict=True)
             ]
+        return found
+
+    def _memo_for(self, request: pl.PodRequest) -> dict[int, pl.Verdict]:
+        """The decisions memoised for a pod request, by state id (emptied when too many)."""
+        memo = self._memo.get(request)
+        if memo is None:
+            entries = sum(len(m) for m in self._memo.values())
+            if entries >= self._memo_limit or len(self._memo) >= MAX_REQUEST_SHAPES:
+                self._memo.clear()
+            memo = self._memo[request] = {}
+        return memo
+
+    def _decided(self, sid: int, request: pl.PodRequest) -> pl.Verdict:
+        memo = self._memo_for(request)
+        found = memo.get(sid)
+        if found is None:
+            found = memo[sid] = pl.evaluate(self._states[sid], request, self.policy)
         return found
 
     def _one(self, name: str, request: pl.PodRequest, memo: dict[int, pl.Verdict]) -> pl.Verdict:
