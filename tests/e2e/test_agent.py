@@ -37,6 +37,7 @@ from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
 from rdmaplane.model import NodeTopology
 from tests.e2e.controlplane import KubeCluster, Process, start_apiserver, start_etcd
+from tests.integration.kubelet_standin import device_nodes
 
 REPO = Path(__file__).resolve().parents[2]
 RBAC = REPO / "deploy" / "agent" / "rbac.yaml"
@@ -141,6 +142,8 @@ async def running_agent(
         metrics_port=0,
         **config,
     )
+    if not (cfg.dev_root / "infiniband").exists():  # the HCAs' device nodes, or none is healthy
+        device_nodes(tree, cfg.dev_root)
     plugin_config = plugin_config or DevicePluginConfig()
     plugin = EmbeddedPlugin(plugin_config, kubelet_dir=cfg.kubelet_dir, dev_root=cfg.dev_root)
     agent = Agent(

@@ -15,6 +15,7 @@ from rdmaplane.agent.service import Agent
 from rdmaplane.cli import app
 from rdmaplane.config import AgentConfig, DevicePluginConfig
 from rdmaplane.discovery import samples
+from tests.integration.kubelet_standin import device_nodes
 from tests.scheduler_helpers import pod
 
 runner = CliRunner()
@@ -40,7 +41,8 @@ async def test_the_nrt_is_the_one_the_agent_publishes(
         topology_manager_scope="pod",
         metrics_port=0,
     )
-    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=tmp_path, dev_root=tmp_path)
+    dev = device_nodes(tree, tmp_path / "dev")  # as on its node: the command assumes so too
+    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=tmp_path, dev_root=dev)
     agent = Agent(config, plugin=plugin)
     await agent.discover("start")
     published = agent.desired().nrt
@@ -67,6 +69,17 @@ def test_a_down_port_is_capacity_but_not_allocatable() -> None:
     numa = nrt.from_object(json.loads(out)).numa_zones()
     hcas = [r for z in numa for r in z.resources if r.name == nrt.HCA]
     assert code == 0 and sum(r.capacity for r in hcas) == sum(r.allocatable for r in hcas) + 1
+
+
+def test_hcas_without_device_nodes_are_not_allocatable(tmp_path: Path) -> None:
+    """--dev-root: the plugin's own check (no /dev/infiniband/uverbsN: Unhealthy) shows."""
+    code, out, _ = run(
+        "nrt", "--sample", "hgx-h100-roce", "--dev-root", str(tmp_path), "-o", "json"
+    )
+    numa = nrt.from_object(json.loads(out)).numa_zones()
+    hcas = [r for z in numa for r in z.resources if r.name == nrt.HCA]
+    assert code == 0 and sum(r.capacity for r in hcas) > 0
+    assert sum(r.allocatable for r in hcas) == 0
 
 
 def test_explain_placement_reads_what_nrt_writes(tmp_path: Path) -> None:

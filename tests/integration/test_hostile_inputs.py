@@ -221,6 +221,7 @@ SLOTS: list[Slot] = [
     Slot("gid audit", ("--snapshot", "{}"), ARCHIVES),
     Slot("gid audit", ("--sample", "{}"), SAMPLE_NAMES),
     Slot("nrt", (*WS, "--device-plugin-config", "{}"), DOCUMENTS),
+    Slot("nrt", (*WS, "--dev-root", "{}"), DIRS),
     Slot(
         "nrt",
         ("--sample", "workstation", "--topology-manager-policy", "{}"),

@@ -214,9 +214,7 @@ def link_local_only(topo: NodeTopology, name: str) -> NodeTopology:
     """`name`'s ports keep only their fe80:: GIDs, as a VF before its netdev gets an address."""
 
     def strip(h: Hca) -> Hca:
-        ports = tuple(
-            replace(p, gids=tuple(g for g in p.gids if g.is_link_local)) for p in h.ports
-        )
+        ports = tuple(replace(p, gids=tuple(g for g in p.gids if g.is_link_local)) for p in h.ports)
         return replace(h, ports=ports) if h.name == name else h
 
     return replace(topo, hcas=tuple(strip(h) for h in topo.hcas))

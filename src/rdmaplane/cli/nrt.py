@@ -8,6 +8,7 @@ holds devices on yet; for `explain-placement --nrt`, support cases and the docs.
 from __future__ import annotations
 
 import json
+import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -21,6 +22,7 @@ from rdmaplane.cli.common import (
     SnapshotOption,
     SysfsRootOption,
     config_file,
+    existing_dir,
     fail,
     load_rdma_node,
 )
@@ -64,6 +66,16 @@ def nrt_command(
     scope: Annotated[
         Scope, typer.Option("--topology-manager-scope", help="The kubelet's scope.")
     ] = Scope("container"),
+    dev_root: Annotated[
+        str | None,  # a str, so that "" is refused rather than read as "."
+        typer.Option(
+            "--dev-root",
+            metavar="DIR",
+            help="Where the HCAs' device nodes are (DIR/infiniband/uverbsN); an HCA without "
+            "one is not offered [default: /dev for this node; for --sysfs-root, --snapshot and "
+            "--sample, every HCA has its device nodes].",
+        ),
+    ] = None,
     output: Annotated[Format, typer.Option("-o", "--output", help="yaml or json.")] = Format.yaml,
 ) -> None:
     """Print the NodeResourceTopology the node agent would publish for this node (or the
@@ -79,7 +91,11 @@ def nrt_command(
     name = node_name or topo.hostname
     if not name:
         fail("--node-name: required (the node does not say its hostname)")
-    obj = agent_nrt(topo, name, plugin_config, str(policy), str(scope))
+    if dev_root is not None:
+        existing_dir("--dev-root", dev_root)
+    live = sysfs_root is None and snapshot is None and sample is None
+    dev = Path(dev_root) if dev_root is not None else Path("/dev") if live else None
+    obj = agent_nrt(topo, name, plugin_config, str(policy), str(scope), dev)
     if output is Format.json:
         typer.echo(json.dumps(obj, indent=2))
     else:
@@ -87,9 +103,20 @@ def nrt_command(
 
 
 def agent_nrt(
-    topo: NodeTopology, node_name: str, plugin_config: DevicePluginConfig, policy: str, scope: str
+    topo: NodeTopology,
+    node_name: str,
+    plugin_config: DevicePluginConfig,
+    policy: str,
+    scope: str,
+    dev_root: Path | None = None,
 ) -> dict[str, object]:
-    """The agent's NRT object for `topo` right after its first poll, with no pod on the node."""
+    """The agent's NRT object for `topo` right after its first poll, with no pod on the node;
+    `dev_root` None: as on a node where every HCA has its device nodes."""
+    if dev_root is None:
+        with tempfile.TemporaryDirectory(prefix="rdmaplane-dev-") as folder:
+            return agent_nrt(
+                topo, node_name, plugin_config, policy, scope, _device_nodes(topo, Path(folder))
+            )
     from rdmaplane.agent.allocation import Allocations
     from rdmaplane.agent.health import HealthState, Rules, step
     from rdmaplane.agent.inventory import nrt_object
@@ -98,7 +125,7 @@ def agent_nrt(
     # CDI off: the plugin would write its spec file on update, and the NRT does not depend on it
     no_cdi = plugin_config.cdi.model_copy(update={"enabled": False})
     quiet = plugin_config.model_copy(update={"cdi": no_cdi})
-    plugin = EmbeddedPlugin(quiet, kubelet_dir=Path("/var/lib/kubelet"), dev_root=Path("/dev"))
+    plugin = EmbeddedPlugin(quiet, kubelet_dir=Path("/var/lib/kubelet"), dev_root=dev_root)
     plugin.update(topo, {})
     ports = [
         PortObservation(h.name, p.number, p.state, p.phys_state) for h in topo.hcas for p in h.ports
@@ -114,3 +141,15 @@ def agent_nrt(
         policy=policy,
         scope=scope,
     )
+
+
+def _device_nodes(topo: NodeTopology, root: Path) -> Path:
+    """`root` as a /dev holding every HCA's verbs, umad and issm node, and rdma_cm."""
+    folder = root / "infiniband"
+    folder.mkdir()
+    names = [
+        n for h in topo.hcas for n in (h.uverbs, *(x for p in h.ports for x in (p.umad, p.issm)))
+    ]
+    for name in ("rdma_cm", *(n for n in names if n)):
+        (folder / name).touch()
+    return root
