@@ -24,6 +24,7 @@ import yaml
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Event, Node, Pod
+from lightkube.types import CascadeType
 
 from rdmaplane import nrt
 from rdmaplane.agent.service import Agent
@@ -232,10 +233,13 @@ async def fault_rig(
 
 
 async def _clean_up(rig: Rig) -> None:
-    """The rig's Jobs, nodes and NRTs go, so the next rig's scheduler sees none of them."""
+    """The rig's Jobs, their pods, nodes and NRTs go, so the next rig's scheduler (and the next
+    test's extender, which counts every bound pod) sees none of them. A Job deleted through the
+    API orphans its pods unless asked otherwise, so they are deleted too, at once."""
     with contextlib.suppress(ApiError):
         for job in rig.jobs:
-            await rig.kube.delete(Job, job, namespace=rig.namespace)
+            await rig.kube.delete(Job, job, namespace=rig.namespace, cascade=CascadeType.BACKGROUND)
+        await rig.kube.deletecollection(Pod, namespace=rig.namespace, grace_period=0)
         for node in rig.nodes:
             await rig.kube.delete(Node, node)
             with contextlib.suppress(ApiError):
