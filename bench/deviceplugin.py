@@ -443,7 +443,7 @@ def transport_floor(calls: int) -> None:
 def handler_times(topo: NodeTopology, dev_root: str, calls: int) -> None:
     """The plugin's own share: the resource manager in-process, without gRPC. An allocation is
     worked out once per set of HCAs after each update, then reused: both are timed."""
-    manager = ResourceManager(DevicePluginConfig().pools[0], dev_root=dev_root)
+    manager = ResourceManager(DevicePluginConfig().settings().pools[0], dev_root=dev_root)
     manager.update(topo)
     ids = [d.id for d in manager.devices]
 

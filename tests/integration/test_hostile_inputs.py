@@ -315,7 +315,7 @@ class Served(Exception):
 SERVING = [
     ("uvicorn", "run"),
     ("rdmaplane.cli.agent", "_serve"),
-    ("rdmaplane.deviceplugin", "run_standalone"),
+    ("rdmaplane.deviceplugin.serve", "exec_standalone"),
     ("rdmaplane.doctor.perf", "serve"),
     ("rdmaplane.doctor.perf", "run_client"),
 ]

@@ -21,6 +21,7 @@ CORE = [
     "rdmaplane.nrt",
     "rdmaplane.counters",
     "rdmaplane.deviceplugin.alloc",
+    "rdmaplane.deviceplugin.settings",
     "rdmaplane.scheduler.placement",
     "rdmaplane.agent.health",
     "rdmaplane.agent.desired",

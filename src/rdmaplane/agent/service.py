@@ -87,7 +87,7 @@ class Agent:
         # the device plugin's pools (also when another process serves them): their GID policy
         # gives the NCCL_IB_GID_INDEX pods get, and so the node's gid-index label
         self.pools = list(pools if pools is not None else DevicePluginConfig().pools)
-        self._gid_managers = [ResourceManager(p) for p in self.pools]
+        self._gid_managers = [ResourceManager(p.pool()) for p in self.pools]
         self._gid: tuple[NodeTopology, tuple[int | None, str | None]] | None = None
         self._gid_problem: str | None = None
         self.root = str(config.sysfs_root)
