@@ -459,3 +459,23 @@ async def test_list_is_resent_on_the_periodic_tick(
         first = seen.lists
         await kubelet.wait_for(lambda: seen.lists >= first + 3)  # nothing changed meanwhile
         assert device_count(kubelet) == 9
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ([], "run `rdmaplane device-plugin`"),
+        (["0"], "fd 0: cannot read the handed-over settings"),
+        (["99"], "fd 99: cannot read the handed-over settings: [Errno 9]"),
+    ],
+)
+def test_the_serving_module_alone_says_what_it_is_for(args: list[str], said: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rdmaplane.deviceplugin.serve", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {said}") and done.stderr.count("\n") == 1

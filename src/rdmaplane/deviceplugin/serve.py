@@ -47,8 +47,11 @@ def _fail(message: str, code: int) -> NoReturn:
 def main(argv: list[str]) -> None:
     if len(argv) != 2 or not argv[1].isdigit():
         _fail("run `rdmaplane device-plugin`; this module serves what it hands over", 2)
-    with os.fdopen(int(argv[1]), "rb") as f:
-        launch = pickle.load(f)
+    try:
+        with os.fdopen(int(argv[1]), "rb") as f:
+            launch = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError) as e:
+        _fail(f"fd {argv[1]}: cannot read the handed-over settings: {e}", 2)
     if not isinstance(launch, Standalone):
         _fail(f"fd {argv[1]} holds no device plugin settings", 2)
     sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]  # asyncio goes without it
