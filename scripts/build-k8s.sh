@@ -3,13 +3,15 @@
 # kube-controller-manager, etcd) from the upstream Go modules pinned in test/k8s/go.mod, once,
 # into a cache folder keyed by versions:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/<key>/bin
-# and KWOK (fake nodes with a pod lifecycle) from its own module at $kwok_version, into
-#   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/kwok/<kwok key>/bin
-# Later runs reuse both. Progress goes to stderr; the k8s bin dir is the one line on stdout.
+# and two tools from their own modules (go install pkg@version): KWOK (fake nodes with a pod
+# lifecycle) at $kwok_version and Helm (for the chart's tests) at $helm_version, into
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/{kwok,helm}/<tool key>/bin
+# Later runs reuse all of them. Progress goes to stderr; the k8s bin dir is the one line on stdout.
 #
 #   scripts/build-k8s.sh                 build if needed, print the k8s bin dir
 #   scripts/build-k8s.sh --bin-dir       print the k8s bin dir only (builds nothing)
 #   scripts/build-k8s.sh --kwok-bin-dir  print the kwok bin dir only (builds nothing)
+#   scripts/build-k8s.sh --helm-bin-dir  print the helm bin dir only (builds nothing)
 #
 #   scripts/build-k8s.sh kubelet-harness         build the admission harness if needed, print its path
 #   scripts/build-k8s.sh kubelet-harness --path  print its path only (builds nothing)
@@ -61,36 +63,48 @@ deps_hash="$(cat "$module/go.mod" "$module/go.sum" "$module/cmd/etcd/main.go" | 
 key="kube-${kube_version}_etcd-${etcd_version}_${go_version}_${deps_hash}"
 bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/$key/bin"
 
-# KWOK is its own Go module (go install pkg@version), so its key holds only its version and Go's.
+# Tools that are their own Go module (go install pkg@version): each key holds only the tool's
+# version and Go's. Helm stamps the Kubernetes minor its client libraries speak (v3.22 is built
+# on 0.37) as its default for `helm template`, as helm's own Makefile does.
 kwok_version=v0.8.0
 kwok_bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/kwok/kwok-${kwok_version}_${go_version}/bin"
+helm_version=v3.22.0
+helm_k8s_minor=37
+helm_bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/helm/helm-${helm_version}_${go_version}/bin"
 
 case "${1:-}" in
   --bin-dir) echo "$bin_dir"; exit 0 ;;
   --kwok-bin-dir) echo "$kwok_bin_dir"; exit 0 ;;
+  --helm-bin-dir) echo "$helm_bin_dir"; exit 0 ;;
 esac
 
 log() { printf '[build-k8s %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
-# KWOK: built once per key under its own lock, whatever happens to the k8s binaries' key.
-build_kwok() {
-  [[ -x "$kwok_bin_dir/kwok" ]] && return 0
-  mkdir -p "$(dirname "$kwok_bin_dir")"
+# build_tool NAME BIN_DIR PKG@VERSION LDFLAGS: `go install` once per key, under its own lock.
+build_tool() {
+  local name="$1" dir="$2" pkg="$3" ldflags="$4"
+  [[ -x "$dir/$name" ]] && return 0
+  mkdir -p "$(dirname "$dir")"
   (
     flock 8
-    [[ -x "$kwok_bin_dir/kwok" ]] && exit 0
-    log "building kwok $kwok_version with $go_version (about 2 min on 2 cores, once)"
+    [[ -x "$dir/$name" ]] && exit 0
+    log "building $pkg with $go_version (about 2 min on 2 cores, once)"
     local_start=$SECONDS
-    rm -rf "$kwok_bin_dir.partial"
-    mkdir -p "$kwok_bin_dir.partial"
-    (cd / && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath" GOBIN="$kwok_bin_dir.partial" \
-      go install -ldflags="-s -w" "sigs.k8s.io/kwok/cmd/kwok@$kwok_version")
-    rm -rf "$kwok_bin_dir"
-    mv "$kwok_bin_dir.partial" "$kwok_bin_dir"
-    log "built kwok in $((SECONDS - local_start)) s"
-  ) 8>"$(dirname "$kwok_bin_dir")/build.lock"
+    rm -rf "$dir.partial"
+    mkdir -p "$dir.partial"
+    (cd / && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath" GOBIN="$dir.partial" \
+      go install -ldflags="-s -w $ldflags" "$pkg")
+    rm -rf "$dir"
+    mv "$dir.partial" "$dir"
+    log "built $name in $((SECONDS - local_start)) s"
+  ) 8>"$(dirname "$dir")/build.lock"
 }
-build_kwok
+build_tool kwok "$kwok_bin_dir" "sigs.k8s.io/kwok/cmd/kwok@$kwok_version" ""
+helm_x="-X helm.sh/helm/v3/internal/version.version=$helm_version"
+for pkg in pkg/chartutil pkg/lint/rules; do
+  helm_x+=" -X helm.sh/helm/v3/$pkg.k8sVersionMajor=1 -X helm.sh/helm/v3/$pkg.k8sVersionMinor=$helm_k8s_minor"
+done
+build_tool helm "$helm_bin_dir" "helm.sh/helm/v3/cmd/helm@$helm_version" "$helm_x"
 
 complete() { for b in "${binaries[@]}"; do [[ -x "$bin_dir/$b" ]] || return 1; done; }
 if complete; then

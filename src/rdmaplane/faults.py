@@ -242,8 +242,11 @@ def _advance(
             raised = Fault(*key, FaultClass.FATAL, "; ".join(found.fatal), fatal_since)
     elif cls == FaultClass.FATAL:
         if calm_since is not None and now - calm_since >= rules.clear_after_s:
-            degraded = Fault(*key, FaultClass.DEGRADED, "; ".join(found.degraded), now)
-            raised = degraded if found.degraded else None
+            # Degraded symptoms seen within clear_after_s keep a degraded fault: it clears by
+            # its own rule, never straight from fatal while errors were still counting.
+            clean = clean_since is not None and now - clean_since >= rules.clear_after_s
+            why = "; ".join(found.degraded) or "error counters over the warn threshold lately"
+            raised = None if clean else Fault(*key, FaultClass.DEGRADED, why, now)
     elif cls is None and found.degraded:
         raised = Fault(*key, FaultClass.DEGRADED, "; ".join(found.degraded), now)
     elif (

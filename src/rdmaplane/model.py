@@ -49,6 +49,18 @@ class LinkLayer(StrEnum):
     UNKNOWN = "Unknown"
 
 
+class NetnsMode(StrEnum):
+    """The RDMA subsystem's network-namespace mode (ib_core `netns_mode`, `rdma system show`).
+
+    Shared: every network namespace sees every RDMA device (what a device plugin handing out
+    `/dev/infiniband/*` to pods relies on). Exclusive: a device is seen only in the namespace it
+    belongs to (an RDMA CNI moves one into a pod). Unknown: the node could not tell."""
+
+    SHARED = "shared"
+    EXCLUSIVE = "exclusive"
+    UNKNOWN = "unknown"
+
+
 class GidType(StrEnum):
     """What `gid_attrs/types/<i>` says. IB ports report `IB/RoCE v1` for their GIDs too."""
 
@@ -253,6 +265,7 @@ class NodeTopology:
     netdevs: tuple[Netdev, ...] = ()
     warnings: tuple[ReadWarning, ...] = ()
     source: str | None = None
+    netns_mode: NetnsMode = NetnsMode.UNKNOWN
 
     def hca(self, name: str) -> Hca | None:
         return next((h for h in self.hcas if h.name == name), None)

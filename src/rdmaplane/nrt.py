@@ -60,6 +60,7 @@ LABEL_RDMA = "rdmaplane.io/rdma"
 LABEL_LINK_LAYER = "rdmaplane.io/link-layer"
 LABEL_RATE_GBPS = "rdmaplane.io/rate-gbps"
 LABEL_GID_INDEX = "rdmaplane.io/gid-index"
+LABEL_RDMA_NETNS = "rdmaplane.io/rdma-netns"
 CONDITION_RDMA_READY = "RDMAReady"
 
 # The deprecated v1alpha1-style `topologyPolicies` values, read when the attributes are absent.
@@ -234,7 +235,8 @@ def node_labels(
     topology: model.NodeTopology, hcas: Iterable[str] | None = None, gid_index: int | None = None
 ) -> dict[str, str]:
     """The node labels the agent sets: `rdma=true` when there is an RDMA HCA to offer, the link
-    layer and rate when every offered port agrees, the GID index when one holds for all."""
+    layer and rate when every offered port agrees, the GID index when one holds for all, the
+    RDMA netns mode (`shared` or `exclusive`) when known."""
     chosen = set(hcas) if hcas is not None else {h.name for h, _ in compute_ports(topology)}
     ports = [p for h in topology.hcas if h.pci and h.name in chosen for p in h.ports]
     if not ports:
@@ -248,6 +250,8 @@ def node_labels(
         labels[LABEL_RATE_GBPS] = f"{rate:g}"
     if gid_index is not None:
         labels[LABEL_GID_INDEX] = str(gid_index)
+    if topology.netns_mode is not model.NetnsMode.UNKNOWN:
+        labels[LABEL_RDMA_NETNS] = topology.netns_mode.value
     return labels
 
 

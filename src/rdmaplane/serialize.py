@@ -18,6 +18,7 @@ from rdmaplane.model import (
     LinkLayer,
     Netdev,
     NetdevKind,
+    NetnsMode,
     NodeTopology,
     NumaNode,
     PciDevice,
@@ -38,6 +39,7 @@ def to_document(topo: NodeTopology) -> dict[str, Any]:
         "schema": SCHEMA,
         "hostname": topo.hostname,
         "source": topo.source,
+        "netns_mode": topo.netns_mode.value,
         "numa_nodes": [
             {"id": n.id, "cpus": format_cpulist(n.cpus), "distances": list(n.distances)}
             for n in topo.numa_nodes
@@ -176,6 +178,11 @@ def from_document(doc: Any, *, where: str = "document") -> NodeTopology:
             for i, w in enumerate(r.objs(d, "warnings", ""))
         ),
         source=r.opt_str(d, "source", "") or where,
+        netns_mode=NetnsMode(
+            r.choice(d, "netns_mode", "", [m.value for m in NetnsMode])
+            if "netns_mode" in d
+            else NetnsMode.UNKNOWN  # documents written before the mode was part of the model
+        ),
     )
 
 

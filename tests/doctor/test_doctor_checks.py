@@ -404,13 +404,13 @@ def test_shared_mode_blames_the_sysfs_not_the_netns(tmp_path, sample_trees):
 def test_a_kernel_without_the_parameter_is_shared(tmp_path, sample_trees):
     root = netns_pod(tmp_path, sample_trees["pcie-l40s-split"], hide=None, mode=None)
     make_pod(root, ["uverbs0"])
-    assert checks.netns_mode(host(root)) == "shared"
+    assert checks.load(host(root)).topo.netns_mode == "shared"
 
 
 def test_unreadable_mode_still_names_exclusive_mode_as_likely(tmp_path, sample_trees):
     root = netns_pod(tmp_path, sample_trees["pcie-l40s-split"], hide=None, mode="junk\x00")
     make_pod(root, ["uverbs0"])
-    assert checks.netns_mode(host(root)) == "unknown"
+    assert checks.load(host(root)).topo.netns_mode == "unknown"
     f = checks.devices(host(root), checks.load(host(root)))
     assert f.status == Status.FAIL and "likely cause" in f.detail
 

@@ -36,6 +36,7 @@ from lightkube.resources.core_v1 import Namespace, Node, ServiceAccount
 from lightkube.types import PatchType
 
 from rdmaplane.kube import async_client, sync_client
+from rdmaplane.webhook import certs
 
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 # The controllers a test cluster needs to restart jobs: the Job controller (podFailurePolicy,
@@ -149,27 +150,10 @@ class Pki:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._ca_key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rdmaplane-e2e-ca")])
-        self._ca_cert = (
-            self._builder(name, self._ca_key.public_key(), issuer=name)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
-            .sign(self._ca_key, hashes.SHA256())
-        )
+        ca_pem, key_pem = certs.new_ca(_now(), "rdmaplane-e2e-ca")  # the webhook's own CA maker
+        self._ca_cert = x509.load_pem_x509_certificate(ca_pem)
+        self._ca_key = serialization.load_pem_private_key(key_pem, password=None)
+        assert isinstance(self._ca_key, ec.EllipticCurvePrivateKey)
         self.ca_cert = self._write("ca.crt", self._ca_cert.public_bytes(serialization.Encoding.PEM))
         sa_key = ec.generate_private_key(ec.SECP256R1())
         self.service_account_key = self._write("sa.key", _pem(sa_key))

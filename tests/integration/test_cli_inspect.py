@@ -56,6 +56,13 @@ def test_table_summary() -> None:
     assert "8 GPUs" in out and "mlx5_bond_0" in out and "mlx5_0 (PIX)" in out
 
 
+def test_the_rdma_netns_mode_is_shown(sample_trees: dict[str, Path]) -> None:
+    code, out, _ = run("inspect", "--sample", "sriov-exclusive")
+    assert code == 0 and "RDMA netns: exclusive" in out.splitlines()[0]
+    code, out, _ = run("inspect", "--sysfs-root", str(sample_trees["dgx-a100"]), "-o", "json")
+    assert json.loads(out)["netns_mode"] == "shared"
+
+
 def test_matrix_looks_like_nvidia_smi(sample_nodes: dict[str, NodeTopology]) -> None:
     text = matrix_text(sample_nodes["hgx-h100-roce"])
     lines = text.splitlines()

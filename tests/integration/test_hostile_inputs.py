@@ -289,6 +289,13 @@ SLOTS: list[Slot] = [
         ("--kueue", "--fabric-file", "{fabric}", "--name", "{}"),
         values(("", "name")),
     ),
+    Slot("webhook", ("--config", "{}"), DOCUMENTS),
+    Slot("webhook", ("--kubeconfig", "{}"), DOCUMENTS),
+    Slot("webhook", ("--port", "{}"), values(("99999", "99999"), ("https", "'https'"))),
+    Slot("webhook", ("--log-format", "{}"), values(("xml", "'xml'"))),
+    Slot("inject", ("{}",), DOCUMENTS),
+    Slot("inject", ("{pod}", "--config", "{}"), DOCUMENTS),
+    Slot("inject", ("{pod}", "-o", "{}"), values(("xml", "'xml'"))),
 ]
 
 # (slot id, hostile name) → the branch that owns the fix, and what is wrong on this one; empty
@@ -318,6 +325,7 @@ SERVING = [
     ("rdmaplane.deviceplugin.serve", "exec_standalone"),
     ("rdmaplane.doctor.perf", "serve"),
     ("rdmaplane.doctor.perf", "run_client"),
+    ("rdmaplane.webhook.service", "serve"),
 ]
 
 

@@ -23,6 +23,7 @@ def test_hgx_publishes_one_gpu_nic_pair_per_root(sample_nodes: dict[str, NodeTop
         nrt.LABEL_LINK_LAYER: "Ethernet",
         nrt.LABEL_RATE_GBPS: "400",
         nrt.LABEL_GID_INDEX: "3",
+        nrt.LABEL_RDMA_NETNS: "shared",
     }
 
 

@@ -12,7 +12,8 @@ import pytest
 from rdmaplane.discovery import read_node, samples
 from rdmaplane.discovery.probe import Probe, settle
 from rdmaplane.discovery.samples import ip_gid
-from rdmaplane.model import NodeTopology, PhysState, PortState
+from rdmaplane.discovery.sysfs import NETNS_PARAMETER
+from rdmaplane.model import NetnsMode, NodeTopology, PhysState, PortState
 
 WATCHED = ("symbol_error", "link_downed", "port_rcv_errors", "local_ack_timeout_err")
 
@@ -116,6 +117,16 @@ def test_vanished_hca_changes_fingerprint_without_crashing(node: Path):
     assert after.fingerprint != before.fingerprint
     gone = next(o for o in after.ports if o.hca == "mlx5_7")
     assert gone.state == PortState.NOP and gone.counters == {}
+
+
+def test_netns_mode_switch_changes_fingerprint(node: Path):
+    """`rdma system set netns exclusive` flips ib_core's parameter: worth a full read."""
+    p = probe(node)
+    before = p.read()
+    (node / NETNS_PARAMETER).write_text("N\n")
+    after = p.read()
+    assert after.fingerprint != before.fingerprint
+    assert read_node(str(node)).netns_mode is NetnsMode.EXCLUSIVE
 
 
 def test_hw_counters_read_where_they_are(node: Path, tmp_path: Path):

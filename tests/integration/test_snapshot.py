@@ -11,7 +11,7 @@ import pytest
 
 from rdmaplane.discovery import NodeSourceError, load_node, samples, snapshot
 from rdmaplane.discovery.sysfs import read_node
-from rdmaplane.model import NodeTopology
+from rdmaplane.model import NetnsMode, NodeTopology
 
 
 @pytest.mark.parametrize("name", samples.names())
@@ -23,6 +23,23 @@ def test_snapshot_reads_back_as_the_same_node(
     assert counts["bytes"] < 300 * 1024  # "a few hundred KB at most"
     again = load_node(snapshot_file=str(out))
     assert replace(again, source=None) == replace(sample_nodes[name], source=None)
+
+
+def test_a_kernel_without_the_netns_parameter_stays_shared_in_its_snapshot(
+    tmp_path: Path,
+) -> None:
+    """No parameter under an ib_core that is there: an older kernel, shared. The snapshot keeps
+    the (empty) ib_core folder, so it reads the same; without it the mode would be unknown."""
+    root = tmp_path / "sys"
+    samples.build({**samples.load("workstation").spec, "netns_mode": "none"}, root)
+    out = tmp_path / "node.tar.gz"
+    snapshot.create(str(out), root=str(root))
+    assert read_node(str(root)).netns_mode is NetnsMode.SHARED
+    assert load_node(snapshot_file=str(out)).netns_mode is NetnsMode.SHARED
+    with tarfile.open(out) as tar:
+        assert [m.name for m in tar.getmembers() if m.name.startswith("module")] == [
+            "module/ib_core"
+        ]
 
 
 def test_snapshot_keeps_only_what_the_reader_needs(

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rdmaplane.discovery import samples
-from rdmaplane.discovery.sysfs import read_node
-from rdmaplane.model import GidType, LinkLayer, NetdevKind, NodeTopology, PortState
+from rdmaplane.discovery.sysfs import NETNS_PARAMETER, hcas_in_other_namespaces, read_node
+from rdmaplane.model import GidType, LinkLayer, NetdevKind, NetnsMode, NodeTopology, PortState
 from rdmaplane.selectors import natural_key
 from rdmaplane.topology import relations
 
@@ -300,3 +300,86 @@ def test_random_trees_read_back_consistently(
     assert {g.pci.address for g in topo.gpus} == {f"0000:{e}" for e in endpoints}
     rel = relations(topo)
     assert all(rel[a][a] == "X" for a in rel)
+
+
+# ---------------------------------------------------------------- the RDMA netns mode
+
+
+def test_netns_mode_of_the_samples(sample_nodes: dict[str, NodeTopology]) -> None:
+    assert sample_nodes["hgx-h100-roce"].netns_mode is NetnsMode.SHARED
+    assert sample_nodes["sriov-exclusive"].netns_mode is NetnsMode.EXCLUSIVE
+
+
+def _ib_core(tmp_path: Path, mode: str) -> Path:
+    """A small tree with ib_core as a kernel leaves it in `mode` (`none`: no parameter)."""
+    root = tmp_path / "sys"
+    samples.build({**samples.load("workstation").spec, "netns_mode": mode}, root)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("mode", "written", "expected"),
+    [
+        ("shared", None, NetnsMode.SHARED),
+        ("exclusive", None, NetnsMode.EXCLUSIVE),
+        ("none", None, NetnsMode.SHARED),  # an older kernel: no exclusive mode
+        ("shared", "0\n", NetnsMode.EXCLUSIVE),  # as `modprobe ib_core netns_mode=0` spells it
+        ("shared", "1", NetnsMode.SHARED),
+    ],
+)
+def test_netns_mode_from_the_ib_core_parameter(
+    tmp_path: Path, mode: str, written: str | None, expected: NetnsMode
+) -> None:
+    root = _ib_core(tmp_path, mode)
+    if written is not None:
+        (root / NETNS_PARAMETER).write_text(written)
+    asked: list[str] = []
+    topo = read_node(str(root), netlink=lambda: asked.append("netlink") or NetnsMode.EXCLUSIVE)
+    assert topo.netns_mode is (expected if mode != "none" else NetnsMode.EXCLUSIVE)
+    assert asked == ([] if mode != "none" else ["netlink"])  # asked only where the file is silent
+    assert read_node(str(root)).netns_mode is expected
+    assert not [w for w in topo.warnings if "netns" in w.path]
+
+
+@pytest.mark.parametrize("junk", ["maybe\n", "\xff\xfe", "Y\nN\n", ""])
+def test_junk_in_the_parameter_is_a_warning_and_the_mode_unknown(tmp_path: Path, junk: str) -> None:
+    root = _ib_core(tmp_path, "shared")
+    (root / NETNS_PARAMETER).write_bytes(junk.encode("latin-1"))
+    topo = read_node(str(root))
+    assert topo.netns_mode is NetnsMode.UNKNOWN
+    assert {w.path for w in topo.warnings} == {NETNS_PARAMETER}
+    assert len(topo.hcas) == 2  # the rest of the node is read as ever
+    # a live node's RDMA netlink still tells
+    assert read_node(str(root), netlink=lambda: NetnsMode.SHARED).netns_mode is NetnsMode.SHARED
+
+
+def test_an_unreadable_parameter_is_a_warning_naming_it(tmp_path: Path) -> None:
+    root = _ib_core(tmp_path, "shared")
+    (root / NETNS_PARAMETER).unlink()
+    (root / NETNS_PARAMETER).mkdir()  # read() fails (EISDIR), as an EACCES would
+    topo = read_node(str(root), netlink=lambda: None)
+    assert topo.netns_mode is NetnsMode.UNKNOWN
+    assert [(w.path, w.message) for w in topo.warnings] == [(NETNS_PARAMETER, "Is a directory")]
+
+
+def test_a_sample_with_no_such_mode_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(samples.SampleError, match="netns_mode 'sometimes'"):
+        samples.build({"netns_mode": "sometimes"}, tmp_path / "sys")
+
+
+def test_without_ib_core_the_mode_is_unknown(sample_trees: dict[str, Path], tmp_path: Path) -> None:
+    root = Path(shutil.copytree(sample_trees["workstation"], tmp_path / "sys", symlinks=True))
+    shutil.rmtree(root / "module")
+    assert read_node(str(root)).netns_mode is NetnsMode.UNKNOWN
+    assert read_node(str(root), netlink=lambda: NetnsMode.SHARED).netns_mode is NetnsMode.SHARED
+
+
+def test_hcas_moved_into_pods_are_named_by_their_verbs_devices(
+    sample_trees: dict[str, Path], sample_nodes: dict[str, NodeTopology]
+) -> None:
+    root = str(sample_trees["sriov-exclusive"])
+    assert hcas_in_other_namespaces(root) == ["mlx5_2", "mlx5_6"]
+    topo = sample_nodes["sriov-exclusive"]
+    assert [h.name for h in topo.hcas] == [f"mlx5_{i}" for i in (0, 1, 3, 4, 5, 7, 8, 9)]
+    assert topo.hca("mlx5_3").uverbs == "uverbs3"  # type: ignore[union-attr]
+    assert hcas_in_other_namespaces(str(sample_trees["hgx-h100-roce"])) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +21,8 @@ from rdmaplane.agent.desired import (
 )
 from rdmaplane.agent.health import ERRORS_RISING, PORT_DOWN, HcaHealth, Problem
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
-from rdmaplane.model import NodeTopology
+from rdmaplane.model import NetnsMode, NodeTopology
+from rdmaplane.netns import shared_pools_blocked
 
 GPU = "nvidia.com/gpu"
 HCA = "rdmaplane.io/hca"
@@ -45,10 +47,17 @@ def test_owned_labels_remove_what_no_longer_holds(hgx: NodeTopology):
         nrt.LABEL_LINK_LAYER: "Ethernet",
         nrt.LABEL_RATE_GBPS: "400",
         nrt.LABEL_GID_INDEX: "3",
+        nrt.LABEL_RDMA_NETNS: "shared",
     }
     assert owned_labels(nrt.node_labels(hgx))[nrt.LABEL_GID_INDEX] is None
     assert owned_labels({}) == dict.fromkeys(LABELS)
     assert set(LABELS) == {k for k in labels if k.startswith("rdmaplane.io/")}
+
+
+@pytest.mark.parametrize("mode", list(NetnsMode))
+def test_the_netns_label_says_the_mode_when_known(hgx: NodeTopology, mode: NetnsMode):
+    labels = owned_labels(nrt.node_labels(replace(hgx, netns_mode=mode)))
+    assert labels[nrt.LABEL_RDMA_NETNS] == (None if mode is NetnsMode.UNKNOWN else mode.value)
 
 
 # ---------------------------------------------------------------- condition
@@ -94,6 +103,15 @@ def test_a_gid_mismatch_is_said_without_making_the_node_unready():
     down = HcaHealth("mlx5_0", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
     c = rdma_ready(["mlx5_0"], {"mlx5_0": down}, problem)
     assert (c.status, c.reason) == (False, "PortDown") and c.message.endswith(f"; {problem}")
+
+
+def test_shared_pools_blocked_by_exclusive_mode_come_first():
+    problem = shared_pools_blocked(NetnsMode.EXCLUSIVE, [("example.com/shared", ["mlx5_0"])])
+    assert problem is not None
+    down = HcaHealth("mlx5_0", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+    c = rdma_ready(["mlx5_0"], {"mlx5_0": down}, "a gid mismatch", problem)
+    assert (c.status, c.reason, c.message) == (False, "NetnsExclusive", problem)
+    assert rdma_ready([], {}, None, problem).reason == "NoRdmaDevices"
 
 
 # ---------------------------------------------------------------- the GID index label

@@ -18,7 +18,8 @@ from rdmaplane.deviceplugin.resources import (
     Unusable,
     device_id,
 )
-from rdmaplane.model import Hca, NodeTopology, PhysState, PortState
+from rdmaplane.model import Hca, NetnsMode, NodeTopology, PhysState, PortState
+from rdmaplane.netns import NETNS_EXCLUSIVE
 
 
 @pytest.fixture
@@ -122,6 +123,32 @@ def test_shared_slots_grant_the_pool_and_fail_only_when_all_ports_do(
     assert not any(d.healthy for d in m.devices)
     with pytest.raises(AllocateError, match="hca-shared-0001 is unhealthy: mlx5_0: no port"):
         m.allocate(["hca-shared-0001"])
+
+
+def test_a_shared_pool_on_an_exclusive_netns_node_is_unhealthy_with_the_reason(
+    hgx: NodeTopology, dev: Path
+) -> None:
+    """Each slot grants HCAs that stay in the node's network namespace: in exclusive mode the
+    pods would see none, so no slot is handed out. Exclusive pools are served as ever."""
+    pool = {"mode": "shared", "slots": 2, "selectors": {"hcaNames": ["mlx5_0", "mlx5_4"]}}
+    shared, exclusive = manager(pool, dev), manager({}, dev)
+    exclusive_mode = replace(hgx, netns_mode=NetnsMode.EXCLUSIVE)
+    fault = {"mlx5_0": "port 1 symbol_error +12 within 60 s (max 10)"}
+    assert shared.update(exclusive_mode, fault) and exclusive.update(exclusive_mode)
+    assert all(d.healthy for d in exclusive.devices)
+    said = Unusable(
+        NETNS_EXCLUSIVE,
+        "mlx5_0: RDMA netns mode is exclusive; a shared pool needs shared (its pods would not "
+        "see it); mlx5_4: RDMA netns mode is exclusive; a shared pool needs shared (its pods "
+        "would not see it)",
+    )
+    assert [(d.healthy, d.problem) for d in shared.devices] == [(False, said)] * 2
+    with pytest.raises(AllocateError, match="hca-shared-0000 is unhealthy: mlx5_0: RDMA netns"):
+        shared.allocate(["hca-shared-0000"])
+    for mode in (NetnsMode.SHARED, NetnsMode.UNKNOWN):  # unknown: nothing to hold against it
+        assert shared.update(replace(hgx, netns_mode=mode))
+        assert all(d.healthy for d in shared.devices)
+        shared.update(exclusive_mode)
 
 
 def test_preferred_set_uses_numa_and_roots(hgx: NodeTopology, dev: Path) -> None:

@@ -141,6 +141,19 @@ def test_degraded_at_once_escalates_and_falls_back():
     ]
 
 
+def test_fatal_falls_back_to_degraded_while_errors_counted_lately():
+    """Fatal, then error counters for a while, then clean: when the fatal fault's calm period
+    ends on a clean poll, the recent errors keep a degraded fault, which clears by its own rule
+    (found by hypothesis)."""
+    polls = [(0, FATAL), (5, FATAL), (10, DEGRADED), (40, DEGRADED), (70, CLEAN), (131, CLEAN)]
+    _, changes = run(polls)
+    assert [(now, c.after.cls if c.after else None) for now, c in changes] == [
+        (5, F.FaultClass.FATAL),
+        (70, F.FaultClass.DEGRADED),
+        (131, None),
+    ]
+
+
 def test_a_port_no_longer_watched_is_forgotten():
     state, _ = run([(0, FATAL), (5, FATAL)])
     state, changes = F.step(state, 6, {}, RULES)

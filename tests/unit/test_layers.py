@@ -20,6 +20,7 @@ CORE = [
     "rdmaplane.selectors",
     "rdmaplane.nrt",
     "rdmaplane.counters",
+    "rdmaplane.netns",
     "rdmaplane.deviceplugin.alloc",
     "rdmaplane.deviceplugin.settings",
     "rdmaplane.scheduler.placement",
@@ -31,9 +32,12 @@ CORE = [
     "rdmaplane.fabric",
     "rdmaplane.fabric_export",
     "rdmaplane.scheduler.jobaware",
+    "rdmaplane.webhook.inject",
+    "rdmaplane.webhook.review",
+    "rdmaplane.webhook.certs",
     "rdmaplane.faults",
 ]
-SERVICES = ["agent", "scheduler", "doctor"]
+SERVICES = ["agent", "scheduler", "doctor", "webhook"]
 IO_MODULES = {
     "os",
     "io",

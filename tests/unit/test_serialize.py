@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.model import SCHEMA, Gid, NodeTopology, format_cpulist, parse_cpulist
+from rdmaplane.model import SCHEMA, Gid, NetnsMode, NodeTopology, format_cpulist, parse_cpulist
 from rdmaplane.serialize import DocumentError, from_document, to_document
 
 
@@ -34,7 +34,9 @@ def test_contract_fields(sample_nodes: dict[str, NodeTopology]) -> None:
     assert set(doc["relations"]) == {f"GPU{i}" for i in range(8)} | {h["name"] for h in doc["hcas"]}
 
 
-@pytest.mark.parametrize("name", ["hgx-h100-roce", "degraded", "workstation", "dgx-a100"])
+@pytest.mark.parametrize(
+    "name", ["hgx-h100-roce", "degraded", "workstation", "dgx-a100", "sriov-exclusive"]
+)
 def test_round_trip(name: str, sample_nodes: dict[str, NodeTopology]) -> None:
     topo = sample_nodes[name]
     assert from_document(json.loads(json.dumps(to_document(topo)))) == topo
@@ -53,6 +55,8 @@ def test_round_trip(name: str, sample_nodes: dict[str, NodeTopology]) -> None:
         (lambda d: d["gpus"][0].update(pci_device=None), "gpus[0].pci_device: expected an object"),
         (lambda d: d["numa_nodes"][0].update(cpus="a-b"), "numa_nodes[0].cpus: not a CPU list"),
         (lambda d: d.update(hcas="x"), "hcas: expected a list of objects"),
+        (lambda d: d.update(netns_mode="maybe"), "netns_mode: 'maybe' is not one of shared"),
+        (lambda d: d.update(netns_mode=1), "netns_mode: expected a string"),
         (
             lambda d: d["hcas"][0]["ports"][0]["gids"][0].update(type=[]),
             "gids[0].type: expected a string or null",
@@ -69,6 +73,15 @@ def test_bad_documents_name_the_field(
     mutate(doc)
     with pytest.raises(DocumentError, match=message.replace("[", r"\[").replace("]", r"\]")):
         from_document(doc, where="node.json")
+
+
+def test_the_netns_mode_travels_and_older_documents_leave_it_unknown(
+    sample_nodes: dict[str, NodeTopology],
+) -> None:
+    doc = to_document(sample_nodes["sriov-exclusive"])
+    assert doc["netns_mode"] == "exclusive"
+    del doc["netns_mode"]
+    assert from_document(doc).netns_mode is NetnsMode.UNKNOWN
 
 
 def test_not_an_object() -> None:

@@ -138,6 +138,14 @@ EXPECTED = {
         ("GPU7", "mlx5_1"): "SYS",
         ("mlx5_2", "mlx5_3"): "PIX",
     },
+    "sriov-exclusive": {
+        ("GPU0", "mlx5_0"): "PIX",  # the PF behind the GPU's switch
+        ("GPU0", "mlx5_3"): "PIX",  # a VF of it
+        ("mlx5_0", "mlx5_3"): "PIX",  # functions of one card
+        ("GPU0", "GPU1"): "PIX",
+        ("GPU0", "mlx5_1"): "SYS",
+        ("GPU2", "mlx5_9"): "PIX",
+    },
     "workstation": {
         ("GPU0", "GPU1"): "NODE",
         ("GPU0", "mlx5_0"): "SYS",

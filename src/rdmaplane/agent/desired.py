@@ -14,12 +14,19 @@ from typing import Any
 from rdmaplane import nrt
 from rdmaplane.agent.health import ERRORS_RISING, PORT_DOWN, HcaHealth
 from rdmaplane.model import Hca, NodeTopology
+from rdmaplane.netns import NETNS_EXCLUSIVE
 
 ANNOTATION_TOPOLOGY = "rdmaplane.io/topology"
 CONDITION_TYPE = nrt.CONDITION_RDMA_READY
 GID_INDEX_MISMATCH = "GidIndexMismatch"
 # Every node label the agent owns: one that no longer applies is removed, not left behind.
-LABELS = (nrt.LABEL_RDMA, nrt.LABEL_LINK_LAYER, nrt.LABEL_RATE_GBPS, nrt.LABEL_GID_INDEX)
+LABELS = (
+    nrt.LABEL_RDMA,
+    nrt.LABEL_LINK_LAYER,
+    nrt.LABEL_RATE_GBPS,
+    nrt.LABEL_GID_INDEX,
+    nrt.LABEL_RDMA_NETNS,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +43,21 @@ def owned_labels(labels: Mapping[str, str], also: Iterable[str] = ()) -> dict[st
 
 
 def rdma_ready(
-    managed: Iterable[str], health: Mapping[str, HcaHealth], gid_problem: str | None = None
+    managed: Iterable[str],
+    health: Mapping[str, HcaHealth],
+    gid_problem: str | None = None,
+    netns_problem: str | None = None,
 ) -> Condition:
     """`RDMAReady`: True when every HCA the node offers to pods is healthy. A GID index that
     differs between the device plugin's pools (`gid_label`) does not make the node unready,
-    but it is said: reason `GidIndexMismatch` while True, and in the message either way."""
+    but it is said: reason `GidIndexMismatch` while True, and in the message either way.
+    Shared pools on an exclusive-mode node (`netns.shared_pools_blocked`) make it unready
+    before anything else: their pods would see no HCA at all."""
     names = sorted(set(managed))
     if not names:
         return Condition(False, "NoRdmaDevices", "no RDMA devices found on this node")
+    if netns_problem:
+        return Condition(False, NETNS_EXCLUSIVE, netns_problem)
     sick = [health[n] for n in names if n in health and not health[n].healthy]
     missing = [n for n in names if n not in health]
     also = f"; {gid_problem}" if gid_problem else ""

@@ -1,6 +1,9 @@
 """The node agent: one asyncio process wiring discovery, the device plugin, allocation state,
 the publisher, the health monitor and the metrics endpoint.
 
+At start, with `fixNetnsMode`, an exclusive RDMA netns mode is switched to shared (RDMA netlink)
+when no HCA is in another network namespace.
+
 Loops, each its own task so none can stall another, each under one `Supervisor` (a task that
 fails is logged, restarted with backoff, and `/healthz` fails until it runs again):
 - poll (every `poll_interval_s`): cheap probe; full rediscovery (in a thread) only when the
@@ -15,16 +18,18 @@ server or kubelet only ever affects the publisher and the allocation figures.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from lightkube import AsyncClient
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from rdmaplane import nrt
+from rdmaplane import netns, nrt
 from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.fabricsource import NOTHING, FabricSource, NodeFabric
@@ -40,7 +45,9 @@ from rdmaplane.config import AgentConfig, DevicePluginConfig, PoolConfig
 from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.discovery import read_node
 from rdmaplane.discovery.probe import Probe, Reading, settle
-from rdmaplane.model import NodeTopology
+from rdmaplane.discovery.rdma_netlink import NetlinkError, RdmaNetlink
+from rdmaplane.discovery.sysfs import hcas_in_other_namespaces
+from rdmaplane.model import NetnsMode, NodeTopology
 from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.agent")
@@ -73,6 +80,25 @@ def faults(health: Mapping[str, HcaHealth]) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class PoolFacts:
+    """What the device plugin's pools make of a topology: the gid-index label and a mismatch
+    between pools (`want.gid_label`), and why exclusive netns mode blocks shared pools."""
+
+    gid_index: int | None
+    gid_problem: str | None
+    netns_problem: str | None
+
+
+# Why the kernel may refuse to switch the netns mode, said the way an operator can act on it.
+NETNS_REFUSALS = {
+    errno.EPERM: "the agent needs the NET_ADMIN capability (securityContext.capabilities.add)",
+    errno.EBUSY: "the kernel switches only while no network namespace but the initial one "
+    "exists, and pods have theirs; switch at boot instead",
+    errno.EPROTONOSUPPORT: "this kernel has no RDMA netlink",
+}
+
+
 class Agent:
     def __init__(
         self,
@@ -82,14 +108,18 @@ class Agent:
         plugin: DevicePlugin | None = None,
         allocation_source: AllocationSource | None = None,
         pools: Sequence[PoolConfig] | None = None,
+        netlink: RdmaNetlink | None = None,
     ) -> None:
         self.config = config
         # the device plugin's pools (also when another process serves them): their GID policy
-        # gives the NCCL_IB_GID_INDEX pods get, and so the node's gid-index label
+        # gives the NCCL_IB_GID_INDEX pods get, and so the node's gid-index label; shared ones
+        # need shared RDMA netns mode
         self.pools = list(pools if pools is not None else DevicePluginConfig().pools)
-        self._gid_managers = [ResourceManager(p.pool()) for p in self.pools]
-        self._gid: tuple[NodeTopology, tuple[int | None, str | None]] | None = None
+        self._pool_managers = [ResourceManager(p.pool()) for p in self.pools]
+        self._facts: tuple[NodeTopology, PoolFacts] | None = None
         self._gid_problem: str | None = None
+        self._netns_problem: str | None = None
+        self.netlink = netlink or RdmaNetlink()
         self.root = str(config.sysfs_root)
         self.plugin = plugin
         self.allocation_source = allocation_source
@@ -144,6 +174,8 @@ class Agent:
         log.info("serving /metrics, /healthz, /readyz on %s:%d", self.config.metrics_address, port)
         try:
             await self.discover("start")
+            if self.config.fix_netns_mode:
+                await self.fix_netns_mode()
             if self.plugin is not None:
                 await self.plugin.start(self.tasks)
             self.ready.set()
@@ -182,7 +214,7 @@ class Agent:
         settled with the new probe's first reading (see `settle`)."""
         started = time.perf_counter()
         settled = await settle(
-            lambda: asyncio.to_thread(read_node, self.root),
+            lambda: asyncio.to_thread(read_node, self.root, netlink=self.netlink.netns_mode),
             lambda topo: Probe(self.root, topo, self._counters),
         )
         self.metrics.discovery_seconds.observe(time.perf_counter() - started)
@@ -231,6 +263,42 @@ class Agent:
         self.metrics.health_transitions.labels(direction).inc()
         good = direction == "healthy"
         log.log(logging.INFO if good else logging.WARNING, message, extra={"hca": t.hca})
+        if self.publisher is not None:
+            self.publisher.record_event("Normal" if good else "Warning", reason, message)
+
+    async def fix_netns_mode(self) -> None:
+        """`fixNetnsMode`: switch an exclusive-mode node to shared through RDMA netlink, but
+        only when no HCA is in another network namespace (an RDMA CNI gave it to a pod, which
+        means exclusive mode is in use). Logged and evented either way; rediscovered after."""
+        assert self.topo is not None
+        if self.topo.netns_mode is not NetnsMode.EXCLUSIVE:
+            return
+        elsewhere = await asyncio.to_thread(hcas_in_other_namespaces, self.root)
+        refused = "not switching the RDMA subsystem to shared network-namespace mode"
+        if elsewhere:
+            why = f"{', '.join(elsewhere)} {'is' if len(elsewhere) == 1 else 'are'} in other"
+            self._announce(
+                False, "RDMANetnsModeKept", f"{refused}: {why} network namespaces (RDMA CNI?)"
+            )
+            return
+        try:
+            await asyncio.to_thread(self.netlink.set_netns_mode, NetnsMode.SHARED)
+        except NetlinkError as e:
+            hint = NETNS_REFUSALS.get(e.errno or 0)
+            said = f"{refused}: the kernel refused ({e.strerror}){f'; {hint}' if hint else ''}"
+            self._announce(False, "RDMANetnsModeKept", said)
+            return
+        self._announce(
+            True,
+            "RDMANetnsModeShared",
+            "switched the RDMA subsystem from exclusive to shared network-namespace mode "
+            "(fixNetnsMode)",
+        )
+        await self.discover("changed")
+
+    def _announce(self, good: bool, reason: str, message: str) -> None:
+        """Log, and post a Node Event (Normal when `good`, else Warning)."""
+        log.log(logging.INFO if good else logging.WARNING, message)
         if self.publisher is not None:
             self.publisher.record_event("Normal" if good else "Warning", reason, message)
 
@@ -291,33 +359,38 @@ class Agent:
             return sorted({n for o in self.plugin.offered() for n in o.hcas})
         return [h.name for h in self.topo.hcas if h.pci is not None] if self.topo else []
 
-    def gid_label(self) -> tuple[int | None, str | None]:
-        """(gid-index label, mismatch) from the pools' own Allocate plans (`want.gid_label`);
-        recomputed only for a new topology."""
+    def pool_facts(self) -> PoolFacts:
+        """`PoolFacts` from the pools' own Allocate plans and members; recomputed only for a
+        new topology."""
         assert self.topo is not None
-        if self._gid is None or self._gid[0] is not self.topo:
-            pools = []
-            for manager in self._gid_managers:
+        if self._facts is None or self._facts[0] is not self.topo:
+            gids, shared = [], []
+            for manager in self._pool_managers:
                 manager.update(self.topo)
-                pools.append(want.PoolGid(manager.pool.resource_name, *manager.pool_gid_index()))
-            self._gid = (self.topo, want.gid_label(pools))
-        return self._gid[1]
+                name = manager.pool.resource_name
+                gids.append(want.PoolGid(name, *manager.pool_gid_index()))
+                if manager.shared:
+                    shared.append((name, [h.name for h in manager.members]))
+            gid_index, gid_problem = want.gid_label(gids)
+            blocked = netns.shared_pools_blocked(self.topo.netns_mode, shared)
+            self._facts = (self.topo, PoolFacts(gid_index, gid_problem, blocked))
+        return self._facts[1]
 
     def desired(self) -> Desired:
         assert self.topo is not None
         topo, health = self.topo, self.health_state.hcas
-        gid_index, gid_problem = self.gid_label()
+        facts = self.pool_facts()
         managed = self.managed()
         offered = self.plugin.offered() if self.plugin is not None else []
         return Desired(
             labels=want.owned_labels(
-                {**nrt.node_labels(topo, gid_index=gid_index), **self.node_fabric.labels},
+                {**nrt.node_labels(topo, gid_index=facts.gid_index), **self.node_fabric.labels},
                 self.fabric.owned_keys,
             ),
             annotations={
                 want.ANNOTATION_TOPOLOGY: want.topology_annotation(topo, health, gpu_ids(topo))
             },
-            condition=want.rdma_ready(managed, health, gid_problem),
+            condition=want.rdma_ready(managed, health, facts.gid_problem, facts.netns_problem),
             nrt=nrt_object(
                 self.config.node_name,
                 topo,
@@ -343,22 +416,34 @@ class Agent:
         desired = self.desired()
         if desired.condition != self.condition:
             self.condition = desired.condition
-        self._report_gid(self.gid_label()[1])
+        facts = self.pool_facts()
+        self._report_gid(facts.gid_problem)
+        self._report_netns(facts.netns_problem)
         if self.publisher is not None:
             self.publisher.set_desired(desired)
 
     def _report_gid(self, problem: str | None) -> None:
-        """Log and post an Event when the pools' GID indexes start (or stop) disagreeing."""
+        """Log and post an Event when the pools' GID indexes start (or stop) disagreeing (the
+        condition stays True, so no flip of it says so)."""
         if problem == self._gid_problem:
             return
         self._gid_problem = problem
         if problem is None:
-            event = ("Normal", "RDMAGidIndexAgrees", "the device plugin pools agree on the GID")
+            self._announce(True, "RDMAGidIndexAgrees", "the device plugin pools agree on the GID")
         else:
-            event = ("Warning", "RDMAGidIndexMismatch", f"{problem}; no gid-index label")
-        log.log(logging.INFO if problem is None else logging.WARNING, event[2])
-        if self.publisher is not None:
-            self.publisher.record_event(*event)
+            self._announce(False, "RDMAGidIndexMismatch", f"{problem}; no gid-index label")
+
+    def _report_netns(self, problem: str | None) -> None:
+        """Log when exclusive netns mode starts (or stops) blocking the shared pools; the
+        RDMAReady condition's flip carries the Event."""
+        if problem == self._netns_problem:
+            return
+        self._netns_problem = problem
+        if problem is not None:
+            log.warning(problem)
+        else:
+            assert self.topo is not None
+            log.info("the shared pools are served again (RDMA netns mode %s)", self.topo.netns_mode)
 
     def _topology_manager(self) -> tuple[str, str]:
         policy, scope, problem = read_kubelet_topology_manager(self.config.kubelet_config_path)

@@ -99,6 +99,7 @@ def build_app() -> typer.Typer:
     from rdmaplane.cli import gid as _gid
     from rdmaplane.cli import inspect as _inspect
     from rdmaplane.cli import scheduler as _scheduler
+    from rdmaplane.cli import webhook as _webhook
     from rdmaplane.cli.nrt import nrt_command
 
     app = _typer()
@@ -113,6 +114,7 @@ def build_app() -> typer.Typer:
     app.command("agent")(_agent.agent)
     app.add_typer(_config.config_app, name="config")
     app.add_typer(_fabric.app, name="fabric")
+    app.add_typer(_webhook.app)  # webhook, inject
     return app
 
 

@@ -21,7 +21,10 @@ config_app = typer.Typer(
 @config_app.command("defaults")
 def defaults(
     kind: Annotated[
-        str, typer.Argument(help="AgentConfig, DevicePluginConfig or SchedulerExtenderConfig.")
+        str,
+        typer.Argument(
+            help="AgentConfig, DevicePluginConfig, SchedulerExtenderConfig or WebhookConfig."
+        ),
     ],
 ) -> None:
     """Print KIND's defaults as a config file, every key explained (what the docs show)."""

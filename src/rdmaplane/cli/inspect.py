@@ -86,7 +86,8 @@ def print_summary(topo: NodeTopology) -> None:
     numa = ", ".join(f"node{n.id}" for n in topo.numa_nodes) or "unknown"
     console.print(
         f"[bold]{topo.hostname or 'node'}[/]  ({topo.source})  "
-        f"{len(topo.gpus)} GPUs · {len(topo.hcas)} RDMA devices · NUMA: {numa}"
+        f"{len(topo.gpus)} GPUs · {len(topo.hcas)} RDMA devices · NUMA: {numa} · "
+        f"RDMA netns: {topo.netns_mode.value}"
     )
     if topo.gpus:
         console.print(_gpu_table(topo))

@@ -1,7 +1,7 @@
 """rdmaplane's configuration files: one versioned kind per component, all in this package.
 
     apiVersion: rdmaplane.io/v1alpha1
-    kind: AgentConfig | DevicePluginConfig | SchedulerExtenderConfig
+    kind: AgentConfig | DevicePluginConfig | SchedulerExtenderConfig | WebhookConfig
 
 `load(path, AgentConfig)` reads and validates a file (`ConfigError`: one line naming the file
 and the key); `render_defaults(kind)` is the documented default file of a kind. See `base` for
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rdmaplane.config.base import KINDS
     from rdmaplane.config.deviceplugin import DevicePluginConfig, PoolConfig
     from rdmaplane.config.extender import SchedulerExtenderConfig
+    from rdmaplane.config.webhook import WebhookConfig
 
 # The names of this package that are not kinds, by the module defining them.
 _SECTIONS = {
@@ -55,6 +56,7 @@ __all__ = [
     "PublishConfig",
     "SchedulerExtenderConfig",
     "Section",
+    "WebhookConfig",
     "load",
     "parse",
     "render_defaults",

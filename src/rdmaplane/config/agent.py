@@ -176,6 +176,11 @@ class AgentConfig(Kind):
         default=None, description="null: topologyManagerScope of the kubelet config file"
     )
     kubelet_config: Path | None = Field(default=None, description="null: <kubeletDir>/config.yaml")
+    fix_netns_mode: bool = Field(
+        default=False,
+        description="at start, switch exclusive RDMA netns mode to shared if no HCA is in "
+        "another network namespace (RDMA netlink; needs NET_ADMIN)",
+    )
     gpu_resource: str = Field(
         default="nvidia.com/gpu", description="the GPU plugin's resource name"
     )

@@ -108,6 +108,7 @@ KIND_MODULES: Final = {
     "AgentConfig": "rdmaplane.config.agent",
     "DevicePluginConfig": "rdmaplane.config.deviceplugin",
     "SchedulerExtenderConfig": "rdmaplane.config.extender",
+    "WebhookConfig": "rdmaplane.config.webhook",
 }
 KINDS: dict[str, type[Kind]] = {}  # every kind defined so far, by name
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 from rdmaplane.deviceplugin.alloc import Candidate, preferred_allocation
 from rdmaplane.deviceplugin.settings import Pool
-from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
+from rdmaplane.model import Hca, LinkLayer, NetnsMode, NodeTopology, Port
 from rdmaplane.nccl import PlanError, nccl_env
+from rdmaplane.netns import NETNS_EXCLUSIVE, device_blocked
 from rdmaplane.selectors import compute_ports
 
 DEV_DIR = "/dev/infiniband"
@@ -31,6 +32,7 @@ DEVICE_GONE = "DeviceGone"  # announced once, no longer found
 REPORTED_FAULT = "ReportedFault"  # judged outside the plugin (the agent's error counters)
 NO_VERBS_DEVICE = "NoVerbsDevice"  # no /dev/infiniband/uverbsN to give the container
 PORT_DOWN = "PortDown"  # no selected port ACTIVE and LinkUp
+# NETNS_EXCLUSIVE: a shared pool's HCA on a node in exclusive RDMA netns mode (rdmaplane.netns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +136,7 @@ class ResourceManager:
             member = members.setdefault(hca.name, _Member(hca, fault=faults.get(hca.name)))
             member.ports.append(port)
         for member in members.values():
-            member.unusable = self._judge(member)
+            member.unusable = self._judge(member, topo.netns_mode)
         self.topo, self._faults, self._members = topo, faults, members
         fresh = self._shared_slots() if self.shared else self._exclusive()
         devices = dict(self._devices)
@@ -153,12 +155,16 @@ class ResourceManager:
             return False
         return self.update(self.topo, self._faults)
 
-    def _judge(self, m: _Member) -> Unusable | None:
+    def _judge(self, m: _Member, netns_mode: NetnsMode) -> Unusable | None:
         """Whether an HCA can be handed out, and if not why: the one place that decides.
 
-        In order: a fault reported from outside, a missing verbs device node (Allocate could
-        not give the container its device), no selected port up."""
+        In order: a shared pool on a node in exclusive RDMA netns mode (its pods, each in its
+        own network namespace, would see no HCA), a fault reported from outside, a missing
+        verbs device node (Allocate could not give the container its device), no selected
+        port up."""
         name = m.hca.name
+        if self.shared and netns_mode is NetnsMode.EXCLUSIVE:
+            return Unusable(NETNS_EXCLUSIVE, device_blocked(name))
         if m.fault:
             return Unusable(REPORTED_FAULT, f"{name}: {m.fault}")
         if m.hca.uverbs is None or m.hca.uverbs not in self._nodes:

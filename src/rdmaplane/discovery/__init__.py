@@ -6,6 +6,7 @@ import os
 import socket
 from dataclasses import replace
 
+from rdmaplane.discovery.rdma_netlink import RdmaNetlink
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
 
@@ -61,4 +62,5 @@ def load_node(
         root,
         hostname=socket.gethostname() if live else None,
         gpu_info=nvml.gpu_info() if live else None,
+        netlink=RdmaNetlink().netns_mode if live else None,
     )

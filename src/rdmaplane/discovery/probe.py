@@ -8,7 +8,8 @@ A full `read_node` of an HGX node opens thousands of files (every GID table has 
 - per port the GID entries known to be in use plus the two lowest free ones: the kernel puts a
   new GID (a v1/v2 pair per added address) into the lowest free slots, so an added address
   shows up there, and a removed one zeroes a known entry;
-- per port the error counters the health monitor watches.
+- per port the error counters the health monitor watches;
+- ib_core's `netns_mode` parameter (`rdma system set netns` flips it at run time).
 
 Everything but the counters forms the fingerprint; a different fingerprint triggers a full
 rediscovery; `settle` pairs a full read with its probe's first reading. (All counters of every
@@ -23,6 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from rdmaplane.discovery.sysfs import NETNS_PARAMETER
 from rdmaplane.model import NodeTopology, PhysState, PortObservation, PortState
 
 LISTED = ("class/infiniband", "class/net", "bus/pci/devices")
@@ -139,6 +141,7 @@ class Probe:
                 fingerprint.append(tuple(sorted(os.listdir(f"{self.root}/{rel}"))))
             except OSError:
                 fingerprint.append(None)
+        fingerprint.append(read_small(f"{self.root}/{NETNS_PARAMETER}"))
         ports = []
         for plan in self._plans:
             state_raw, phys_raw = read_small(plan.state), read_small(plan.phys_state)

@@ -6,6 +6,9 @@ GIDs, per-port GID tables with empty entries) rather than the code's own assumpt
 
 Spec shorthand: a PCI path `17:01.0/18:00.0/1a:00.0` means `pci0000:17/0000:17:01.0/…`, root
 complex first, endpoint last; `roots` maps each root complex to its NUMA node (-1 = unknown).
+`netns_mode` is what ib_core's parameter reads (`shared`, default; `exclusive`; `none`: a
+kernel without the parameter); an HCA with `netns: pod` was moved into a pod's network
+namespace (by an RDMA CNI, exclusive mode): only its verbs device shows on the node.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from rdmaplane.discovery.sysfs import SIDECAR, read_node
+from rdmaplane.discovery.sysfs import IB_CORE, NETNS_PARAMETER, SIDECAR, read_node
 from rdmaplane.model import NodeTopology
 
 CARDS: dict[str, dict[str, str]] = {
@@ -46,6 +49,12 @@ CARDS: dict[str, dict[str, str]] = {
         "board_id": "MT_0000000223",
         "fw": "20.37.1014",
     },
+    "cx-vf": {  # ConnectX-6 Dx / ConnectX-7 SR-IOV virtual function
+        "device": "0x101e",
+        "hca_type": "MT4126",
+        "board_id": "MT_0000000359",
+        "fw": "22.38.1002",
+    },
     "cx5": {
         "device": "0x1017",
         "hca_type": "MT4119",
@@ -56,6 +65,7 @@ CARDS: dict[str, dict[str, str]] = {
 PORT_STATES = {"DOWN": "1: DOWN", "INIT": "2: INIT", "ARMED": "3: ARMED", "ACTIVE": "4: ACTIVE"}
 PHYS_STATES = {"Polling": "2: Polling", "Disabled": "3: Disabled", "LinkUp": "5: LinkUp"}
 GID_TYPES = {"v1": "IB/RoCE v1", "v2": "RoCE v2"}
+NETNS_MODES = {"shared": "Y", "exclusive": "N", "none": None}
 COUNTERS = [
     "port_xmit_data",
     "port_rcv_data",
@@ -272,12 +282,22 @@ class _Tree:
             self.netdev(nd)
         for hca in self.spec.get("hcas", []):
             self.hca(hca)
+        self.netns_mode(self.spec.get("netns_mode", "shared"))
         self.write("class/infiniband_verbs/abi_version", "6")
         self.write("class/infiniband_mad/abi_version", "5")
         sidecar = {"hostname": self.spec.get("hostname"), "gpus": gpus}
         if self.unreadable:
             sidecar["unreadable"] = self.unreadable
         self.write(SIDECAR, json.dumps(sidecar, indent=1, sort_keys=True))
+
+    def netns_mode(self, mode: str) -> None:
+        if mode not in NETNS_MODES:
+            raise SampleError(f"netns_mode {mode!r}: one of {', '.join(NETNS_MODES)}")
+        value = NETNS_MODES[mode]
+        if value is None:
+            self.write(f"{IB_CORE}/refcnt", "12")  # a module without the parameter
+        else:
+            self.write(NETNS_PARAMETER, value)
 
     def gpu_uuid(self, i: int) -> str:
         return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{self.spec.get('hostname')}/{i}"))
@@ -333,6 +353,15 @@ class _Tree:
             fn = None
             rel = f"devices/virtual/infiniband/{name}"
             self.write(f"{rel}/parent", h["parent"])
+        verbs_rel = (
+            f"{fn or 'devices/virtual/infiniband_verbs'}/infiniband_verbs/uverbs{self.uverbs}"
+        )
+        self.write(f"{verbs_rel}/ibdev", name)
+        self.write(f"{verbs_rel}/dev", f"231:{192 + self.uverbs}")
+        self.link(f"class/infiniband_verbs/uverbs{self.uverbs}", verbs_rel)
+        self.uverbs += 1
+        if h.get("netns") == "pod":  # moved into a pod's namespace: the node sees its verbs only
+            return
         self.link(f"class/infiniband/{name}", rel)
         guid = h.get("guid", "b83f:d203:00a1:0000")
         self.write(f"{rel}/node_type", "1: CA")
@@ -341,13 +370,6 @@ class _Tree:
         self.write(f"{rel}/fw_ver", h.get("fw", card["fw"]))
         self.write(f"{rel}/hca_type", h.get("hca_type", card["hca_type"]))
         self.write(f"{rel}/board_id", card["board_id"])
-        verbs_rel = (
-            f"{fn or 'devices/virtual/infiniband_verbs'}/infiniband_verbs/uverbs{self.uverbs}"
-        )
-        self.write(f"{verbs_rel}/ibdev", name)
-        self.write(f"{verbs_rel}/dev", f"231:{192 + self.uverbs}")
-        self.link(f"class/infiniband_verbs/uverbs{self.uverbs}", verbs_rel)
-        self.uverbs += 1
         for i, port in enumerate(h.get("ports", [])):
             self.port(name, rel, fn, i + 1, port, guid)
 

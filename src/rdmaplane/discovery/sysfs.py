@@ -23,6 +23,7 @@ from rdmaplane.model import (
     LinkLayer,
     Netdev,
     NetdevKind,
+    NetnsMode,
     NodeTopology,
     NumaNode,
     PciDevice,
@@ -38,6 +39,10 @@ from rdmaplane.untrusted import DocumentError, printable
 
 SIDECAR = ".rdmaplane/node.json"  # facts sysfs lacks (hostname, GPU UUIDs), kept beside the tree
 SIDECAR_MAX_BYTES = 8 << 20  # an 8-GPU node's is a few KiB; EINVAL lists of big nodes far less
+IB_CORE = "module/ib_core"
+# ib_core's bool parameter bound to the kernel's `ib_devices_shared_netns`: `Y` shared, `N`
+# exclusive; it follows `rdma system set netns` at run time.
+NETNS_PARAMETER = f"{IB_CORE}/parameters/netns_mode"
 
 _ROOT_COMPLEX = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 _BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
@@ -192,6 +197,13 @@ class _Sysfs:
             self.warn(f"{rel}/{printable(odd)}", "name with control characters; left out")
         return [n for n in names if n.isprintable()]
 
+    def has(self, rel: str) -> bool:
+        """Whether `rel` exists; a directory that does is kept in a snapshot (empty)."""
+        path = self.path(rel)
+        if self.recording is not None and os.path.isdir(path):
+            self.recording.dirs.add(rel)
+        return os.path.lexists(path)
+
     def resolve(self, rel: str) -> list[str] | None:
         """The link target as path parts below the root; None when it leaves the root."""
         if self.recording is not None:
@@ -222,11 +234,13 @@ def read_node(
     hostname: str | None = None,
     gpu_info: dict[str, dict[str, Any]] | None = None,
     recording: Recording | None = None,
+    netlink: Callable[[], NetnsMode | None] | None = None,
 ) -> NodeTopology:
     """Read and model the node whose sysfs is at `root`.
 
     `gpu_info` (PCI address → uuid, name, nvlinks; from NVML on a live node) overrides the
-    sidecar that snapshots and samples carry; `recording` collects what was read.
+    sidecar that snapshots and samples carry; `netlink` (a live node's RDMA netlink, asked only
+    when the tree cannot tell the netns mode); `recording` collects what was read.
     """
     fs = _Sysfs(root, recording)
     pci_cache: dict[str, PciDevice | None] = {}
@@ -245,6 +259,7 @@ def read_node(
         netdevs = _read_netdevs(fs)
         hcas = _read_hcas(fs, pci, netdevs)
         gpus = _read_gpus(fs, pci, _sidecar_map(fs, sidecar, "gpus"))
+        netns_mode = _read_netns_mode(fs, netlink)
     finally:
         fs.close()
     return NodeTopology(
@@ -255,6 +270,7 @@ def read_node(
         netdevs=tuple(netdevs.values()),
         warnings=tuple(fs.warnings),
         source=root,
+        netns_mode=netns_mode,
     )
 
 
@@ -298,6 +314,46 @@ def _recorded_errors(fs: _Sysfs, entries: object) -> dict[str, int]:
         else:
             fs.warn(SIDECAR, f"unknown errno {name!r} for {rel}")
     return out
+
+
+# ---------------------------------------------------------------- RDMA netns mode
+
+
+# A bool parameter as the kernel prints it (`Y`/`N`), or as written by hand (`1`/`0`).
+_NETNS_VALUES = {
+    "Y": NetnsMode.SHARED,
+    "1": NetnsMode.SHARED,
+    "N": NetnsMode.EXCLUSIVE,
+    "0": NetnsMode.EXCLUSIVE,
+}
+
+
+def _read_netns_mode(fs: _Sysfs, netlink: Callable[[], NetnsMode | None] | None) -> NetnsMode:
+    """ib_core's `netns_mode` parameter; where it is unreadable or missing, the RDMA netlink
+    answer of a live node; then an ib_core without the parameter is an older kernel, which has
+    no exclusive mode. Junk in the parameter is a warning naming the file, and the mode unknown.
+    """
+    present = fs.has(NETNS_PARAMETER)
+    if present and (mode := fs.parsed(NETNS_PARAMETER, _NETNS_VALUES.__getitem__)) is not None:
+        return mode
+    if netlink is not None and (asked := netlink()) is not None:
+        return asked
+    if present or not fs.has(IB_CORE):
+        return NetnsMode.UNKNOWN
+    return NetnsMode.SHARED
+
+
+def hcas_in_other_namespaces(root: str) -> list[str]:
+    """HCAs this network namespace does not see: named by a verbs device
+    (`class/infiniband_verbs` is not namespaced) but missing from `class/infiniband` (which
+    is). In exclusive mode these are devices an RDMA CNI moved into pods."""
+    fs = _Sysfs(root)
+    try:
+        seen = set(fs.listdir("class/infiniband", optional=True))
+        verbs = _read_char_devices(fs, "class/infiniband_verbs", ["uverbs"])
+    finally:
+        fs.close()
+    return sorted({ibdev for ibdev, _ in verbs.values()} - seen)
 
 
 # ---------------------------------------------------------------- NUMA

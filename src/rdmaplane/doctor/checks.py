@@ -23,7 +23,8 @@ from rdmaplane.discovery import read_node
 from rdmaplane.doctor import ncclenv
 from rdmaplane.doctor.verdict import Finding, Status
 from rdmaplane.gid import GidPolicy, gid_problem, select_gid
-from rdmaplane.model import Gpu, Hca, LinkLayer, NodeTopology
+from rdmaplane.model import Gpu, Hca, LinkLayer, NetnsMode, NodeTopology
+from rdmaplane.netns import HOW_TO_SHARE
 from rdmaplane.topology import Relation, pci_relation
 
 CAP_IPC_LOCK = 14
@@ -101,7 +102,7 @@ def devices(host: Host, node: Node) -> Finding:
     name = "rdma-devices"
     unseen = _unseen_device_nodes(host, node)
     if hidden := [(u, ib) for u, ib in unseen if ib is not None]:
-        return _netns_finding(host, node, hidden)
+        return _netns_finding(node, hidden)
     if not node.topo.hcas:
         return Finding(
             name,
@@ -161,24 +162,12 @@ def _unseen_device_nodes(host: Host, node: Node) -> list[tuple[str, str | None]]
     return out
 
 
-def netns_mode(host: Host) -> str:
-    """`shared`, `exclusive`, or `unknown`, from ib_core's `netns_mode` parameter (`Y` = shared).
-    A kernel without the parameter (before 5.5) has no exclusive mode."""
-    path = host.path("sys/module/ib_core/parameters/netns_mode")
-    try:
-        text = path.read_text().strip()
-    except FileNotFoundError:
-        return "shared" if host.path("sys/module/ib_core").is_dir() else "unknown"
-    except (OSError, UnicodeDecodeError):
-        return "unknown"
-    return {"Y": "shared", "1": "shared", "N": "exclusive", "0": "exclusive"}.get(text, "unknown")
-
-
-def _netns_finding(host: Host, node: Node, hidden: list[tuple[str, str]]) -> Finding:
+def _netns_finding(node: Node, hidden: list[tuple[str, str]]) -> Finding:
     """Device nodes without their HCA in sysfs: in exclusive RDMA netns mode a device is only
     visible in the network namespace it belongs to, so the pod has /dev nodes for HCAs it
-    cannot see, and NCCL falls back to sockets."""
-    mode = netns_mode(host)
+    cannot see, and NCCL falls back to sockets. The mode is discovery's reading of the pod's
+    /sys (ib_core's `netns_mode`; without the parameter, an older kernel: shared)."""
+    mode = node.topo.netns_mode
     listed = ", ".join(f"/dev/infiniband/{u} ({ib})" for u, ib in hidden)
     where = (
         "/sys/class/infiniband is empty"
@@ -186,18 +175,18 @@ def _netns_finding(host: Host, node: Node, hidden: list[tuple[str, str]]) -> Fin
         else "/sys/class/infiniband lacks their HCAs"
     )
     said = {
-        "exclusive": "netns_mode is N: the RDMA subsystem is in exclusive network-namespace mode",
-        "shared": "netns_mode reads Y (shared), so the likely cause is a /sys that is not the "
-        "node's, or HCAs renamed or removed after the pod started",
-        "unknown": "likely cause: the RDMA subsystem is in exclusive network-namespace mode "
-        "(netns_mode unreadable here)",
+        NetnsMode.EXCLUSIVE: "netns_mode is N: the RDMA subsystem is in exclusive "
+        "network-namespace mode",
+        NetnsMode.SHARED: "netns_mode reads Y (shared), so the likely cause is a /sys that is "
+        "not the node's, or HCAs renamed or removed after the pod started",
+        NetnsMode.UNKNOWN: "likely cause: the RDMA subsystem is in exclusive network-namespace "
+        "mode (netns_mode unreadable here)",
     }[mode]
     fix = (
-        "on the node: `rdma system set netns shared` (persist with the ib_core module option "
-        "netns_mode=1) so every namespace sees the HCAs — or, if exclusive mode is intended "
-        "(SR-IOV VFs), move the VF into the pod's namespace with an RDMA CNI"
+        f"on the node, {HOW_TO_SHARE}, so every namespace sees the HCAs — or, if exclusive mode "
+        "is intended (SR-IOV VFs), move the VF into the pod's namespace with an RDMA CNI"
     )
-    if mode == "shared":
+    if mode is NetnsMode.SHARED:
         fix = "mount the node's /sys in the pod, or restart the pod after HCAs were renamed"
     return Finding(
         "rdma-devices",

@@ -33,6 +33,7 @@ from prometheus_client import (
 from starlette.requests import ClientDisconnect
 
 from rdmaplane.config import SchedulerExtenderConfig
+from rdmaplane.httpbody import BodyTooLarge, read_body
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
@@ -148,7 +149,10 @@ def create_app(
     ) -> Response:
         start = time.perf_counter()
         try:
-            body = await _read_body(request, config.max_request_bytes)
+            try:
+                body = await read_body(request, config.max_request_bytes)
+            except BodyTooLarge as exc:
+                raise _Reject(413, str(exc)) from None
             if not cache.ready:
                 raise _Reject(503, f"cache not synced yet: {_unsynced(cache)}; ask again later")
             args = wire.parse_args(body)
@@ -267,19 +271,6 @@ def create_app(
 
 def _unsynced(cache: ClusterCache) -> str:
     return ", ".join(k for k, done in cache.synced.items() if not done)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _Reject(413, f"request body of {declared} bytes exceeds the limit of {limit} bytes")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _Reject(413, f"request body exceeds the limit of {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _error(status: int, message: str) -> Response:

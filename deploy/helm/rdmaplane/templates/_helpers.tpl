@@ -1,0 +1,49 @@
+{{/* Labels every object gets beside its own (never in selectors: those are immutable). */}}
+{{- define "rdmaplane.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/part-of: rdmaplane
+{{- end -}}
+
+{{- define "rdmaplane.image" -}}
+image: {{ printf "%s:%s" .Values.image.repository (toString .Values.image.tag) | quote }}
+{{- with .Values.image.pullPolicy }}
+imagePullPolicy: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{- define "rdmaplane.podExtras" -}}
+{{- with .root.Values.imagePullSecrets }}
+imagePullSecrets: {{ toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.nodeSelector }}
+nodeSelector: {{ toYaml . | nindent 2 }}
+{{- end }}
+{{- with .values.tolerations }}
+tolerations: {{ toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Is cert-manager to issue the webhook's certificate? */}}
+{{- define "rdmaplane.certManager" -}}
+{{- $mode := toString .Values.webhook.certManager.enabled -}}
+{{- if or (eq $mode "true") (and (eq $mode "auto") (.Capabilities.APIVersions.Has "cert-manager.io/v1")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The webhook's Service DNS names (the serving certificate's hosts). */}}
+{{- define "rdmaplane.webhookHosts" -}}
+- rdmaplane-webhook.{{ .Release.Namespace }}.svc
+- rdmaplane-webhook.{{ .Release.Namespace }}.svc.cluster.local
+{{- end -}}
+
+{{/* The null-safe CEL: does the pod ask for GPUs (in any container's or init container's limits)? */}}
+{{- define "rdmaplane.asksForGpus" -}}
+{{- $gpu := .Values.resources.gpu -}}
+object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
+'{{ $gpu }}' in c.resources.limits) ||
+(has(object.spec.initContainers) && object.spec.initContainers.exists(c,
+has(c.resources) && has(c.resources.limits) && '{{ $gpu }}' in c.resources.limits))
+{{- end -}}

@@ -1,0 +1,122 @@
+"""The HTTPS endpoints the API server calls: `/mutate`, plus health, readiness and metrics.
+
+Bad input (not JSON, not an AdmissionReview for a Pod, nested too deep) gets a 400, a body over
+`maxRequestBytes` a 413 (and the connection closed), both with a one-line message; an unexpected
+fault a 503 naming it. The service keeps serving through all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import orjson
+from fastapi import FastAPI, Request, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+
+from rdmaplane.documents import DocumentError, check_depth
+from rdmaplane.httpbody import BodyTooLarge, read_body
+from rdmaplane.webhook import inject, review
+
+log = logging.getLogger("rdmaplane.webhook")
+
+
+class _Reject(Exception):
+    """Bad input: a 400 with the message."""
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "rdmaplane_webhook_requests_total",
+            "Admission requests by HTTP code and outcome.",
+            ["code", "outcome"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "rdmaplane_webhook_request_duration_seconds",
+            "Time to answer an admission request, from body read to reply.",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
+        self.warnings = Counter(
+            "rdmaplane_webhook_warnings_total",
+            "Admission warnings returned (hostPath devices, privileged containers).",
+            registry=self.registry,
+        )
+
+
+def create_app(
+    policy: inject.Policy, max_request_bytes: int, ready: Callable[[], str | None]
+) -> FastAPI:
+    """`ready()` returns None when the webhook can serve, else why not (no certificate yet,
+    caBundle not written)."""
+    app = FastAPI(title="rdmaplane admission webhook", openapi_url=None)
+    metrics = Metrics()
+    app.state.metrics = metrics
+
+    def admit(body: bytes) -> tuple[bytes, str]:
+        try:
+            doc = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise _Reject(f"body is not JSON: {exc}") from None
+        try:
+            check_depth(doc, "AdmissionReview")
+            request = review.parse(doc)
+        except (DocumentError, review.ReviewError) as exc:
+            raise _Reject(str(exc)) from None
+        if request.operation != "CREATE":
+            return review.respond(request.uid), "ignored"
+        try:
+            mutation = inject.mutate(request.pod, policy)
+        except inject.PodError as exc:
+            return review.respond(request.uid, denied=str(exc)), "denied"
+        metrics.warnings.inc(len(mutation.warnings))
+        return review.respond(request.uid, mutation), "patched" if mutation.patch else "unchanged"
+
+    @app.post("/mutate")
+    async def mutate(request: Request) -> Response:
+        start = time.perf_counter()
+        try:
+            body, outcome = admit(await read_body(request, max_request_bytes))
+            response = Response(body, media_type="application/json")
+        except BodyTooLarge as exc:
+            response, outcome = _error(413, str(exc)), "rejected"
+            response.headers["Connection"] = "close"
+        except _Reject as exc:
+            response, outcome = _error(400, str(exc)), "rejected"
+        except Exception as exc:  # never a crash: say what broke, keep serving
+            log.exception("admission failed")
+            response, outcome = _error(503, f"internal error: {type(exc).__name__}: {exc}"), "error"
+        metrics.requests.labels(str(response.status_code), outcome).inc()
+        metrics.latency.observe(time.perf_counter() - start)
+        return response
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return Response("ok\n", media_type="text/plain")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        why = ready()
+        if why is None:
+            return Response("ok\n", media_type="text/plain")
+        return Response(f"{why}\n", status_code=503, media_type="text/plain")
+
+    @app.get("/metrics")
+    async def metrics_() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _error(status: int, message: str) -> Response:
+    return Response(f"{message}\n", status_code=status, media_type="text/plain")

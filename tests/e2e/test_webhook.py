@@ -1,0 +1,337 @@
+"""The admission webhook called by the real kube-apiserver over TLS.
+
+The MutatingWebhookConfiguration is deploy/webhook/webhook.yaml as shipped, its clientConfig
+pointed at a `rdmaplane webhook` process on loopback (`url`). The process runs as the
+webhook's ServiceAccount under deploy/webhook/rbac.yaml, makes its own CA and serving
+certificate in the Secret and writes the caBundle itself. Tests run in file order: the last
+one stops the webhook.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import ssl
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from lightkube import ApiError, Client, codecs
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
+from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
+
+from tests.e2e.controlplane import KubeCluster, poll_until
+from tests.webhook_pods import GPU, HCA, SHARED, admission_review, contains, cpu_pod, gpu_pod, pods
+from tests.webhook_server import WebhookProcess, free_port, start_webhook
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "webhook"
+NAMESPACE = "rdmaplane"
+SECRET = "rdmaplane-webhook-tls"
+MWC = "rdmaplane-webhook"
+
+
+@dataclass
+class Env:
+    process: WebhookProcess
+    opted_in: str
+    plain: str
+    ca_file: Path
+
+
+def _apply_rbac(client: Client) -> None:
+    client.apply(Namespace(metadata=ObjectMeta(name=NAMESPACE)), field_manager="e2e", force=True)
+    for obj in codecs.load_all_yaml((DEPLOY / "rbac.yaml").read_text()):
+        client.apply(obj, field_manager="e2e", force=True)
+
+
+def _webhook_configuration(url: str) -> Any:
+    (mwc,) = codecs.load_all_yaml((DEPLOY / "webhook.yaml").read_text())
+    for hook in mwc.webhooks:
+        hook.clientConfig.service = None
+        hook.clientConfig.url = url
+    return mwc
+
+
+def _ca_from_secret(client: Client, path: Path) -> Path | None:
+    try:
+        secret = client.get(Secret, SECRET, namespace=NAMESPACE)
+    except ApiError:
+        return None
+    path.write_bytes(base64.b64decode((secret.data or {})["ca.crt"]))
+    return path
+
+
+@pytest.fixture(scope="module")
+def env(kube_cluster: KubeCluster) -> Iterator[Env]:
+    workdir = kube_cluster.workdir / f"webhook-{uuid.uuid4().hex[:6]}"
+    workdir.mkdir()
+    port = free_port()
+    with kube_cluster.client() as client:
+        _apply_rbac(client)
+        with contextlib.suppress(ApiError):  # left by an earlier module run
+            client.delete(Secret, SECRET, namespace=NAMESPACE)
+        client.apply(
+            ServiceAccount(metadata=ObjectMeta(name="default", namespace="kube-system")),
+            field_manager="e2e",
+            force=True,
+        )
+        client.apply(
+            _webhook_configuration(f"https://127.0.0.1:{port}/mutate"),
+            field_manager="e2e",
+            force=True,
+        )
+        opted_in, plain = (f"wh-{kind}-{uuid.uuid4().hex[:6]}" for kind in ("in", "plain"))
+        kube_cluster.create_namespace(opted_in)
+        kube_cluster.create_namespace(plain)
+        client.patch(
+            Namespace, opted_in, {"metadata": {"labels": {"rdmaplane.io/inject": "enabled"}}}
+        )
+        config = {
+            "apiVersion": "rdmaplane.io/v1alpha1",
+            "kind": "WebhookConfig",
+            "doctor": {"image": "registry.example/rdmaplane:test"},
+            "tls": {
+                "secretName": SECRET,
+                "secretNamespace": NAMESPACE,
+                "webhookConfiguration": MWC,
+                "hosts": ["127.0.0.1"],
+                "certDir": str(workdir / "certs"),
+                "checkInterval": "1s",
+            },
+        }
+        identity = kube_cluster.kubeconfig_for(
+            f"system:serviceaccount:{NAMESPACE}:rdmaplane-webhook"
+        )
+        ca_file = workdir / "ca.crt"
+        process = start_webhook(
+            workdir, config, lambda: _ca_from_secret(client, ca_file), identity, port
+        )
+        try:
+            poll_until(lambda: _ca_bundle(client) == ca_file.read_bytes(), 60, "caBundle written")
+            yield Env(process, opted_in, plain, ca_file)
+        finally:
+            process.stop()
+            for ns in (opted_in, plain):
+                client.deletecollection(Pod, namespace=ns, grace_period=0)
+            client.delete(MutatingWebhookConfiguration, MWC)
+
+
+def _ca_bundle(client: Client) -> bytes:
+    hooks = client.get(MutatingWebhookConfiguration, MWC).webhooks or []
+    bundles = {h.clientConfig.caBundle for h in hooks}
+    return base64.b64decode(bundles.pop()) if len(bundles) == 1 and None not in bundles else b""
+
+
+def create(
+    client: Client, namespace: str, pod: dict[str, Any], dry_run: bool = False
+) -> dict[str, Any]:
+    obj = codecs.from_dict(copy.deepcopy(pod))
+    created = client.create(obj, namespace=namespace, dry_run=dry_run)
+    out: dict[str, Any] = created.to_dict()
+    return out
+
+
+def test_opted_in_namespace_gpu_pod_is_made_rdma_ready(kube_cluster: KubeCluster, env: Env) -> None:
+    with kube_cluster.client() as client:
+        pod = create(client, env.opted_in, gpu_pod("trainer"))
+        plain = create(
+            client,
+            env.opted_in,
+            cpu_pod("web"),
+        )
+    c = pod["spec"]["containers"][0]
+    assert c["resources"]["limits"][HCA] == "8"
+    assert c["resources"]["requests"][HCA] == "8"  # defaulted from the limit by the API server
+    assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"] == {
+        "medium": "Memory",
+        "sizeLimit": "64Gi",
+    }
+    notice = volumes[mounts["/etc/podinfo"]["name"]]["downwardAPI"]["items"][0]
+    assert notice["fieldRef"]["fieldPath"] == "metadata.annotations"
+    assert {"name": "RDMAPLANE_ANNOTATIONS_FILE", "value": "/etc/podinfo/annotations"} in c["env"]
+    assert "volumes" not in plain["spec"] or all(
+        v["name"].startswith("kube-api-access") for v in plain["spec"]["volumes"]
+    )
+    assert "securityContext" not in plain["spec"]["containers"][0]
+
+
+def test_other_namespaces_only_when_the_pod_asks(kube_cluster: KubeCluster, env: Env) -> None:
+    with kube_cluster.client() as client:
+        untouched = create(client, env.plain, gpu_pod("a"))
+        shared = create(client, env.plain, gpu_pod("b", "2", {"rdmaplane.io/rdma": "shared"}))
+        off = create(client, env.opted_in, gpu_pod("c", annotations={"rdmaplane.io/rdma": "off"}))
+    assert HCA not in untouched["spec"]["containers"][0]["resources"]["limits"]
+    assert "securityContext" not in untouched["spec"]["containers"][0]
+    assert shared["spec"]["containers"][0]["resources"]["limits"][SHARED] == "1"
+    assert set(off["spec"]["containers"][0]["resources"]["limits"]) == {GPU, "memory"}
+
+
+def _resubmittable(pod: dict[str, Any]) -> dict[str, Any]:
+    """The admitted pod as a client would send it again (no server-owned fields, no token
+    volume: the ServiceAccount plugin adds that one again)."""
+    meta = {
+        k: pod["metadata"][k] for k in ("name", "annotations", "labels") if k in pod["metadata"]
+    }
+    spec = copy.deepcopy(pod["spec"])
+    spec.pop("nodeName", None)
+    spec["volumes"] = [
+        v for v in spec.get("volumes", []) if not v["name"].startswith("kube-api-access")
+    ]
+    for c in spec["containers"] + spec.get("initContainers", []):
+        c["volumeMounts"] = [
+            m for m in c.get("volumeMounts", []) if not m["name"].startswith("kube-api-access")
+        ]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def test_a_second_pass_changes_nothing(kube_cluster: KubeCluster, env: Env) -> None:
+    with kube_cluster.client() as client:
+        first = create(
+            client,
+            env.opted_in,
+            gpu_pod("twice", annotations={"rdmaplane.io/doctor": "true"}),
+            dry_run=True,
+        )
+        again = _resubmittable(first)
+        second = create(client, env.opted_in, again, dry_run=True)
+    assert first["spec"]["initContainers"][0]["name"] == "rdmaplane-doctor"
+    assert _resubmittable(second) == again
+    reply = httpx.post(
+        f"{env.process.url}/mutate",
+        json=admission_review(first),
+        verify=ssl.create_default_context(cafile=str(env.ca_file)),
+    )
+    assert reply.json()["response"] == {"uid": "0f7c1d6e", "allowed": True}
+
+
+def test_warnings_reach_the_client(kube_cluster: KubeCluster, env: Env) -> None:
+    pod = gpu_pod(
+        "risky",
+        securityContext={"privileged": True},
+        volumeMounts=[{"name": "ib", "mountPath": "/dev/infiniband"}],
+    )
+    pod["spec"]["volumes"] = [{"name": "ib", "hostPath": {"path": "/dev/infiniband"}}]
+    url = f"{kube_cluster.server}/api/v1/namespaces/{env.opted_in}/pods?dryRun=All"
+    reply = httpx.post(url, json=pod, verify=kube_cluster.tls_context(), timeout=30)
+    assert reply.status_code == 201, reply.text
+    warnings = reply.headers.get_list("warning")
+    assert any("privileged" in w for w in warnings), warnings
+    assert any("bypasses the device cgroup" in w for w in warnings), warnings
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(pods())
+def test_random_pods_pass_the_api_servers_validation(
+    kube_cluster: KubeCluster, env: Env, obj: dict[str, Any]
+) -> None:
+    """Admitted by the real API server (webhook, patch, defaulting, validation; dry run):
+    every field the user set is still there, and GPU containers got what they need."""
+    with kube_cluster.client() as client:
+        out = create(client, env.opted_in, obj, dry_run=True)
+    contains(obj["spec"], out["spec"], "spec")
+    if obj["metadata"].get("annotations", {}).get("rdmaplane.io/rdma") == "off":
+        return
+    for c in out["spec"]["containers"] + out["spec"].get("initContainers", []):
+        limits = c.get("resources", {}).get("limits", {})
+        if GPU in limits:
+            assert HCA in limits or SHARED in limits
+            assert "/dev/shm" in [m["mountPath"].rstrip("/") for m in c["volumeMounts"]]
+
+
+def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
+    kube_cluster: KubeCluster, env: Env
+) -> None:
+    """Two bootstraps racing on a missing Secret (as two replicas starting together) end with
+    one Secret and its CA in caBundle; the running webhook loads the new certificate and the
+    API server keeps admitting through it."""
+    import asyncio
+
+    from rdmaplane.config.webhook import TlsConfig
+    from rdmaplane.kube import async_client
+    from rdmaplane.webhook.tls import SecretCerts
+
+    identity = kube_cluster.kubeconfig_for(f"system:serviceaccount:{NAMESPACE}:rdmaplane-webhook")
+
+    async def race(workdir: Path) -> list[str]:
+        clients = [async_client(identity) for _ in range(2)]
+        tls = [
+            TlsConfig(
+                secretName=SECRET,
+                secretNamespace=NAMESPACE,
+                webhookConfiguration=MWC,
+                hosts=["127.0.0.1"],
+                certDir=workdir / str(i),
+            )
+            for i in range(2)
+        ]
+        try:
+            served = await asyncio.gather(
+                *(SecretCerts(c, t).fetch() for c, t in zip(clients, tls, strict=True))
+            )
+        finally:
+            for c in clients:
+                await c.close()
+        return [s.fingerprint for s in served]
+
+    with kube_cluster.client() as client:
+        client.delete(Secret, SECRET, namespace=NAMESPACE)
+        fingerprints = asyncio.run(race(kube_cluster.workdir / f"race-{uuid.uuid4().hex[:6]}"))
+        assert fingerprints[0] == fingerprints[1]
+        new_ca = _ca_from_secret(client, env.ca_file)
+        assert new_ca is not None
+        assert _ca_bundle(client) == env.ca_file.read_bytes()
+
+        def admitted() -> bool:
+            try:
+                pod = create(
+                    client, env.opted_in, gpu_pod(f"after-{uuid.uuid4().hex[:4]}"), dry_run=True
+                )
+            except ApiError:
+                return False  # the old certificate until the webhook's next check
+            return HCA in pod["spec"]["containers"][0]["resources"]["limits"]
+
+        poll_until(admitted, 60, "admission with the new certificate")
+    assert "serving a new certificate" in env.process.log_text()
+
+
+def test_with_the_webhook_down_only_opted_in_gpu_pods_are_refused(
+    kube_cluster: KubeCluster, env: Env
+) -> None:
+    env.process.stop()
+    with kube_cluster.client() as client:
+        with pytest.raises(ApiError) as refused:
+            create(client, env.opted_in, gpu_pod("refused"), dry_run=True)
+        message = refused.value.status.message or ""
+        assert 'failed calling webhook "namespace.inject.rdmaplane.io"' in message, message
+        with pytest.raises(ApiError):
+            create(
+                client,
+                env.plain,
+                gpu_pod("asked", annotations={"rdmaplane.io/rdma": "auto"}),
+                dry_run=True,
+            )
+        create(client, env.plain, gpu_pod("other-namespace"), dry_run=True)
+        create(
+            client,
+            env.opted_in,
+            cpu_pod("cpu"),
+            dry_run=True,
+        )
+        create(
+            client,
+            env.opted_in,
+            gpu_pod("out", annotations={"rdmaplane.io/rdma": "off"}),
+            dry_run=True,
+        )
+        annotated = gpu_pod("system", annotations={"rdmaplane.io/rdma": "exclusive"})
+        create(client, "kube-system", annotated, dry_run=True)  # exempt
