@@ -217,7 +217,7 @@ class _LegacyEntry(Section):
     resource_name: str
     resource_prefix: str = "rdma"
     rdma_hca_max: int = Field(ge=1)
-    selectors: _LegacySelectors = _LegacySelectors()
+    selectors: _LegacySelectors = Field(default_factory=_LegacySelectors)
     devices: list[str] = []  # the old plugin's shorthand for selectors.ifNames
 
 
