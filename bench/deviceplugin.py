@@ -10,7 +10,8 @@ exists as a bridge; through a seccomp wrapper that makes RDMA netlink sockets fa
 (bench/netlink_rdma_einval.c), as on a kernel without RDMA. Measured side by side:
 
 * start (the exec of the plugin, after the namespace setup) to the first ListAndWatch reply at
-  the kubelet, median of --starts;
+  the kubelet, median of --starts, and the CPU time the process used until then (less noisy
+  than the wall time on a loaded machine);
 * RSS of each plugin's process tree, idle CPU over --idle seconds (both at once);
 * Allocate p50/p99 at a Go gRPC client (bench/deviceplugin_client.go: the kubelet's language
   and library), both plugins in the same rounds;
@@ -18,7 +19,9 @@ exists as a bridge; through a seccomp wrapper that makes RDMA netlink sockets fa
   within milliseconds; time until each plugin registered again and the kubelet had its list.
 
 Then ours alone: every call at the Python gRPC client against the gRPC floor, the resource
-manager in-process, and where its memory and start time go (RSS and import time by module).
+manager in-process, and where its memory and start time go: step by step, what the serving
+process loads (and keeps) and what the command loads to check its input before it execs the
+serving process (see rdmaplane.deviceplugin.serve).
 
 The Go plugin is the release on the Go module proxy (--peer-version), built with the local Go
 toolchain into ${XDG_CACHE_HOME:-~/.cache}/rdmaplane/bench-deviceplugin/ (once; ~1 min cold),
@@ -271,16 +274,21 @@ async def starts(
     plugins: list[Plugin], kubelet: KubeletProcess, node: Path, kdir: Path, tools: Tools, n: int
 ) -> None:
     times: dict[str, list[float]] = {p.label: [] for p in plugins}
+    cpu: dict[str, list[float]] = {p.label: [] for p in plugins}
     for _ in range(n):
         for plugin in plugins:  # alternating: both see the same noise
             await plugin.start(node, kdir, tools.wrapper)
             seen = await kubelet.registered(WITHIN, plugin.resource)
+            cpu[plugin.label].append(usage(plugin.pid)[1])  # the launch shell's few ms too
             execed = float((node / "exec-stamp").read_text())
             times[plugin.label].append(seen.listed_at - execed)
             await plugin.stop()
     for plugin in plugins:
         plugin.figures[f"exec → first ListAndWatch ({n}×, median)"] = (
             f"{statistics.median(times[plugin.label]) * 1000:.0f} ms"
+        )
+        plugin.figures["  CPU time until then, median"] = (
+            f"{statistics.median(cpu[plugin.label]) * 1000:.0f} ms"
         )
 
 
@@ -309,7 +317,9 @@ def go_allocate(plugins: list[Plugin], kdir: Path, client: Path, calls: int) -> 
 
 async def restarts(plugins: list[Plugin], kubelet: KubeletProcess, n: int) -> None:
     """After each instant restart: time until each plugin registered again, and until the
-    kubelet had its full list."""
+    kubelet had its full list (none with `--restarts 0`)."""
+    if n == 0:
+        return
     registered: dict[str, list[float]] = {p.resource: [] for p in plugins}
     listed: dict[str, list[float]] = {p.resource: [] for p in plugins}
     phase = random.Random(13)
@@ -443,7 +453,7 @@ def transport_floor(calls: int) -> None:
 def handler_times(topo: NodeTopology, dev_root: str, calls: int) -> None:
     """The plugin's own share: the resource manager in-process, without gRPC. An allocation is
     worked out once per set of HCAs after each update, then reused: both are timed."""
-    manager = ResourceManager(DevicePluginConfig().pools[0], dev_root=dev_root)
+    manager = ResourceManager(DevicePluginConfig().settings().pools[0], dev_root=dev_root)
     manager.update(topo)
     ids = [d.id for d in manager.devices]
 
@@ -482,39 +492,71 @@ def rss_by_mapping(pid: int, top: int = 8) -> None:
         print(f"    {kb / 1024:6.1f} MB  {name}")
 
 
-# What our plugin process loads, in order; each step's RSS and time, measured in a fresh
-# interpreter (the import system's own `-X importtime` tells the same per module).
-IMPORT_STEPS = """
-import json, resource, sys, time
+# Where the start time and the memory go, step by step in fresh interpreters, in the order each
+# process loads them (`-X importtime` tells the same per module). The serving process keeps
+# what it loads; the command that checks the input loads the rest, then execs it away.
+STEPS = """
+import json, sys, time
 def rss():
     with open("/proc/self/status") as f:
         return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
-out, t, r = [("interpreter", 0.0, rss())], time.perf_counter(), rss()
-for label, stmt in [
-    ("asyncio (+ ssl)", "import asyncio"),
-    ("typer (the CLI)", "import typer"),
-    ("grpcio", "import grpc, grpc.aio"),
-    ("protobuf + kubelet stubs", "import rdmaplane.kubelet.api.deviceplugin.v1beta1.api_pb2_grpc,"
-        " rdmaplane.kubelet.api.pluginregistration.v1.api_pb2_grpc"),
-    ("pydantic", "import pydantic"),
-    ("yaml, model, gid, nccl, selectors", "import yaml, rdmaplane.model, rdmaplane.gid,"
-        " rdmaplane.nccl, rdmaplane.selectors, rdmaplane.documents"),
-    ("config models (pydantic schemas)", "import rdmaplane.config"),
-    ("discovery, plugin, server, inotify", "import rdmaplane.deviceplugin.plugin"),
-]:
+out, t, r = [], time.perf_counter(), rss()
+for label, stmt in json.loads(sys.argv[1]):
     exec(stmt)
     now = time.perf_counter()
     out.append((label, (now - t) * 1000, rss() - r))
     t, r = now, rss()
 print(json.dumps(out))
 """
+SERVING = [
+    ("asyncio (ssl refused, see below)", "sys.modules['ssl'] = None; import asyncio"),
+    ("grpcio", "import grpc, grpc.aio"),
+    ("protobuf + kubelet stubs", "import rdmaplane.kubelet.api.deviceplugin.v1beta1.api_pb2_grpc,"
+        " rdmaplane.kubelet.api.pluginregistration.v1.api_pb2_grpc"),
+    ("inotify (asyncinotify, ctypes)", "import asyncinotify"),
+    ("model, gid, nccl, selectors (settings)", "import rdmaplane.deviceplugin.settings"),
+    ("logs, discovery, plugin, server", "import rdmaplane.deviceplugin.serve,"
+        " rdmaplane.deviceplugin.plugin"),
+]  # fmt: skip
+SSL = [("ssl (what asyncio would load)", "import ssl")]
+CHECKING = [
+    ("typer + the command (rdmaplane.cli)", "import rdmaplane.cli"),
+    ("pydantic + DevicePluginConfig", "import rdmaplane.config as c; c.DevicePluginConfig"),
+    ("reading + checking the config", "c.load(CONFIG, c.DevicePluginConfig).settings()"),
+]
 
 
-def import_costs() -> None:
-    steps = json.loads(run(sys.executable, "-c", IMPORT_STEPS))
-    print("  what our plugin process loads (a fresh interpreter, step by step):")
-    for label, ms, mb in steps:
-        print(f"    {label:38s} {mb:+6.1f} MB  {ms:6.1f} ms")
+def steps(plan: list[tuple[str, str]], runs: int, config: Path) -> list[tuple[str, float, float]]:
+    """Each step's (label, least time of `runs`, median RSS growth)."""
+    stmts = json.dumps([(label, stmt.replace("CONFIG", repr(str(config)))) for label, stmt in plan])
+    got = [json.loads(run(sys.executable, "-c", STEPS, stmts)) for _ in range(runs)]
+    return [
+        (label, min(g[i][1] for g in got), statistics.median(g[i][2] for g in got))
+        for i, (label, _) in enumerate(plan)
+    ]
+
+
+def interpreter(runs: int) -> tuple[float, float]:
+    """A bare interpreter's start (least wall time of `runs`) and RSS."""
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        rss = run(sys.executable, "-c", STEPS.split("out,")[0] + "print(rss())")
+        times.append((time.perf_counter() - t) * 1000)
+    return min(times), float(rss)
+
+
+def import_costs(config: Path, runs: int = 5) -> None:
+    start_ms, base_mb = interpreter(runs)
+    print(f"  where the start and the memory go (fresh interpreters, least time of {runs}):")
+    print("    the serving process (what stays resident):")
+    print(f"      {'interpreter (start and RSS)':40s} {base_mb:6.1f} MB  {start_ms:6.1f} ms")
+    for label, ms, mb in steps(SERVING, runs, config) + steps(SSL, runs, config):
+        print(f"      {label:40s} {mb:+6.1f} MB  {ms:6.1f} ms")
+    print("    the command, before it execs the serving process (gone after the exec):")
+    print(f"      {'interpreter':40s} {'':9s}  {start_ms:6.1f} ms")
+    for label, ms, mb in steps(CHECKING, runs, config):
+        print(f"      {label:40s} {mb:+6.1f} MB  {ms:6.1f} ms")
 
 
 # ------------------------------------------------------------------ main
@@ -563,7 +605,7 @@ async def bench(args: argparse.Namespace) -> None:
                 for plugin in plugins:
                     await plugin.stop()
         handler_times(read_node(str(node / "sys")), str(node / "dev"), args.calls)
-        import_costs()
+        import_costs(Path(tmp) / "ours.json")
 
 
 def main() -> None:

@@ -94,6 +94,12 @@ class Selectors:
             values[_CONFIG_KEYS[key]] = tuple(value)
         return cls(**values)
 
+    def to_config(self) -> dict[str, list[str]]:
+        """The selectors given, in the config's spelling (`{"deviceIDs": ["1021"]}`): what a
+        log line names."""
+        chosen = ((key, getattr(self, name)) for key, name in _CONFIG_KEYS.items())
+        return {key: list(values) for key, values in chosen if values}
+
     def mismatch(self, topo: NodeTopology, hca: Hca, port: Port) -> str | None:
         """None when the port matches, else which selector it fails and why."""
         pci = hca.pci

@@ -56,7 +56,9 @@ def make_plugin(config: dict[str, object], kubelet_dir: Path, dev_root: Path) ->
     cfg = DevicePluginConfig.model_validate(
         {"health_poll_interval": POLL, "resend_interval": 5, **config}
     )
-    return RdmaDevicePlugin(cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root), max_backoff=0.2)
+    return RdmaDevicePlugin(
+        cfg.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root), max_backoff=0.2
+    )
 
 
 @contextlib.asynccontextmanager
@@ -230,10 +232,41 @@ async def test_allocate_returns_exactly_the_allocated_set(
     assert all(d.container_path == d.host_path for d in response.devices)
     assert {d.permissions for d in response.devices} == {"rw"}
     ports = [(h, p) for h, p in compute_ports(topo, Selectors()) if h in hcas]
-    want_env = dict(nccl_env(topo, ports, plugin.servers[0].manager.pool.nccl.settings()))
+    want_env = dict(nccl_env(topo, ports, plugin.servers[0].manager.pool.nccl))
     want_env["RDMAPLANE_HCAS"] = ",".join(h.name for h in hcas)
     assert dict(response.envs) == want_env
     assert not response.cdi_devices
+
+
+async def test_a_repeated_allocate_answers_from_the_current_state(
+    sysfs: Path, dev_root: Path, kubelet_dir: Path
+) -> None:
+    """The answer for a set of devices is built once and kept, but never past a change: a
+    device node that went is gone from the next answer for the same device."""
+    kubelet = KubeletStandIn(kubelet_dir)
+    plugin = make_plugin({}, kubelet_dir, dev_root)
+    hca = read_node(str(sysfs)).hca("mlx5_0")
+    assert hca is not None and hca.ports[0].umad
+    umad = dev_root / "infiniband" / hca.ports[0].umad
+    async with running(plugin, sysfs, kubelet):
+        await kubelet.wait_for(lambda: device_count(kubelet) == 9)
+        stub = kubelet.stub("rdmaplane.io/hca")
+        request = allocate_request([device_id(hca)])
+        first, again = [await stub.Allocate(request, timeout=5) for _ in range(2)]
+        assert first == again
+        assert f"/dev/infiniband/{umad.name}" in {
+            d.host_path for d in first.container_responses[0].devices
+        }
+        umad.unlink()
+        try:
+            plugin.recheck()
+            after = (await stub.Allocate(request, timeout=5)).container_responses[0]
+        finally:
+            umad.touch()
+            plugin.recheck()
+    paths = {d.host_path for d in after.devices}
+    assert f"/dev/infiniband/{hca.uverbs}" in paths
+    assert f"/dev/infiniband/{umad.name}" not in paths
 
 
 async def test_preferred_allocation_keeps_to_one_numa_node(
@@ -293,7 +326,7 @@ async def test_shared_pool_from_the_shared_rdma_plugin_config(
         ],
     }
     cfg = parse(legacy, DevicePluginConfig, "legacy.json")
-    plugin = RdmaDevicePlugin(cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root))
+    plugin = RdmaDevicePlugin(cfg.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root))
     kubelet = KubeletStandIn(kubelet_dir)
     topo = read_node(str(sysfs))
     async with running(plugin, sysfs, kubelet):
@@ -343,6 +376,31 @@ async def test_cdi_mode_names_cdi_devices_and_writes_the_spec(
     assert f"/dev/infiniband/{hca.uverbs}" in paths
 
 
+@contextlib.contextmanager
+def standalone(
+    sysfs: Path, dev_root: Path, kubelet_dir: Path, config: Path, **env: str
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`rdmaplane device-plugin` in a process of its own, serving: yields once its socket is
+    there; killed if still running at the end."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rdmaplane", "device-plugin", "--config", str(config),
+         "--sysfs-root", str(sysfs), "--dev-root", str(dev_root),
+         "--kubelet-dir", str(kubelet_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env={**os.environ, **env},
+    )  # fmt: skip
+    socket = kubelet_dir / "device-plugins" / "rdmaplane-rdmaplane.io_hca.sock"
+    try:
+        deadline = time.monotonic() + 60
+        while not socket.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert socket.exists(), proc.stdout.read().decode() if proc.poll() is not None else ""
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_sigterm_shuts_down_cleanly_and_removes_the_socket(
     sysfs: Path, dev_root: Path, kubelet_dir: Path, tmp_path: Path
 ) -> None:
@@ -350,39 +408,44 @@ def test_sigterm_shuts_down_cleanly_and_removes_the_socket(
     config.write_text(
         "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\nhealthPollInterval: 0.05\n"
     )
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rdmaplane",
-            "device-plugin",
-            "--config",
-            str(config),
-            "--sysfs-root",
-            str(sysfs),
-            "--dev-root",
-            str(dev_root),
-            "--kubelet-dir",
-            str(kubelet_dir),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    socket = kubelet_dir / "device-plugins" / "rdmaplane-rdmaplane.io_hca.sock"
-    try:
-        for _ in range(300):
-            if socket.exists() or proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        assert socket.exists(), proc.stdout.read().decode() if proc.poll() is not None else ""
+    with standalone(sysfs, dev_root, kubelet_dir, config) as proc:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert proc.returncode == 0, out.decode()
-    assert not socket.exists()
+    assert not (kubelet_dir / "device-plugins" / "rdmaplane-rdmaplane.io_hca.sock").exists()
     assert b"shutting down" in out
+
+
+# What the command needs to check its input, and the serving process must not carry; and
+# OpenSSL's module, which asyncio would load (`ssl` itself is looked up and refused). YAML is
+# loaded here only for the sample tree's sidecar, which a live /sys does not have.
+CHECKING_ONLY = {"pydantic", "pydantic_core", "typer", "click", "rich", "_ssl"}
+
+
+def test_the_standalone_plugin_serves_as_one_lean_process(
+    sysfs: Path, dev_root: Path, kubelet_dir: Path, tmp_path: Path
+) -> None:
+    """The command checks its input, then becomes the serving process (the same PID, no
+    child), which never imports the CLI, the config models or ssl: seen in the import log of
+    the second interpreter (PYTHONPROFILEIMPORTTIME survives the exec)."""
+    config = tmp_path / "dp.yaml"
+    config.write_text("apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n")
+    with standalone(sysfs, dev_root, kubelet_dir, config, PYTHONPROFILEIMPORTTIME="1") as proc:
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=20)[0].decode()
+    assert argv[1:3] == [b"-m", b"rdmaplane.deviceplugin.serve"] and not children
+    lines = out.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.endswith("| site")]
+    assert len(starts) == 2, "expected two interpreters: the command's and the serving one"
+    imported = {
+        line.rsplit("|", 1)[1].strip()
+        for line in lines[starts[1] :]
+        if line.startswith("import time:")
+    }
+    assert {"grpc", "asyncio", "rdmaplane.deviceplugin.plugin"} <= imported
+    assert not {m for m in imported if m.split(".")[0] in CHECKING_ONLY}
 
 
 async def test_list_is_resent_on_the_periodic_tick(
@@ -396,3 +459,23 @@ async def test_list_is_resent_on_the_periodic_tick(
         first = seen.lists
         await kubelet.wait_for(lambda: seen.lists >= first + 3)  # nothing changed meanwhile
         assert device_count(kubelet) == 9
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ([], "run `rdmaplane device-plugin`"),
+        (["0"], "fd 0: cannot read the handed-over settings"),
+        (["99"], "fd 99: cannot read the handed-over settings: [Errno 9]"),
+    ],
+)
+def test_the_serving_module_alone_says_what_it_is_for(args: list[str], said: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "rdmaplane.deviceplugin.serve", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"error: {said}") and done.stderr.count("\n") == 1

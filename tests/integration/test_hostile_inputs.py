@@ -344,7 +344,7 @@ class Served(Exception):
 SERVING = [
     ("uvicorn", "run"),
     ("rdmaplane.cli.agent", "_serve"),
-    ("rdmaplane.deviceplugin", "run_standalone"),
+    ("rdmaplane.deviceplugin.serve", "exec_standalone"),
     ("rdmaplane.doctor.perf", "serve"),
     ("rdmaplane.doctor.perf", "run_client"),
     ("rdmaplane.webhook.service", "serve"),

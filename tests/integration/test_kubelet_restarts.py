@@ -45,7 +45,7 @@ async def test_every_instant_restart_is_followed_by_registration_and_a_full_list
     topo = read_node(str(sysfs))
     config = DevicePluginConfig.model_validate({"registration": registration})
     plugin = RdmaDevicePlugin(
-        config, kubelet_dir=kubelet_dir, dev_root=str(dev_root), recheck_interval=HOUR
+        config.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root), recheck_interval=HOUR
     )
     plugin.update(topo)
     watcher = registration == "plugins-registry"

@@ -190,6 +190,6 @@ def test_a_missing_cdi_folder_is_created_and_said(
     spec_dir = tmp_path / "run" / "cdi"
     cfg = DevicePluginConfig.model_validate({"cdi": {"enabled": True, "specDir": str(spec_dir)}})
     caplog.set_level(logging.INFO, logger="rdmaplane")
-    RdmaDevicePlugin(cfg, kubelet_dir=tmp_path).update(sample_nodes["hgx-h100-roce"])
+    RdmaDevicePlugin(cfg.settings(), kubelet_dir=tmp_path).update(sample_nodes["hgx-h100-roce"])
     assert (spec_dir / "rdmaplane.io-hca.json").is_file()
     assert f"created the CDI spec folder {spec_dir}" in caplog.messages

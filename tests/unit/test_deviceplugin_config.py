@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,6 +156,14 @@ def test_cli_unusable_kubelet_dir_fails_with_one_line(tmp_path: Path) -> None:
     sysfs.mkdir()
     (tmp_path / "device-plugins").write_text("not a folder")
     args = ["device-plugin", "--config", str(config), "--sysfs-root", str(sysfs)]
-    result = CliRunner().invoke(app, [*args, "--kubelet-dir", str(tmp_path)])
-    assert result.exit_code == 1
-    assert "cannot serve on" in result.output and "File exists" in result.output
+    # a real process: the command becomes the serving process (os.execv), which fails
+    done = subprocess.run(
+        [sys.executable, "-m", "rdmaplane", *args, "--kubelet-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    last = done.stderr.splitlines()[-1]
+    assert last.startswith("error: cannot serve on") and "File exists" in last
+    assert "Traceback" not in done.stderr

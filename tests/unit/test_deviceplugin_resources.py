@@ -45,7 +45,8 @@ def dev(hgx: NodeTopology, tmp_path: Path) -> Path:
 
 
 def manager(pool: dict[str, object], dev_root: Path | str) -> ResourceManager:
-    return ResourceManager(DevicePluginConfig(pools=[pool]).pools[0], dev_root=str(dev_root))
+    config = DevicePluginConfig(pools=[pool])
+    return ResourceManager(config.settings().pools[0], dev_root=str(dev_root))
 
 
 def down(topo: NodeTopology, name: str) -> NodeTopology:

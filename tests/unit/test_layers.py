@@ -22,6 +22,7 @@ CORE = [
     "rdmaplane.counters",
     "rdmaplane.netns",
     "rdmaplane.deviceplugin.alloc",
+    "rdmaplane.deviceplugin.settings",
     "rdmaplane.scheduler.placement",
     "rdmaplane.agent.health",
     "rdmaplane.agent.desired",

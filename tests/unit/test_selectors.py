@@ -7,6 +7,8 @@ from dataclasses import replace
 
 import pytest
 from gidtables import hca, node, port, standard
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rdmaplane.model import LinkLayer, NodeTopology
 from rdmaplane.selectors import Selectors, classify_ports, compute_ports, natural_key
@@ -130,3 +132,23 @@ def test_from_device_plugin_config(sample_nodes: dict[str, NodeTopology]) -> Non
         Selectors.from_config({"devices": ["ib0"]})
     with pytest.raises(ValueError, match=r"resourceList\[0\].selectors.vendors: expected a list"):
         Selectors.from_config({"vendors": "15b3"}, where="resourceList[0].selectors")
+
+
+_VALUES = st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple)
+
+
+@given(
+    st.builds(
+        Selectors,
+        vendors=_VALUES,
+        device_ids=_VALUES,
+        drivers=_VALUES,
+        if_names=_VALUES,
+        hca_names=_VALUES,
+        link_types=st.lists(st.sampled_from(["ether", "infiniband", "IB"]), max_size=2).map(tuple),
+    )
+)
+def test_to_config_names_exactly_the_selectors_given(sel: Selectors) -> None:
+    said = sel.to_config()
+    assert Selectors.from_config(said) == sel
+    assert all(said.values())  # empty ones, matching everything, are left out

@@ -20,7 +20,9 @@ class EmbeddedPlugin:
     """`RdmaDevicePlugin` serving the kubelet from inside the agent; no discovery of its own."""
 
     def __init__(self, config: DevicePluginConfig, *, kubelet_dir: Path, dev_root: Path) -> None:
-        self.plugin = RdmaDevicePlugin(config, kubelet_dir=kubelet_dir, dev_root=str(dev_root))
+        self.plugin = RdmaDevicePlugin(
+            config.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root)
+        )
 
     @property
     def resources(self) -> list[str]:

@@ -119,7 +119,7 @@ class Agent:
         # gives the NCCL_IB_GID_INDEX pods get, and so the node's gid-index label; shared ones
         # need shared RDMA netns mode
         self.pools = list(pools if pools is not None else DevicePluginConfig().pools)
-        self._pool_managers = [ResourceManager(p) for p in self.pools]
+        self._pool_managers = [ResourceManager(p.pool()) for p in self.pools]
         self._facts: tuple[NodeTopology, PoolFacts] | None = None
         self._gid_problem: str | None = None
         self._netns_problem: str | None = None

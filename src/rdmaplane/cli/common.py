@@ -11,15 +11,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from rdmaplane.discovery import NodeSourceError, load_node, samples
 from rdmaplane.documents import DocumentError, printable, read_documents
-from rdmaplane.model import NodeTopology
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from rdmaplane.config import Kind
+    from rdmaplane.model import NodeTopology
+
+    console: Console  # stdout
+    err_console: Console  # stderr
 
 K = TypeVar("K", bound="Kind")
 
@@ -27,17 +29,31 @@ K = TypeVar("K", bound="Kind")
 def _console(stderr: bool = False) -> Console:
     """Rich output without emoji codes or guessed highlighting; wide when piped (tables of
     HCAs do not fit rich's 80-column default for non-terminals)."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else int(os.environ.get("COLUMNS", "160"))
     return Console(stderr=stderr, highlight=False, emoji=False, width=width)
 
 
-console = _console()
-err_console = _console(stderr=True)
+_consoles: dict[str, Console] = {}
+
+
+def __getattr__(name: str) -> Console:
+    """`console` and `err_console`, made when first used: rich loads only when something is
+    printed through it (`rdmaplane device-plugin` checks its input and becomes the serving
+    process without it)."""
+    if name not in ("console", "err_console"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _consoles:
+        _consoles[name] = _console(stderr=name == "err_console")
+    return _consoles[name]
 
 
 def complete_sample(incomplete: str) -> list[str]:
     """Shell completion of `--sample NAME`."""
+    from rdmaplane.discovery import samples
+
     return [n for n in samples.names() if n.startswith(incomplete)]
 
 
@@ -74,12 +90,18 @@ def say_error(message: str) -> None:
     """`error: message` on stderr as one line, however long (never wrapped), taken literally
     whatever it holds: brackets in key paths such as `pools[0]` are not markup, and escape
     sequences or line breaks from file names and snapshot values are shown escaped."""
-    err_console.print(f"[bold red]error:[/] {escape(printable(message))}", soft_wrap=True)
+    from rich.markup import escape
+
+    __getattr__("err_console").print(
+        f"[bold red]error:[/] {escape(printable(message))}", soft_wrap=True
+    )
 
 
 def load(sysfs_root: str | None, snapshot: str | None, sample: str | None) -> NodeTopology:
     """The node from the one source given (this machine's /sys without one); exit 2 when the
-    source is unusable."""
+    source is unusable (discovery loads only for the commands that read a node)."""
+    from rdmaplane.discovery import NodeSourceError, load_node
+
     try:
         return load_node(sysfs_root=sysfs_root, snapshot_file=snapshot, sample=sample)
     except NodeSourceError as e:
@@ -179,11 +201,17 @@ VerboseOption = Annotated[
 ]
 
 
+def log_options(fmt: str | None, verbose: bool, level: str = "INFO") -> tuple[str, str]:
+    """(format, level) of the flags, as plain strings: text unless json is asked for; `-v` is
+    DEBUG."""
+    return str(fmt or "text"), "DEBUG" if verbose else level
+
+
 def start_logging(fmt: str | None, verbose: bool, level: str = "INFO") -> None:
     """The services' one log format (see `rdmaplane.logs`)."""
     from rdmaplane import logs
 
-    logs.configure(fmt or "text", "DEBUG" if verbose else level)
+    logs.configure(*log_options(fmt, verbose, level))
 
 
 def config_file(path: str | Path | None, kind: type[K], **overrides: object) -> K:

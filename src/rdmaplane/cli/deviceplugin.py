@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import typer
@@ -12,8 +11,7 @@ from rdmaplane.cli.common import (
     VerboseOption,
     config_file,
     existing_dir,
-    fail,
-    start_logging,
+    log_options,
 )
 
 
@@ -49,18 +47,14 @@ def device_plugin(
     verbose: VerboseOption = False,
 ) -> None:
     """Run the kubelet device plugin for this node's RDMA NICs until SIGTERM."""
-    # gRPC and the plugin load only when this command runs: every other command starts faster
-    from rdmaplane.config import DevicePluginConfig
-    from rdmaplane.deviceplugin import run_standalone
-    from rdmaplane.kubelet.sockets import ServeError
+    # Check everything here, then become the lean serving process (one process: see
+    # rdmaplane.deviceplugin.serve); nothing of the CLI or the config models stays loaded.
+    from rdmaplane.config.deviceplugin import DevicePluginConfig
+    from rdmaplane.deviceplugin.serve import exec_standalone
+    from rdmaplane.deviceplugin.settings import Standalone
 
     cfg = config_file(config, DevicePluginConfig)
     existing_dir("--sysfs-root", sysfs_root)
     existing_dir("--kubelet-dir", kubelet_dir)
-    start_logging(log_format, verbose)
-    try:
-        asyncio.run(
-            run_standalone(cfg, sysfs_root=sysfs_root, kubelet_dir=kubelet_dir, dev_root=dev_root)
-        )
-    except ServeError as e:
-        fail(str(e), code=1)
+    fmt, level = log_options(log_format, verbose)
+    exec_standalone(Standalone(cfg.settings(), sysfs_root, kubelet_dir, dev_root, fmt, level))

@@ -9,13 +9,19 @@ are errors (a typo must never fall back to a default silently), and every error 
 and the key, with the key it probably meant when the key is unknown.
 
 Adding a section to a kind is one `Section` class and one field on the kind; adding a kind is
-one `Kind` subclass in a module of this package, imported by `__init__`: loading, the error
-wording, `rdmaplane config defaults|validate` and the docs test pick it up.
+one `Kind` subclass in a module of this package, named in `KIND_MODULES` (and in `__init__`'s
+TYPE_CHECKING imports, for the type checker): loading, the error wording, `rdmaplane config
+defaults|validate` and the docs test pick it up.
+
+Models are built lazily (`defer_build`): pydantic builds a model's validator when it first
+validates, not when the class is created, so the models a command never uses (the shared RDMA
+plugin's format when the file is native, the kinds of other commands) cost it nothing.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import json
 import re
 import types
@@ -93,10 +99,33 @@ class Section(BaseModel):
         validate_by_alias=True,
         extra="forbid",
         frozen=True,
+        defer_build=True,
     )
 
 
-KINDS: dict[str, type[Kind]] = {}
+# The module of each kind: imported when the kind is first asked for.
+KIND_MODULES: Final = {
+    "AgentConfig": "rdmaplane.config.agent",
+    "DevicePluginConfig": "rdmaplane.config.deviceplugin",
+    "SchedulerExtenderConfig": "rdmaplane.config.extender",
+    "WebhookConfig": "rdmaplane.config.webhook",
+    "RdmaDeviceConfig": "rdmaplane.config.dra",
+}
+KINDS: dict[str, type[Kind]] = {}  # every kind defined so far, by name
+
+
+def kind_named(name: str) -> type[Kind] | None:
+    """The kind called `name`, imported if need be; None when there is none."""
+    if name not in KINDS and name in KIND_MODULES:
+        importlib.import_module(KIND_MODULES[name])
+    return KINDS.get(name)
+
+
+def all_kinds() -> dict[str, type[Kind]]:
+    """`KINDS`, with every kind of `KIND_MODULES` imported."""
+    for module in KIND_MODULES.values():
+        importlib.import_module(module)
+    return KINDS
 
 
 class Kind(Section):
@@ -169,7 +198,7 @@ def _check_version(doc: Mapping[str, object], kind: type[Kind], prefix: str) -> 
         said = "missing" if version is None else f"{version!r} is not supported"
         raise ConfigError(f"{prefix}apiVersion: {said}; use {API_VERSION}")
     if name != kind.__name__:
-        other = KINDS.get(str(name))
+        other = kind_named(str(name))
         hint = f" (a {name} is read by {other.read_by})" if other and other.read_by else ""
         said = "missing" if name is None else f"{name!r}"
         raise ConfigError(f"{prefix}kind: {said}; expected {kind.__name__}{hint}")

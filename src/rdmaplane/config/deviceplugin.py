@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from rdmaplane.config.base import API_VERSION, ConfigError, Kind, Seconds, Section, describe
+from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.gid import GidPolicy
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.selectors import Selectors
@@ -126,6 +127,15 @@ class PoolConfig(Section):
             )
         return self
 
+    def pool(self) -> Pool:
+        return Pool(
+            self.resource_name,
+            self.mode,
+            self.slots,
+            self.selectors.selectors(),
+            self.nccl.settings(),
+        )
+
 
 class CdiConfig(Section):
     """Container Device Interface: answer Allocate with CDI names and write the spec."""
@@ -170,6 +180,16 @@ class DevicePluginConfig(Kind):
             raise ValueError(f"resourceName {dup!r} is used by more than one pool")
         return pools
 
+    def settings(self) -> PluginSettings:
+        """What the plugin runs on: the same, as plain checked data."""
+        return PluginSettings(
+            pools=tuple(p.pool() for p in self.pools),
+            registration=self.registration,
+            resend_interval=self.resend_interval,
+            health_poll_interval=self.health_poll_interval,
+            cdi_spec_dir=self.cdi.spec_dir if self.cdi.enabled else None,
+        )
+
     @classmethod
     def unversioned(cls, doc: Mapping[str, object], source: str) -> dict[str, object]:
         """The shared RDMA device plugin's `configList` file, in the versioned shape."""
@@ -197,7 +217,7 @@ class _LegacyEntry(Section):
     resource_name: str
     resource_prefix: str = "rdma"
     rdma_hca_max: int = Field(ge=1)
-    selectors: _LegacySelectors = _LegacySelectors()
+    selectors: _LegacySelectors = Field(default_factory=_LegacySelectors)
     devices: list[str] = []  # the old plugin's shorthand for selectors.ifNames
 
 

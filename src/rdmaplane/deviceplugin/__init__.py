@@ -1,10 +1,26 @@
 """Kubelet device plugin for RDMA NICs (see docs/device-plugin.md).
 
-Its config is `rdmaplane.config.DevicePluginConfig`; `resources` turns a topology into devices
-and allocations, `server` speaks the kubelet's gRPC APIs for one pool, `plugin` ties the pools
-together.
+It runs on `settings.PluginSettings` (from `rdmaplane.config.DevicePluginConfig.settings()`);
+`resources` turns a topology into devices and allocations, `server` speaks the kubelet's gRPC
+APIs for one pool, `plugin` ties the pools together, `serve` is the standalone plugin's process.
+
+The package itself imports nothing: the config package imports `settings` from here, and must
+not load gRPC with it.
 """
 
-from rdmaplane.deviceplugin.plugin import RdmaDevicePlugin, run_standalone
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rdmaplane.deviceplugin.plugin import RdmaDevicePlugin, run_standalone
 
 __all__ = ["RdmaDevicePlugin", "run_standalone"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from rdmaplane.deviceplugin import plugin
+
+        return getattr(plugin, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,9 +16,9 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from rdmaplane.config import DevicePluginConfig, PoolConfig
 from rdmaplane.deviceplugin.resources import PluginDevice, ResourceManager
 from rdmaplane.deviceplugin.server import PoolServer
+from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.discovery.probe import Probe, settle
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
@@ -28,7 +28,7 @@ from rdmaplane.supervisor import Supervisor
 log = logging.getLogger("rdmaplane.deviceplugin")
 
 
-def cdi_kind(pool: PoolConfig) -> str:
+def cdi_kind(pool: Pool) -> str:
     """CDI kinds are `vendor/class`; classes allow no dots."""
     vendor, _, name = pool.resource_name.partition("/")
     return f"{vendor}/{name.replace('.', '_')}"
@@ -39,7 +39,7 @@ class RdmaDevicePlugin:
 
     def __init__(
         self,
-        config: DevicePluginConfig,
+        config: PluginSettings,
         *,
         kubelet_dir: str | Path = "/var/lib/kubelet",
         dev_root: str = "/dev",
@@ -51,7 +51,9 @@ class RdmaDevicePlugin:
         self.servers = [
             PoolServer(
                 ResourceManager(
-                    pool, dev_root=dev_root, cdi_kind=cdi_kind(pool) if config.cdi.enabled else None
+                    pool,
+                    dev_root=dev_root,
+                    cdi_kind=cdi_kind(pool) if config.cdi_spec_dir else None,
                 ),
                 kubelet_dir=kubelet_dir,
                 registration=config.registration,
@@ -88,7 +90,7 @@ class RdmaDevicePlugin:
                 ", ".join(names),
             )
             return
-        chosen = pool.selectors.model_dump(by_alias=True, exclude_defaults=True)
+        chosen = pool.selectors.to_config()
         log.warning(
             "%s: no HCA port matches %s; the pool offers no device",
             pool.resource_name,
@@ -107,8 +109,8 @@ class RdmaDevicePlugin:
             return
         server.notify()
         log_health_changes(manager.pool.resource_name, before, manager.devices)
-        if self.config.cdi.enabled:
-            self._write_cdi_spec(manager)
+        if self.config.cdi_spec_dir:
+            self._write_cdi_spec(manager, self.config.cdi_spec_dir)
 
     async def start(self, supervisor: Supervisor | None = None) -> None:
         """Serve every pool; the tasks that keep them registered run under `supervisor` (the
@@ -125,9 +127,9 @@ class RdmaDevicePlugin:
             await self._own_tasks.close()
             self._own_tasks = None
 
-    def _write_cdi_spec(self, manager: ResourceManager) -> None:
+    def _write_cdi_spec(self, manager: ResourceManager, spec_dir: str) -> None:
         kind = manager.cdi_kind or ""
-        folder = Path(self.config.cdi.spec_dir)
+        folder = Path(spec_dir)
         target = folder / (kind.replace("/", "-") + ".json")
         try:
             if not folder.is_dir():  # /var/run is tmpfs: gone after a reboot until written
@@ -213,7 +215,7 @@ async def poll_topology(
 
 
 async def run_standalone(
-    config: DevicePluginConfig,
+    config: PluginSettings,
     *,
     sysfs_root: str = "/sys",
     kubelet_dir: str = "/var/lib/kubelet",

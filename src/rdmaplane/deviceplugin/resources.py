@@ -17,8 +17,8 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rdmaplane.config import PoolConfig
 from rdmaplane.deviceplugin.alloc import Candidate, preferred_allocation
+from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.model import Hca, LinkLayer, NetnsMode, NodeTopology, Port
 from rdmaplane.nccl import PlanError, nccl_env
 from rdmaplane.netns import NETNS_EXCLUSIVE, device_blocked
@@ -58,9 +58,12 @@ class PluginDevice:
     problem: Unusable | None = None  # why it is unhealthy
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False, weakref_slot=True)
 class ContainerAllocation:
-    """What a container gets: device node paths (the node's real /dev paths), env, CDI names."""
+    """What a container gets: device node paths (the node's real /dev paths), env, CDI names.
+
+    One object per grant, kept until the next update and compared by identity: the gRPC
+    server keeps its encoded answer beside it for as long as the grant lives."""
 
     device_nodes: tuple[str, ...]
     envs: dict[str, str]
@@ -99,9 +102,7 @@ def device_id(hca: Hca) -> str:
 class ResourceManager:
     """The devices of one pool on the current topology."""
 
-    def __init__(
-        self, pool: PoolConfig, *, dev_root: str = "/dev", cdi_kind: str | None = None
-    ) -> None:
+    def __init__(self, pool: Pool, *, dev_root: str = "/dev", cdi_kind: str | None = None) -> None:
         self.pool = pool
         self.dev_root = dev_root
         self.cdi_kind = cdi_kind
@@ -111,11 +112,10 @@ class ResourceManager:
         self._members: dict[str, _Member] = {}  # by HCA name
         self._devices: dict[str, PluginDevice] = {}  # by device ID, everything ever announced
         self._granted: dict[tuple[str, ...], ContainerAllocation] = {}  # by HCA names
-        self._settings = pool.nccl.settings()
 
     @property
     def shared(self) -> bool:
-        return self.pool.mode == "shared"
+        return self.pool.shared
 
     @property
     def devices(self) -> list[PluginDevice]:
@@ -133,7 +133,7 @@ class ResourceManager:
         self._granted.clear()  # what an allocation grants is worked out again on this state
         self._nodes = self._list_device_nodes()
         members: dict[str, _Member] = {}
-        for hca, port in compute_ports(topo, self.pool.selectors.selectors()):
+        for hca, port in compute_ports(topo, self.pool.selectors):
             member = members.setdefault(hca.name, _Member(hca, fault=faults.get(hca.name)))
             member.ports.append(port)
         self.topo, self._faults = topo, faults
@@ -292,7 +292,7 @@ class ResourceManager:
     def _envs(self, members: list[_Member]) -> dict[str, str]:
         ports = [(m.hca, p) for m in members for p in m.up_ports]
         try:
-            envs = dict(nccl_env(self.topo, ports, self._settings))
+            envs = dict(nccl_env(self.topo, ports, self.pool.nccl))
         except PlanError as e:
             names = ", ".join(m.hca.name for m in members)
             raise AllocateError("plan", f"no NCCL plan for {names}: {e}") from e

@@ -27,11 +27,17 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from weakref import WeakKeyDictionary
 
 import grpc
 
 from rdmaplane.deviceplugin.alloc import AllocationRequestError
-from rdmaplane.deviceplugin.resources import AllocateError, PluginDevice, ResourceManager
+from rdmaplane.deviceplugin.resources import (
+    AllocateError,
+    ContainerAllocation,
+    PluginDevice,
+    ResourceManager,
+)
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
@@ -66,9 +72,23 @@ def to_proto(device: PluginDevice) -> dp.Device:
     )
 
 
+def to_container_response(a: ContainerAllocation) -> dp.ContainerAllocateResponse:
+    return dp.ContainerAllocateResponse(
+        envs=a.envs,
+        devices=[
+            dp.DeviceSpec(container_path=p, host_path=p, permissions="rw") for p in a.device_nodes
+        ],
+        cdi_devices=[dp.CDIDevice(name=n) for n in a.cdi_devices],
+    )
+
+
 class _DevicePlugin(dp_grpc.DevicePluginServicer):
     def __init__(self, pool: PoolServer) -> None:
         self.pool = pool
+        # each grant's answer, built once (a few dozen messages) and dropped with the grant
+        self._answers: WeakKeyDictionary[ContainerAllocation, dp.ContainerAllocateResponse] = (
+            WeakKeyDictionary()
+        )
 
     async def GetDevicePluginOptions(
         self, request: dp.Empty, context: object
@@ -110,16 +130,10 @@ class _DevicePlugin(dp_grpc.DevicePluginServicer):
             except AllocateError as e:
                 log.warning("refused Allocate(%s): %s", ",".join(r.devices_ids), e)
                 await context.abort(_STATUS[e.kind], str(e))
-            responses.append(
-                dp.ContainerAllocateResponse(
-                    envs=a.envs,
-                    devices=[
-                        dp.DeviceSpec(container_path=p, host_path=p, permissions="rw")
-                        for p in a.device_nodes
-                    ],
-                    cdi_devices=[dp.CDIDevice(name=n) for n in a.cdi_devices],
-                )
-            )
+            answer = self._answers.get(a)
+            if answer is None:
+                answer = self._answers[a] = to_container_response(a)
+            responses.append(answer)
         return dp.AllocateResponse(container_responses=responses)
 
     async def PreStartContainer(

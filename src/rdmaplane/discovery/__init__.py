@@ -6,7 +6,6 @@ import os
 import socket
 from dataclasses import replace
 
-from rdmaplane.discovery import nvml, samples, snapshot
 from rdmaplane.discovery.rdma_netlink import RdmaNetlink
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
@@ -22,6 +21,9 @@ def load_node(
     *, sysfs_root: str | None = None, snapshot_file: str | None = None, sample: str | None = None
 ) -> NodeTopology:
     """Read the node from exactly one source; the live `/sys` of this machine by default."""
+    # imported here: a long-running reader of sysfs (the device plugin) never loads them
+    from rdmaplane.discovery import nvml, samples, snapshot
+
     given = {
         flag: value
         for flag, value in (

@@ -14,7 +14,6 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from rdmaplane.documents import DocumentError, decode, parse_document, printable
 from rdmaplane.model import (
     NVIDIA_VENDOR,
     Gid,
@@ -36,6 +35,7 @@ from rdmaplane.model import (
     parse_rate_gbps,
 )
 from rdmaplane.selectors import natural_key
+from rdmaplane.untrusted import DocumentError, printable
 
 SIDECAR = ".rdmaplane/node.json"  # facts sysfs lacks (hostname, GPU UUIDs), kept beside the tree
 SIDECAR_MAX_BYTES = 8 << 20  # an 8-GPU node's is a few KiB; EINVAL lists of big nodes far less
@@ -277,6 +277,8 @@ def read_node(
 def _read_sidecar(fs: _Sysfs) -> dict[str, object]:
     """The sidecar as a mapping (empty when there is none); a broken one is a warning, since
     the tree beside it may still be good."""
+    from rdmaplane.documents import decode, parse_document  # YAML: only snapshots have one
+
     try:
         raw = fs.read(SIDECAR, limit=SIDECAR_MAX_BYTES + 1)
     except OSError as e:
