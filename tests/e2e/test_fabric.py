@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import subprocess
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -165,6 +166,12 @@ async def test_an_indexed_job_lands_under_the_one_leaf_that_holds_it(
                 await kube.delete(NodeResourceTopology, name)
 
 
+def _extender_lines(scheduler: Process) -> list[str]:
+    """What kube-scheduler logged about the extender (a timeout, an error), for a failure."""
+    text = scheduler.log_path.read_text(errors="replace")
+    return [line for line in text.splitlines() if "xtender" in line][-10:]
+
+
 async def _place_the_job(
     kube: AsyncClient,
     namespace: str,
@@ -236,8 +243,14 @@ async def _place_the_job(
     # The job's size is what the extender has seen of it: start scheduling once it has seen all
     # eight, as it would by the time a Job controller's burst of creations reaches its watch.
     await _job_seen_whole(extender, created.to_dict(), 8)
-    start_scheduler(_scheduler_config(extender))
+    # The deployed 2 s httpTimeout with `ignorable` lets kube-scheduler place a pod by its own
+    # scores when a call is slow (the job's first, cold call on a loaded machine): that path is
+    # tested elsewhere; here every pod must get the extender's answer.
+    config = _scheduler_config(extender)
+    config["extenders"][0]["httpTimeout"] = "30s"
+    scheduler = start_scheduler(config)
     placed = await _bound(kube, namespace, names)
     leaves = {leaf[n] for n in placed.values()}
-    assert leaves == {f"leaf-{run}-1"}, placed
+    threads = sorted(t.name for t in threading.enumerate())  # the extender runs in one of them
+    assert leaves == {f"leaf-{run}-1"}, (placed, _extender_lines(scheduler), threads)
     assert len(set(placed.values())) == 4  # two 4-GPU pods on each of its nodes
