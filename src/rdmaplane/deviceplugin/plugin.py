@@ -10,12 +10,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import signal
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from rdmaplane.atomicfile import write_atomically
 from rdmaplane.deviceplugin.resources import PluginDevice, ResourceManager
 from rdmaplane.deviceplugin.server import PoolServer
 from rdmaplane.deviceplugin.settings import PluginSettings, Pool
@@ -135,10 +134,7 @@ class RdmaDevicePlugin:
             if not folder.is_dir():  # /var/run is tmpfs: gone after a reboot until written
                 folder.mkdir(parents=True)
                 log.info("created the CDI spec folder %s", folder)
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=".rdmaplane-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(manager.cdi_spec(), f, indent=1)
-            os.replace(tmp, target)
+            write_atomically(target, json.dumps(manager.cdi_spec(), indent=1).encode())
         except OSError as e:
             log.error("cannot write CDI spec %s: %s", target, e)
 

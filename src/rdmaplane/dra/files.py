@@ -1,56 +1,35 @@
 """The driver's files: CDI specs and the checkpoint, each replaced atomically.
 
 A reader (the container runtime's CDI cache, the driver after a crash) sees the old file or the
-new one, never a torn one: the data goes to a temporary file in the same folder, is flushed to
-disk, and renamed over the target; the folder is flushed too, so the rename survives a power
-loss. Temporary files left by a crash start with `.rdmaplane-` and are removed at start.
+new one, never a torn one (`rdmaplane.atomicfile`). Temporary files left by a crash start with
+`.rdmaplane-` and are removed at start.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from rdmaplane import atomicfile
+from rdmaplane.atomicfile import TEMP_PREFIX
+
 log = logging.getLogger("rdmaplane.dra")
-TEMP_PREFIX = ".rdmaplane-"
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` (see the module docstring); creates the folder if missing."""
+    """Replace `path` with `data` (see `rdmaplane.atomicfile`); creates the folder if missing."""
     folder = path.parent
     if not folder.is_dir():
         folder.mkdir(parents=True)
         log.info("created %s", folder)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(folder)
+    atomicfile.write_atomically(path, data)
 
 
 def write_json(path: Path, obj: Mapping[str, Any]) -> None:
     write_atomically(path, json.dumps(obj, indent=1, sort_keys=True).encode())
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def remove(path: Path) -> bool:

@@ -19,7 +19,6 @@ import base64
 import datetime as dt
 import hashlib
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +28,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.core_v1 import Secret
 
+from rdmaplane.atomicfile import write_atomically
 from rdmaplane.config.webhook import TlsConfig
 from rdmaplane.webhook import certs
 
@@ -159,11 +159,7 @@ class SecretCerts:
         paths = []
         for name, content in (("tls.crt", bundle.tls_crt), ("tls.key", bundle.tls_key)):
             path = directory / name
-            temp = directory / f".{name}.tmp"
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(content)
-            temp.replace(path)
+            write_atomically(path, content)  # 0600, as the key must be
             paths.append(path)
         return Served(paths[0], paths[1], _fingerprint(bundle.tls_crt, bundle.tls_key))
 
