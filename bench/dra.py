@@ -29,7 +29,6 @@ import argparse
 import asyncio
 import contextlib
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +46,7 @@ from lightkube.resources.core_v1 import Node  # noqa: E402
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice  # noqa: E402
 
 from rdmaplane.discovery import samples  # noqa: E402
-from tests.e2e.controlplane import KubeCluster, control_plane  # noqa: E402
+from tests.e2e.controlplane import KubeCluster, build_dir, control_plane  # noqa: E402
 from tests.e2e.dra import driver_command, install_driver_rbac  # noqa: E402
 from tests.integration.dra_kubelet import Claim, DraKubelet  # noqa: E402
 from tests.integration.kubelet_standin import device_nodes  # noqa: E402
@@ -72,11 +71,7 @@ def line(what: str, seconds: list[float]) -> str:
 
 @contextlib.contextmanager
 def cluster() -> Iterator[KubeCluster]:
-    bin_dir = Path(
-        subprocess.run(
-            [str(REPO / "scripts/build-k8s.sh"), "--bin-dir"], capture_output=True, text=True
-        ).stdout.strip()
-    )
+    bin_dir = build_dir("--bin-dir")
     if not (bin_dir / "kube-apiserver").is_file():
         sys.exit(f"no kube-apiserver in {bin_dir}: run `make k8s-bins` first")
     with control_plane(bin_dir) as c:

@@ -26,7 +26,6 @@ import copy
 import re
 import ssl
 import statistics
-import subprocess
 import sys
 import time
 import uuid
@@ -41,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from lightkube import codecs  # noqa: E402
 from lightkube.resources.core_v1 import Namespace  # noqa: E402
 
-from tests.e2e.controlplane import control_plane  # noqa: E402
+from tests.e2e.controlplane import build_dir, control_plane  # noqa: E402
 from tests.webhook_pods import admission_review, gpu_pod  # noqa: E402
 from tests.webhook_server import free_port, start_webhook  # noqa: E402
 
@@ -90,11 +89,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pods", type=int, default=400, help="pods per series")
     args = parser.parse_args()
-    bin_dir = Path(
-        subprocess.run(
-            [str(REPO / "scripts/build-k8s.sh"), "--bin-dir"], capture_output=True, text=True
-        ).stdout.strip()
-    )
+    bin_dir = build_dir("--bin-dir")
     if not (bin_dir / "kube-apiserver").is_file():
         sys.exit(f"no kube-apiserver in {bin_dir}: run `make k8s-bins` first")
     with control_plane(bin_dir) as cluster:
