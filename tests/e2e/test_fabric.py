@@ -243,12 +243,7 @@ async def _place_the_job(
     # The job's size is what the extender has seen of it: start scheduling once it has seen all
     # eight, as it would by the time a Job controller's burst of creations reaches its watch.
     await _job_seen_whole(extender, created.to_dict(), 8)
-    # The deployed 2 s httpTimeout with `ignorable` lets kube-scheduler place a pod by its own
-    # scores when a call is slow (the job's first, cold call on a loaded machine): that path is
-    # tested elsewhere; here every pod must get the extender's answer.
-    config = _scheduler_config(extender)
-    config["extenders"][0]["httpTimeout"] = "30s"
-    scheduler = start_scheduler(config)
+    scheduler = start_scheduler(_scheduler_config(extender))
     placed = await _bound(kube, namespace, names)
     leaves = {leaf[n] for n in placed.values()}
     threads = sorted(t.name for t in threading.enumerate())  # the extender runs in one of them

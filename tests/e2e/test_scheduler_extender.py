@@ -56,8 +56,14 @@ def extender(kube_cluster: KubeCluster, nrt_crd: type[NodeResourceTopology]) -> 
 
 
 def _scheduler_config(url: str) -> dict[str, Any]:
+    """deploy/'s KubeSchedulerConfiguration pointed at `url`, with 30 s for each call instead of
+    the deployed 2 s: the extenders under test run in a thread of the long pytest process, where
+    a slow call (a GC pass holding the GIL) would let kube-scheduler place the pod by its own
+    scores (`ignorable`) and the test judge kube-scheduler instead. An extender that does not
+    answer at all is still passed over at once (connection refused)."""
     config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
     config["extenders"][0]["urlPrefix"] = url
+    config["extenders"][0]["httpTimeout"] = "30s"
     return dict(config)
 
 
