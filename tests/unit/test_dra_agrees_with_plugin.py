@@ -7,7 +7,7 @@ as every DRA device is (one claim's)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -22,8 +22,10 @@ from rdmaplane.discovery.samples import names, read_sample
 from rdmaplane.dra.driver import DraDriver
 from rdmaplane.dra.slices import UNUSABLE_EFFECT, slice_objects, taint_object
 from rdmaplane.faults import TAINT_KEY
-from rdmaplane.model import NodeTopology, PhysState, PortState
+from rdmaplane.model import NodeTopology
 from rdmaplane.selectors import compute_ports
+from tests.unit.test_deviceplugin_resources import device_nodes
+from tests.unit.test_dra_devices import with_ports_down
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 SAMPLES = {name: read_sample(name) for name in names()}
@@ -45,44 +47,22 @@ CONFIGS = {
 }
 
 
-def with_ports_down(topo: NodeTopology, hcas: Iterable[str]) -> NodeTopology:
-    down = set(hcas)
-    return replace(
-        topo,
-        hcas=tuple(
-            replace(
-                h,
-                ports=tuple(
-                    replace(p, state=PortState.DOWN, phys_state=PhysState.DISABLED) for p in h.ports
-                ),
-            )
-            if h.name in down
-            else h
-            for h in topo.hcas
-        ),
-    )
+def storage_and_first_compute(topo: NodeTopology) -> tuple[str, ...]:
+    """The HCAs of the node's slower ports (storage: never the compute class) and its first
+    compute HCA: the ports to set down."""
+    fast = sorted({h.name for h, _ in compute_ports(topo)})
+    return (*(h.name for h in topo.hcas if h.name not in fast), *fast[:1])
 
 
 def variants(topo: NodeTopology) -> dict[str, tuple[NodeTopology, set[str]]]:
-    """The node as it is; with its slower ports (storage: never compute) and its first compute
-    HCA down; with the first HCA's verbs device node missing. (topology, missing nodes)."""
-    fast = {h.name for h, _ in compute_ports(topo)}
-    slow = [h.name for h in topo.hcas if h.name not in fast]
+    """The node as it is; with `storage_and_first_compute` down; with the first HCA's verbs
+    device node missing. (topology, missing device nodes)."""
     first = topo.hcas[0]
     return {
         "as is": (topo, set()),
-        "ports down": (with_ports_down(topo, [*slow, *sorted(fast)[:1]]), set()),
+        "ports down": (with_ports_down(topo, *storage_and_first_compute(topo)), set()),
         "no device node": (topo, {first.uverbs} if first.uverbs else set()),
     }
-
-
-def dev_folder(topo: NodeTopology, root: Path, missing: set[str]) -> Path:
-    (root / "infiniband").mkdir(parents=True)
-    for hca in topo.hcas:
-        for name in (hca.uverbs, *(n for p in hca.ports for n in (p.umad, p.issm))):
-            if name and name not in missing:
-                (root / "infiniband" / name).touch()
-    return root
 
 
 def plugin_verdicts(
@@ -133,7 +113,9 @@ def test_slice_and_device_plugin_agree_on_every_device(
 ) -> None:
     pools = CONFIGS[config].pools
     for variant, (topo, missing) in variants(SAMPLES[sample]).items():
-        root = dev_folder(topo, tmp_path / variant.replace(" ", "-"), missing)
+        root = device_nodes(topo, tmp_path / variant.replace(" ", "-"))
+        for name in missing:
+            (root / "infiniband" / name).unlink()
         agent = AgentConfig(
             node_name="node-a",
             device_plugin_enabled=False,

@@ -96,7 +96,7 @@ def test_a_port_that_goes_down_stays_offered_and_a_vanished_hca_leaves() -> None
     topo = SAMPLES["hgx-h100-roce"]
     default = Pool("rdmaplane.io/hca")  # no selectors: the fastest ports that are up
     before = offer(topo, [default])
-    down = _with_port_down(topo, "mlx5_3")
+    down = with_ports_down(topo, "mlx5_3")
     assert ("mlx5_3", 1) not in {(h.name, p.number) for h, p in compute_ports(down, None)}
 
     after = offer(down, [default], before=before)
@@ -155,7 +155,7 @@ def reasons(
 def test_storage_ports_that_are_down_cannot_be_handed_out_from_the_start() -> None:
     # The issue's node: the dual-port storage NIC (200G RoCE, a slower class than the 400G
     # InfiniBand compute NICs, never judged by the fault classes) has both ports down.
-    topo = _with_port_down(_with_port_down(SAMPLES["hgx-h200-ib"], "mlx5_1"), "mlx5_2")
+    topo = with_ports_down(SAMPLES["hgx-h200-ib"], "mlx5_1", "mlx5_2")
     assert reasons(topo, [ALL]) == {"mlx5_1": PORT_DOWN, "mlx5_2": PORT_DOWN}
 
 
@@ -165,9 +165,7 @@ def test_a_port_set_down_is_unusable_and_the_others_keep_their_verdict(data: st.
     sample = data.draw(st.sampled_from(sorted(SAMPLES)))
     topo = SAMPLES[sample]
     down = data.draw(st.sets(st.sampled_from([h.name for h in topo.hcas])))
-    changed = topo
-    for name in down:
-        changed = _with_port_down(changed, name)
+    changed = with_ports_down(topo, *down)
     default = Pool("rdmaplane.io/hca")  # no selectors: a port that goes down stays by `before`
     for pools in ([ALL], [default]):
         before = offer(topo, pools)
@@ -200,10 +198,11 @@ def test_each_device_is_judged_with_its_own_pools_gid_policy() -> None:
     )
 
 
-def _with_port_down(topo: NodeTopology, name: str) -> NodeTopology:
+def with_ports_down(topo: NodeTopology, *names: str) -> NodeTopology:
+    """The node with every port of the HCAs `names` DOWN/Disabled."""
     hcas = []
     for h in topo.hcas:
-        if h.name == name:
+        if h.name in names:
             ports = tuple(
                 dataclasses.replace(p, state=PortState.DOWN, phys_state=PhysState.DISABLED)
                 for p in h.ports
