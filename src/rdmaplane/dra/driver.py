@@ -84,7 +84,6 @@ class DraDriver:
         )
         self.topo = NodeTopology()
         self.devices: dict[str, DraDevice] = {}
-        self.unusable: dict[str, Unusable] = {}  # the devices that cannot be handed out, why
         self.taints: dict[str, tuple[Taint, ...]] = {}
         self._faults: dict[PortKey, Fault] = {}
         self._nodes: frozenset[str] = frozenset()  # what <dev_root>/infiniband holds
@@ -123,7 +122,7 @@ class DraDriver:
         if devices == self.devices and taints == self.taints:
             return
         self._log_changes(devices, taints, found)
-        self.devices, self.taints, self.unusable = devices, taints, found
+        self.devices, self.taints = devices, taints
         if self.publisher is not None:
             self.publisher.set_devices(list(devices.values()), taints)
 
