@@ -1,11 +1,13 @@
 """What the DRA end-to-end tests share: a sample node whose HCA ports the driver's own code
-publishes, GPU slices as NVIDIA's GPU DRA driver publishes them for the same sample, the
-DeviceClasses, and claims made from deploy/dra/'s templates."""
+publishes (with a device node for every HCA), GPU slices as NVIDIA's GPU DRA driver publishes
+them for the same sample, the DeviceClasses, and claims made from deploy/dra/'s templates."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -30,6 +32,8 @@ from rdmaplane.dra.driver import DraDriver
 from rdmaplane.faults import Fault
 from rdmaplane.model import NodeTopology
 from tests.e2e.controlplane import KubeCluster, add_ready_node
+from tests.unit.test_deviceplugin_resources import device_nodes
+from tests.unit.test_dra_devices import with_ports_down
 
 REPO = Path(__file__).resolve().parents[2]
 DRA_DEPLOY = REPO / "deploy" / "dra"
@@ -102,16 +106,18 @@ async def ensure_device_classes(kube: AsyncClient) -> None:
 
 @dataclass
 class DraNode:
-    """A Node of the sample, its GPU slice, and the DRA driver publishing its HCA ports."""
+    """A Node of the sample, its GPU slice, and the DRA driver publishing its HCA ports; `topo`
+    is what the driver is fed next (the sample, or it with ports down)."""
 
     name: str
     group: str
     topo: NodeTopology
     driver: DraDriver
+    dev_root: Path
     faults: dict[tuple[str, int], Fault] = field(default_factory=dict)
 
     async def publish(self) -> None:
-        """Feed the driver the sample and the current faults; wait until the server has it."""
+        """Feed the driver the topology and the current faults; wait until the server has it."""
         self.driver.update(self.topo, self.faults)
         assert self.driver.publisher is not None
         await self.driver.publisher.publish_once()
@@ -120,26 +126,42 @@ class DraNode:
         return next(n for n, d in self.driver.devices.items() if d.hca == hca)
 
 
-def agent_config(node: str, **dra: object) -> AgentConfig:
+async def slice_devices(kube: AsyncClient, node: str) -> dict[str, dict[str, Any]]:
+    """The driver's devices on `node` as the API server holds them, by name."""
+    out = {}
+    async for s in kube.list(ResourceSlice, fields={"spec.nodeName": node, "spec.driver": DRIVER}):
+        for d in s.to_dict()["spec"].get("devices", []):
+            out[d["name"]] = d
+    return out
+
+
+def agent_config(node: str, dev_root: Path | None = None, **dra: object) -> AgentConfig:
     return AgentConfig(
         node_name=node,
         device_plugin_enabled=False,
         dra={"enabled": True, **dra},
         publish=PublishConfig(),
+        **({"dev_root": dev_root} if dev_root is not None else {}),
     )
 
 
 @asynccontextmanager
 async def dra_node(
-    kube: AsyncClient, sample: str, pools: DevicePluginConfig | None = None
+    kube: AsyncClient,
+    sample: str,
+    pools: DevicePluginConfig | None = None,
+    down: tuple[str, ...] = (),
 ) -> AsyncIterator[DraNode]:
+    """The sample as a node, its HCAs' device nodes in a folder of their own, the ports of the
+    HCAs `down` DOWN/Disabled from the first slice on."""
     group = uuid.uuid4().hex[:8]
     name = f"dra-{sample}-{group}"
     await add_ready_node(kube, name, {GROUP_LABEL: group}, {})
-    topo = read_sample(sample)
+    topo = with_ports_down(read_sample(sample), *down)
     await kube.create(cast(ResourceSlice, ResourceSlice.from_dict(gpu_slice(name, topo))))
-    driver = DraDriver(agent_config(name), (pools or DevicePluginConfig()).pools, kube)
-    node = DraNode(name, group, topo, driver)
+    dev_root = device_nodes(topo, Path(tempfile.mkdtemp(prefix="rdr-dev-")) / "dev")
+    driver = DraDriver(agent_config(name, dev_root), (pools or DevicePluginConfig()).pools, kube)
+    node = DraNode(name, group, topo, driver, dev_root)
     await node.publish()
     try:
         yield node
@@ -148,6 +170,7 @@ async def dra_node(
             assert s.metadata is not None and s.metadata.name
             await kube.delete(ResourceSlice, s.metadata.name)
         await kube.delete(Node, name)
+        shutil.rmtree(dev_root.parent, ignore_errors=True)
 
 
 def _pod(namespace: str, group: str, claim: Mapping[str, str]) -> tuple[str, Pod]:

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from rdmaplane.dra.claims import spec_name
+from rdmaplane.faults import TAINT_KEY
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node
 from tests.e2e.dra import (
     DRA_DEPLOY,
@@ -39,6 +40,7 @@ from tests.e2e.dra import (
     gpu_slice,
     install_driver_rbac,
     nics,
+    slice_devices,
     templates,
     until,
 )
@@ -146,19 +148,8 @@ async def registered(node: DraHost) -> DraKubelet:
     return kubelet
 
 
-async def slice_devices(kube: AsyncClient, node: DraHost) -> dict[str, dict[str, Any]]:
-    """The driver's devices as the API server holds them, by name."""
-    out = {}
-    async for s in kube.list(
-        ResourceSlice, fields={"spec.nodeName": node.name, "spec.driver": DRIVER}
-    ):
-        for d in s.to_dict()["spec"].get("devices", []):
-            out[d["name"]] = d
-    return out
-
-
 async def published(kube: AsyncClient, node: DraHost) -> dict[str, dict[str, Any]]:
-    return await until(lambda: slice_devices(kube, node), "the driver's slice")
+    return await until(lambda: slice_devices(kube, node.name), "the driver's slice")
 
 
 async def allocated_claim(
@@ -304,40 +295,65 @@ async def test_a_port_down_taints_its_device_until_it_comes_back(
     node: DraHost,
     start_driver: Callable[[], DriverProcess],
 ) -> None:
-    start_driver()
-    devices = await published(kube, node)
-    by_hca = {d["attributes"]["rdmaDevice"]["string"]: n for n, d in devices.items()}
-
     def set_port(hca: str, up: bool) -> None:
         port = node.tree / "class/infiniband" / hca / "ports/1"
         (port / "state").write_text("4: ACTIVE\n" if up else "1: DOWN\n")
         (port / "phys_state").write_text("5: LinkUp\n" if up else "3: Disabled\n")
 
-    async def taints(hca: str) -> list[dict[str, Any]]:
-        return list((await slice_devices(kube, node))[by_hca[hca]].get("taints", []))
+    # The bonded storage port (200G, not the 400G compute class the fault classes judge) is
+    # down before the driver starts: its first slice says so.
+    set_port("mlx5_bond_0", up=False)
+    driver = start_driver()
+    devices = await published(kube, node)
+    by_hca = {d["attributes"]["rdmaDevice"]["string"]: n for n, d in devices.items()}
 
-    set_port("mlx5_4", up=False)
-    (first,) = await until(lambda: taints("mlx5_4"), "mlx5_4 tainted")
-    assert (first["key"], first["value"], first["effect"]) == (
-        "rdmaplane.io/rdma-unhealthy",
-        "fatal",
-        "NoExecute",
+    async def taints(hca: str) -> list[dict[str, Any]]:
+        return list((await slice_devices(kube, node.name))[by_hca[hca]].get("taints", []))
+
+    def said(found: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+        return {(t["key"], t["value"], t["effect"]) for t in found}
+
+    assert {n: said(d.get("taints", [])) for n, d in devices.items()} == {
+        n: {(TAINT_KEY, "PortDown", "NoSchedule")} if n == by_hca["mlx5_bond_0"] else set()
+        for n in devices
+    }
+    assert any(
+        "tainted rdmaplane.io/rdma-unhealthy=PortDown:NoSchedule (mlx5_bond_0: no port ACTIVE"
+        in str(line.get("msg"))
+        for line in driver.lines()
     )
+
+    # A compute port going down: PortDown at once, and the fatal fault (no hysteresis here).
+    set_port("mlx5_4", up=False)
+    first = await until(lambda: _with(taints("mlx5_4"), 2), "mlx5_4 tainted PortDown and fatal")
+    assert said(first) == {
+        (TAINT_KEY, "fatal", "NoExecute"),
+        (TAINT_KEY, "PortDown", "NoSchedule"),
+    }
     set_port("mlx5_5", up=False)  # another change: the pool is published again
     await until(lambda: taints("mlx5_5"), "mlx5_5 tainted")
-    assert await taints("mlx5_4") == [first]  # the same timeAdded: tolerations keep counting
-    set_port("mlx5_4", up=True)
-    set_port("mlx5_5", up=True)
+    assert await taints("mlx5_4") == first  # the same timeAdded: tolerations keep counting
+    figures = await metrics(driver)
+    assert figures['rdmaplane_dra_tainted_devices{effect="NoSchedule"}'] == 3
+    assert figures['rdmaplane_dra_tainted_devices{effect="NoExecute"}'] == 2
+    for hca in ("mlx5_4", "mlx5_5", "mlx5_bond_0"):
+        set_port(hca, up=True)
 
     async def clear() -> bool:
-        return not await taints("mlx5_4") and not await taints("mlx5_5")
+        return not any([await taints(h) for h in ("mlx5_4", "mlx5_5", "mlx5_bond_0")])
 
     await until(clear, "taints removed")
-    assert set(await slice_devices(kube, node)) == set(devices)  # nothing left the pool
+    assert set(await slice_devices(kube, node.name)) == set(devices)  # nothing left the pool
+
+
+async def _with(found: Awaitable[list[Any]], count: int) -> list[Any]:
+    """`found` once it holds `count` items, else nothing (for `until`)."""
+    items = await found
+    return items if len(items) == count else []
 
 
 async def _without(kube: AsyncClient, node: DraHost, device: str) -> bool:
-    devices = await slice_devices(kube, node)
+    devices = await slice_devices(kube, node.name)
     return bool(devices) and device not in devices
 
 

@@ -2,7 +2,9 @@
 for a sample node (published by the driver's own code) and GPU slices of the same sample as
 NVIDIA's GPU DRA driver publishes them; pods naming deploy/dra/'s ResourceClaimTemplates, their
 claims made by kube-controller-manager's resourceclaim controller, and the device taint
-eviction controller acting on the driver's NoExecute taints."""
+eviction controller acting on the driver's NoExecute taints. A port that is down is never
+allocated, whether down from the start or later, compute or storage; and every sample's slice,
+as the API server holds it, agrees with the device plugin on every device."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
+from lightkube.resources.resource_v1 import ResourceSlice
 
-from rdmaplane.faults import Fault, FaultClass
+from rdmaplane.config import DevicePluginConfig
+from rdmaplane.faults import TAINT_KEY, Fault, FaultClass
 from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manager
 from tests.e2e.dra import (
     DRIVER,
@@ -24,12 +28,22 @@ from tests.e2e.dra import (
     dra_node,
     ensure_device_classes,
     failed_scheduling_note,
+    nics,
+    slice_devices,
     template_pod,
     until,
 )
+from tests.unit.test_dra_agrees_with_plugin import (
+    SAMPLES,
+    plugin_verdicts,
+    slice_verdicts,
+    storage_and_first_compute,
+)
+from tests.unit.test_dra_devices import with_ports_down
 
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
 CANNOT = "cannot allocate all claims"
+PORT_DOWN = (TAINT_KEY, "PortDown", "NoSchedule")
 
 
 @pytest.fixture(scope="module")
@@ -67,9 +81,36 @@ def by_request(results: list[Mapping[str, Any]]) -> dict[str, tuple[str, str]]:
     return {r["request"]: (r["driver"], r["device"]) for r in results}
 
 
+def nics_of(results: list[Mapping[str, Any]]) -> set[str]:
+    return {r["device"] for r in results if r["driver"] == DRIVER}
+
+
+def taints_said(device: Mapping[str, Any]) -> set[tuple[str, str, str]]:
+    return {(t["key"], t["value"], t["effect"]) for t in device.get("taints", [])}
+
+
+def only(*hcas: str) -> dict[str, Any]:
+    """A claim for the NIC ports of `hcas` (a CEL selector on the driver's attribute)."""
+    rule = f"device.attributes['{DRIVER}'].rdmaDevice in {list(hcas)!r}"
+    request = {
+        "deviceClassName": DRIVER,
+        "selectors": [{"cel": {"expression": rule}}],
+        "allocationMode": "ExactCount",
+        "count": len(hcas),
+    }
+    return {"devices": {"requests": [{"name": "nics", "exactly": request}]}}
+
+
 async def pending(kube: AsyncClient, namespace: str, pod: str) -> bool:
     stored = await kube.get(Pod, pod, namespace=namespace)
     return stored.spec is not None and stored.spec.nodeName is None
+
+
+async def stays_pending(kube: AsyncClient, namespace: str, pod: str) -> None:
+    """The scheduler said it cannot allocate the pod's claim, and the pod is not bound."""
+    note = await failed_scheduling_note(kube, namespace, pod, CANNOT)
+    assert "1 cannot allocate all claims" in note, note
+    assert await pending(kube, namespace, pod)
 
 
 async def test_four_gpus_get_the_nic_on_their_pcie_root(
@@ -165,7 +206,84 @@ async def test_a_fatal_fault_evicts_the_pods_that_do_not_tolerate_it(
         assert await evicted(tolerant) is None  # its claim tolerates the taint
 
 
-# A claim for one NIC port that rides out the driver's taints.
+async def test_ports_down_from_the_start_go_to_no_nic_claim_and_no_pair(
+    kube: AsyncClient, namespace: str, scheduler: Process
+) -> None:
+    # The issue's node: the dual-port storage NIC (200G RoCE beside 400G InfiniBand compute
+    # NICs, on NUMA node 0 with four GPUs) has both ports down when the driver starts.
+    storage = ("mlx5_1", "mlx5_2")
+    async with dra_node(kube, "hgx-h200-ib", down=storage) as node:
+        stored = await slice_devices(kube, node.name)
+        down = {node.device_of(h) for h in storage}
+        assert {n: taints_said(d) for n, d in stored.items()} == {
+            n: {PORT_DOWN} if n in down else set() for n in stored
+        }
+
+        # NUMA node 1's NICs and node 0's first compute NIC taken: four NUMA pairs would need
+        # a storage port (node 0 has three compute NICs left).
+        taken = ("mlx5_0", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9", "mlx5_10", "mlx5_11")
+        _, taker = await claim_pod(kube, namespace, node, only(*taken))
+        assert nics_of(await allocation(kube, namespace, taker)) == {
+            node.device_of(h) for h in taken
+        }
+        pairs, _ = await template_pod(kube, namespace, node, "gpu-nic-numa-x4")
+        await stays_pending(kube, namespace, pairs)
+
+        # The ports left that are up in one NIC-only claim; then nothing for another claim,
+        # not even one that tolerates the fault classes' NoExecute taints.
+        healthy = len(stored) - len(down) - len(taken)
+        _, rest = await claim_pod(kube, namespace, node, nics(healthy))
+        got = nics_of(await allocation(kube, namespace, rest))
+        assert len(got) == healthy and not got & down
+        last, _ = await claim_pod(kube, namespace, node, TOLERANT)
+        await stays_pending(kube, namespace, last)
+
+
+async def test_a_port_that_goes_down_later_is_allocated_to_no_claim_until_it_is_up(
+    kube: AsyncClient, namespace: str, scheduler: Process
+) -> None:
+    async with dra_node(kube, "hgx-h100-roce") as node:
+        sample = node.topo
+        # A compute port goes down; no fault is raised yet (the fault classes wait
+        # `fatalAfter`), but the port cannot be handed out now.
+        node.topo = with_ports_down(sample, "mlx5_0")
+        await node.publish()
+        compute = node.device_of("mlx5_0")
+        assert taints_said((await slice_devices(kube, node.name))[compute]) == {PORT_DOWN}
+
+        # Eight pairs need every NIC beside a GPU; GPU0's root holds only mlx5_0.
+        pairs, pairs_claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x8")
+        await stays_pending(kube, namespace, pairs)
+        node.topo = sample
+        await node.publish()
+        assert compute in nics_of(await allocation(kube, namespace, pairs_claim))
+
+        # Left: the bonded storage port, a class the fault classes never judge. It goes down.
+        storage = node.device_of("mlx5_bond_0")
+        node.topo = with_ports_down(sample, "mlx5_bond_0")
+        await node.publish()
+        nic, nic_claim = await claim_pod(kube, namespace, node, TOLERANT)
+        await stays_pending(kube, namespace, nic)
+        node.topo = sample
+        await node.publish()
+        assert nics_of(await allocation(kube, namespace, nic_claim)) == {storage}
+
+
+@pytest.mark.parametrize("sample", sorted(SAMPLES))
+async def test_every_samples_slice_agrees_with_the_device_plugin(
+    kube: AsyncClient, sample: str
+) -> None:
+    config = DevicePluginConfig()
+    for down in ((), storage_and_first_compute(SAMPLES[sample])):
+        async with dra_node(kube, sample, config, down=down) as node:
+            ours = {"spec.nodeName": node.name, "spec.driver": DRIVER}
+            stored = [s.to_dict() async for s in kube.list(ResourceSlice, fields=ours)]
+            dra = slice_verdicts(stored)
+            plugin = plugin_verdicts(node.topo, config.settings().pools, node.dev_root)
+            assert dra == plugin, f"{sample}, down: {', '.join(down) or 'none'}"
+
+
+# A claim for one NIC port that rides out the driver's fault taints.
 TOLERANT = {
     "devices": {
         "requests": [

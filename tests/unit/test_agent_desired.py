@@ -19,10 +19,11 @@ from rdmaplane.agent.desired import (
     rdma_ready,
     topology_annotation,
 )
-from rdmaplane.agent.health import ERRORS_RISING, PORT_DOWN, HcaHealth, Problem
+from rdmaplane.agent.health import ERRORS_RISING, HcaHealth, Problem
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
 from rdmaplane.model import NetnsMode, NodeTopology
 from rdmaplane.netns import shared_pools_blocked
+from rdmaplane.usability import PORT_DOWN
 
 GPU = "nvidia.com/gpu"
 HCA = "rdmaplane.io/hca"

@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 
 from rdmaplane.agent.health import (
     ERRORS_RISING,
-    PORT_DOWN,
     HealthState,
     Rules,
     step,
 )
 from rdmaplane.model import PhysState, PortObservation, PortState
+from rdmaplane.usability import PORT_DOWN
 
 RULES = Rules(window_s=60.0, thresholds={"symbol_error": 10, "link_downed": 0})
 UP = (PortState.ACTIVE, PhysState.LINK_UP)

@@ -8,19 +8,17 @@ from pathlib import Path
 import pytest
 
 from rdmaplane.config import DevicePluginConfig
-from rdmaplane.deviceplugin.resources import (
+from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
+from rdmaplane.model import Hca, NetnsMode, NodeTopology, PhysState, PortState
+from rdmaplane.netns import NETNS_EXCLUSIVE
+from rdmaplane.usability import (
     DEVICE_GONE,
     NO_NCCL_PLAN,
     NO_VERBS_DEVICE,
     PORT_DOWN,
     REPORTED_FAULT,
-    AllocateError,
-    ResourceManager,
     Unusable,
-    device_id,
 )
-from rdmaplane.model import Hca, NetnsMode, NodeTopology, PhysState, PortState
-from rdmaplane.netns import NETNS_EXCLUSIVE
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """What the DRA driver offers: one device per HCA port of the pools, named and described so the
-scheduler can pair it (pcieRoot, numaNode as the standard attribute helpers write them)."""
+scheduler can pair it (pcieRoot, numaNode as the standard attribute helpers write them), and
+which of them cannot be handed out."""
 
 from __future__ import annotations
 
@@ -16,14 +17,18 @@ from rdmaplane.dra.devices import (
     NUMA_NODE,
     PCI_BUS_ID,
     PCIE_ROOT,
+    DraDevice,
     Pool,
     device_name,
     offer,
+    unusable,
 )
-from rdmaplane.gid import select_gid
+from rdmaplane.gid import GidPolicy, select_gid
 from rdmaplane.model import Hca, LinkLayer, NodeTopology, PhysState, Port, PortState
+from rdmaplane.nccl import NcclSettings
 from rdmaplane.nrt import Uplink
 from rdmaplane.selectors import Selectors, compute_ports
+from rdmaplane.usability import NO_NCCL_PLAN, NO_VERBS_DEVICE, PORT_DOWN
 
 SAMPLES = {name: read_sample(name) for name in names()}
 ALL = Pool("rdmaplane.io/hca", Selectors())  # the device plugin's default pool: every HCA
@@ -91,7 +96,7 @@ def test_a_port_that_goes_down_stays_offered_and_a_vanished_hca_leaves() -> None
     topo = SAMPLES["hgx-h100-roce"]
     default = Pool("rdmaplane.io/hca")  # no selectors: the fastest ports that are up
     before = offer(topo, [default])
-    down = _with_port_down(topo, "mlx5_3")
+    down = with_ports_down(topo, "mlx5_3")
     assert ("mlx5_3", 1) not in {(h.name, p.number) for h, p in compute_ports(down, None)}
 
     after = offer(down, [default], before=before)
@@ -133,10 +138,71 @@ def test_fabric_attributes_when_the_uplinks_are_known() -> None:
     assert devices["mlx5_2"].attribute("rail") is None
 
 
-def _with_port_down(topo: NodeTopology, name: str) -> NodeTopology:
+def every_node(topo: NodeTopology) -> frozenset[str]:
+    """A /dev/infiniband holding every HCA's verbs device."""
+    return frozenset(h.uverbs for h in topo.hcas if h.uverbs)
+
+
+def reasons(
+    topo: NodeTopology, pools: list[Pool], before: dict[str, DraDevice] | None = None
+) -> dict[str, str]:
+    """The reason each offered HCA's port cannot be handed out, by HCA name."""
+    devices = offer(topo, pools, before=before)
+    found = unusable(topo, devices, pools, every_node(topo), "/dev")
+    return {devices[n].hca: p.reason for n, p in found.items()}
+
+
+def test_storage_ports_that_are_down_cannot_be_handed_out_from_the_start() -> None:
+    # The issue's node: the dual-port storage NIC (200G RoCE, a slower class than the 400G
+    # InfiniBand compute NICs, never judged by the fault classes) has both ports down.
+    topo = with_ports_down(SAMPLES["hgx-h200-ib"], "mlx5_1", "mlx5_2")
+    assert reasons(topo, [ALL]) == {"mlx5_1": PORT_DOWN, "mlx5_2": PORT_DOWN}
+
+
+@settings(max_examples=60)
+@given(st.data())
+def test_a_port_set_down_is_unusable_and_the_others_keep_their_verdict(data: st.DataObject) -> None:
+    sample = data.draw(st.sampled_from(sorted(SAMPLES)))
+    topo = SAMPLES[sample]
+    down = data.draw(st.sets(st.sampled_from([h.name for h in topo.hcas])))
+    changed = with_ports_down(topo, *down)
+    default = Pool("rdmaplane.io/hca")  # no selectors: a port that goes down stays by `before`
+    for pools in ([ALL], [default]):
+        before = offer(topo, pools)
+        was = reasons(topo, pools)
+        now = reasons(changed, pools, before)
+        offered = {d.hca for d in before.values()}
+        assert now == {
+            **{h: r for h, r in was.items() if h not in down},
+            **dict.fromkeys(down & offered, PORT_DOWN),
+        }
+
+
+def test_a_missing_verbs_device_node_makes_its_port_unusable() -> None:
+    topo = SAMPLES["hgx-h100-roce"]
+    devices = offer(topo, [ALL])
+    found = unusable(topo, devices, [ALL], every_node(topo) - {"uverbs3"}, "/host/dev")
+    assert {devices[n].hca: p.reason for n, p in found.items()} == {"mlx5_3": NO_VERBS_DEVICE}
+    assert "looked under /host/dev" in next(iter(found.values())).message
+
+
+def test_each_device_is_judged_with_its_own_pools_gid_policy() -> None:
+    topo = SAMPLES["hgx-h100-roce"]
+    elsewhere = NcclSettings(gid_policy=GidPolicy(cidr="192.168.0.0/16"))  # no GID in range
+    pools = [
+        Pool("rdmaplane.io/hca", Selectors(hca_names=("mlx5_[0-3]",)), elsewhere),
+        Pool("rdmaplane.io/storage", Selectors()),
+    ]
+    assert reasons(topo, pools) == dict.fromkeys(
+        ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"], NO_NCCL_PLAN
+    )
+
+
+def with_ports_down(topo: NodeTopology, *names: str) -> NodeTopology:
+    """The node with every port of the HCAs `names` DOWN/Disabled."""
     hcas = []
     for h in topo.hcas:
-        if h.name == name:
+        if h.name in names:
             ports = tuple(
                 dataclasses.replace(p, state=PortState.DOWN, phys_state=PhysState.DISABLED)
                 for p in h.ports

@@ -1,5 +1,5 @@
 """The node's ResourceSlices: one pool split within the API's limits, one generation on every
-slice, taints for faulty ports as configured."""
+slice, taints for faulty ports as configured and for ports that cannot be handed out."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rdmaplane.dra.slices import (
     MAX_DEVICES,
     MAX_DEVICES_TAINTED,
     MAX_NAME,
+    UNUSABLE_EFFECT,
     device_taints,
     generation_of,
     same_content,
@@ -20,6 +21,7 @@ from rdmaplane.dra.slices import (
     taint_object,
 )
 from rdmaplane.faults import TAINT_KEY, Fault, FaultClass, Taint
+from rdmaplane.usability import NO_NCCL_PLAN, PORT_DOWN, Unusable
 
 DRIVER = "rdma.rdmaplane.io"
 FATAL, DEGRADED = FaultClass.FATAL, FaultClass.DEGRADED
@@ -39,7 +41,7 @@ def test_a_pool_is_split_within_the_limits_and_carries_one_generation(
 ) -> None:
     devs = devices(n)
     taint = taint_object(Taint(TAINT_KEY, FATAL, "NoExecute"), ADDED)
-    taints = {f"dev-{i:04d}": taint for i in tainted if i < n}
+    taints = {f"dev-{i:04d}": [taint] for i in tainted if i < n}
     slices = slice_objects(DRIVER, "node-a", devs, taints, generation, "uid-1")
 
     limit = MAX_DEVICES_TAINTED if taints else MAX_DEVICES
@@ -57,7 +59,7 @@ def test_a_pool_is_split_within_the_limits_and_carries_one_generation(
         assert spec["driver"] == DRIVER and spec["nodeName"] == "node-a"
         assert s["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
         for d in spec["devices"]:
-            assert d.get("taints", []) == ([taint] if d["name"] in taints else [])
+            assert d.get("taints", []) == taints.get(d["name"], [])
     assert len({s["metadata"]["name"] for s in slices}) == len(slices)
     assert generation_of(slices) == (generation if slices else 0)
 
@@ -84,26 +86,34 @@ def test_same_content_ignores_the_generation_and_sees_a_device_change() -> None:
     old = slice_objects(DRIVER, "n", devices(3), {}, 4)
     assert same_content(old, slice_objects(DRIVER, "n", devices(3), {}, 9))
     assert not same_content(old, slice_objects(DRIVER, "n", devices(2), {}, 4))
-    taint = {"dev-0001": taint_object(Taint(TAINT_KEY, FATAL, "NoSchedule"), ADDED)}
-    assert not same_content(old, slice_objects(DRIVER, "n", devices(3), taint, 4))
+    fatal = taint_object(Taint(TAINT_KEY, FATAL, "NoSchedule"), ADDED)
+    down = taint_object(Taint(TAINT_KEY, PORT_DOWN, UNUSABLE_EFFECT), ADDED)
+    one = slice_objects(DRIVER, "n", devices(3), {"dev-0001": [fatal]}, 4)
+    assert not same_content(old, one)
+    assert not same_content(
+        one, slice_objects(DRIVER, "n", devices(3), {"dev-0001": [fatal, down]}, 4)
+    )
 
 
 @pytest.mark.parametrize(
     ("effects", "expected"),
     [
-        ({FATAL: "NoExecute", DEGRADED: None}, {"dev-0000": Taint(TAINT_KEY, FATAL, "NoExecute")}),
+        (
+            {FATAL: "NoExecute", DEGRADED: None},
+            {"dev-0000": (Taint(TAINT_KEY, FATAL, "NoExecute"),)},
+        ),
         (
             {FATAL: "NoSchedule", DEGRADED: "NoSchedule"},
             {
-                "dev-0000": Taint(TAINT_KEY, FATAL, "NoSchedule"),
-                "dev-0001": Taint(TAINT_KEY, DEGRADED, "NoSchedule"),
+                "dev-0000": (Taint(TAINT_KEY, FATAL, "NoSchedule"),),
+                "dev-0001": (Taint(TAINT_KEY, DEGRADED, "NoSchedule"),),
             },
         ),
         ({FATAL: None, DEGRADED: None}, {}),
     ],
 )
 def test_faults_taint_their_device_with_the_configured_effect(
-    effects: dict[FaultClass, str | None], expected: dict[str, Taint]
+    effects: dict[FaultClass, str | None], expected: dict[str, tuple[Taint, ...]]
 ) -> None:
     devs = {d.name: d for d in devices(3)}
     faults = {
@@ -111,7 +121,57 @@ def test_faults_taint_their_device_with_the_configured_effect(
         ("mlx5_1", 1): Fault("mlx5_1", 1, DEGRADED, "symbol_error +400", 0.0),
         ("mlx5_9", 1): Fault("mlx5_9", 1, FATAL, "an HCA the driver does not offer", 0.0),
     }
-    assert device_taints(devs, faults, effects) == expected
+    assert device_taints(devs, faults, effects, {}) == expected
+
+
+UNUSABLE = {
+    "dev-0000": Unusable(PORT_DOWN, "mlx5_0: no port ACTIVE and LinkUp (port 1 DOWN/DISABLED)"),
+    "dev-0002": Unusable(NO_NCCL_PLAN, "no NCCL plan for mlx5_2: no usable GID on mlx5_2:1"),
+}
+
+
+@pytest.mark.parametrize(
+    "effects",
+    [
+        {FATAL: "NoExecute", DEGRADED: None},
+        {FATAL: "NoSchedule", DEGRADED: "NoExecute"},
+        {FATAL: None, DEGRADED: None},
+    ],
+)
+def test_a_port_that_cannot_be_handed_out_is_tainted_noschedule_beside_its_fault(
+    effects: dict[FaultClass, str | None],
+) -> None:
+    devs = {d.name: d for d in devices(3)}
+    fatal = {("mlx5_0", 1): Fault("mlx5_0", 1, FATAL, "port 1 DOWN (DISABLED)", 0.0)}
+
+    taints = device_taints(devs, fatal, effects, UNUSABLE)
+
+    down = Taint(TAINT_KEY, PORT_DOWN, "NoSchedule")
+    no_plan = Taint(TAINT_KEY, NO_NCCL_PLAN, "NoSchedule")
+    fault = () if effects[FATAL] is None else (Taint(TAINT_KEY, FATAL, effects[FATAL]),)
+    assert taints == {"dev-0000": (*fault, down), "dev-0002": (no_plan,)}
+
+
+@given(
+    st.sets(st.integers(0, 5)),
+    st.sets(st.integers(0, 5)),
+    st.sampled_from(["NoExecute", "NoSchedule", "None", None]),
+)
+def test_every_unusable_device_and_only_those_carry_a_noschedule_reason(
+    faulty: set[int], unusable: set[int], effect: str | None
+) -> None:
+    devs = {d.name: d for d in devices(6)}
+    faults = {(f"mlx5_{i}", 1): Fault(f"mlx5_{i}", 1, FATAL, "down", 0.0) for i in faulty}
+    why = {f"dev-{i:04d}": Unusable(PORT_DOWN, "down") for i in unusable}
+
+    taints = device_taints(devs, faults, {FATAL: effect, DEGRADED: None}, why)
+
+    for name in devs:
+        values = {t.value: t.effect for t in taints.get(name, ())}
+        assert values.get(PORT_DOWN) == ("NoSchedule" if name in why else None)
+        i = int(name[-4:])
+        assert values.get(FATAL) == (effect if i in faulty else None)
+    assert set(taints) == set(why) | ({f"dev-{i:04d}" for i in faulty} if effect else set())
 
 
 @pytest.mark.parametrize("added", ["2026-01-02 03:04:05", "2026-01-02T03:04:05.5Z", "yesterday"])

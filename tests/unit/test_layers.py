@@ -21,6 +21,7 @@ CORE = [
     "rdmaplane.nrt",
     "rdmaplane.counters",
     "rdmaplane.netns",
+    "rdmaplane.usability",
     "rdmaplane.deviceplugin.alloc",
     "rdmaplane.deviceplugin.settings",
     "rdmaplane.scheduler.placement",

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane import nrt
-from rdmaplane.agent.health import ERRORS_RISING, PORT_DOWN, HcaHealth
+from rdmaplane.agent.health import ERRORS_RISING, HcaHealth
 from rdmaplane.model import Hca, NodeTopology
 from rdmaplane.netns import NETNS_EXCLUSIVE
+from rdmaplane.usability import PORT_DOWN
 
 ANNOTATION_TOPOLOGY = "rdmaplane.io/topology"
 CONDITION_TYPE = nrt.CONDITION_RDMA_READY

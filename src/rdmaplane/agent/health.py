@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rdmaplane.model import PortObservation
+from rdmaplane.usability import PORT_DOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +23,6 @@ class Rules:
     thresholds: Mapping[str, int]
 
 
-PORT_DOWN = "PortDown"
 ERRORS_RISING = "ErrorCountersRising"
 
 

@@ -5,46 +5,32 @@ benchmarked without sockets: it takes a `NodeTopology`, answers with plain data,
 one piece of state, the devices it has announced, so a device that disappears is reported
 Unhealthy instead of silently dropped (the kubelet then stops handing it out).
 
-A device the plugin could not hand out is never reported Healthy: every reason an HCA is
-unusable is decided in one place (`ResourceManager._judge`), carries a short reason word and a
-message, and from there reaches ListAndWatch (Unhealthy), Allocate's refusal, the log and the
-agent's metrics alike.
+A device the plugin could not hand out is never reported Healthy: whether an HCA is usable is
+decided by the one rule the DRA driver applies too (`rdmaplane.usability`), which gives a short
+reason word and a message, and from there reaches ListAndWatch (Unhealthy), Allocate's refusal,
+the log and the agent's metrics alike.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rdmaplane.deviceplugin.alloc import Candidate, preferred_allocation
 from rdmaplane.deviceplugin.settings import Pool
-from rdmaplane.model import Hca, LinkLayer, NetnsMode, NodeTopology, Port
+from rdmaplane.discovery.devnodes import device_nodes
+from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
 from rdmaplane.nccl import PlanError, nccl_env
-from rdmaplane.netns import NETNS_EXCLUSIVE, device_blocked
 from rdmaplane.selectors import compute_ports
-
-DEV_DIR = "/dev/infiniband"
-
-
-# Why a device cannot be handed out (the `reason` of `Unusable`; a metrics label, so few).
-DEVICE_GONE = "DeviceGone"  # announced once, no longer found
-REPORTED_FAULT = "ReportedFault"  # judged outside the plugin (the agent's error counters)
-NO_VERBS_DEVICE = "NoVerbsDevice"  # no /dev/infiniband/uverbsN to give the container
-PORT_DOWN = "PortDown"  # no selected port ACTIVE and LinkUp
-NO_NCCL_PLAN = "NoNcclPlan"  # its up ports give NCCL nothing right (e.g. only link-local GIDs)
-# NETNS_EXCLUSIVE: a shared pool's HCA on a node in exclusive RDMA netns mode (rdmaplane.netns)
-
-
-@dataclass(frozen=True, slots=True)
-class Unusable:
-    """Why a device is Unhealthy: `reason`, one of the words above; `message`, for people."""
-
-    reason: str
-    message: str
-
-    def __str__(self) -> str:
-        return self.message
+from rdmaplane.usability import (
+    DEV_DIR,
+    DEVICE_GONE,
+    NO_NCCL_PLAN,
+    NO_VERBS_DEVICE,
+    Unusable,
+    plan_failure,
+    why_unusable,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +117,14 @@ class ResourceManager:
         sees changed."""
         faults = faults or {}
         self._granted.clear()  # what an allocation grants is worked out again on this state
-        self._nodes = self._list_device_nodes()
+        self._nodes = device_nodes(self.dev_root)
         members: dict[str, _Member] = {}
         for hca, port in compute_ports(topo, self.pool.selectors):
             member = members.setdefault(hca.name, _Member(hca, fault=faults.get(hca.name)))
             member.ports.append(port)
         self.topo, self._faults = topo, faults
         for member in members.values():
-            member.unusable = self._judge(member, topo.netns_mode)
+            member.unusable = self._judge(member)
         self._members = members
         fresh = self._shared_slots() if self.shared else self._exclusive()
         devices = dict(self._devices)
@@ -153,45 +139,23 @@ class ResourceManager:
     def recheck(self) -> bool:
         """Look at the device nodes again (a driver loaded late, a mount fixed); True when the
         device list the kubelet sees changed. One directory listing when nothing did."""
-        if self._list_device_nodes() == self._nodes:
+        if device_nodes(self.dev_root) == self._nodes:
             return False
         return self.update(self.topo, self._faults)
 
-    def _judge(self, m: _Member, netns_mode: NetnsMode) -> Unusable | None:
-        """Whether an HCA can be handed out, and if not why: the one place that decides.
-
-        In order: a shared pool on a node in exclusive RDMA netns mode (its pods, each in its
-        own network namespace, would see no HCA), a fault reported from outside, a missing
-        verbs device node (Allocate could not give the container its device), no selected
-        port up, no NCCL plan for its up ports (Allocate would refuse it, and the kubelet
-        would reject the pod it had admitted)."""
-        name = m.hca.name
-        if self.shared and netns_mode is NetnsMode.EXCLUSIVE:
-            return Unusable(NETNS_EXCLUSIVE, device_blocked(name))
-        if m.fault:
-            return Unusable(REPORTED_FAULT, f"{name}: {m.fault}")
-        if m.hca.uverbs is None or m.hca.uverbs not in self._nodes:
-            where = f"{DEV_DIR}/{m.hca.uverbs or 'uverbs?'}"
-            return Unusable(
-                NO_VERBS_DEVICE,
-                f"{name}: no verbs device node {where} (looked under {self.dev_root})",
-            )
-        if not m.up_ports:
-            states = ", ".join(
-                f"port {p.number} {p.state.name}/{p.phys_state.name}" for p in m.ports
-            )
-            return Unusable(PORT_DOWN, f"{name}: no port ACTIVE and LinkUp ({states})")
-        try:
-            self._envs([m])
-        except AllocateError as e:
-            return Unusable(NO_NCCL_PLAN, str(e))
-        return None
-
-    def _list_device_nodes(self) -> frozenset[str]:
-        try:
-            return frozenset(os.listdir(os.path.join(self.dev_root, "infiniband")))
-        except OSError:
-            return frozenset()
+    def _judge(self, m: _Member) -> Unusable | None:
+        """Whether an HCA can be handed out, and if not why (`usability.why_unusable`: its
+        selected ports, the pool's NCCL plan and mode, the device nodes, a reported fault)."""
+        return why_unusable(
+            self.topo,
+            m.hca,
+            m.ports,
+            self.pool.nccl,
+            device_nodes=self._nodes,
+            dev_root=self.dev_root,
+            fault=m.fault,
+            shared=self.shared,
+        )
 
     def _exclusive(self) -> dict[str, PluginDevice]:
         out = {}
@@ -294,8 +258,7 @@ class ResourceManager:
         try:
             envs = dict(nccl_env(self.topo, ports, self.pool.nccl))
         except PlanError as e:
-            names = ", ".join(m.hca.name for m in members)
-            raise AllocateError("plan", f"no NCCL plan for {names}: {e}") from e
+            raise AllocateError("plan", f"{plan_failure([m.hca for m in members])}: {e}") from e
         return envs
 
     def _device_nodes(self, members: list[_Member]) -> tuple[str, ...]:

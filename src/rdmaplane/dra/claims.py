@@ -31,10 +31,10 @@ from typing import Any
 from rdmaplane.dra.devices import DraDevice
 from rdmaplane.model import Hca, NodeTopology, Port
 from rdmaplane.nccl import NcclSettings, PlanError, nccl_env
+from rdmaplane.usability import DEV_DIR
 
 CDI_CLASS = "claim"
 CDI_VERSION = "0.5.0"  # the lowest that allows device names starting with a digit (claim UIDs)
-DEV_DIR = "/dev/infiniband"
 
 ReadConfig = Callable[[object, str], NcclSettings | None]
 

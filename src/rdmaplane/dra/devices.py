@@ -4,7 +4,8 @@ The pools are the device plugin's (selectors choose the ports, the NCCL settings
 environment policy), so both ways of serving a node offer the same ports with the same plan. A
 port offered once stays offered while it exists, even when it goes down (it is then tainted,
 see `slices`), so a running pod's device never silently leaves the slice; a port whose HCA
-vanished is dropped.
+vanished is dropped. Whether a device can be handed out is the device plugin's rule
+(`rdmaplane.usability`), applied to its one port (`unusable`).
 
 Names are DNS labels derived from the PCI address (`pci-0000-1a-00-0-p1`): HCA names such as
 `mlx5_3` can move to another card when cards are added, and an allocation made before a
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rdmaplane.gid import select_gid
@@ -26,6 +27,7 @@ from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.nrt import Uplink
 from rdmaplane.selectors import Selectors, compute_ports, natural_key
+from rdmaplane.usability import Unusable, why_unusable
 
 STANDARD = "resource.kubernetes.io/"
 PCIE_ROOT = STANDARD + "pcieRoot"
@@ -106,6 +108,37 @@ def offer(
             name = f"{name[: MAX_NAME - 9].rstrip('-')}-{_digest(hca.name, port.number)}"
         attributes = _attributes(hca, port, pool, by_hca.get(hca.name))
         out[name] = DraDevice(name, hca.name, port.number, pool.name, attributes)
+    return out
+
+
+def unusable(
+    topo: NodeTopology,
+    devices: Mapping[str, DraDevice],
+    pools: Sequence[Pool],
+    device_nodes: Collection[str],
+    dev_root: str,
+) -> dict[str, Unusable]:
+    """Each device (by name) whose port cannot be handed out, and why: `why_unusable` for that
+    one port with its pool's NCCL settings, whatever its link class. A device serves one
+    claim, so the device plugin's shared-pool rule (exclusive netns mode) is not one of them,
+    and error counters are not either: the fault classes judge them (`slices.device_taints`)."""
+    settings = {p.name: p.settings for p in pools}
+    out = {}
+    for name, device in devices.items():
+        hca = topo.hca(device.hca)
+        port = hca.port(device.port) if hca is not None else None
+        if hca is None or port is None:  # not offered: `offer` drops such devices
+            continue
+        problem = why_unusable(
+            topo,
+            hca,
+            [port],
+            settings[device.pool],
+            device_nodes=device_nodes,
+            dev_root=dev_root,
+        )
+        if problem is not None:
+            out[name] = problem
     return out
 
 

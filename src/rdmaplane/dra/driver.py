@@ -22,10 +22,11 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim
 
 from rdmaplane.config import AgentConfig, PoolConfig, RdmaDeviceConfig, parse
+from rdmaplane.discovery.devnodes import device_nodes
 from rdmaplane.dra import files
 from rdmaplane.dra.checkpoint import PREPARED, STARTED, Checkpoint, Entry
 from rdmaplane.dra.claims import ClaimError, ClaimRef, PreparedClaim, prepare, spec_name
-from rdmaplane.dra.devices import DraDevice, Pool, offer
+from rdmaplane.dra.devices import DraDevice, Pool, offer, unusable
 from rdmaplane.dra.kubeletplugin import KubeletPlugin, Outcome
 from rdmaplane.dra.publisher import SlicePublisher
 from rdmaplane.dra.slices import device_taints
@@ -35,6 +36,7 @@ from rdmaplane.nccl import NcclSettings
 from rdmaplane.nrt import Uplink
 from rdmaplane.selectors import natural_key
 from rdmaplane.supervisor import Supervisor
+from rdmaplane.usability import Unusable
 
 log = logging.getLogger("rdmaplane.dra")
 
@@ -67,6 +69,7 @@ class DraDriver:
             FaultClass.DEGRADED: None if dra.taints.degraded == "off" else dra.taints.degraded,
         }
         self.cdi_dir = dra.cdi_dir
+        self.dev_root = str(config.dev_root)
         self.devices_dir = config.dev_root / "infiniband"
         self.checkpoint = Checkpoint(config.dra_plugin_dir / "checkpoint.json")
         self.kube = kube
@@ -81,8 +84,9 @@ class DraDriver:
         )
         self.topo = NodeTopology()
         self.devices: dict[str, DraDevice] = {}
-        self.taints: dict[str, Taint] = {}
+        self.taints: dict[str, tuple[Taint, ...]] = {}
         self._faults: dict[PortKey, Fault] = {}
+        self._nodes: frozenset[str] = frozenset()  # what <dev_root>/infiniband holds
         self.stats: Counter[str] = Counter()  # prepared, cached, failed, unprepared
         self._lock = asyncio.Lock()
 
@@ -99,8 +103,11 @@ class DraDriver:
         self.taint(faults)
 
     def offer(self, topo: NodeTopology, uplinks: Iterable[Uplink] = ()) -> None:
-        """Offer the ports of a new topology (the port faults stay as last given)."""
+        """Offer the ports of a new topology, judged with the device nodes as they are now (the
+        agent calls it every poll: a driver loaded late is seen); the port faults stay as last
+        given."""
         self.topo = topo
+        self._nodes = device_nodes(self.dev_root)
         self._sync(offer(topo, self.pools, uplinks, self.devices))
 
     def taint(self, faults: Mapping[PortKey, Fault]) -> None:
@@ -110,15 +117,21 @@ class DraDriver:
 
     def _sync(self, devices: dict[str, DraDevice]) -> None:
         """Republish when the devices or their taints differ from what was handed over."""
-        taints = device_taints(devices, self._faults, self.effects)
+        found = unusable(self.topo, devices, self.pools, self._nodes, self.dev_root)
+        taints = device_taints(devices, self._faults, self.effects, found)
         if devices == self.devices and taints == self.taints:
             return
-        self._log_changes(devices, taints)
+        self._log_changes(devices, taints, found)
         self.devices, self.taints = devices, taints
         if self.publisher is not None:
             self.publisher.set_devices(list(devices.values()), taints)
 
-    def _log_changes(self, devices: Mapping[str, DraDevice], taints: Mapping[str, Taint]) -> None:
+    def _log_changes(
+        self,
+        devices: Mapping[str, DraDevice],
+        taints: Mapping[str, tuple[Taint, ...]],
+        found: Mapping[str, Unusable],
+    ) -> None:
         gone = sorted(set(self.devices) - set(devices))
         new = sorted(set(devices) - set(self.devices))
         if new:
@@ -126,11 +139,15 @@ class DraDriver:
         if gone:
             log.warning("no longer offering %s (gone from the node)", ", ".join(gone))
         for name in sorted(set(taints) | set(self.taints)):
-            before, after = self.taints.get(name), taints.get(name)
-            if before != after and after is not None:
-                log.warning("%s: tainted %s=%s:%s", name, after.key, after.value, after.effect)
-            elif before != after:
-                log.info("%s: taint %s removed", name, before.key if before else "")
+            before, after = self.taints.get(name, ()), taints.get(name, ())
+            for t in after:
+                if t not in before:
+                    problem = found.get(name)
+                    why = f" ({problem})" if problem and t.value == problem.reason else ""
+                    log.warning("%s: tainted %s=%s:%s%s", name, t.key, t.value, t.effect, why)
+            for t in before:
+                if t not in after:
+                    log.info("%s: taint %s=%s:%s removed", name, t.key, t.value, t.effect)
 
     def hcas(self) -> list[str]:
         """The HCAs offered to claims."""

@@ -27,7 +27,8 @@ class DraCollector(Collector):
             "rdmaplane_dra_tainted_devices", "Offered devices with a taint, by effect",
             labels=["effect"],
         )  # fmt: skip
-        for effect, count in sorted(Counter(t.effect for t in d.taints.values()).items()):
+        effects = Counter(e for taints in d.taints.values() for e in {t.effect for t in taints})
+        for effect, count in sorted(effects.items()):
             tainted.add_metric([effect], count)
         yield tainted
         yield GaugeMetricFamily(

@@ -60,7 +60,7 @@ class SlicePublisher:
         self.clock = clock
         self.on_write = on_write
         self._devices: list[DraDevice] | None = None
-        self._taints: dict[str, Taint] = {}
+        self._taints: dict[str, tuple[Taint, ...]] = {}
         self._added: dict[TaintKey, str] = {}  # when each taint was first published
         self._node_uid: str | None = None
         self._wake = asyncio.Event()
@@ -68,7 +68,9 @@ class SlicePublisher:
         self.generation = 0  # of the pool the server holds, as last seen
         self.in_sync = asyncio.Event()
 
-    def set_devices(self, devices: Sequence[DraDevice], taints: Mapping[str, Taint]) -> None:
+    def set_devices(
+        self, devices: Sequence[DraDevice], taints: Mapping[str, tuple[Taint, ...]]
+    ) -> None:
         self._devices, self._taints = list(devices), dict(taints)
         self.in_sync.clear()
         self._wake.set()
@@ -156,7 +158,7 @@ class SlicePublisher:
         )
         return True
 
-    def _stamped(self, stored: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    def _stamped(self, stored: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, str]]]:
         """Each wanted taint as it goes on the wire, with the timeAdded the server holds for
         the same taint of the same device, else the one we gave it first, else now."""
         held: dict[TaintKey, str] = {}
@@ -166,11 +168,13 @@ class SlicePublisher:
                     key = (d["name"], t.get("key"), t.get("value", ""), t.get("effect"))
                     if t.get("timeAdded"):
                         held[key] = str(t["timeAdded"])
-        out, added = {}, {}
-        for name, taint in self._taints.items():
-            key = (name, taint.key, taint.value, taint.effect)
-            added[key] = held.get(key) or self._added.get(key) or self.clock()
-            out[name] = taint_object(taint, added[key])
+        out: dict[str, list[dict[str, str]]] = {}
+        added: dict[TaintKey, str] = {}
+        for name, taints in self._taints.items():
+            for taint in taints:
+                key = (name, taint.key, taint.value, taint.effect)
+                added[key] = held.get(key) or self._added.get(key) or self.clock()
+                out.setdefault(name, []).append(taint_object(taint, added[key]))
         self._added = added
         return out
 

@@ -5,12 +5,20 @@ devices a slice, 64 once any device carries a taint). Every slice of a pool carr
 `pool.generation` and `resourceSliceCount`; the scheduler only trusts a pool whose slices all
 show its newest generation, so a change is published as a new generation on every slice.
 
-A device whose port has a fault gets the taint `rdmaplane.io/rdma-unhealthy=<class>` with the
-effect configured for that class: the scheduler then allocates it to no claim that does not
-tolerate the taint, and with NoExecute kube-controller-manager evicts the pods using it (after
-the tolerationSeconds their claims allow). The taint sits in the slice rather than in a
-DeviceTaintRule: the driver owns its slices already (no extra RBAC), and the taint comes and
-goes with the same write that publishes the device.
+A device gets up to two taints, both with the node taint's key `rdmaplane.io/rdma-unhealthy`:
+
+- when its port cannot be handed out (`devices.unusable`: down, no verbs device node, no NCCL
+  plan such as no usable GID), `=<reason>:NoSchedule` (`PortDown`, ...) from the first slice
+  that shows it, whatever the port's link class: what the device plugin's Unhealthy is. No new
+  claim gets the device; the pods using it stay (evicting them is the fault classes' call).
+- when its port has a fault (the fault classes judge compute ports, with their hysteresis),
+  `=<class>` with the effect configured for that class; with NoExecute kube-controller-manager
+  evicts the pods using it (after the tolerationSeconds their claims allow).
+
+The scheduler gives a claim no device with a taint it does not tolerate, so a claim that
+tolerates NoExecute faults (to ride out short ones) still never gets a port that is down. The
+taints sit in the slice rather than in a DeviceTaintRule: the driver owns its slices already
+(no extra RBAC), and a taint comes and goes with the same write that publishes the device.
 """
 
 from __future__ import annotations
@@ -22,26 +30,36 @@ from typing import Any
 
 from rdmaplane.dra.devices import AttributeValue, DraDevice
 from rdmaplane.faults import TAINT_KEY, Fault, FaultClass, PortKey, Taint
+from rdmaplane.usability import Unusable
 
 API_VERSION = "resource.k8s.io/v1"
 MAX_DEVICES = 128
 MAX_DEVICES_TAINTED = 64
 MAX_NAME = 253
+UNUSABLE_EFFECT = "NoSchedule"  # as the device plugin's Unhealthy: no new claim, no eviction
 
 
 def device_taints(
     devices: Mapping[str, DraDevice],
     faults: Mapping[PortKey, Fault],
     effects: Mapping[FaultClass, str | None],
-) -> dict[str, Taint]:
-    """The taint of each faulty device (by name): the node taint's key, the fault class as its
-    value (`rdmaplane.io/rdma-unhealthy=fatal`); `effects[cls]` None: that class taints not."""
+    unusable: Mapping[str, Unusable],
+) -> dict[str, tuple[Taint, ...]]:
+    """The taints of each device that has any (by name): its fault's, the class as the value
+    (`rdmaplane.io/rdma-unhealthy=fatal`; `effects[cls]` None: that class taints not), then
+    why it cannot be handed out (`rdmaplane.io/rdma-unhealthy=PortDown:NoSchedule`)."""
     out = {}
     for name, device in devices.items():
+        found = []
         fault = faults.get((device.hca, device.port))
         effect = effects.get(fault.cls) if fault is not None else None
         if fault is not None and effect is not None:
-            out[name] = Taint(TAINT_KEY, fault.cls.value, effect)
+            found.append(Taint(TAINT_KEY, fault.cls.value, effect))
+        problem = unusable.get(name)
+        if problem is not None:
+            found.append(Taint(TAINT_KEY, problem.reason, UNUSABLE_EFFECT))
+        if found:
+            out[name] = tuple(found)
     return out
 
 
@@ -59,12 +77,12 @@ def slice_objects(
     driver: str,
     node: str,
     devices: Sequence[DraDevice],
-    taints: Mapping[str, Mapping[str, Any]],
+    taints: Mapping[str, Sequence[Mapping[str, Any]]],
     generation: int,
     owner_uid: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The pool's slices as API objects; `taints[name]` is the device's taint object as it goes
-    on the wire (key, value, effect, timeAdded). No devices: no slices (no pool)."""
+    """The pool's slices as API objects; `taints[name]` are the device's taint objects as they
+    go on the wire (key, value, effect, timeAdded). No devices: no slices (no pool)."""
     ordered = sorted(devices, key=lambda d: d.name)
     size = MAX_DEVICES_TAINTED if any(d.name in taints for d in ordered) else MAX_DEVICES
     chunks = [ordered[i : i + size] for i in range(0, len(ordered), size)]
@@ -95,13 +113,13 @@ def slice_objects(
     return out
 
 
-def _device(device: DraDevice, taint: Mapping[str, Any] | None) -> dict[str, Any]:
+def _device(device: DraDevice, taints: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": device.name,
         "attributes": {name: _attribute(value) for name, value in device.attributes},
     }
-    if taint is not None:
-        body["taints"] = [dict(taint)]
+    if taints:
+        body["taints"] = [dict(t) for t in taints]
     return body
 
 
