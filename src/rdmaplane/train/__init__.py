@@ -12,6 +12,7 @@ from rdmaplane.train.checkpoint import (
     load_object,
     save,
     save_object,
+    save_with,
     valid,
 )
 from rdmaplane.train.notice import (
@@ -37,5 +38,6 @@ __all__ = [
     "parse_annotations",
     "save",
     "save_object",
+    "save_with",
     "valid",
 ]
