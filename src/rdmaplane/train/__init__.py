@@ -21,6 +21,7 @@ from rdmaplane.train.notice import (
     FaultNotice,
     NoticeWarning,
     exit_for_restart,
+    notice_id,
     parse_annotations,
 )
 
@@ -35,6 +36,7 @@ __all__ = [
     "exit_for_restart",
     "latest",
     "load_object",
+    "notice_id",
     "parse_annotations",
     "save",
     "save_object",
