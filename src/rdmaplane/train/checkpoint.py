@@ -25,6 +25,7 @@ import secrets
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
@@ -35,6 +36,7 @@ _NAME = re.compile(r"ckpt-(\d{12})\.rdmaplane")
 _TEMP = re.compile(r"\.ckpt-(\d{12})\.rdmaplane\..*\.tmp")
 MAX_HEADER = 64 * 1024
 _CHUNK = 8 * 1024 * 1024
+_PARALLEL = 1024 * 1024  # writes from this size on are hashed in parallel
 _WIDEST = {"size": 10**20, "sha256": "f" * 64}
 
 
@@ -115,8 +117,9 @@ def save_with(
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             _write_all(fd, MAGIC + b" " * width + b"\n")
-            out = _Summing(fd)
-            write(cast(IO[bytes], out))
+            with ThreadPoolExecutor(1, thread_name_prefix="rdmaplane-sha256") as hasher:
+                out = _Summing(fd, hasher)
+                write(cast(IO[bytes], out))
             done = {**header, "size": out.size, "sha256": out.sha256.hexdigest()}
             os.pwrite(fd, _header_line(done).ljust(width), len(MAGIC))
             os.fsync(fd)
@@ -142,18 +145,29 @@ def _header_line(header: Mapping[str, Any]) -> bytes:
 
 
 class _Summing(io.RawIOBase):
-    """A write-only stream onto `fd` that counts and checksums what passes through."""
+    """A write-only stream onto `fd` that counts and checksums what passes through. A large
+    buffer is hashed by `hasher` while it is written (both release the GIL): SHA-256 runs at
+    ~2 GB/s on one core, as fast as a local disk takes the bytes, so in turn it would add half
+    again to the time of an emergency save. Each write returns once both are done, as its
+    buffer may not outlive the call."""
 
-    def __init__(self, fd: int) -> None:
-        self.fd, self.size, self.sha256 = fd, 0, hashlib.sha256()
+    def __init__(self, fd: int, hasher: ThreadPoolExecutor) -> None:
+        self.fd, self.hasher, self.size, self.sha256 = fd, hasher, 0, hashlib.sha256()
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
-        self.sha256.update(view)
-        _write_all(self.fd, view)
+        if len(view) < _PARALLEL:
+            self.sha256.update(view)
+            _write_all(self.fd, view)
+        else:
+            hashed = self.hasher.submit(self.sha256.update, view)
+            try:
+                _write_all(self.fd, view)
+            finally:
+                hashed.result()
         self.size += len(view)
         return len(view)
 
