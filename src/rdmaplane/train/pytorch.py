@@ -183,13 +183,14 @@ class Checkpoints:
         mine = {"rng": rng.capture(), "answered": sorted(answered)}
         gathered = self._gather(mine)
         record = None
-        if gathered is not None:
-            record = {
-                "step": step,
-                "ranks": [g["rng"] for g in gathered],
-                "answered": sorted({a for g in gathered for a in g["answered"]}),
-                "stateful": {name: obj.state_dict() for name, obj in self.stateful.items()},
-            }
+        if gathered is not None:  # a copy: a background save writes it later
+            record = _detached(
+                {
+                    "ranks": [g["rng"] for g in gathered],
+                    "answered": sorted({a for g in gathered for a in g["answered"]}),
+                    "stateful": {name: obj.state_dict() for name, obj in self.stateful.items()},
+                }
+            )
         write = self._writer(step, record, copy=background)
         if background:
             self._pending = _Background(step, write)
