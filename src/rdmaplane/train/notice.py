@@ -62,7 +62,8 @@ def parse_annotations(text: str) -> dict[str, str]:
 
 def notice_id(value: str) -> str:
     """What makes a notice new: the fault's HCA, port, class and `since` (the agent rewrites
-    the annotation only when one of them changes); any other value is its own id."""
+    the annotation when the faults hurting the pod change, not for a reworded reason); any
+    other value is its own id."""
     try:
         fault = json.loads(value)
         return f"{fault['hca']}:{fault['port']} {fault['class']} since {fault['since']}"
