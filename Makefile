@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,nvml]'
 	@touch $@
 
-# PyTorch for the training tests (tests/train/test_ddp.py, marker `torch`): the PyPI wheel is a
+# PyTorch and numpy for the training tests (tests/train/, marker `torch`): the PyPI wheel is a
 # CUDA build, so this pulls ~3 GB of nvidia-* wheels (5.3 GB installed). Measured on the 2-core
 # machine: 2 min with a cold pip cache, 1 min warm. `make test` and `make bench` need it.
 $(TORCH_STAMP): $(STAMP)
