@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[dev,nvml]'
 	@touch $@
 
-# PyTorch for the training tests (tests/train/test_ddp.py, marker `torch`): the PyPI wheel is a
+# PyTorch and numpy for the training tests (tests/train/, marker `torch`): the PyPI wheel is a
 # CUDA build, so this pulls ~3 GB of nvidia-* wheels (5.3 GB installed). Measured on the 2-core
-# machine: 2 min with a cold pip cache, 1 min warm. Only `make test` needs it.
+# machine: 2 min with a cold pip cache, 1 min warm. `make test` and `make bench` need it.
 $(TORCH_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -c constraints.txt -e '.[torch]'
 	@touch $@
@@ -58,7 +58,7 @@ k8s-bins:
 test: lint typecheck graphviz k8s-bins torch
 	RDMAPLANE_K8S_BIN="$(K8S_BIN)" RDMAPLANE_KUBELET_HARNESS="$(KUBELET_HARNESS)" $(BIN)/pytest -q
 
-bench: $(STAMP)
+bench: $(TORCH_STAMP)  # bench/emergency_save.py saves with PyTorch
 	scripts/build-k8s.sh kubelet-harness >/dev/null  # bench/placement.py's judge
 	scripts/build-k8s.sh >/dev/null  # the control plane and KWOK of cluster, apiserver_load, fault
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done

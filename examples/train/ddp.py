@@ -1,47 +1,120 @@
-"""A PyTorch DDP training loop that survives RDMA faults with `rdmaplane.train`.
+"""A PyTorch training loop that survives RDMA faults with `rdmaplane.train`, bit for bit.
 
 Run it under torchrun (one process per GPU; gloo on CPU works the same):
 
     torchrun --nproc-per-node=2 examples/train/ddp.py --checkpoint-dir /ckpt --steps 1000
 
-Every `--every` steps rank 0 writes an atomic checkpoint (model, optimizer, RNG). When any rank
-gets the fault notice (SIGTERM on eviction, or the `rdmaplane.io/fault` annotation in the
-downward-API file), all ranks agree at the end of that step, rank 0 saves, and every rank exits
-with 75 ("saved, restart me"). The restarted job resumes from the newest valid checkpoint at
-exactly that step; data for step N depends only on (seed, N, rank), so the result is the same,
-bit for bit, as a run that was never interrupted.
+`fit` is the loop of docs/faults.md, verbatim (a test holds them equal): DDP, or FSDP with
+`--sharded`; dropout and augmentation seeded per rank (Python's `random`, numpy, torch); AdamW,
+a cosine schedule, label smoothing, gradient clipping, a DistributedSampler with `set_epoch`.
+Every `--every` steps a checkpoint is written (in the background with `--async-save`). When any
+rank gets the fault notice (SIGTERM on eviction, or the `rdmaplane.io/fault` annotation in the
+downward-API file), all ranks save after the same step and exit 75 ("saved, restart me"); the
+restarted job resumes at exactly that step, each rank with its own random state, and ends with
+the weights of a run that was never interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import sys
 import time
+from collections.abc import Callable
 
+import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from rdmaplane.train import EXIT_RESTART, FaultNotice, exit_for_restart
+from rdmaplane import train
 from rdmaplane.train import pytorch as tp
 
+BATCH = 16
 
-def model() -> torch.nn.Module:
-    return torch.nn.Sequential(
-        torch.nn.Linear(16, 64),
-        torch.nn.ReLU(),
-        torch.nn.Linear(64, 64),
-        torch.nn.ReLU(),
-        torch.nn.Linear(64, 1),
+
+class Augmented(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """A synthetic 4-class problem; each sample is scaled with Python's `random` and noised
+    with numpy's global RNG, as augmentation pipelines do."""
+
+    def __init__(self, seed: int, n: int = 1024) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(n, 16, generator=g)
+        self.y = (self.x[:, :4].sum(1) > 0).long() + 2 * (self.x[:, 4:8].sum(1) > 0).long()
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        noise = torch.from_numpy(np.random.normal(0.0, 0.05, 16).astype(np.float32))
+        return self.x[i] * random.uniform(0.9, 1.1) + noise, self.y[i]
+
+
+def mlp(step_time: float) -> torch.nn.Module:
+    """An MLP with LayerNorm and dropout; `step_time` extra seconds per forward pass pace the
+    run for the tests (0 otherwise)."""
+    layers: list[torch.nn.Module] = []
+    for width_in in (16, 64):
+        layers += [torch.nn.Linear(width_in, 64), torch.nn.LayerNorm(64), torch.nn.GELU()]
+        layers.append(torch.nn.Dropout(0.1))
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(64, 4))
+    if step_time:
+        net.register_forward_pre_hook(lambda *_: time.sleep(step_time))
+    return net
+
+
+def fit(
+    args: argparse.Namespace, rank: int, model: Callable[[], torch.nn.Module]
+) -> torch.nn.Module:
+    torch.manual_seed(args.seed + rank)  # per rank: dropout and augmentation differ by rank
+    random.seed(args.seed + rank)
+    np.random.seed(args.seed + rank)
+    net = model()  # on this rank's device
+    device = next(net.parameters()).device
+    forward = fully_shard(net) if args.sharded else DistributedDataParallel(net)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=3e-3, weight_decay=0.01)
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=args.steps)
+    layout = tp.ShardedCheckpoints if args.sharded else tp.Checkpoints
+    ckpt = layout(
+        args.checkpoint_dir,
+        net,
+        optimizer,
+        scheduler=scheduler,  # anything with state_dict() and load_state_dict()
+        every=args.every,
+        async_save=args.async_save,
     )
-
-
-def batch(seed: int, step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The data of one step on one rank, a function of (seed, step, rank) only."""
-    g = torch.Generator().manual_seed(seed * 1_000_003 + step * 97 + rank)
-    x = torch.randn(32, 16, generator=g)
-    return x, x.sum(dim=1, keepdim=True).sin()
+    step = ckpt.resume()  # 0, or the newest valid checkpoint's step, this rank's RNGs restored
+    print(f"rank {rank}: starting at step {step}", flush=True)
+    data = Augmented(args.seed)
+    sampler = DistributedSampler(data, seed=args.seed, drop_last=True)
+    per_epoch = len(sampler) // BATCH
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    with ckpt, train.FaultNotice(answered=ckpt.answered) as notice:
+        while step < args.steps:
+            epoch, into = divmod(step, per_epoch)
+            sampler.set_epoch(epoch)
+            todo = list(sampler)[into * BATCH :]  # mid-epoch: skip what was trained, unread
+            # its own generator: making the iterator draws from it, not from the global RNG
+            batches = DataLoader(data, BATCH, sampler=todo, generator=torch.Generator())
+            for x, y in batches:
+                x, y = x.to(device), y.to(device)
+                optimizer.zero_grad()
+                loss_fn(forward(x), y).backward()
+                torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+                optimizer.step()
+                scheduler.step()
+                step += 1
+                if ckpt.step_done(step, notice):  # saved after a notice any rank got
+                    why = notice.reason or "another rank's notice"
+                    print(f"rank {rank}: saved step {step} ({why}); exiting 75", flush=True)
+                    train.exit_for_restart()
+                if step == args.steps:
+                    break
+    return net
 
 
 def main() -> int:
@@ -49,49 +122,27 @@ def main() -> int:
     p.add_argument("--checkpoint-dir", required=True)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--every", type=int, default=20, help="periodic checkpoint interval (steps)")
-    p.add_argument("--keep", type=int, default=3)
     p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--sharded", action="store_true", help="FSDP and sharded checkpoints")
+    p.add_argument("--async-save", action="store_true", help="periodic saves in the background")
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
     p.add_argument("--final", help="write the final model state dict here (rank 0)")
     args = p.parse_args()
 
     torch.use_deterministic_algorithms(True)
     torch.set_num_threads(1)
-    tp.init_distributed(os.environ.get("RDMAPLANE_EXAMPLE_BACKEND", "gloo"))
+    backend = os.environ.get("RDMAPLANE_EXAMPLE_BACKEND", "gloo")
+    tp.init_distributed(backend)
     rank = dist.get_rank()
-    torch.manual_seed(args.seed)
-    net = model()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    start = 0
-    resumed = tp.load(args.checkpoint_dir)
-    if resumed is not None:
-        start, state = resumed
-        tp.restore(state, net, optimizer)
-    print(f"rank {rank}: starting at step {start}", flush=True)
-    ddp = DistributedDataParallel(net)
-    loss_fn = torch.nn.MSELoss()
-
-    with FaultNotice() as notice:
-        for step in range(start, args.steps):
-            x, y = batch(args.seed, step, rank)
-            optimizer.zero_grad()
-            loss_fn(ddp(x), y).backward()
-            optimizer.step()
-            if args.step_time:
-                time.sleep(args.step_time)
-            done = step + 1
-            stop = tp.any_rank(notice.is_set())  # every rank stops after the same step
-            if stop or done % args.every == 0:
-                if rank == 0:
-                    tp.save(args.checkpoint_dir, done, tp.snapshot(net, optimizer), keep=args.keep)
-                dist.barrier()  # nobody exits before the checkpoint is on disk
-            if stop:
-                why = notice.reason or "another rank's notice"
-                print(f"rank {rank}: saved step {done} ({why}); exiting {EXIT_RESTART}", flush=True)
-                dist.destroy_process_group()
-                exit_for_restart()
+    device = torch.device("cpu")
+    if backend == "nccl":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    net = fit(args, rank, lambda: mlp(args.step_time).to(device))
+    full = get_model_state_dict(net, options=StateDictOptions(full_state_dict=True))
     if rank == 0 and args.final:
-        torch.save(net.state_dict(), args.final)
+        torch.save(full, args.final)
     print(f"rank {rank}: finished {args.steps} steps", flush=True)
     dist.destroy_process_group()
     return 0

@@ -114,6 +114,46 @@ def test_latest_is_the_newest_intact_checkpoint(tmp_path_factory, history):
     shutil.rmtree(folder)
 
 
+def test_a_streamed_payload_round_trips_and_reads_back_as_a_stream(tmp_path: Path):
+    chunks = [bytes([i]) * 100_000 for i in range(30)]
+    train.save_with(tmp_path, 4, lambda out: [out.write(c) for c in chunks], meta={"k": "v"})
+    found = train.latest(tmp_path)
+    assert (found.step, found.size, found.meta) == (4, 3_000_000, {"k": "v"})
+    with found.open() as f:
+        assert f.read(5) == b"\0" * 5
+        f.seek(-3, os.SEEK_END)
+        assert f.read() == b"\x1d" * 3
+        f.seek(0)
+        assert f.read() == b"".join(chunks) == found.payload
+
+
+def test_a_writer_that_fails_leaves_nothing_and_its_error_propagates(tmp_path: Path):
+    train.save(tmp_path, 1, b"one")
+
+    def broken(out) -> None:
+        out.write(b"x" * 1000)
+        raise RuntimeError("serializer failed")
+
+    with pytest.raises(RuntimeError, match="serializer failed"):
+        train.save_with(tmp_path, 2, broken)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-000000000001.rdmaplane"]
+
+
+def test_a_killed_writers_leftovers_go_with_the_next_save_of_a_later_step(tmp_path: Path):
+    older = tmp_path / ".ckpt-000000000002.rdmaplane.77.0badc0de.tmp"
+    newer = tmp_path / ".ckpt-000000000009.rdmaplane.77.0badc0de.tmp"
+    for leftover in (older, newer):
+        leftover.write_bytes(b"half")
+    train.save(tmp_path, 3, b"three")
+    assert not older.exists() and newer.exists()  # 9 may still be being written
+
+
+def test_too_much_meta_is_refused_before_anything_is_written(tmp_path: Path):
+    with pytest.raises(ValueError, match="checkpoint meta too large"):
+        train.save(tmp_path, 1, b"x", meta={"blob": "x" * checkpoint.MAX_HEADER})
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_folder_that_is_a_file_is_a_one_line_error(tmp_path: Path):
     blocker = tmp_path / "ckpt"
     blocker.write_text("not a folder")

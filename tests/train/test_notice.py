@@ -16,27 +16,7 @@ import pytest
 
 from rdmaplane import train
 from rdmaplane.train import notice as N
-
-FAULT = {
-    "class": "fatal",
-    "hca": "mlx5_3",
-    "port": 1,
-    "reason": "port 1 DOWN (DISABLED)",
-    "since": "2026-11-30T13:00:00Z",
-}
-
-
-def kubelet_format(annotations: dict[str, str]) -> str:
-    """What the kubelet writes for `metadata.annotations`: sorted `key="value"` lines, the
-    value quoted like Go's %q (for ASCII JSON the same as a JSON string)."""
-    return "".join(f"{k}={json.dumps(v)}\n" for k, v in sorted(annotations.items()))
-
-
-def write_like_kubelet(path: Path, annotations: dict[str, str]) -> None:
-    """Atomic replacement, as the kubelet's atomic writer swaps its `..data` link."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(kubelet_format(annotations))
-    os.replace(tmp, path)
+from tests.train.annotations import FAULT, kubelet_format, write_like_kubelet
 
 
 def test_parse_annotations_reads_go_quoted_json():
@@ -56,6 +36,34 @@ def test_annotation_appearing_fires_once_with_the_fault(tmp_path: Path):
         assert notice.wait(10)
     assert notice.reason == f"annotation {N.ANNOTATION}"
     assert notice.fault == FAULT
+
+
+def test_a_notice_the_checkpoint_answered_does_not_fire_a_new_fault_does(tmp_path: Path, capfd):
+    """A worker restarted in the same pod finds the annotation it already answered."""
+    path = tmp_path / "annotations"
+    write_like_kubelet(path, {N.ANNOTATION: json.dumps(FAULT)})
+    answered = N.notice_id(json.dumps(FAULT))
+    assert answered == "mlx5_3:1 fatal since 2026-11-30T13:00:00Z"
+    notice = train.FaultNotice(path, poll_s=0.05, signals=(), answered={answered, "gone"})
+    with notice:
+        reworded = {**FAULT, "reason": "port 1 DOWN (POLLING)"}  # the same fault, reworded
+        write_like_kubelet(path, {N.ANNOTATION: json.dumps(reworded)})
+        assert not notice.wait(0.3)
+        assert notice.answered == {answered}  # still in the file; "gone" is not
+        new = {**FAULT, "since": "2026-11-30T14:00:00Z"}
+        write_like_kubelet(path, {N.ANNOTATION: json.dumps(new)})
+        assert notice.wait(10)
+    assert notice.fault == new
+    assert notice.answered == {"mlx5_3:1 fatal since 2026-11-30T14:00:00Z"}
+    err = capfd.readouterr().err
+    assert err.count(f"fault notice {answered} was answered by the checkpoint") == 2
+
+
+def test_the_class_changing_is_a_new_notice_and_other_values_are_their_own_id():
+    fatal = N.notice_id(json.dumps(FAULT))
+    assert N.notice_id(json.dumps({**FAULT, "class": "degraded"})) != fatal
+    assert N.notice_id("drain me") == "drain me"
+    assert N.notice_id('{"hca": "mlx5_0"}') == '{"hca": "mlx5_0"}'
 
 
 def test_missing_annotations_volume_warns_once_and_sigterm_still_works(tmp_path: Path):
@@ -153,6 +161,34 @@ def test_run_keeps_exit_75_through_a_launcher(tmp_path: Path):
     write_like_kubelet(tmp_path / "annotations", {N.ANNOTATION: json.dumps(FAULT)})
     _, err = wrapped.communicate(timeout=60)
     assert wrapped.returncode == train.EXIT_RESTART, err
+
+
+def test_run_exits_0_when_the_launcher_restarted_the_workers_and_they_finished():
+    """torchrun --max-restarts: a round exited 75, the next finished; the job succeeded."""
+    worker = "from rdmaplane.train import exit_for_restart; exit_for_restart()"
+    restarting = f"import subprocess, sys; subprocess.call([sys.executable, '-c', {worker!r}])"
+    result = subprocess.run(
+        [sys.executable, "-m", "rdmaplane.train.run", "--", sys.executable, "-c", restarting],
+        timeout=60,
+    )
+    assert result.returncode == 0
+
+
+def test_a_sigkilled_run_leaves_nothing_in_the_temporary_folder(tmp_path: Path):
+    wrapped = subprocess.Popen(
+        [sys.executable, "-m", "rdmaplane.train.run", "--", "sleep", "60"],
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+    )
+    deadline = time.monotonic() + 60
+    children = Path(f"/proc/{wrapped.pid}/task/{wrapped.pid}/children")
+    while not children.read_text().split():  # the wrapper is set up once `sleep` runs
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    sleeper = int(children.read_text().split()[0])
+    wrapped.kill()
+    wrapped.wait(60)
+    os.kill(sleeper, signal.SIGKILL)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from rdmaplane.train.checkpoint import (
     load_object,
     save,
     save_object,
+    save_with,
     valid,
 )
 from rdmaplane.train.notice import (
@@ -20,6 +21,7 @@ from rdmaplane.train.notice import (
     FaultNotice,
     NoticeWarning,
     exit_for_restart,
+    notice_id,
     parse_annotations,
 )
 
@@ -34,8 +36,10 @@ __all__ = [
     "exit_for_restart",
     "latest",
     "load_object",
+    "notice_id",
     "parse_annotations",
     "save",
     "save_object",
+    "save_with",
     "valid",
 ]

@@ -5,6 +5,11 @@ port, class, reason, since) `fault.graceSeconds` before it evicts it; a pod that
 annotations through a downward-API volume sees them as a file, which the kubelet refreshes
 periodically (not instantly). The eviction then sends SIGTERM, the prompt signal. Either one
 sets the notice; the training loop checks it each step, saves, and exits with `EXIT_RESTART`.
+
+The annotation stays on the pod while the fault lasts, so a worker restarted in the same pod
+(torchrun `--max-restarts` under `fault.action: notify`) finds it again. A notice is known by
+its fault (`notice_id`: HCA, port, class, since); the checkpoint records the ones it answered
+(`FaultNotice.answered`), and a notice constructed with them fires only for a new fault.
 """
 
 from __future__ import annotations
@@ -13,10 +18,11 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -27,9 +33,10 @@ ANNOTATION = "rdmaplane.io/fault"
 EXIT_RESTART = 75
 DEFAULT_ANNOTATIONS_FILE = "/etc/podinfo/annotations"
 ENV_ANNOTATIONS_FILE = "RDMAPLANE_ANNOTATIONS_FILE"
-# Set by `python -m rdmaplane.train.run`: `exit_for_restart` creates this file, so the wrapper
-# can exit 75 even when a launcher (torchrun) between them reports its own code.
-ENV_RESTART_FILE = "RDMAPLANE_RESTART_FILE"
+# Set by `python -m rdmaplane.train.run`: the name of its abstract Unix socket (`@name`), where
+# `exit_for_restart` says so, and the wrapper can exit 75 even when a launcher (torchrun)
+# between them reports its own code. Abstract: nothing on disk for a killed wrapper to leave.
+ENV_RESTART_SOCKET = "RDMAPLANE_RESTART_SOCKET"
 
 
 class NoticeWarning(UserWarning):
@@ -53,18 +60,31 @@ def parse_annotations(text: str) -> dict[str, str]:
     return out
 
 
+def notice_id(value: str) -> str:
+    """What makes a notice new: the fault's HCA, port, class and `since` (the agent rewrites
+    the annotation when the faults hurting the pod change, not for a reworded reason); any
+    other value is its own id."""
+    try:
+        fault = json.loads(value)
+        return f"{fault['hca']}:{fault['port']} {fault['class']} since {fault['since']}"
+    except (ValueError, TypeError, KeyError):
+        return value
+
+
 class FaultNotice:
     """Set once a fault is announced. Use as a context manager (or `start()`/`stop()`) from
     the main thread (signal handlers can only be installed there):
 
-        with FaultNotice() as notice:
+        with FaultNotice(answered=resumed_checkpoint_answered) as notice:
             for step in range(start, steps):
                 train_step(step)
                 if notice:                      # or notice.is_set()
-                    save_checkpoint(step + 1)
+                    save_checkpoint(step + 1, answered=notice.answered)
                     exit_for_restart()
 
-    `reason` says what fired it (`SIGTERM`, or the annotation's JSON as `fault`)."""
+    `reason` says what fired it (`SIGTERM`, or the annotation's JSON as `fault`). An annotation
+    whose `notice_id` is in `answered` (what the checkpoint resumed from answered) does not
+    fire; a different one does."""
 
     def __init__(
         self,
@@ -72,6 +92,7 @@ class FaultNotice:
         *,
         poll_s: float = 1.0,
         signals: tuple[signal.Signals, ...] = (signal.SIGTERM,),
+        answered: Iterable[str] = (),
     ) -> None:
         chosen = annotations_file or os.environ.get(ENV_ANNOTATIONS_FILE, DEFAULT_ANNOTATIONS_FILE)
         self.path = Path(chosen)
@@ -79,12 +100,23 @@ class FaultNotice:
         self.signals = signals
         self.reason: str | None = None
         self.fault: Mapping[str, Any] | None = None
+        self.fired_id: str | None = None
+        self._answered_before = frozenset(answered)
+        self._current_id: str | None = None
         self._event = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._previous: dict[signal.Signals, Any] = {}
         self._seen: str | None = None
         self._warned = False
+
+    @property
+    def answered(self) -> frozenset[str]:
+        """The notices a checkpoint saved now answers: the one that fired, and those answered
+        before that are still in the file (a cleared one never comes back: a new fault has a
+        new `since`), so the record stays as small as the faults present."""
+        still = self._answered_before & {self._current_id}
+        return frozenset(still | ({self.fired_id} if self.fired_id else set()))
 
     # ---------------------------------------------------------------- state
 
@@ -96,9 +128,11 @@ class FaultNotice:
     def wait(self, timeout: float | None = None) -> bool:
         return self._event.wait(timeout)
 
-    def fire(self, reason: str, fault: Mapping[str, Any] | None = None) -> None:
+    def fire(
+        self, reason: str, fault: Mapping[str, Any] | None = None, fired_id: str | None = None
+    ) -> None:
         if not self._event.is_set():
-            self.reason, self.fault = reason, fault
+            self.reason, self.fault, self.fired_id = reason, fault, fired_id
             print(f"rdmaplane.train: fault notice ({reason})", file=sys.stderr, flush=True)
         self._event.set()
 
@@ -149,23 +183,33 @@ class FaultNotice:
                 )
             return self.is_set()
         value = parse_annotations(text).get(ANNOTATION)
+        self._current_id = notice_id(value) if value else None
         if value and value != self._seen:
             self._seen = value
+            if self._current_id in self._answered_before:
+                print(
+                    f"rdmaplane.train: fault notice {self._current_id} was answered by the "
+                    "checkpoint resumed from; waiting for a new one",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return self.is_set()
             try:
                 fault = json.loads(value)
             except ValueError:
                 fault = {"reason": value}
-            self.fire(f"annotation {ANNOTATION}", fault if isinstance(fault, dict) else None)
+            reason = f"annotation {ANNOTATION}"
+            self.fire(reason, fault if isinstance(fault, dict) else None, self._current_id)
         return self.is_set()
 
 
 def exit_for_restart() -> NoReturn:
     """Exit with `EXIT_RESTART` (75): "checkpoint saved, restart me" (and tell
-    `rdmaplane.train.run`, if it started us, through its file)."""
-    marker = os.environ.get(ENV_RESTART_FILE)
-    if marker:
-        with contextlib.suppress(OSError):
-            Path(marker).touch()
+    `rdmaplane.train.run`, if it started us, through its socket)."""
+    name = os.environ.get(ENV_RESTART_SOCKET, "")
+    if name.startswith("@"):
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(str(EXIT_RESTART).encode(), "\0" + name[1:])
     sys.stdout.flush()
     sys.stderr.flush()
     raise SystemExit(EXIT_RESTART)
