@@ -7,6 +7,7 @@ does not own. The fault chain under the same policy: tests/e2e/test_faults.py.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -21,7 +22,8 @@ from lightkube.types import PatchType
 
 from rdmaplane import faults, nrt
 from rdmaplane.fabric import DEFAULT_TIER_LABELS
-from rdmaplane.kube import async_client
+from rdmaplane.kube import NodeResourceTopology, async_client
+from rdmaplane.scheduler.layouts import layout
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
 from tests.e2e.controlplane import KubeCluster, add_ready_node, write_kubeconfig
@@ -78,6 +80,8 @@ async def scene(cluster: KubeCluster) -> AsyncIterator[Scene]:
             await kube.deletecollection(Pod, namespace=namespace, grace_period=0)
             for node in (a, b):
                 await kube.delete(Node, node)
+                with contextlib.suppress(ApiError):
+                    await kube.delete(NodeResourceTopology, node)
 
 
 @pytest.fixture
@@ -143,6 +147,11 @@ async def _own_taint(client: AsyncClient, node: str, ns: str) -> Any:
     return await client.patch(Node, node, patch, patch_type=PatchType.MERGE)
 
 
+async def _nrt(client: AsyncClient, node: str, ns: str) -> Any:
+    topology = nrt.to_object(layout("hgx", node, policy="best-effort", scope="pod"))
+    return await client.create(NodeResourceTopology(topology))
+
+
 async def _evict(client: AsyncClient, node: str, ns: str) -> Any:
     eviction = Pod.Eviction(metadata=ObjectMeta(name=f"work-{node}", namespace=ns))
     return await client.create(eviction, f"work-{node}", namespace=ns)
@@ -169,6 +178,7 @@ AGENT_WRITES: list[tuple[str, Write]] = [
     ),
     ("RDMAReady", _node_status(_condition(nrt.CONDITION_RDMA_READY))),
     ("its taint", _own_taint),
+    ("its NodeResourceTopology", _nrt),
     ("fault notice", _pod({"metadata": {"annotations": {faults.ANNOTATION: "{}"}}})),
     ("RDMAFault", _pod({"status": _condition(faults.CONDITION)}, status=True)),
     ("eviction", _evict),
