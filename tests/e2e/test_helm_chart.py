@@ -89,15 +89,15 @@ def render(helm: Path, *args: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-def kustomize_base() -> list[dict[str, Any]]:
-    """`kubectl kustomize deploy/` for a kustomization that lists resources and nothing else
+def kustomize_base(folder: Path = REPO / "deploy") -> list[dict[str, Any]]:
+    """`kubectl kustomize FOLDER` for a kustomization that lists resources and nothing else
     (checked here: with patches, generators or transformers this reading would be wrong)."""
-    kustomization = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     assert set(kustomization) == {"apiVersion", "kind", "resources"}, "update kustomize_base()"
     return [
         d
         for r in kustomization["resources"]
-        for d in yaml.safe_load_all((REPO / "deploy" / r).read_text())
+        for d in yaml.safe_load_all((folder / r).read_text())
         if d
     ]
 
@@ -140,12 +140,12 @@ def test_default_render_is_the_kustomize_base(helm: Path) -> None:
     difference by design: Helm makes the Namespace (`--create-namespace`), the base lists it."""
     base = by_identity(kustomize_base())
     chart = by_identity(render(helm))
-    assert base.pop(("Namespace", "", "rdmaplane"))
+    namespace = base.pop(("Namespace", "", "rdmaplane"))
     assert sorted(chart) == sorted(base)
     for key in base:
         assert chart[key] == base[key], key
     with_namespace = by_identity(render(helm, "--set", "createNamespace=true"))
-    assert ("Namespace", "", "rdmaplane") in with_namespace
+    assert with_namespace[("Namespace", "", "rdmaplane")] == namespace  # its Pod Security labels
 
 
 def test_scheduler_config_snippet_is_the_shipped_file(helm: Path) -> None:

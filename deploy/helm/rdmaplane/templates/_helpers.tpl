@@ -63,3 +63,11 @@ default (rdmaplane.fabric.DEFAULT_TIER_LABELS). */}}
 {{- $labels := .Values.fabric.tierLabels | default (list "fabric.topograph.run/tier-0" "fabric.topograph.run/tier-1" "fabric.topograph.run/tier-2") -}}
 [{{ range $i, $l := $labels }}{{ if $i }}, {{ end }}'{{ $l }}'{{ end }}]
 {{- end -}}
+
+{{/* The release namespace's Pod Security labels (docs/security.md): the node agent needs the
+privileged level; warn and audit at restricted. */}}
+{{- define "rdmaplane.podSecurityLabels" -}}
+pod-security.kubernetes.io/enforce: privileged
+pod-security.kubernetes.io/warn: restricted
+pod-security.kubernetes.io/audit: restricted
+{{- end -}}
