@@ -390,9 +390,12 @@ def start_etcd(bin_dir: Path, workdir: Path) -> tuple[Process, str]:
     return process, client_url
 
 
-def start_apiserver(bin_dir: Path, workdir: Path, etcd_url: str) -> tuple[Process, KubeCluster]:
+def start_apiserver(
+    bin_dir: Path, workdir: Path, etcd_url: str, extra_args: Sequence[str] = ()
+) -> tuple[Process, KubeCluster]:
     """kube-apiserver with client-cert authentication, Node+RBAC authorization, an admin
-    kubeconfig, and the default admission plugins."""
+    kubeconfig, and the default admission plugins; `extra_args` after the flags here (e.g.
+    `--admission-control-config-file`)."""
     pki = Pki(workdir)
     service_ip = str(next(ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE).hosts()))
     serving_cert, serving_key = pki.issue(
@@ -429,6 +432,7 @@ def start_apiserver(bin_dir: Path, workdir: Path, etcd_url: str) -> tuple[Proces
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",  # the rdmaplane agent DaemonSet is privileged
             "--profiling=false",
+            *extra_args,
         ],
         workdir / "kube-apiserver.log",
     )
@@ -623,14 +627,17 @@ def missing_binaries(bin_dir: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def control_plane(bin_dir: Path) -> Iterator[KubeCluster]:
+def control_plane(
+    bin_dir: Path, apiserver_args: Callable[[Path], Sequence[str]] = lambda _: ()
+) -> Iterator[KubeCluster]:
     """etcd + kube-apiserver in a temporary folder; both stopped and the folder removed on exit,
-    whatever happened inside."""
+    whatever happened inside. `apiserver_args(workdir)` gives further kube-apiserver flags (it
+    may write the files they name into the folder)."""
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rdmaplane-e2e-")))
         etcd, etcd_url = start_etcd(bin_dir, workdir)
         stack.callback(etcd.stop)
-        apiserver, cluster = start_apiserver(bin_dir, workdir, etcd_url)
+        apiserver, cluster = start_apiserver(bin_dir, workdir, etcd_url, apiserver_args(workdir))
         stack.callback(apiserver.stop)
         with cluster.client() as client:
             client.create(ServiceAccount(metadata=ObjectMeta(name="default", namespace="default")))

@@ -21,7 +21,13 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
 from tests.e2e.controlplane import KubeCluster
-from tests.e2e.test_helm_chart import CUSTOM, helm, kustomize_base, render  # noqa: F401
+from tests.e2e.test_helm_chart import (  # noqa: F401  (helm: the fixture)
+    CUSTOM,
+    EVERYTHING,
+    helm,
+    kustomize_base,
+    render,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -53,6 +59,7 @@ def _sets(helm_bin: Path) -> dict[str, list[dict[str, Any]]]:
         "deploy/doctor/": objects(DEPLOY / "doctor" / "example-3-nodes.yaml"),
         "chart": render(helm_bin, "--set", "createNamespace=true"),
         "chart -f ci/custom-values.yaml": render(helm_bin, "-f", str(CUSTOM)),
+        "chart, every optional part": render(helm_bin, *EVERYTHING),
     }
 
 
