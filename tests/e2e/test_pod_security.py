@@ -4,7 +4,8 @@ gives it (a server-side dry run of its pod in a namespace enforcing that level),
 strict level would do for those that need privileged (a namespace enforcing baseline refuses
 them, for the reason said). Its namespace's enforced level admits it. Every container, whatever
 its level, carries the same hardening: no privilege escalation, every capability dropped but
-what it names, the runtime's seccomp profile, a read-only root filesystem.
+what it names, the runtime's seccomp profile, a read-only root filesystem, requests and a
+memory limit, a pinned image tag (never `latest`).
 """
 
 from __future__ import annotations
@@ -150,6 +151,8 @@ def test_every_container_is_hardened_whatever_its_level(helm: Path) -> None:  # 
             assert context.get("privileged", False) is False, what
             assert context.get("readOnlyRootFilesystem") is True, what
             assert context.get("capabilities", {}).get("drop") == ["ALL"], what
-            assert (context.get("seccompProfile") or pod_seccomp) == {"type": "RuntimeDefault"}, (
-                what
-            )
+            seccomp = context.get("seccompProfile") or pod_seccomp
+            assert seccomp == {"type": "RuntimeDefault"}, what
+            assert c["resources"]["requests"] and c["resources"]["limits"]["memory"], what
+            image = str(c["image"])
+            assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), what
