@@ -84,21 +84,29 @@ def _wait_in_effect(cluster: KubeCluster, client: Client) -> None:
         client.delete(Node, probe)
 
 
-def daemon_pod(daemonset: Path, node: str) -> dict[str, Any]:
-    """The pod the DaemonSet controller would make for `node`: the template's, bound there."""
-    (ds,) = (d for d in yaml.safe_load_all(daemonset.read_text()) if d["kind"] == "DaemonSet")
-    template = copy.deepcopy(ds["spec"]["template"])
-    meta = ds["metadata"]
+def workload_pod(manifest: Path, kind: str, node: str | None = None) -> dict[str, Any]:
+    """The pod the controller of the `kind` (DaemonSet, Deployment) in `manifest` would make:
+    its template's, in its namespace, bound to `node` when one is given (as the DaemonSet
+    controller binds its pods)."""
+    (workload,) = (d for d in yaml.safe_load_all(manifest.read_text()) if d["kind"] == kind)
+    template = copy.deepcopy(workload["spec"]["template"])
+    meta = workload["metadata"]
+    spec = {**template["spec"], **({"nodeName": node} if node else {})}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             **template["metadata"],
-            "name": f"{meta['name']}-{node}",
+            "name": f"{meta['name']}-{node or 'pod'}",
             "namespace": meta["namespace"],
         },
-        "spec": {**template["spec"], "nodeName": node},
+        "spec": spec,
     }
+
+
+def daemon_pod(daemonset: Path, node: str) -> dict[str, Any]:
+    """The pod the DaemonSet controller would make for `node`."""
+    return workload_pod(daemonset, "DaemonSet", node)
 
 
 def kubeconfig_on(cluster: KubeCluster, node: str, daemonset: Path = AGENT_DAEMONSET) -> Path:

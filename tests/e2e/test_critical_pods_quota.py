@@ -72,19 +72,6 @@ def limited_cluster(k8s_bin_dir: Path) -> Iterator[KubeCluster]:
             kcm.stop()
 
 
-def _webhook_pod() -> dict[str, Any]:
-    (deployment,) = (
-        d for d in yaml.safe_load_all(WEBHOOK.read_text()) if d["kind"] == "Deployment"
-    )
-    template = deployment["spec"]["template"]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {**template["metadata"], "name": "webhook", "namespace": "rdmaplane"},
-        "spec": template["spec"],
-    }
-
-
 def _outcome(client: Client, pod: dict[str, Any]) -> str:
     try:
         client.create(codecs.from_dict(pod), dry_run=True)
@@ -94,7 +81,10 @@ def _outcome(client: Client, pod: dict[str, Any]) -> str:
 
 
 def test_the_shipped_quota_admits_the_critical_pods(limited_cluster: KubeCluster) -> None:
-    pods = [nodeaccess.daemon_pod(nodeaccess.AGENT_DAEMONSET, "gpu-1"), _webhook_pod()]
+    pods = [
+        nodeaccess.daemon_pod(nodeaccess.AGENT_DAEMONSET, "gpu-1"),
+        nodeaccess.workload_pod(WEBHOOK, "Deployment"),
+    ]
     with limited_cluster.client() as client:
         for pod in pods:
             refused = _outcome(client, pod)
