@@ -5,8 +5,10 @@ Usage: python bench/fault.py [--runs 5] [--fatal-after 1] [--grace 2]
 Starts etcd, kube-apiserver, kube-controller-manager (Job + taint eviction), KWOK and, per run,
 kube-scheduler with the rdmaplane extender, from the e2e fixtures' code (`make k8s-bins`
 first). Each run is the e2e scenario (tests/e2e/faultrig.py): examples/indexed-job.yaml with one
-pod per node, the agent for node A on the HGX sample tree; a port under A's pod goes down and a
-watch timestamps what follows, up to the replacement pod Running on the spare node:
+pod per node, the agent for node A on the HGX sample tree, as deployed (its RBAC, the own-node
+admission policies, the token of its DaemonSet pod on A: tests/e2e/nodeaccess.py); a port
+under A's pod goes down and a watch timestamps what follows, up to the replacement pod Running
+on the spare node:
 
   fault notice  the rdmaplane.io/fault annotation   (includes fault.fatalAfter and one poll)
   condition     RDMAFault=True                       (includes fault.graceSeconds)
@@ -41,7 +43,7 @@ from lightkube.resources.core_v1 import Namespace, ServiceAccount  # noqa: E402
 
 from rdmaplane.config.agent import FaultConfig  # noqa: E402
 from rdmaplane.discovery import read_node, samples  # noqa: E402
-from tests.e2e import faultrig  # noqa: E402
+from tests.e2e import faultrig, nodeaccess  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
     KubeCluster,
     Process,
@@ -69,9 +71,7 @@ def has(kind: str) -> Any:
     }[kind]
 
 
-async def one_run(
-    cluster: KubeCluster, url: str, kubeconfig: Path, fault: FaultConfig
-) -> dict[str, float]:
+async def one_run(cluster: KubeCluster, url: str, fault: FaultConfig) -> dict[str, float]:
     namespace = f"bench-{time.monotonic_ns() % 10**8}"
     with cluster.client() as client:
         client.create(Namespace(metadata=ObjectMeta(name=namespace)))
@@ -88,7 +88,7 @@ async def one_run(
             faultrig.fault_rig(
                 kube,
                 namespace,
-                kubeconfig,
+                lambda node: nodeaccess.kubeconfig_on(cluster, node),
                 tree,
                 workdir,
                 lister,
@@ -151,17 +151,16 @@ def main() -> None:
         sys.exit(f"bench/fault.py: {', '.join(missing)} missing: run `make k8s-bins` first")
     with control_plane(bin_dir) as cluster:
         with cluster.client() as client:
-            for path in ("deploy/crds/noderesourcetopology.yaml", "deploy/agent/rbac.yaml"):
-                for obj in codecs.load_all_yaml((REPO / path).read_text()):
-                    client.apply(obj, force=True)
+            for obj in codecs.load_all_yaml(
+                (REPO / "deploy/crds/noderesourcetopology.yaml").read_text()
+            ):
+                client.apply(obj, force=True)
+        nodeaccess.install(cluster)
         time.sleep(2)  # the CRD becomes Established
-        kubeconfig = cluster.kubeconfig_for("system:serviceaccount:rdmaplane:rdmaplane-agent")
         kcm, kwok = launch_controller_manager(cluster), launch_kwok(cluster, kwok_bin)
         try:
             with faultrig.serve_extender(cluster) as url:
-                runs = [
-                    asyncio.run(one_run(cluster, url, kubeconfig, fault)) for _ in range(args.runs)
-                ]
+                runs = [asyncio.run(one_run(cluster, url, fault)) for _ in range(args.runs)]
         finally:
             kwok.stop()
             kcm.stop()

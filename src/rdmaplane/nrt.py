@@ -379,6 +379,29 @@ def to_object(nrt: NodeResourceTopology) -> dict[str, Any]:
     return obj
 
 
+# The fields of an NRT that say something about the node (its metadata aside).
+CONTENT_FIELDS = ("f:zones", "f:attributes", "f:topologyPolicies")
+
+
+def other_writers(obj: Mapping[str, Any], ours: str) -> list[str]:
+    """The field managers other than `ours` that own some of the NRT's content (zones,
+    attributes, policies) by `metadata.managedFields`, sorted: another program writing the same
+    object (NFD's topology-updater, a scheduler-plugins exporter). A manager that owns only
+    metadata (a label, an annotation) is not one. A full update takes every field it writes
+    from the others, so a manager still listed with content wrote it after `ours` last did."""
+    meta = obj.get("metadata")
+    entries = meta.get("managedFields") if isinstance(meta, Mapping) else None
+    found = set()
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, Mapping) or entry.get("subresource"):
+            continue
+        manager, fields = entry.get("manager"), entry.get("fieldsV1")
+        writes_content = isinstance(fields, Mapping) and any(f in fields for f in CONTENT_FIELDS)
+        if isinstance(manager, str) and manager != ours and writes_content:
+            found.add(manager)
+    return sorted(found)
+
+
 def _zone_to_object(zone: Zone) -> dict[str, Any]:
     out: dict[str, Any] = {"name": zone.name, "type": zone.type}
     if zone.parent:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from rdmaplane import __version__
 from rdmaplane.cli import app
 from rdmaplane.doctor import pairing, report
 
@@ -227,10 +229,15 @@ def test_job_manifests(tmp_path):
     for j in jobs:
         spec = j["spec"]["template"]["spec"]
         c = spec["containers"][0]
-        assert c["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
         assert c["securityContext"]["privileged"] is False
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
         assert c["resources"]["limits"]["rdmaplane.io/hca"] == "1"
+        assert c["resources"]["limits"]["memory"] == "3Gi"
         assert "rdmaplane doctor -o json" in c["command"][2]
+        round_ = 1 if j["metadata"]["name"].startswith("rdmaplane-doctor-pair-1") else 0
+        assert j["spec"]["activeDeadlineSeconds"] == 600 + 90 * round_
     client = next(j for j in jobs if j["metadata"]["name"].endswith("pair-0-client"))
     assert (
         "--client pair-0-server.rdmaplane-doctor.rdmaplane-doctor.svc"
@@ -240,3 +247,39 @@ def test_job_manifests(tmp_path):
     assert server["spec"]["template"]["spec"]["hostname"] == "pair-0-server"
     assert "round 1: gpu-3 (server)" in err
     assert run("doctor", "job", "only-one")[0] == 2
+
+
+def test_job_default_image_is_this_release() -> None:
+    code, out, _ = run("doctor", "job", "gpu-1", "gpu-2")
+    assert code == 0
+    images = {
+        d["spec"]["template"]["spec"]["containers"][0]["image"]
+        for d in yaml.safe_load_all(out)
+        if d["kind"] == "Job"
+    }
+    assert images == {f"ghcr.io/rdmaplane/doctor:{__version__}"}
+
+
+@pytest.mark.parametrize(
+    ("checks", "perf", "expected"), [(0, 0, 0), (1, 0, 1), (0, 1, 1), (1, 1, 1), (0, 2, 2)]
+)
+def test_job_pod_exits_with_the_worse_verdict(
+    tmp_path: Path, checks: int, perf: int, expected: int
+) -> None:
+    """The Job's own shell line, run by sh with a stand-in `rdmaplane` that exits as told: both
+    outputs are printed, and the pod's status is the worse of the two (so the Job fails)."""
+    pairs = pairing.cover_pairs(["a", "b"])
+    job = pairing.manifests(pairs, image="img:1")[1]
+    command = job["spec"]["template"]["spec"]["containers"][0]["command"]
+    stand_in = tmp_path / "rdmaplane"
+    stand_in.write_text(
+        '#!/bin/sh\necho "ran $*"\n[ "$2" = perf ] && exit "$PERF"; exit "$CHECKS"\n'
+    )
+    stand_in.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "CHECKS": str(checks), "PERF": str(perf)}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == expected
+    assert done.stdout.splitlines() == [
+        "ran doctor -o json",
+        "ran doctor perf --server --duration 5 -o json",
+    ]

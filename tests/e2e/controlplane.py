@@ -31,9 +31,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from lightkube import AsyncClient, Client
+from lightkube import AsyncClient, Client, codecs
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, Node, ServiceAccount
+from lightkube.resources.core_v1 import Namespace, Node, ServiceAccount, ServiceAccountToken
 from lightkube.types import PatchType
 
 from rdmaplane.kube import async_client, sync_client
@@ -281,6 +281,39 @@ class KubeCluster:
             self.workdir / f"{file_name}.kubeconfig", self.server, self.pki.ca_cert, cert, key
         )
 
+    def kubeconfig_for_pod(self, pod: Mapping[str, Any]) -> Path:
+        """A kubeconfig with a token of the pod's ServiceAccount bound to the pod, as the
+        kubelet mounts one: for a pod bound to a node the API server names that node in it
+        (user extra `authentication.kubernetes.io/node-name`). The pod is created here (it
+        need not run); deleting it invalidates the token."""
+        meta = pod["metadata"]
+        with self.client() as client:
+            created = client.create(codecs.from_dict(dict(pod)))
+            assert created.metadata is not None
+            request = {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "metadata": {},
+                "spec": {
+                    "audiences": [],
+                    "expirationSeconds": 3600,
+                    "boundObjectRef": {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "name": meta["name"],
+                        "uid": created.metadata.uid,
+                    },
+                },
+            }
+            token = client.create(
+                ServiceAccountToken.from_dict(request),
+                pod["spec"]["serviceAccountName"],
+                namespace=meta["namespace"],
+            )
+        assert token.status is not None
+        path = self.workdir / f"{meta['namespace']}-{meta['name']}.kubeconfig"
+        return write_kubeconfig(path, self.server, self.pki.ca_cert, token=token.status.token)
+
     def tls_context(self) -> ssl.SSLContext:
         """Trusts the cluster CA and presents the admin certificate (for raw HTTPS probes)."""
         config = yaml.safe_load(self.kubeconfig.read_text())
@@ -305,16 +338,28 @@ async def add_ready_node(
     await kube.patch(Node, name, {"spec": {"taints": None}}, patch_type=PatchType.MERGE)
 
 
-def write_kubeconfig(path: Path, server: str, ca: Path, cert: Path, key: Path) -> Path:
+def write_kubeconfig(
+    path: Path,
+    server: str,
+    ca: Path,
+    cert: Path | None = None,
+    key: Path | None = None,
+    token: str | None = None,
+) -> Path:
+    """A kubeconfig for `server` authenticating by a client certificate (`cert`, `key`) or a
+    bearer `token`."""
+    user = (
+        {"token": token}
+        if token is not None
+        else {"client-certificate": str(cert), "client-key": str(key)}
+    )
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
             {"name": "e2e", "cluster": {"server": server, "certificate-authority": str(ca)}}
         ],
-        "users": [
-            {"name": "e2e", "user": {"client-certificate": str(cert), "client-key": str(key)}}
-        ],
+        "users": [{"name": "e2e", "user": user}],
         "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "e2e"}}],
         "current-context": "e2e",
     }
@@ -345,9 +390,12 @@ def start_etcd(bin_dir: Path, workdir: Path) -> tuple[Process, str]:
     return process, client_url
 
 
-def start_apiserver(bin_dir: Path, workdir: Path, etcd_url: str) -> tuple[Process, KubeCluster]:
+def start_apiserver(
+    bin_dir: Path, workdir: Path, etcd_url: str, extra_args: Sequence[str] = ()
+) -> tuple[Process, KubeCluster]:
     """kube-apiserver with client-cert authentication, Node+RBAC authorization, an admin
-    kubeconfig, and the default admission plugins."""
+    kubeconfig, and the default admission plugins; `extra_args` after the flags here (e.g.
+    `--admission-control-config-file`)."""
     pki = Pki(workdir)
     service_ip = str(next(ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE).hosts()))
     serving_cert, serving_key = pki.issue(
@@ -384,6 +432,7 @@ def start_apiserver(bin_dir: Path, workdir: Path, etcd_url: str) -> tuple[Proces
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",  # the rdmaplane agent DaemonSet is privileged
             "--profiling=false",
+            *extra_args,
         ],
         workdir / "kube-apiserver.log",
     )
@@ -578,14 +627,17 @@ def missing_binaries(bin_dir: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def control_plane(bin_dir: Path) -> Iterator[KubeCluster]:
+def control_plane(
+    bin_dir: Path, apiserver_args: Callable[[Path], Sequence[str]] = lambda _: ()
+) -> Iterator[KubeCluster]:
     """etcd + kube-apiserver in a temporary folder; both stopped and the folder removed on exit,
-    whatever happened inside."""
+    whatever happened inside. `apiserver_args(workdir)` gives further kube-apiserver flags (it
+    may write the files they name into the folder)."""
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rdmaplane-e2e-")))
         etcd, etcd_url = start_etcd(bin_dir, workdir)
         stack.callback(etcd.stop)
-        apiserver, cluster = start_apiserver(bin_dir, workdir, etcd_url)
+        apiserver, cluster = start_apiserver(bin_dir, workdir, etcd_url, apiserver_args(workdir))
         stack.callback(apiserver.stop)
         with cluster.client() as client:
             client.create(ServiceAccount(metadata=ObjectMeta(name="default", namespace="default")))

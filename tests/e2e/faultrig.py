@@ -1,7 +1,9 @@
 """The fault chain's test rig, shared by tests/e2e/test_faults.py and bench/fault.py.
 
 Two (or three) KWOK nodes: A, for which the rdmaplane agent runs on a copy of the HGX sample
-tree with a PodResources stand-in that reports what the pods bound to A hold; B, and later a
+tree with a PodResources stand-in that reports what the pods bound to A hold, with the
+credential its DaemonSet pod on A would get (`agent_kubeconfig(A)`: a token bound to that pod,
+under the own-node policies when `tests.e2e.nodeaccess.install` put them in); B, and later a
 spare C, with static NodeResourceTopology objects (as their agents would publish them). The Job
 is examples/indexed-job.yaml: one pod per node (8 GPUs, 8 HCAs). A watch records every version
 of every pod in the namespace with the time it arrived.
@@ -189,7 +191,7 @@ async def _placed(rig: Rig, nodes: set[str]) -> dict[str, str] | None:
 async def fault_rig(
     kube: AsyncClient,
     namespace: str,
-    agent_kubeconfig: Path,
+    agent_kubeconfig: Callable[[str], Path],
     tree: Path,
     workdir: Path,
     kubelet: Lister,
@@ -215,7 +217,8 @@ async def fault_rig(
         "topology_manager_scope": "pod",
         **agent_config,
     }
-    async with running_agent(agent_kubeconfig, a, tree, workdir, **config) as agent:
+    kubeconfig = await asyncio.to_thread(agent_kubeconfig, a)
+    async with running_agent(kubeconfig, a, tree, workdir, **config) as agent:
         # A pod the extender turns away for want of an NRT waits minutes in the scheduler's
         # unschedulable queue (NRTs are no scheduler event): publish first.
         await asyncio.wait_for(agent.publisher.in_sync.wait(), CHAIN_S)
@@ -235,11 +238,19 @@ async def fault_rig(
 async def _clean_up(rig: Rig) -> None:
     """The rig's Jobs, their pods, nodes and NRTs go, so the next rig's scheduler (and the next
     test's extender, which counts every bound pod) sees none of them. A Job deleted through the
-    API orphans its pods unless asked otherwise, so they are deleted too, at once."""
+    API orphans its pods unless asked otherwise, so they are deleted too, at once; so are the
+    agent's pod and any other pod bound to the rig's nodes (no pod garbage collector runs)."""
     with contextlib.suppress(ApiError):
         for job in rig.jobs:
             await rig.kube.delete(Job, job, namespace=rig.namespace, cascade=CascadeType.BACKGROUND)
         await rig.kube.deletecollection(Pod, namespace=rig.namespace, grace_period=0)
+        for node in rig.nodes:
+            bound = {"spec.nodeName": node}
+            async for pod in rig.kube.list(Pod, namespace="*", fields=bound):
+                assert pod.metadata is not None and pod.metadata.name is not None
+                await rig.kube.delete(
+                    Pod, pod.metadata.name, namespace=pod.metadata.namespace, grace_period=0
+                )
         for node in rig.nodes:
             await rig.kube.delete(Node, node)
             with contextlib.suppress(ApiError):

@@ -1,6 +1,8 @@
 """The fault chain on a real control plane: kube-apiserver, kube-scheduler with the rdmaplane
 extender, kube-controller-manager (Job and taint-eviction controllers), KWOK for the nodes' pod
-lifecycle, and the rdmaplane agent (with its own RBAC) for node A (see `faultrig.py`).
+lifecycle, and the rdmaplane agent for node A (see `faultrig.py`) as deployed: its RBAC, the
+own-node admission policies (deploy/agent/own-node.yaml), and the token of its DaemonSet pod
+on A (`tests/e2e/nodeaccess.py`).
 
 A port under the pod on A goes down → the fault notice (annotation + Event) → after the grace
 period the RDMAFault condition and an eviction → KWOK fails the pod → the Job controller
@@ -27,8 +29,9 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane.agent.service import Agent
+from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
-from tests.e2e.controlplane import KubeCluster, Process, launch_scheduler, write_kubeconfig
+from tests.e2e.controlplane import KubeCluster, Process, launch_scheduler
 from tests.e2e.faultrig import (
     CHAIN_S,
     FAULT,
@@ -47,7 +50,6 @@ from tests.e2e.test_agent import (  # noqa: F401  (fixtures)
     Lister,
     _metrics_url,
     eventually,
-    install_rbac,
     kubelet,
     tree,
     workdir,
@@ -72,20 +74,23 @@ RigFactory = Callable[..., contextlib.AbstractAsyncContextManager[tuple[Rig, Age
 
 @dataclass(frozen=True)
 class FaultEnv:
-    """The kwok cluster as these tests use it: the agent's kubeconfig (its own RBAC) and the
-    extender watching that cluster."""
+    """The kwok cluster as these tests use it: the agent's access as deployed (its RBAC, the
+    own-node policies) and the extender watching that cluster."""
 
     cluster: KubeCluster
-    agent_kubeconfig: Path
     extender: str
+
+    def agent_kubeconfig(self, node: str) -> Path:
+        """The token of the agent's DaemonSet pod on `node`."""
+        return nodeaccess.kubeconfig_on(self.cluster, node)
 
 
 @pytest.fixture(scope="module")
 def fault_env(kwok_cluster: KwokCluster) -> Iterator[FaultEnv]:
     cluster = kwok_cluster.cluster
-    kubeconfig = install_rbac(cluster)
+    nodeaccess.install(cluster)
     with serve_extender(cluster) as url:
-        yield FaultEnv(cluster, kubeconfig, url)
+        yield FaultEnv(cluster, url)
 
 
 @pytest.fixture
@@ -96,7 +101,8 @@ async def chain(
     kubelet: Lister,  # noqa: F811
 ) -> AsyncIterator[RigFactory]:
     """`fault_rig` in a fresh namespace of the kwok cluster: `async with chain() as (rig,
-    agent)`, or `chain(agent_kubeconfig=other)`. Its kube-schedulers stop after the test."""
+    agent)`, or `chain(agent_kubeconfig=other)` (node → kubeconfig). Its kube-schedulers stop
+    after the test."""
     cluster = fault_env.cluster
     namespace = f"e2e-{uuid.uuid4().hex[:8]}"
     cluster.create_namespace(namespace)
@@ -230,15 +236,16 @@ async def test_api_server_away_during_the_fault_then_the_right_action(
     the pod (its view is stale); once it can, the notice and eviction follow."""
     proxy = Proxy(int(fault_env.cluster.server.rsplit(":", 1)[1]))
     await proxy.open()
-    config = yaml.safe_load(await asyncio.to_thread(fault_env.agent_kubeconfig.read_text))
-    user = config["users"][0]["user"]
-    via_proxy = write_kubeconfig(
-        workdir / "via-proxy.kubeconfig",
-        f"https://127.0.0.1:{proxy.port}",
-        Path(config["clusters"][0]["cluster"]["certificate-authority"]),
-        Path(user["client-certificate"]),
-        Path(user["client-key"]),
-    )
+
+    def via_proxy(node: str) -> Path:
+        """The agent's kubeconfig for `node`, its server the proxy."""
+        kubeconfig = fault_env.agent_kubeconfig(node)
+        config = yaml.safe_load(kubeconfig.read_text())
+        config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+        path = workdir / "via-proxy.kubeconfig"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
     async with chain(agent_kubeconfig=via_proxy) as (rig, agent):
         await start_job(rig)
         placed = await placed_on(rig, {rig.a, rig.b})

@@ -8,6 +8,7 @@ plane; a missing binary fails these tests, it never skips them.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -33,6 +34,19 @@ REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "deploy" / "helm" / "rdmaplane"
 CUSTOM = CHART / "ci" / "custom-values.yaml"
 CERT_MANAGER_CRDS = Path(__file__).parent / "fixtures" / "cert-manager-crds.yaml"
+PROMETHEUS_CRDS = Path(__file__).parent / "fixtures" / "prometheus-operator-crds.yaml"
+OWN_TOLERATION = {"key": "rdmaplane.io/rdma-unhealthy", "operator": "Exists"}
+# Every optional part on (all off by default).
+EVERYTHING = (
+    "--set", "metrics.podMonitor.enabled=true",
+    "--set", "extender.tls.secretName=extender-tls",
+    "--set", "extender.networkPolicy.enabled=true",
+    "--set", "extender.debugRemote=true",
+    "--set", "agent.fixNetnsMode=true",
+    "--set", "agent.cdi.enabled=true",
+    "--set", "schedulerConfig.configMap=true",
+    "--set", "schedulerConfig.tlsCaFile=/etc/kubernetes/pki/ca.crt",
+)  # fmt: skip
 # Labels and annotations only the chart adds (Helm's conventions; a config checksum that rolls
 # pods when their config changes). Selectors carry none of them.
 CHART_LABELS = {
@@ -42,9 +56,10 @@ CHART_LABELS = {
     "app.kubernetes.io/part-of",
 }
 CHART_ANNOTATIONS = {"checksum/config"}
-# So lightkube can load the chart's cert-manager objects.
+# So lightkube can load the chart's cert-manager and Prometheus Operator objects.
 for _kind, _plural in (("Certificate", "certificates"), ("Issuer", "issuers")):
     create_namespaced_resource("cert-manager.io", "v1", _kind, _plural)
+create_namespaced_resource("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors")
 
 
 # ConfigMap keys that hold rdmaplane configs: compared as the components load them.
@@ -89,15 +104,15 @@ def render(helm: Path, *args: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-def kustomize_base() -> list[dict[str, Any]]:
-    """`kubectl kustomize deploy/` for a kustomization that lists resources and nothing else
+def kustomize_base(folder: Path = REPO / "deploy") -> list[dict[str, Any]]:
+    """`kubectl kustomize FOLDER` for a kustomization that lists resources and nothing else
     (checked here: with patches, generators or transformers this reading would be wrong)."""
-    kustomization = yaml.safe_load((REPO / "deploy" / "kustomization.yaml").read_text())
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
     assert set(kustomization) == {"apiVersion", "kind", "resources"}, "update kustomize_base()"
     return [
         d
         for r in kustomization["resources"]
-        for d in yaml.safe_load_all((REPO / "deploy" / r).read_text())
+        for d in yaml.safe_load_all((folder / r).read_text())
         if d
     ]
 
@@ -140,12 +155,12 @@ def test_default_render_is_the_kustomize_base(helm: Path) -> None:
     difference by design: Helm makes the Namespace (`--create-namespace`), the base lists it."""
     base = by_identity(kustomize_base())
     chart = by_identity(render(helm))
-    assert base.pop(("Namespace", "", "rdmaplane"))
+    namespace = base.pop(("Namespace", "", "rdmaplane"))
     assert sorted(chart) == sorted(base)
     for key in base:
         assert chart[key] == base[key], key
     with_namespace = by_identity(render(helm, "--set", "createNamespace=true"))
-    assert ("Namespace", "", "rdmaplane") in with_namespace
+    assert with_namespace[("Namespace", "", "rdmaplane")] == namespace  # its Pod Security labels
 
 
 def test_scheduler_config_snippet_is_the_shipped_file(helm: Path) -> None:
@@ -181,7 +196,8 @@ def test_values_reach_the_components(helm: Path) -> None:
     assert {w["failurePolicy"] for w in mwc["webhooks"]} == {"Ignore"}
     daemonset = objects["DaemonSet", "rdmaplane-agent"]["spec"]["template"]["spec"]
     assert daemonset["tolerations"] == [
-        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        OWN_TOLERATION,  # kept whatever agent.tolerations says
     ]
     assert daemonset["containers"][0]["image"] == "registry.example/rdmaplane:0.1.0-rc1"
 
@@ -241,6 +257,7 @@ def _install_crds(client: Client, objects: list[Any]) -> None:
         (),
         ("-f", str(CUSTOM)),
         ("--set", "webhook.certManager.enabled=true", "--set", "schedulerConfig.configMap=true"),
+        EVERYTHING,
         (
             "--set",
             "webhook.certManager.enabled=true",
@@ -248,7 +265,7 @@ def _install_crds(client: Client, objects: list[Any]) -> None:
             'webhook.certManager.issuerRef={"name":"corp-ca","kind":"ClusterIssuer","group":"cert-manager.io"}',
         ),
     ],
-    ids=["default", "custom-values", "cert-manager", "cert-manager-own-issuer"],
+    ids=["default", "custom-values", "cert-manager", "everything", "cert-manager-own-issuer"],
 )
 def test_render_passes_a_server_side_dry_run(
     helm: Path, kube_cluster: KubeCluster, args: tuple[str, ...]
@@ -256,7 +273,8 @@ def test_render_passes_a_server_side_dry_run(
     objects = list(codecs.load_all_yaml(yaml.safe_dump_all(render(helm, *args))))
     with kube_cluster.client() as client:
         _install_crds(client, [o for o in objects if o.kind == "CustomResourceDefinition"])
-        _install_crds(client, list(codecs.load_all_yaml(CERT_MANAGER_CRDS.read_text())))
+        for fixture in (CERT_MANAGER_CRDS, PROMETHEUS_CRDS):
+            _install_crds(client, list(codecs.load_all_yaml(fixture.read_text())))
         namespaces = {o.metadata.namespace for o in objects if o.metadata.namespace} | {"rdmaplane"}
         for name in namespaces:
             client.apply(
@@ -270,3 +288,111 @@ def test_render_passes_a_server_side_dry_run(
             if obj.kind in ("CustomResourceDefinition", "Namespace"):
                 continue
             client.apply(obj, field_manager="rdmaplane-e2e", force=True, dry_run=True)
+
+
+def helm_refuses(helm: Path, *args: str) -> str:
+    """What `helm lint --strict` and `helm template` say when both refuse the values."""
+    out = []
+    for command in (["lint", "--strict", str(CHART)], ["template", "r", str(CHART)]):
+        done = subprocess.run(
+            [str(helm), *command, *args], capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode != 0, f"helm {' '.join(command)} {' '.join(args)} accepted them"
+        out.append(done.stdout + done.stderr)
+    return "\n".join(out)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--set", "webhook.failurePolicy=Sometimes"), "/webhook/failurePolicy"),
+        (("--set", "webhook.timeoutSeconds=60"), "/webhook/timeoutSeconds"),
+        (("--set", "webhook.port=99999"), "/webhook/port"),
+        (("--set", "agent.metricsPort=0"), "/agent/metricsPort"),
+        (("--set", "fault.action=nuke"), "/fault/action"),
+        (("--set", "fault.graceSeconds=soon"), "/fault/graceSeconds"),
+        (("--set", "agent.tolerationz[0].operator=Exists"), "'tolerationz' not allowed"),
+        (("--set", "webhok.replicas=2"), "'webhok' not allowed"),
+        (("--set", "extender.replicas=0"), "/extender/replicas"),
+        (("--set", "extender.namespace=Kube_System"), "/extender/namespace"),
+        (("--set", "webhook.certManager.enabled=maybe"), "/webhook/certManager/enabled"),
+        (("--set", "agent.tolerations[0].effect=NoWay"), "/agent/tolerations/0/effect"),
+    ],
+    ids=lambda a: a[1] if isinstance(a, tuple) else None,
+)
+def test_the_schema_refuses_bad_values(helm: Path, args: tuple[str, ...], said: str) -> None:
+    assert said in helm_refuses(helm, *args)
+
+
+def _agent(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (ds,) = [
+        o
+        for o in objects
+        if o["kind"] == "DaemonSet" and o["metadata"]["name"] == "rdmaplane-agent"
+    ]
+    spec: dict[str, Any] = ds["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "rendered"),
+    [
+        ([{"operator": "Exists"}], [{"operator": "Exists"}]),  # the default: every taint
+        ([], [OWN_TOLERATION]),
+        ([OWN_TOLERATION], [OWN_TOLERATION]),
+        (
+            [{"key": "rdmaplane.io/rdma-unhealthy", "operator": "Exists", "effect": "NoExecute"}],
+            [
+                {"key": "rdmaplane.io/rdma-unhealthy", "operator": "Exists", "effect": "NoExecute"},
+                OWN_TOLERATION,  # the degraded taint is NoSchedule: NoExecute alone is not enough
+            ],
+        ),
+        (
+            [{"key": "a", "operator": "Exists"}],
+            [{"key": "a", "operator": "Exists"}, OWN_TOLERATION],
+        ),
+    ],
+)
+def test_the_agent_always_tolerates_its_own_taint(
+    helm: Path, tolerations: list[dict[str, str]], rendered: list[dict[str, str]]
+) -> None:
+    objects = render(helm, "--set-json", f"agent.tolerations={json.dumps(tolerations)}")
+    assert _agent(objects).get("tolerations", []) == rendered
+
+
+def test_optional_parts_render_as_said(helm: Path) -> None:
+    objects = render(helm, *EVERYTHING, "-f", str(CUSTOM))
+    by_key = {
+        (o["kind"], o["metadata"]["name"], o["metadata"].get("namespace", "")): o for o in objects
+    }
+    agent = _agent(objects)
+    container = agent["containers"][0]
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["NET_ADMIN"]}
+    configs = by_key["ConfigMap", "rdmaplane-agent", "rdmaplane"]["data"]
+    assert loaded("agent.yaml", configs["agent.yaml"]).fix_netns_mode  # type: ignore[attr-defined]
+    plugin = loaded("device-plugin.yaml", configs["device-plugin.yaml"])
+    assert str(plugin.cdi.spec_dir) == "/var/run/cdi" and plugin.cdi.enabled  # type: ignore[attr-defined]
+    assert {"name": "cdi", "mountPath": "/var/run/cdi"} in container["volumeMounts"]
+    ns = "rdmaplane-scheduling"
+    extender = by_key["Deployment", "rdmaplane-scheduler-extender", ns]["spec"]["template"]["spec"]
+    args = extender["containers"][0]["args"]
+    assert "--tls-cert-file=/etc/rdmaplane/tls/tls.crt" in args and "--debug-remote" in args
+    assert extender["containers"][0]["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    scheduler = yaml.safe_load(
+        by_key["ConfigMap", "rdmaplane-kube-scheduler-config", ns]["data"][
+            "kube-scheduler-config.yaml"
+        ]
+    )["extenders"][0]
+    assert scheduler["urlPrefix"] == f"https://rdmaplane-scheduler-extender.{ns}.svc:9999"
+    assert scheduler["enableHTTPS"] and scheduler["tlsConfig"] == {
+        "caFile": "/etc/kubernetes/pki/ca.crt"
+    }
+    assert ("NetworkPolicy", "rdmaplane-scheduler-extender", ns) in by_key
+    monitors = {(k[1], k[2]) for k in by_key if k[0] == "PodMonitor"}
+    assert monitors == {
+        ("rdmaplane-agent", "rdmaplane"),
+        ("rdmaplane-scheduler-extender", ns),
+        ("rdmaplane-webhook", "rdmaplane"),
+    }
+    quotas = {k[2] for k in by_key if k[0] == "ResourceQuota"}
+    assert quotas == {"rdmaplane", ns}  # the extender's own namespace too, as it is not kube-system

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -29,7 +30,7 @@ from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
 from rdmaplane.scheduler.watch import make_client, watch_all
-from tests.e2e.controlplane import KubeCluster, Process, add_ready_node
+from tests.e2e.controlplane import KubeCluster, Process, add_ready_node, free_port, launch_extender
 from tests.scheduler_helpers import pod, serve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,18 +147,7 @@ async def test_aligned_placement_accounting_and_pending_reason(
 
     # 8 GPUs + 8 NICs: impossible on single-numa-node two-socket nodes, no NRT on "bare".
     await _create(kube, namespace, "train-huge", 8, 8)
-    message = ""
-    for _ in range(120):
-        events = [
-            e
-            async for e in kube.list(
-                Event, namespace=namespace, fields={"involvedObject.name": "train-huge"}
-            )
-        ]
-        message = " ".join(e.message or "" for e in events if e.reason == "FailedScheduling")
-        if "rdmaplane:" in message:
-            break
-        await asyncio.sleep(0.25)
+    message = await _failed_scheduling(kube, namespace, "train-huge")
     assert (
         "rdmaplane: single-numa-node: no NUMA zone can hold 8 nvidia.com/gpu + 8 rdmaplane.io/hca"
         in message
@@ -165,6 +155,24 @@ async def test_aligned_placement_accounting_and_pending_reason(
     assert "rdmaplane: no NodeResourceTopology published for this node" in message
     huge = await kube.get(Pod, "train-huge", namespace=namespace)
     assert huge.spec is not None and not huge.spec.nodeName
+
+
+async def _failed_scheduling(kube: AsyncClient, namespace: str, name: str) -> str:
+    """The pod's FailedScheduling messages, once one of them carries the extender's reason
+    (up to 30 s), else what there was."""
+    message = ""
+    for _ in range(120):
+        events = [
+            e
+            async for e in kube.list(
+                Event, namespace=namespace, fields={"involvedObject.name": name}
+            )
+        ]
+        message = " ".join(e.message or "" for e in events if e.reason == "FailedScheduling")
+        if "rdmaplane:" in message:
+            break
+        await asyncio.sleep(0.25)
+    return message
 
 
 async def test_scheduling_goes_on_without_the_extender(
@@ -199,3 +207,52 @@ async def test_explain_placement_reads_the_cluster(
     assert rows[names["hgx"]]["fits"] and rows[names["hgx"]]["alignment"] == "pcie"
     assert not rows[names["lopsided"]]["fits"]
     assert rows[names["bare"]]["detail"] == "no NodeResourceTopology published for this node"
+
+
+async def test_kube_scheduler_calls_the_extender_over_https(
+    kube: AsyncClient,
+    kube_cluster: KubeCluster,
+    namespace: str,
+    nrt_crd: type[NodeResourceTopology],
+    start_scheduler: Callable[..., Process],
+) -> None:
+    """`rdmaplane scheduler-extender --tls-cert-file --tls-key-file` in its own process, and
+    kube-scheduler with `enableHTTPS` and the CA in `tlsConfig.caFile`: the extender's reason
+    reaches the pod's events, so the call went through (with `ignorable`, a failed TLS
+    handshake would let kube-scheduler bind the pod to the node without an NRT)."""
+    cert, key = kube_cluster.pki.issue("extender-tls", "extender", hosts=["127.0.0.1"])
+    port = free_port()
+    process = launch_extender(
+        kube_cluster,
+        kube_cluster.kubeconfig,
+        port,
+        f"--tls-cert-file={cert}",
+        f"--tls-key-file={key}",
+        ready=False,
+    )
+    url = f"https://127.0.0.1:{port}"
+    ca = ssl.create_default_context(cafile=str(kube_cluster.pki.ca_cert))
+    try:
+        await asyncio.to_thread(process.wait_ready, lambda: _ready(f"{url}/readyz", ca))
+        names = await _mixed_cluster(kube, f"tls-{uuid.uuid4().hex[:6]}")
+        config = _scheduler_config(url)
+        config["extenders"][0]["enableHTTPS"] = True
+        config["extenders"][0]["tlsConfig"] = {"caFile": str(kube_cluster.pki.ca_cert)}
+        start_scheduler(config)
+        await _create(kube, namespace, "train-huge", 8, 8)
+        message = await _failed_scheduling(kube, namespace, "train-huge")
+        assert "rdmaplane: no NodeResourceTopology published for this node" in message
+        huge = await kube.get(Pod, "train-huge", namespace=namespace)
+        assert huge.spec is not None and not huge.spec.nodeName, names
+        async with httpx.AsyncClient(timeout=5) as plain:  # and nothing is served in the clear
+            with pytest.raises(httpx.HTTPError):
+                await plain.get(f"http://127.0.0.1:{port}/readyz")
+    finally:
+        process.stop()
+
+
+def _ready(url: str, context: ssl.SSLContext) -> bool:
+    try:
+        return httpx.get(url, verify=context, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False

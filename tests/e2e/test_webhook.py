@@ -2,19 +2,19 @@
 
 The MutatingWebhookConfiguration is deploy/webhook/webhook.yaml as shipped, its clientConfig
 pointed at a `rdmaplane webhook` process on loopback (`url`). The process runs as the
-webhook's ServiceAccount under deploy/webhook/rbac.yaml, makes its own CA and serving
-certificate in the Secret and writes the caBundle itself. Tests run in file order: the last
-one stops the webhook.
+webhook's ServiceAccount under deploy/webhook/rbac.yaml (its Role, the Secret made empty for
+it, the policy that leaves it only the caBundle), makes its own CA and serving certificate in
+that Secret and writes the caBundle itself. Tests run in file order: the last one stops the
+webhook.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import copy
 import ssl
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
 
+from rdmaplane.kube import sync_client
 from tests.e2e.controlplane import KubeCluster, poll_until
 from tests.webhook_pods import GPU, HCA, SHARED, admission_review, contains, cpu_pod, gpu_pod, pods
 from tests.webhook_server import WebhookProcess, free_port, start_webhook
@@ -49,6 +50,14 @@ def _apply_rbac(client: Client) -> None:
     client.apply(Namespace(metadata=ObjectMeta(name=NAMESPACE)), field_manager="e2e", force=True)
     for obj in codecs.load_all_yaml((DEPLOY / "rbac.yaml").read_text()):
         client.apply(obj, field_manager="e2e", force=True)
+    _empty_secret(client)
+
+
+def _empty_secret(client: Client) -> None:
+    """The Secret as rbac.yaml makes it, without data (an earlier run may have filled it)."""
+    secret = client.get(Secret, SECRET, namespace=NAMESPACE)
+    secret.data = None
+    client.replace(secret)
 
 
 def _webhook_configuration(url: str) -> Any:
@@ -64,7 +73,10 @@ def _ca_from_secret(client: Client, path: Path) -> Path | None:
         secret = client.get(Secret, SECRET, namespace=NAMESPACE)
     except ApiError:
         return None
-    path.write_bytes(base64.b64decode((secret.data or {})["ca.crt"]))
+    ca = (secret.data or {}).get("ca.crt")
+    if ca is None:
+        return None  # not filled yet
+    path.write_bytes(base64.b64decode(ca))
     return path
 
 
@@ -75,8 +87,6 @@ def env(kube_cluster: KubeCluster) -> Iterator[Env]:
     port = free_port()
     with kube_cluster.client() as client:
         _apply_rbac(client)
-        with contextlib.suppress(ApiError):  # left by an earlier module run
-            client.delete(Secret, SECRET, namespace=NAMESPACE)
         client.apply(
             ServiceAccount(metadata=ObjectMeta(name="default", namespace="kube-system")),
             field_manager="e2e",
@@ -251,9 +261,9 @@ def test_random_pods_pass_the_api_servers_validation(
 def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
     kube_cluster: KubeCluster, env: Env
 ) -> None:
-    """Two bootstraps racing on a missing Secret (as two replicas starting together) end with
-    one Secret and its CA in caBundle; the running webhook loads the new certificate and the
-    API server keeps admitting through it."""
+    """Two bootstraps racing on the empty Secret (as two replicas starting together on a fresh
+    install) end with one certificate in it and its CA in caBundle; the running webhook loads
+    the new certificate and the API server keeps admitting through it."""
     import asyncio
 
     from rdmaplane.config.webhook import TlsConfig
@@ -284,7 +294,7 @@ def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
         return [s.fingerprint for s in served]
 
     with kube_cluster.client() as client:
-        client.delete(Secret, SECRET, namespace=NAMESPACE)
+        _empty_secret(client)
         fingerprints = asyncio.run(race(kube_cluster.workdir / f"race-{uuid.uuid4().hex[:6]}"))
         assert fingerprints[0] == fingerprints[1]
         new_ca = _ca_from_secret(client, env.ca_file)
@@ -302,6 +312,71 @@ def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
 
         poll_until(admitted, 60, "admission with the new certificate")
     assert "serving a new certificate" in env.process.log_text()
+
+
+def _as_webhook(kube_cluster: KubeCluster) -> Client:
+    identity = kube_cluster.kubeconfig_for(f"system:serviceaccount:{NAMESPACE}:rdmaplane-webhook")
+    return sync_client(identity)
+
+
+# Changes to its MutatingWebhookConfiguration a compromised webhook would want, beside caBundle.
+WIDENINGS: list[tuple[str, Callable[[Any], None]]] = [
+    (
+        "drop the kube-system exclusion",
+        lambda m: m.webhooks[0].namespaceSelector.matchExpressions.pop(),
+    ),
+    ("failurePolicy Ignore", lambda m: setattr(m.webhooks[0], "failurePolicy", "Ignore")),
+    ("pod updates too", lambda m: m.webhooks[0].rules[0].operations.append("UPDATE")),
+    ("drop the matchConditions", lambda m: setattr(m.webhooks[1], "matchConditions", None)),
+    ("drop an entry", lambda m: m.webhooks.pop()),
+    ("another URL", lambda m: setattr(m.webhooks[0].clientConfig, "url", "https://x.invalid/m")),
+    ("a label", lambda m: setattr(m.metadata, "labels", {"x": "y"})),
+]
+
+
+def test_the_webhook_may_change_only_its_ca_bundle_and_own_secret(
+    kube_cluster: KubeCluster, env: Env
+) -> None:
+    """Its rights as deploy/webhook/rbac.yaml narrows them: the caBundle of its own
+    configuration and its one pre-made Secret; no other change to the configuration (the
+    policy), no Secret of its own making (the Role has no `create`)."""
+    with _as_webhook(kube_cluster) as webhook:
+
+        def refused(widen: Callable[[Any], None]) -> str:
+            mwc = webhook.get(MutatingWebhookConfiguration, MWC)
+            widen(mwc)
+            try:
+                webhook.replace(mwc)
+            except ApiError as e:
+                return e.status.message or ""
+            return "done"
+
+        first = WIDENINGS[0][1]  # the policy takes effect once the API server's informer has it
+        poll_until(lambda: "may change only the caBundle" in refused(first), 30, "the policy")
+        for what, widen in WIDENINGS:
+            message = refused(widen)
+            assert "may change only the caBundle" in message, (what, message)
+        current = webhook.get(MutatingWebhookConfiguration, MWC)
+        bundle = base64.b64decode(current.webhooks[0].clientConfig.caBundle)
+        for hook in current.webhooks:  # the same CA twice: still trusted, but a change
+            hook.clientConfig.caBundle = base64.b64encode(bundle + bundle).decode()
+        webhook.replace(current)
+        with pytest.raises(ApiError) as refused:
+            webhook.create(Secret(metadata=ObjectMeta(name="other", namespace=NAMESPACE)))
+        assert refused.value.status.code == 403
+        with pytest.raises(ApiError) as refused:
+            webhook.get(MutatingWebhookConfiguration, "someone-elses")
+        assert refused.value.status.code == 403
+        assert webhook.get(Secret, SECRET, namespace=NAMESPACE).data
+    poll_until(lambda: _ca_bundle_written(kube_cluster), 60, "the webhook's own caBundle back")
+
+
+def _ca_bundle_written(kube_cluster: KubeCluster) -> bool:
+    """The webhook's next check writes its one CA back."""
+    with kube_cluster.client() as client:
+        hooks = client.get(MutatingWebhookConfiguration, MWC).webhooks or []
+        ca = base64.b64decode(client.get(Secret, SECRET, namespace=NAMESPACE).data["ca.crt"])
+        return all(base64.b64decode(h.clientConfig.caBundle or "") == ca for h in hooks)
 
 
 def test_with_the_webhook_down_only_opted_in_gpu_pods_are_refused(

@@ -147,3 +147,19 @@ def test_every_claim_template_pairs_gpu_k_with_nic_k() -> None:
             }
             for k in range(size)
         ], name
+
+
+def test_the_device_plugin_probes_the_socket_its_config_serves(tmp_path: Path) -> None:
+    """The standalone DaemonSet's probes name the socket of its config's pool, as the plugin
+    names it (rdmaplane.deviceplugin.server.socket_name)."""
+    from rdmaplane.deviceplugin.server import socket_name
+
+    path = tmp_path / "config.yaml"
+    path.write_text(embedded()[("device-plugin/daemonset.yaml", "config.yaml")])
+    (pool,) = cast(DevicePluginConfig, load(path, DevicePluginConfig)).pools
+    docs = yaml.safe_load_all((DEPLOY / "device-plugin" / "daemonset.yaml").read_text())
+    (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    socket = f"/var/lib/kubelet/device-plugins/{socket_name(pool.resource_name)}"
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["exec"]["command"] == ["test", "-S", socket]

@@ -289,6 +289,7 @@ SLOTS: list[Slot] = [
     Slot("scheduler-extender", ("--log-format", "{}"), values(("xml", "'xml'"))),
     Slot("scheduler-extender", ("--port", "{}"), values(("99999", "99999"), ("http", "'http'"))),
     Slot("scheduler-extender", ("--kubeconfig", "{}"), DOCUMENTS),
+    Slot("scheduler-extender", ("--tls-cert-file", "{}", "--tls-key-file", "{}"), UNREADABLE),
     Slot("explain-placement", ("{}", "--nrt", "{nrt}"), DOCUMENTS),
     Slot("explain-placement", ("{pod}", "--nrt", "{}"), DOCUMENTS),
     Slot("explain-placement", ("{pod}", "--nrt", "{nrt}", "--nodes", "{}"), DOCUMENTS),

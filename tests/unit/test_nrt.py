@@ -178,3 +178,40 @@ def test_quantities_accept_int_string_and_other_producers_forms() -> None:
     assert zone.resources[0].capacity == 2
     assert zone.resource("cpu") == nrt.ZoneResource("cpu", 2, 1000, 1)  # fractions round up
     assert zone.resource("memory") == nrt.ZoneResource("memory", 64 * 2**30, 2000, 0)
+
+
+# ---------------------------------------------------------------- other writers
+
+_MANAGERS = st.sampled_from(["rdmaplane", "nfd-topology-updater", "kubectl-edit", "exporter"])
+_FIELDS = st.lists(
+    st.sampled_from([*nrt.CONTENT_FIELDS, "f:metadata", "f:apiVersion"]), unique=True
+).map(lambda keys: {k: {} for k in keys})
+_ENTRIES = st.lists(
+    st.fixed_dictionaries(
+        {"manager": _MANAGERS, "operation": st.sampled_from(["Update", "Apply"]),
+         "fieldsV1": _FIELDS},
+        optional={"subresource": st.sampled_from(["", "status"])},
+    )
+)  # fmt: skip
+
+
+@given(_ENTRIES)
+def test_other_writers_are_the_other_managers_owning_content(entries: list[dict]) -> None:
+    obj = {"metadata": {"name": "n", "managedFields": entries}}
+    expected = {
+        e["manager"]
+        for e in entries
+        if e["manager"] != "rdmaplane"
+        and not e.get("subresource")
+        and any(f in e["fieldsV1"] for f in nrt.CONTENT_FIELDS)
+    }
+    assert nrt.other_writers(obj, "rdmaplane") == sorted(expected)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [{}, {"metadata": None}, {"metadata": {"managedFields": "x"}},
+     {"metadata": {"managedFields": [None, {"manager": 3, "fieldsV1": {"f:zones": {}}}]}}],
+)  # fmt: skip
+def test_other_writers_of_odd_objects_are_none(obj: dict) -> None:
+    assert nrt.other_writers(obj, "rdmaplane") == []

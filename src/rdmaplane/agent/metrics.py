@@ -212,6 +212,11 @@ class AgentMetrics:
             "1 when the last publish attempt reached the API server",
             registry=r,
         )
+        self.nrt_written_by_others = Gauge(
+            "rdmaplane_agent_nrt_written_by_others",
+            "1 while another program writes this node's NodeResourceTopology (left alone)",
+            registry=r,
+        )
         self.podresources_errors = Counter(
             "rdmaplane_agent_podresources_errors",
             "Failed PodResources queries to the kubelet",

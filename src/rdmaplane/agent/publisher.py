@@ -14,6 +14,13 @@ itself); a change to labels, the condition or Events does not wait, and takes th
 The resync period varies by ±10 %; retries wait a random 50-100 % of the backoff step. A 429
 from API Priority and Fairness is not a failure: nothing was written or lost, so the same write
 is retried after the server's Retry-After (or the backoff step), without reading anything back.
+
+The NRT belongs to its Node (an owner reference: the garbage collector deletes it with the
+Node). When another program writes the same NRT (NFD's topology-updater has the same name and
+kind), the agent does not fight it: whenever it reads the object back and finds content owned
+by another field manager, it stops writing the NRT, says so once (a warning, a Warning Event on
+the Node, `rdmaplane_agent_nrt_written_by_others`), keeps publishing everything else, and
+writes the NRT again only once no other writer owns it (e.g. it was deleted).
 """
 
 from __future__ import annotations
@@ -33,10 +40,12 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Event, Node
 from lightkube.types import PatchType
 
+from rdmaplane import nrt
 from rdmaplane.agent.desired import CONDITION_TYPE, Condition
 from rdmaplane.agent.metrics import AgentMetrics
 from rdmaplane.config import PublishConfig
 from rdmaplane.kube import NodeResourceTopology
+from rdmaplane.kube.client import FIELD_MANAGER
 
 log = logging.getLogger("rdmaplane.agent.publisher")
 COMPONENT = "rdmaplane-agent"
@@ -110,6 +119,7 @@ class Publisher:
         self._random = random.Random()
         self._nrt_at = -float("inf")  # when the NRT was last written (monotonic)
         self._nrt_due: float | None = None  # an NRT update held back until then
+        self._nrt_writers: list[str] = []  # others writing the NRT: it is left to them
 
     def set_desired(self, desired: Desired) -> None:
         self._desired = desired
@@ -188,8 +198,12 @@ class Publisher:
             and not self._events
             and _meta(desired) == self._written.meta
             and desired.condition == self._written.condition
-            and desired.nrt != self._written.nrt
+            and self._nrt_pending(desired)
         )
+
+    def _nrt_pending(self, desired: Desired) -> bool:
+        """The NRT differs from what we wrote, and it is ours to write."""
+        return desired.nrt != self._written.nrt and not self._nrt_writers
 
     def _throttled(self, wait: float) -> None:
         """A 429: the server is there and wrote nothing; the same write goes again later."""
@@ -238,7 +252,7 @@ class Publisher:
             self._written.condition = desired.condition
             wrote = True
         self._nrt_due = None
-        if desired.nrt != self._written.nrt:
+        if self._nrt_pending(desired):
             due = self._nrt_at + self.config.nrt_min_interval_s
             alone = not wrote and not self._events and self._written.nrt is not None
             if alone and time.monotonic() < due:
@@ -284,10 +298,37 @@ class Publisher:
         except ApiError as e:
             if e.status.code != 404:
                 raise
+            self._hold_nrt([])  # none: whoever wrote it, it is ours to create
             return
         self._written.nrt_version = _version_of(stored)
-        if all(stored.get(k) == desired.nrt.get(k) for k in ("attributes", "zones")):
+        if self._hold_nrt(nrt.other_writers(stored, FIELD_MANAGER)):
+            return
+        owners = (stored.get("metadata") or {}).get("ownerReferences") or []
+        owned = any(o.get("uid") == self._node_uid for o in owners)
+        if owned and all(stored.get(k) == desired.nrt.get(k) for k in ("attributes", "zones")):
             self._written.nrt = desired.nrt
+
+    def _hold_nrt(self, writers: list[str]) -> bool:
+        """Leave the NRT to `writers` (other field managers owning its content) while there
+        are any; say so when that changes. Whether it is left to them."""
+        if writers != self._nrt_writers:
+            who = ", ".join(writers)
+            if writers:
+                message = (
+                    f"NodeResourceTopology {self.node_name} is also written by {who}; "
+                    "the agent leaves it to them (run one writer: docs/agent.md)"
+                )
+                log.warning(message, extra={"node": self.node_name})
+                self._events.append(PendingEvent("Warning", "NRTWrittenByOthers", message))
+            else:
+                log.info(
+                    "NodeResourceTopology %s: no other writer left; the agent writes it again",
+                    self.node_name,
+                    extra={"node": self.node_name},
+                )
+            self.metrics.nrt_written_by_others.set(1 if writers else 0)
+            self._nrt_writers = writers
+        return bool(writers)
 
     async def _patch_meta(self, desired: Desired) -> None:
         patch = {
@@ -328,7 +369,7 @@ class Publisher:
         self._status, self._since = condition.status, since
 
     async def _write_nrt(self, obj: Mapping[str, Any]) -> None:
-        body = dict(obj)
+        body = {**obj, "metadata": {**obj["metadata"], "ownerReferences": self._owner()}}
         if self._written.nrt_version is None:
             try:
                 created = await self.client.create(NodeResourceTopology.from_dict(body))
@@ -337,6 +378,9 @@ class Publisher:
                     raise
                 current = await self.client.get(NodeResourceTopology, self.node_name)
                 self._written.nrt_version = _version(current)
+                stored: dict[str, Any] = current.to_dict()  # type: ignore[no-untyped-call]
+                if self._hold_nrt(nrt.other_writers(stored, FIELD_MANAGER)):
+                    return
             else:
                 self._remember_nrt(obj, created)
                 return
@@ -345,6 +389,12 @@ class Publisher:
         # the retry creates the object or reads the current version first.
         replaced = await self.client.replace(NodeResourceTopology.from_dict(body))
         self._remember_nrt(obj, replaced)
+
+    def _owner(self) -> list[dict[str, str]]:
+        """The NRT's owner: its Node (known once read back), so it goes when the Node goes."""
+        if self._node_uid is None:
+            return []
+        return [{"apiVersion": "v1", "kind": "Node", "name": self.node_name, "uid": self._node_uid}]
 
     def _remember_nrt(self, obj: Mapping[str, Any], stored: Any) -> None:
         self._written.nrt = obj

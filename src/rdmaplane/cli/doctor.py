@@ -22,6 +22,7 @@ import yaml
 from rich.markup import escape
 from rich.table import Table
 
+from rdmaplane import __version__
 from rdmaplane.cli.common import console, err_console
 from rdmaplane.discovery import read_node
 from rdmaplane.doctor import checks, judge, pairing, perf, report
@@ -416,7 +417,7 @@ def _perf_table(result: perf.PerfResult) -> Table:
 def job_cmd(
     nodes: Annotated[list[str], typer.Argument(help="Nodes to validate (at least two).")],
     image: Annotated[str, typer.Option(help="Image with rdmaplane and perftest.")] = (
-        "ghcr.io/rdmaplane/doctor:latest"
+        f"ghcr.io/rdmaplane/doctor:{__version__}"
     ),
     namespace: Annotated[str, typer.Option(help="Namespace of the Jobs.")] = "rdmaplane-doctor",
     hcas: Annotated[int, typer.Option(help="rdmaplane.io/hca per pod.")] = 1,

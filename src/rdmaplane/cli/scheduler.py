@@ -37,6 +37,13 @@ def scheduler_extender(
         None, help="Kubeconfig; default: the pod's service account."
     ),
     config: Path | None = ConfigOption,
+    tls_cert_file: Path | None = typer.Option(
+        None, help="Serve HTTPS with this certificate (PEM; with --tls-key-file)."
+    ),
+    tls_key_file: Path | None = typer.Option(None, help="... and this key (PEM)."),
+    debug_remote: bool = typer.Option(
+        False, help="Serve /debug/* to any client, not only on loopback (kubectl port-forward)."
+    ),
     log_format: LogFormatOption = None,
     verbose: VerboseOption = False,
 ) -> None:
@@ -46,10 +53,12 @@ def scheduler_extender(
 
     from rdmaplane.kube import load_config
     from rdmaplane.scheduler.app import create_app
+    from rdmaplane.scheduler.debugaccess import LoopbackDebug
     from rdmaplane.scheduler.serving import server_config
     from rdmaplane.scheduler.watch import make_client, watch_all
 
     cfg = config_file(config, SchedulerExtenderConfig)
+    tls = _tls_options(tls_cert_file, tls_key_file)
     try:
         load_config(kubeconfig)  # none outside a pod: say so now, not in every watch retry
     except KubeConfigError as exc:
@@ -60,8 +69,27 @@ def scheduler_extender(
         cache, cfg, lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted)
     )
     # uvicorn logs through our handler (log_config=None); each request only with -v
-    options = {"host": host, "port": port, "log_config": None, "access_log": verbose}
-    uvicorn.Server(server_config(application, **options)).run()
+    options = {"host": host, "port": port, "log_config": None, "access_log": verbose, **tls}
+    served = LoopbackDebug(application, remote=debug_remote)
+    uvicorn.Server(server_config(served, **options)).run()
+
+
+def _tls_options(cert: Path | None, key: Path | None) -> dict[str, str]:
+    """uvicorn's HTTPS options, the pair loaded once now so a bad file is said at start."""
+    import ssl
+
+    if cert is None and key is None:
+        return {}
+    for flag, path in (("--tls-cert-file", cert), ("--tls-key-file", key)):
+        if path is not None and not path.is_file():
+            fail(f"{flag} {path}: not a file")
+    if cert is None or key is None:
+        fail("--tls-cert-file and --tls-key-file go together")
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError, ValueError) as exc:
+        fail(f"--tls-cert-file {cert}, --tls-key-file {key}: not a PEM certificate and key: {exc}")
+    return {"ssl_certfile": str(cert), "ssl_keyfile": str(key)}
 
 
 @app.command("explain-placement")

@@ -41,8 +41,9 @@ def manifests(
 ) -> list[dict[str, Any]]:
     """A headless Service (so clients find servers by DNS) and one Job per role per pair.
 
-    Pods are not privileged: they request `rdmaplane.io/hca` and add only IPC_LOCK. Each prints
-    the checks' and the perf test's `-o json`; `rdmaplane doctor report` merges the logs.
+    Pods are not privileged: they request `rdmaplane.io/hca`, drop every capability but
+    IPC_LOCK, and have a deadline and memory limit. Each prints the checks' and the perf test's
+    `-o json` and exits 1 when either fails; `rdmaplane doctor report` merges the logs.
     """
     docs: list[dict[str, Any]] = [
         {
@@ -66,6 +67,18 @@ def manifests(
     return docs
 
 
+# A pair's run: the checks, then the perf test, then out. A second-round pair first waits for
+# the first round's tests on its nodes to finish (a fixed delay, docs/doctor.md's Limits).
+ROUND_DELAY_S = 90
+# The Job's wall-clock limit on top of that delay: the checks, the server waiting for its
+# client, the runs; a pod still going then is killed and the Job fails (DeadlineExceeded).
+DEADLINE_S = 600
+# Requests so the scheduler counts the pod; memory limit above the /dev/shm emptyDir (memory
+# volumes count against it). No CPU limit: CFS throttling would distort what it measures.
+RESOURCES = {"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "3Gi"}}
+SHM_SIZE = "2Gi"
+
+
 def _job(
     name: str,
     node: str,
@@ -77,15 +90,18 @@ def _job(
     peer: str | None,
 ) -> dict[str, Any]:
     role = "--server" if peer is None else f"--client {peer}"
-    # A second-round pair waits for the first round's tests on its nodes to finish.
-    wait = "sleep 90; " if pair.round else ""
+    wait = f"sleep {ROUND_DELAY_S}; " if pair.round else ""
+    # Both outputs are printed whatever the first says; the pod's exit status is the worse of
+    # the two (1 for a FAIL), so the Job fails when RDMA does not work.
     script = (
-        f"{wait}rdmaplane doctor -o json; "
-        f"rdmaplane doctor perf {role} --duration {duration} -o json; true"
+        f"{wait}rdmaplane doctor -o json; checks=$?; "
+        f"rdmaplane doctor perf {role} --duration {duration} -o json; perf=$?; "
+        'exit "$((checks > perf ? checks : perf))"'
     )
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "nodeSelector": {"kubernetes.io/hostname": node},
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [
             {
                 "name": "doctor",
@@ -95,18 +111,29 @@ def _job(
                     {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
                 ],
                 "resources": {
-                    "requests": {"rdmaplane.io/hca": str(hcas)},
-                    "limits": {"rdmaplane.io/hca": str(hcas)},
+                    "requests": {**RESOURCES["requests"], "rdmaplane.io/hca": str(hcas)},
+                    "limits": {**RESOURCES["limits"], "rdmaplane.io/hca": str(hcas)},
                 },
+                # Root, for IPC_LOCK: Kubernetes gives a non-root container's processes no
+                # effective capabilities (it sets no ambient set), so memory registration would
+                # hit the memlock limit. Everything else is dropped.
                 "securityContext": {
+                    "runAsUser": 0,
                     "privileged": False,
                     "allowPrivilegeEscalation": False,
-                    "capabilities": {"add": ["IPC_LOCK"]},
+                    "readOnlyRootFilesystem": True,
+                    "capabilities": {"drop": ["ALL"], "add": ["IPC_LOCK"]},
                 },
-                "volumeMounts": [{"name": "shm", "mountPath": "/dev/shm"}],
+                "volumeMounts": [
+                    {"name": "shm", "mountPath": "/dev/shm"},
+                    {"name": "tmp", "mountPath": "/tmp"},
+                ],
             }
         ],
-        "volumes": [{"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}}],
+        "volumes": [
+            {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": SHM_SIZE}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        ],
     }
     if peer is None:
         pod["hostname"] = name
@@ -121,6 +148,7 @@ def _job(
         },
         "spec": {
             "backoffLimit": 0,
+            "activeDeadlineSeconds": DEADLINE_S + (ROUND_DELAY_S if pair.round else 0),
             "ttlSecondsAfterFinished": 3600,
             "template": {"metadata": {"labels": {"app": APP}}, "spec": pod},
         },

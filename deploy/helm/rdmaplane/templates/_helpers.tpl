@@ -50,3 +50,24 @@ object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
 (has(object.spec.initContainers) && object.spec.initContainers.exists(c,
 has(c.resources) && has(c.resources.limits) && '{{ $gpu }}' in c.resources.limits))
 {{- end -}}
+
+{{/* The node agents' users (the agent, the DRA driver): who the own-node policies bind. */}}
+{{- define "rdmaplane.nodeAgentUsers" -}}
+request.userInfo.username in ['system:serviceaccount:{{ .Release.Namespace }}:rdmaplane-agent',
+'system:serviceaccount:{{ .Release.Namespace }}:rdmaplane-dra-driver']
+{{- end -}}
+
+{{/* The fabric tier labels the agent writes, as a CEL list: fabric.tierLabels, else the agent's
+default (rdmaplane.fabric.DEFAULT_TIER_LABELS). */}}
+{{- define "rdmaplane.agentTierLabels" -}}
+{{- $labels := .Values.fabric.tierLabels | default (list "fabric.topograph.run/tier-0" "fabric.topograph.run/tier-1" "fabric.topograph.run/tier-2") -}}
+[{{ range $i, $l := $labels }}{{ if $i }}, {{ end }}'{{ $l }}'{{ end }}]
+{{- end -}}
+
+{{/* The release namespace's Pod Security labels (docs/security.md): the node agent needs the
+privileged level; warn and audit at restricted. */}}
+{{- define "rdmaplane.podSecurityLabels" -}}
+pod-security.kubernetes.io/enforce: privileged
+pod-security.kubernetes.io/warn: restricted
+pod-security.kubernetes.io/audit: restricted
+{{- end -}}
