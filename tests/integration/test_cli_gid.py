@@ -98,16 +98,27 @@ def test_env_plan_error_exits_1_with_the_reason() -> None:
     ("args", "message"),
     [
         (["--hca", "mlx5_99"], "--hca mlx5_99: no such HCA"),
-        (["--family", "5"], "gid policy family"),
-        (["--addr-range", "fd00::/8"], "gid policy cidr"),
-        (["--ib-sl", "16"], "ib_sl"),
-        (["--nccl-version", "new"], "nccl_version"),
+        (["--family", "5"], "error: --family: 5 is not 4 (IPv4) or 6 (IPv6)"),
+        (["--addr-range", "fd00::/8"], "error: --addr-range: 'fd00::/8' is IPv6"),
+        (["--roce-version", "3"], "error: --roce-version: 3 is not 1 or 2"),
+        (["--ib-sl", "16"], "error: --ib-sl: 16 is not in 0–15"),
+        (["--ib-tc", "256"], "error: --ib-tc: 256 is not in 0–255"),
+        (["--nccl-version", "new"], "error: --nccl-version: 'new' is not a version"),
+        (["--socket-ifname", " "], "error: --socket-ifname: empty"),
         (["--snapshot", "/nonexistent.tar.gz"], "give only one of"),
     ],
 )
 def test_env_usage_errors_exit_2(args: list[str], message: str) -> None:
+    """Each error names the flag the user typed, never the plan's field name."""
     code, _, err = run("env", "--sample", "degraded", *args)
     assert code == 2 and message in " ".join(err.split())
+    assert not any(field in err for field in ("ib_", "nccl_version", "policy", "settings"))
+
+
+def test_infiniband_and_roce_together_is_no_environment() -> None:
+    """The doctor's verdict on such a pod (nccl-env FAIL) and its NCCL log rule's."""
+    code, out, err = run("env", "--sample", "hgx-h200-ib", "--hca", "mlx5_0", "--hca", "mlx5_1")
+    assert code == 1 and out == "" and "InfiniBand and RoCE ports together" in err
 
 
 # ----------------------------------------------------------------- explain
