@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.workloads import with_template
+
 APP = "rdmaplane-doctor"
 SERVICE = "rdmaplane-doctor"
 
@@ -111,7 +113,7 @@ def _job(
     if peer is None:
         pod["hostname"] = name
         pod["subdomain"] = SERVICE
-    return {
+    job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -119,9 +121,6 @@ def _job(
             "namespace": namespace,
             "labels": {"app": APP, "rdmaplane.io/pair": name.rsplit("-", 1)[0]},
         },
-        "spec": {
-            "backoffLimit": 0,
-            "ttlSecondsAfterFinished": 3600,
-            "template": {"metadata": {"labels": {"app": APP}}, "spec": pod},
-        },
+        "spec": {"backoffLimit": 0, "ttlSecondsAfterFinished": 3600},
     }
+    return with_template(job, {"metadata": {"labels": {"app": APP}}, "spec": pod})
