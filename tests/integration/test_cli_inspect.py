@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import typer
 import yaml
 from typer.testing import CliRunner
 
@@ -236,24 +235,6 @@ def test_snapshot_create_then_inspect(sample_trees: dict[str, Path], tmp_path: P
     assert code == 0 and "(redacted)" in text
     code, text, _ = run("inspect", "--snapshot", str(out), "-o", "json")
     assert code == 0 and json.loads(text)["hostname"] == "redacted-node"
-
-
-def _command_paths(command: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    paths = [path]
-    for name, sub in getattr(command, "commands", {}).items():  # a group
-        paths += _command_paths(sub, (*path, name))
-    return paths
-
-
-def test_every_help_page_renders_cleanly() -> None:
-    """Every command's --help works and shows flags without type noise (typer 0.29 printed
-    `<bool>` beside each flag)."""
-    paths = _command_paths(typer.main.get_command(app))
-    assert ("doctor", "perf") in paths and ("agent",) in paths
-    for path in paths:
-        code, out, _ = run(*path, "--help")
-        assert code == 0 and "Usage:" in out, path
-        assert "<bool>" not in out, path
 
 
 def test_snapshot_to_stdout_reads_back(sample_trees: dict[str, Path], tmp_path: Path) -> None:
