@@ -359,3 +359,11 @@ def test_shell_completion(tmp_path: Path) -> None:
     env |= {"_RDMAPLANE_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": "3"}
     done = subprocess.run([exe], capture_output=True, text=True, env=env, timeout=120)
     assert done.stdout.split() == ["hgx-h100-roce", "hgx-h200-ib"]
+
+
+def test_equally_near_nics_go_to_distinct_gpus_in_the_table_and_the_picture() -> None:
+    code, out, _ = run("inspect", "--sample", "dgx-a100")
+    gpu_rows = {line.split()[1]: line for line in out.splitlines() if "│ GPU" in line}
+    assert code == 0 and "mlx5_0 (PXB)" in gpu_rows["GPU0"] and "mlx5_1 (PXB)" in gpu_rows["GPU1"]
+    code, dot, _ = run("inspect", "--sample", "dgx-a100", "-o", "dot")
+    assert '"GPU0" -> "mlx5_0" [style=dashed' in dot and '"GPU1" -> "mlx5_1" [style=dashed' in dot

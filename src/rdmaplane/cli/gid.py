@@ -15,6 +15,7 @@ from rdmaplane.cli.common import (
     SysfsRootOption,
     fail,
     load_rdma_node,
+    say_warnings,
 )
 from rdmaplane.gid import (
     ClusterAudit,
@@ -378,6 +379,7 @@ def _read_node_document(path: str) -> NodeTopology:
         topo = from_document(read_document(path), where=path)
     except DocumentError as e:
         fail(str(e))
+    say_warnings(topo)
     if not topo.hcas:
         fail(f"no RDMA device in node document {path}", code=1)
     return topo

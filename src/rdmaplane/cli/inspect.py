@@ -22,7 +22,7 @@ from rdmaplane.cli.common import (
     no_rdma,
 )
 from rdmaplane.model import Gpu, Hca, NodeTopology
-from rdmaplane.topology import Relation, device_label, pci_relation, relation_label
+from rdmaplane.topology import Relation, device_label, nearest_hcas, relation_label
 from rdmaplane.untrusted import printable
 
 if TYPE_CHECKING:
@@ -99,14 +99,6 @@ def print_summary(topo: NodeTopology) -> None:
         console.print(_hca_table(topo))
 
 
-def _nearest_hca(gpu: Gpu, hcas: tuple[Hca, ...]) -> str:
-    best = min(
-        ((pci_relation(gpu.pci, h.pci), h.name) for h in hcas if h.pci is not None),
-        default=None,
-    )
-    return f"{best[1]} ({best[0].name})" if best else "-"
-
-
 def _gpu_table(topo: NodeTopology) -> Table:
     from rich.markup import escape
     from rich.table import Table
@@ -114,6 +106,7 @@ def _gpu_table(topo: NodeTopology) -> Table:
     t = Table(title="GPUs", title_justify="left")
     for col in ("GPU", "PCI", "Name", "NUMA", "PCIe root", "Nearest NIC", "UUID"):
         t.add_column(col)
+    nearest = nearest_hcas(topo)
     for g in topo.gpus:
         t.add_row(
             f"GPU{g.index}",
@@ -121,7 +114,9 @@ def _gpu_table(topo: NodeTopology) -> Table:
             escape(g.name or "-"),
             _numa(g.pci.numa),
             g.pci.root,
-            _nearest_hca(g, topo.hcas),
+            f"{nearest[g.index][0].name} ({nearest[g.index][1].name})"
+            if g.index in nearest
+            else "-",
             g.uuid or "-",
         )
     return t
@@ -197,7 +192,8 @@ def matrix_text(topo: NodeTopology) -> str:
 def dot_text(topo: NodeTopology) -> str:
     """NUMA nodes as clusters holding their root complexes; switches and bridges as small
     boxes; GPUs and NICs as leaves, a NIC with a port not ACTIVE/LinkUp filled pink and its
-    port states in its label; dashed edges mark each GPU's nearest NIC (PIX/PXB).
+    port states in its label; dashed edges mark each GPU's nearest NIC (PIX/PXB; equally
+    near NICs shared out as NCCL pairs them: `topology.nearest_hcas`).
 
     Every ID is a quoted string: `node`, `edge`, `graph` and `subgraph` are DOT keywords, and
     names come from the node (a snapshot is untrusted input)."""
@@ -228,15 +224,10 @@ def dot_text(topo: NodeTopology) -> str:
     out += [f"  {_q(b)} [shape=box, fontsize=8, height=0.2];" for b in sorted(bridges)]
     out += [f"  {_q(device_label(d))} [{_dot_device(d)}];" for d in devices]
     out += [f"  {_q(a)} -> {_q(b)};" for a, b in sorted(edges)]
-    for g in topo.gpus:
-        near = [
-            (r, h.name)
-            for h in topo.hcas
-            if h.pci is not None and (r := pci_relation(g.pci, h.pci)) <= Relation.PXB
-        ]
-        for r, name in sorted(near)[:1]:
+    for index, (hca, r) in sorted(nearest_hcas(topo).items()):
+        if r <= Relation.PXB:
             out.append(
-                f"  {_q(device_label(g))} -> {_q(name)} "
+                f"  {_q(f'GPU{index}')} -> {_q(hca.name)} "
                 f"[style=dashed, color=red, label={_q(r.name)}];"
             )
     out.append("}")
