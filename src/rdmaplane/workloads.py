@@ -132,8 +132,9 @@ def label(obj: object) -> str:
     """`Kind/name` of an object, as messages name it."""
     if not isinstance(obj, Mapping):
         return type(obj).__name__
-    meta = _mapping(obj.get("metadata"))
-    return f"{str(obj.get('kind'))[:40]}/{str(meta.get('name', ''))[:63]}"
+    kind, name = obj.get("kind"), _mapping(obj.get("metadata")).get("name")
+    said = str(kind)[:40] if isinstance(kind, str) and kind else "an object without a kind"
+    return f"{said}/{str(name)[:63]}" if isinstance(name, str) and name else said
 
 
 def pod_of(obj: Mapping[str, Any], template: PodTemplate) -> dict[str, Any]:

@@ -97,3 +97,11 @@ def test_repeatable_flags_stay_repeatable() -> None:
         app, ["env", "--sample", "hgx-h100-roce", "--hca", "mlx5_0", "--hca", "mlx5_1"]
     )
     assert result.exit_code == 0 and "mlx5_0" in result.stdout and "mlx5_1" in result.stdout
+
+
+def test_config_defaults_names_every_kind() -> None:
+    """The help names the kinds without loading them (pydantic); this keeps it whole."""
+    from rdmaplane.config.base import KIND_MODULES
+
+    shown = " ".join(runner.invoke(app, ["config", "defaults", "--help"]).stdout.split())
+    assert all(kind in shown for kind in KIND_MODULES), shown

@@ -83,7 +83,7 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
         (("inject", pod, "-o", "table"), "'table' is not one of 'yaml', 'json', 'patch'"),
         (
             ("inject", write(tmp_path, {"kind": "ConfigMap", "data": {}}, "cm.yaml")),
-            "no Pod or workload with a pod template in it (ConfigMap/)",
+            "no Pod or workload with a pod template in it (ConfigMap)",
         ),
         (
             ("inject", write(tmp_path, [1, 2], "list.yaml")),

@@ -192,3 +192,25 @@ def test_a_file_without_a_pod_template_is_exit_2(tmp_path: Path, text: str, said
         result = runner.invoke(app, args)
         assert result.exit_code == 2 and said in result.stderr, (args, result.output)
         assert result.stderr.count("\n") == 1 and "None" not in result.stderr
+
+
+def test_several_files_after_one_nrt_flag(tmp_path: Path) -> None:
+    """The README's `explain-placement POD --nrt FILE...`: each file after the flag is read."""
+    files = []
+    for name in ("hgx-1", "hgx-2"):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(nrt.to_object(layout("hgx-h100-roce", name))))
+        files.append(str(path))
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(MANIFESTS["Pod"][0])
+    result = runner.invoke(app, ["explain-placement", str(pod), "--nrt", *files, "-o", "json"])
+    assert result.exit_code == 0, result.output
+    assert sorted(r["node"] for r in json.loads(result.stdout)["nodes"]) == ["hgx-1", "hgx-2"]
+
+
+def test_an_object_without_a_kind_is_named_without_none(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("metadata: {name: x}\n")
+    result = runner.invoke(app, ["inject", str(path)])
+    assert result.exit_code == 2 and "an object without a kind" in result.stderr
+    assert "None" not in result.stderr

@@ -99,7 +99,7 @@ def _configs(where: str, obj: object) -> list[tuple[str, Any]]:
     if not isinstance(obj, dict) or _may_be_config(obj):
         return [(where, obj)]
     if obj.get("kind") != "ConfigMap":
-        return [(where, f"a {obj.get('kind')} ({obj.get('apiVersion')})")]
+        return [(where, _what(obj))]
     name = (obj.get("metadata") or {}).get("name", "")
     found: list[tuple[str, Any]] = []
     for key, text in (obj.get("data") or {}).items():
@@ -113,6 +113,13 @@ def _configs(where: str, obj: object) -> list[tuple[str, Any]]:
         if isinstance(doc, dict) and _may_be_config(doc) and doc:
             found.append((at, doc))
     return found or [(where, f"a ConfigMap ({name}) without a config file")]
+
+
+def _what(obj: dict[str, Any]) -> str:
+    """`a DaemonSet (apps/v1)`: what an object that is no config is."""
+    kind, version = obj.get("kind"), obj.get("apiVersion")
+    said = f"a {kind}" if isinstance(kind, str) and kind else "an object without a kind"
+    return f"{said} ({version})" if isinstance(version, str) and version else said
 
 
 def _may_be_config(doc: dict[str, Any]) -> bool:
