@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
 
-from rdmaplane.discovery.rdma_netlink import RdmaNetlink
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
 
@@ -55,6 +53,10 @@ def load_node(
     if not os.path.isdir(root):
         raise NodeSourceError(f"sysfs root {root!r} is not a directory")
     live = os.path.realpath(root) == "/sys"
+    import socket
+
+    from rdmaplane.discovery.rdma_netlink import RdmaNetlink  # asked only about this machine
+
     return read_node(
         root,
         hostname=socket.gethostname() if live else None,
