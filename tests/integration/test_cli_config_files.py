@@ -113,47 +113,46 @@ def test_unknown_keys_and_bad_values_name_the_key(command: str, tmp_path: Path) 
 HEAD = "apiVersion: rdmaplane.io/v1alpha1\nkind: AgentConfig\n"
 
 
+EXTENDER = "apiVersion: rdmaplane.io/v1alpha1\nkind: SchedulerExtenderConfig\n"
+
+
 @pytest.mark.parametrize(
-    ("body", "said"),
+    ("name", "text", "said"),
     [
         (
-            "pollInterval: 5s\npollInterval: 10s\n",
+            "agent.yaml",
+            HEAD + "pollInterval: 5s\npollInterval: 10s\n",
             "line 4, column 1: key 'pollInterval' given twice",
         ),
-        ("health: {window: 60s, window: 30s}\n", "key 'window' given twice"),
-        ("pollInterval: .inf\n", "pollInterval: Input should be a finite number"),
-        ("publish: {writeJitter: .nan}\n", "publish.writeJitter: Input should be a finite number"),
+        ("agent.yaml", HEAD + "health: {window: 60s, window: 30s}\n", "key 'window' given twice"),
+        (
+            "agent.json",
+            '{"apiVersion": "rdmaplane.io/v1alpha1", "kind": "AgentConfig", '
+            '"pollInterval": "5s", "pollInterval": "10s"}',
+            "key 'pollInterval' given twice",
+        ),
+        ("agent.yaml", HEAD + "pollInterval: .inf\n", "pollInterval: Input should be a finite"),
+        (
+            "agent.yaml",
+            HEAD + "publish: {writeJitter: .nan}\n",
+            "publish.writeJitter: Input should be a finite number",
+        ),
+        (
+            "extender.yaml",
+            EXTENDER + "weights: {alignment: 1e400}\n",
+            "weights.alignment: Input should be a finite number",
+        ),
     ],
-    ids=["duplicate key", "duplicate in a flow map", ".inf", ".nan"],
+    ids=["duplicate key", "duplicate in a flow map", "duplicate in JSON", ".inf", ".nan", "1e400"],
 )
-def test_what_a_parser_would_let_through_is_refused(tmp_path: Path, body: str, said: str) -> None:
-    path = tmp_path / "agent.yaml"
-    path.write_text(HEAD + body)
+def test_what_a_parser_would_let_through_is_refused(
+    tmp_path: Path, name: str, text: str, said: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
     code, output = run("config validate", path)
     assert code == 2
     assert_one_line(output, str(path), said)
-
-
-def test_a_number_too_large_for_a_float_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "extender.yaml"
-    path.write_text(
-        "apiVersion: rdmaplane.io/v1alpha1\nkind: SchedulerExtenderConfig\n"
-        "weights: {alignment: 1e400}\n"
-    )
-    code, output = run("config validate", path)
-    assert code == 2
-    assert_one_line(output, "weights.alignment: Input should be a finite number")
-
-
-def test_a_duplicate_key_in_json_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "agent.json"
-    path.write_text(
-        '{"apiVersion": "rdmaplane.io/v1alpha1", "kind": "AgentConfig", '
-        '"pollInterval": "5s", "pollInterval": "10s"}'
-    )
-    code, output = run("config validate", path)
-    assert code == 2
-    assert_one_line(output, "key 'pollInterval' given twice")
 
 
 def test_every_problem_at_once_cross_field_ones_too(tmp_path: Path) -> None:
@@ -170,10 +169,7 @@ def test_every_problem_at_once_cross_field_ones_too(tmp_path: Path) -> None:
         "dra.enabled: the device plugin is on too",
     )
     extender = tmp_path / "extender.yaml"
-    extender.write_text(
-        "apiVersion: rdmaplane.io/v1alpha1\nkind: SchedulerExtenderConfig\n"
-        "memoEntries: many\nweights: {alignment: 0, packing: 0}\n"
-    )
+    extender.write_text(EXTENDER + "memoEntries: many\nweights: {alignment: 0, packing: 0}\n")
     code, output = run("config validate", extender)
     assert code == 2
     assert_one_line(output, "memoEntries:", "weights: alignment and packing are both 0")
