@@ -171,20 +171,7 @@ def expand_lists(root: Any, argv: list[str]) -> list[str]:
             _, left, order = command.make_parser(ctx).parse_args(list(rest))
         except _errors.UsageError:
             return out + rest
-        seen: set[str] = set()
-        for param in order:
-            if isinstance(param, TyperOption) and not (param.multiple or param.count):
-                if param.name in seen:
-                    typed = dict.fromkeys(
-                        a.partition("=")[0] for a in rest if a.partition("=")[0] in param.opts
-                    )
-                    said = (
-                        f"{' and '.join(typed)} are one option"
-                        if len(typed) > 1
-                        else f"{next(iter(typed), param.opts[0])} given twice"
-                    )
-                    raise _errors.UsageError(f"{said}; give it once", ctx)
-                seen.add(str(param.name))
+        _refuse_repeats(order, rest, ctx)
         if not isinstance(command, TyperGroup):
             return out + _spelled_out(command, rest)
         out += rest[: len(rest) - len(left)]  # a group stops at its subcommand's name
@@ -193,6 +180,25 @@ def expand_lists(root: Any, argv: list[str]) -> list[str]:
             return [*out, *left]
         out.append(left[0])
         command, rest = sub, left[1:]
+
+
+def _refuse_repeats(order: list[Any], args: list[str], ctx: Any) -> None:
+    """A usage error for an option that takes one value given twice, naming it as typed."""
+    seen: set[str] = set()
+    for param in order:
+        if not isinstance(param, TyperOption) or param.multiple or param.count:
+            continue
+        if param.name in seen:
+            typed = dict.fromkeys(
+                a.partition("=")[0] for a in args if a.partition("=")[0] in param.opts
+            )
+            said = (
+                f"{' and '.join(typed)} are one option"
+                if len(typed) > 1
+                else f"{next(iter(typed), param.opts[0])} given twice"
+            )
+            raise _errors.UsageError(f"{said}; give it once", ctx)
+        seen.add(str(param.name))
 
 
 def _spelled_out(command: Any, args: list[str]) -> list[str]:

@@ -453,10 +453,8 @@ def perf_progress(output: str) -> Any:
 
 
 def _perf_table(result: perf.PerfResult) -> Table:
-    table = _table(
-        f"perftest ({result.role})", "HCA", "port", "GID", "line rate", "write BW", "share"
-    )
-    table.add_column("latency")
+    columns = ("HCA", "port", "GID", "line rate", "write BW", "share", "latency")
+    table = _table(f"perftest ({result.role})", *columns)
     for r in result.runs:
         share = f"{r.bw_gbps / r.line_rate_gbps:.0%}" if r.bw_gbps and r.line_rate_gbps else ""
         table.add_row(

@@ -118,7 +118,7 @@ def read_archive(path: str) -> MemoryTree:
                 _add_member(tree, tar, m, path)
     except SnapshotError:
         raise
-    except (tarfile.TarError, OSError, EOFError, ValueError) as e:  # ValueError: the tree's
+    except (tarfile.TarError, OSError, EOFError, ValueError) as e:  # ValueError: two at a place
         raise _refused(path, str(e)) from e
     return tree
 
