@@ -5,9 +5,13 @@ goes through `read_document` or `parse_document`, so every one of them gives the
 answer to hostile or careless input: a `DocumentError` whose one-line message names the file
 and what is wrong with it, never a traceback. Guarded here: unreadable paths (missing,
 a directory, no permission), files over a size bound, bytes that are not UTF-8 text, YAML/JSON
-syntax errors, and nesting deeper than any real document (a parser or validator would
-otherwise die of RecursionError). YAML aliases are shared, not expanded, so an "alias bomb"
-costs no memory; the depth walk visits each shared container once.
+syntax errors, a key given twice in one mapping (YAML and JSON parsers keep the last, so a
+typo'd copy would silently win), and nesting deeper than any real document (a parser or
+validator would otherwise die of RecursionError). YAML aliases are shared, not expanded, so an
+"alias bomb" costs no memory; the depth walk visits each shared container once.
+
+Manifests as people keep them hold many objects: `manifest_objects` gives each one, with where
+it is in the file, from every document of a stream and the items of a `kind: List`.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -28,6 +32,7 @@ __all__ = [
     "check_depth",
     "decode",
     "expect_mapping",
+    "manifest_objects",
     "parse_document",
     "parse_documents",
     "printable",
@@ -97,24 +102,63 @@ def parse_documents(text: str, source: str) -> list[object]:
 _NOT_JSON = object()
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
 def _json(text: str) -> object:
     """The JSON document, or `_NOT_JSON` (flow-style YAML also starts with { or [)."""
     if text.lstrip().startswith(("{", "[")):
         try:
-            return json.loads(text)
+            return json.loads(text, object_pairs_hook=_unique_pairs)
         except json.JSONDecodeError:
             pass
     return _NOT_JSON
 
 
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (keys merged in with
+    `<<` may be overridden: that is what a merge is for)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[object, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the base constructor says so
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key {key!r} given twice (first on line {first})",
+                        key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
 def _load_one(text: str) -> object:
     doc = _json(text)
-    return yaml.safe_load(text) if doc is _NOT_JSON else doc
+    return yaml.load(text, Loader=_Loader) if doc is _NOT_JSON else doc
 
 
 def _load_all(text: str) -> list[object]:
     doc = _json(text)
-    docs = yaml.safe_load_all(text) if doc is _NOT_JSON else [doc]
+    docs = yaml.load_all(text, Loader=_Loader) if doc is _NOT_JSON else [doc]
     return [d for d in docs if d is not None]
 
 
@@ -124,6 +168,8 @@ def _parsed(text: str, source: str, load: Callable[[str], T]) -> T:
         raise DocumentError(f"{source}: contains NUL bytes; not a YAML or JSON document")
     try:
         return load(text)
+    except _DuplicateKey as e:
+        raise DocumentError(f"{source}: not valid JSON: key {e.args[0]!r} given twice") from None
     except RecursionError:
         raise DocumentError(f"{source}: nested deeper than {MAX_DEPTH} levels") from None
     except yaml.MarkedYAMLError as e:
@@ -167,3 +213,32 @@ def _kind(doc: object) -> str:
         float: "a number",
         bool: "a boolean",
     }.get(type(doc), type(doc).__name__)
+
+
+def manifest_objects(
+    docs: list[object], source: str, *, bare_lists: bool = True
+) -> list[tuple[str, object]]:
+    """(where, object) for every object of a manifest: each document of a stream, each item
+    of a `kind: List` (and of a bare YAML list, unless `bare_lists` is off), in file order;
+    `where` says which (`FILE: document 2, items[0]`)."""
+    out: list[tuple[str, object]] = []
+    for i, doc in enumerate(docs):
+        items: object = None
+        if isinstance(doc, dict) and _is_list(doc):
+            items = doc["items"]
+        elif isinstance(doc, list) and bare_lists:
+            items = doc
+        at = f"{source}: document {i + 1}" if len(docs) > 1 else source
+        if isinstance(items, list):
+            out += [(f"{at}, items[{j}]", obj) for j, obj in enumerate(items)]
+        else:
+            out.append((at, doc))
+    return out
+
+
+def _is_list(doc: dict[str, object]) -> bool:
+    """`kind: List` or `kind: FooList` (kubectl get -o yaml), or a kind-less object of items."""
+    kind = doc.get("kind")
+    return isinstance(doc.get("items"), list) and (
+        kind is None or (isinstance(kind, str) and kind.endswith("List"))
+    )

@@ -10,7 +10,8 @@ same on every node cabled to the same set. Higher tiers collapse the same way.
 
 Sources, each an adapter that ends up here:
 - node labels clusters already carry (`location_from_labels`, schemes below, configurable);
-- the operator's fabric file (`fabric_from_document`: `kind: Fabric`, switches, nodes, links);
+- the operator's fabric file (`config.fabric.fabric_from_document`: `kind: Fabric`, switches,
+  nodes, links, checked here by `build_fabric`);
 - LLDP on the node (`discovery.lldp`: per netdev the switch it plugs into).
 
 Everything that compares two nodes (`hops`, `closeness`) works on locations only, so nodes
@@ -23,9 +24,6 @@ import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 API_VERSION = "rdmaplane.io/v1alpha1"
 KIND = "Fabric"
@@ -254,53 +252,6 @@ def rails_of(links: Sequence[Link], switches: Mapping[str, Switch]) -> tuple[tup
 
 def _natural(name: str) -> tuple[tuple[int, object], ...]:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
-
-
-class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
-
-
-class _SwitchDoc(_Doc):
-    name: Annotated[str, Field(min_length=1)]
-    tier: Annotated[int, Field(ge=0, lt=MAX_TIERS)]
-    parent: str | None = None
-    rail: Annotated[int, Field(ge=0)] | None = None
-    group: str | None = None
-
-
-class _NodeDoc(_Doc):
-    name: Annotated[str, Field(min_length=1)]
-
-
-class _LinkDoc(_Doc):
-    node: Annotated[str, Field(min_length=1)]
-    switch: Annotated[str, Field(min_length=1)]
-    hca: str = ""
-    port: Annotated[int, Field(ge=1)] = 1
-    switch_port: str = Field("", alias="switchPort")
-    rail: Annotated[int, Field(ge=0)] | None = None
-
-
-class _FabricDoc(_Doc):
-    api_version: Literal["rdmaplane.io/v1alpha1"] = Field(alias="apiVersion")
-    kind: Literal["Fabric"]
-    switches: list[_SwitchDoc]
-    nodes: list[_NodeDoc | str] = []
-    links: list[_LinkDoc] = []
-
-
-def fabric_from_document(doc: Any, where: str = "fabric file") -> Fabric:
-    """Read and check a `kind: Fabric` document (already parsed YAML/JSON)."""
-    try:
-        parsed = _FabricDoc.model_validate(doc)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(p) for p in first["loc"]) or "(top level)"
-        raise FabricError(f"{where}: {key}: {first['msg']}") from None
-    switches = [Switch(s.name, s.tier, s.parent, s.rail, s.group) for s in parsed.switches]
-    nodes = [n if isinstance(n, str) else n.name for n in parsed.nodes]
-    links = [Link(x.node, x.switch, x.hca, x.port, x.switch_port, x.rail) for x in parsed.links]
-    return build_fabric(switches, links, nodes, where)
 
 
 def build_fabric(

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from rdmaplane.model import Gid, GidType, Hca, LinkLayer, NodeTopology, Port
 from rdmaplane.selectors import Selectors, compute_ports, port_key
+from rdmaplane.untrusted import FieldError
 
 AF_INET = 4
 AF_INET6 = 6
@@ -57,18 +58,17 @@ class GidPolicy:
 
     def __post_init__(self) -> None:
         if self.family not in (AF_INET, AF_INET6):
-            raise ValueError(f"gid policy family: {self.family!r} is not 4 (IPv4) or 6 (IPv6)")
+            raise FieldError("family", f"{self.family!r} is not 4 (IPv4) or 6 (IPv6)")
         if self.roce_version not in (1, 2):
-            raise ValueError(f"gid policy roce_version: {self.roce_version!r} is not 1 or 2")
+            raise FieldError("roce_version", f"{self.roce_version!r} is not 1 or 2")
         if self.cidr is not None:
             try:
                 net = ipaddress.ip_network(self.cidr, strict=False)
             except ValueError as e:
-                raise ValueError(f"gid policy cidr: {self.cidr!r} is not a CIDR range") from e
+                raise FieldError("cidr", f"{self.cidr!r} is not a CIDR range") from e
             if net.version != self.family:
-                raise ValueError(
-                    f"gid policy cidr: {self.cidr!r} is IPv{net.version}, "
-                    f"the family is IPv{self.family}"
+                raise FieldError(
+                    "cidr", f"{self.cidr!r} is IPv{net.version}, the family is IPv{self.family}"
                 )
 
     @property

@@ -15,6 +15,12 @@ from enum import IntEnum, StrEnum
 
 SCHEMA = "rdmaplane.io/node-topology/v1"
 
+# Linux numbers NUMA nodes below MAX_NUMNODES (1 << CONFIG_NODES_SHIFT, at most 1024): a
+# larger one is junk, never a zone.
+MAX_NUMA_NODES = 1024
+# No RDMA port runs faster (XDR: 1.6 Tb/s on a 4x port); a rate above, or not above 0, is junk.
+MAX_RATE_GBPS = 10_000.0
+
 NVIDIA_VENDOR = "0x10de"
 MELLANOX_VENDOR = "0x15b3"
 

@@ -12,6 +12,8 @@ Pure. The rules, and the NCCL behaviour behind each (NCCL's `env.rst` and `net_i
   `AF_INET6`) and `NCCL_IB_ADDR_RANGE` when a CIDR is set. Older NCCL defaults to index 0, so a
   target older than 2.21 without one common index is a `PlanError`.
 - InfiniBand-only sets get nothing GID-related (NCCL uses index 0 on IB ports).
+- A set mixing InfiniBand and RoCE ports is a `PlanError`: NCCL cannot use them as one (the
+  doctor's `nccl-env` check and its NCCL log rule `mixed-link-layers` say the same).
 - `NCCL_SOCKET_IFNAME` (the bootstrap / out-of-band interface) when known; `NCCL_IB_TC` and
   `NCCL_IB_SL` when configured; `UCX_NET_DEVICES=mlx5_0:1,…` (UCX names devices `hca:port`).
 
@@ -33,8 +35,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from rdmaplane.gid import AF_INET, GidPolicy, NodeGidPlan, plan_node
-from rdmaplane.model import Hca, NetdevKind, NodeTopology, Port
+from rdmaplane.model import Hca, LinkLayer, NetdevKind, NodeTopology, Port
 from rdmaplane.selectors import natural_key
+from rdmaplane.untrusted import FieldError
 
 AUTO_GID_SINCE = (2, 21)  # NCCL_IB_GID_INDEX defaults to -1 (automatic) from 2.21 on
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)*(?:[-+].*)?$")
@@ -64,11 +67,11 @@ class NcclSettings:
         if self.nccl_version is not None:
             parse_nccl_version(self.nccl_version)
         if self.ib_tc is not None and not 0 <= self.ib_tc <= 255:
-            raise ValueError(f"nccl settings ib_tc: {self.ib_tc} is not in 0–255")
+            raise FieldError("ib_tc", f"{self.ib_tc} is not in 0–255")
         if self.ib_sl is not None and not 0 <= self.ib_sl <= 15:
-            raise ValueError(f"nccl settings ib_sl: {self.ib_sl} is not in 0–15")
+            raise FieldError("ib_sl", f"{self.ib_sl} is not in 0–15")
         if self.socket_ifname is not None and not self.socket_ifname.strip():
-            raise ValueError("nccl settings socket_ifname: empty")
+            raise FieldError("socket_ifname", "empty")
 
     @property
     def auto_gid(self) -> bool:
@@ -80,7 +83,7 @@ def parse_nccl_version(text: str) -> tuple[int, int]:
     """`2.18`, `2.21.5`, `v2.26.2-1` → (major, minor); ValueError otherwise."""
     m = _VERSION.match(text.strip())
     if not m:
-        raise ValueError(f"nccl settings nccl_version: {text!r} is not a version like 2.21")
+        raise FieldError("nccl_version", f"{text!r} is not a version like 2.21")
     return int(m.group(1)), int(m.group(2))
 
 
@@ -96,6 +99,9 @@ def nccl_env(
     for hca, _ in ports:
         if _NAME_BREAKERS.search(hca.name):
             raise PlanError(f"HCA name {hca.name!r} cannot be written into NCCL_IB_HCA")
+    mix = link_layer_mix(ports)
+    if mix is not None:
+        raise PlanError(mix)
     try:
         plan = plan_node(topo, ports, settings.gid_policy)
     except ValueError as e:
@@ -114,6 +120,24 @@ def nccl_env(
     return env
 
 
+def link_layer_mix(ports: Sequence[tuple[Hca, Port]]) -> str | None:
+    """Why NCCL cannot use these ports together, when they mix InfiniBand and RoCE: it cannot
+    connect or merge devices of different link layers (it fails with "merge incompatible
+    devices" or "device is incompatible with the local"); None when they are of one."""
+    by_layer: dict[LinkLayer, list[str]] = {}
+    for hca, port in ports:
+        if port.link_layer in _LAYER_WORD:
+            by_layer.setdefault(port.link_layer, []).append(f"{hca.name}:{port.number}")
+    if len(by_layer) < 2:
+        return None
+    parts = [f"{_LAYER_WORD[layer]} {', '.join(names)}" for layer, names in by_layer.items()]
+    return (
+        f"InfiniBand and RoCE ports together ({'; '.join(parts)}): NCCL cannot use both link "
+        "layers in one job"
+    )
+
+
+_LAYER_WORD = {LinkLayer.INFINIBAND: "InfiniBand", LinkLayer.ETHERNET: "RoCE"}
 MC_GID_INDEX = "MC_GID_INDEX"
 HCAS_ENV = "RDMAPLANE_HCAS"
 

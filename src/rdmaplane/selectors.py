@@ -160,11 +160,13 @@ def classify_ports(topo: NodeTopology, selectors: Selectors | None = None) -> li
     pairs = sorted(((h, p) for h in topo.hcas for p in h.ports), key=port_key)
     if selectors is not None:
         return [_by_selectors(topo, selectors, h, p) for h, p in pairs]
-    up = [(h, p) for h, p in pairs if p.is_up]
+    up = [(h, p) for h, p in pairs if p.is_up and h.pci is not None]
     best = _fastest_class(up)
     verdicts = []
     for h, p in pairs:
-        if not p.is_up:
+        if h.pci is None:
+            verdicts.append(PortVerdict(h, p, False, _SOFTWARE))
+        elif not p.is_up:
             state = f"{p.state.name}/{p.phys_state.name}"
             verdicts.append(PortVerdict(h, p, False, f"excluded: port is {state}, not up"))
         elif _class_of(p) != best:
@@ -180,7 +182,15 @@ def compute_ports(topo: NodeTopology, selectors: Selectors | None = None) -> lis
     return [(v.hca, v.port) for v in classify_ports(topo, selectors) if v.compute]
 
 
+_SOFTWARE = (
+    "excluded: a software RDMA device (no PCI function: no GPUDirect RDMA, no NUMA or PCIe "
+    "place); offered only where a pool's hcaNames names it"
+)
+
+
 def _by_selectors(topo: NodeTopology, selectors: Selectors, hca: Hca, port: Port) -> PortVerdict:
+    if hca.pci is None and not selectors.hca_names:
+        return PortVerdict(hca, port, False, _SOFTWARE)
     why = selectors.mismatch(topo, hca, port)
     if why is not None:
         return PortVerdict(hca, port, False, f"excluded: {why}")

@@ -7,9 +7,12 @@ Pure: dicts in, dicts out; a bad document raises `DocumentError` naming the fiel
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from rdmaplane.model import (
+    MAX_NUMA_NODES,
+    MAX_RATE_GBPS,
     SCHEMA,
     Gid,
     GidType,
@@ -153,16 +156,28 @@ def from_document(doc: Any, *, where: str = "document") -> NodeTopology:
     schema = d.get("schema")
     if schema != SCHEMA:
         raise DocumentError(f"{where}: schema is {schema!r}, expected {SCHEMA!r}")
+    numa_nodes = tuple(
+        NumaNode(
+            id=numa,
+            cpus=_parse_cpus(r, n, f"numa_nodes[{i}]"),
+            distances=tuple(r.int_list(n, "distances", f"numa_nodes[{i}]")),
+        )
+        for i, n in enumerate(r.objs(d, "numa_nodes", ""))
+        if (numa := r.numa(n, "id", f"numa_nodes[{i}]", required=True)) is not None
+    )
+    return _with_warnings(r, d, numa_nodes)
+
+
+def _with_warnings(r: _Fields, d: dict[str, Any], numa_nodes: tuple[NumaNode, ...]) -> NodeTopology:
+    topo = _topology(r, d, numa_nodes)
+    return replace(topo, warnings=(*topo.warnings, *r.warnings)) if r.warnings else topo
+
+
+def _topology(r: _Fields, d: dict[str, Any], numa_nodes: tuple[NumaNode, ...]) -> NodeTopology:
+    where = r.where
     return NodeTopology(
         hostname=r.opt_str(d, "hostname", ""),
-        numa_nodes=tuple(
-            NumaNode(
-                id=r.integer(n, "id", f"numa_nodes[{i}]"),
-                cpus=_parse_cpus(r, n, f"numa_nodes[{i}]"),
-                distances=tuple(r.int_list(n, "distances", f"numa_nodes[{i}]")),
-            )
-            for i, n in enumerate(r.objs(d, "numa_nodes", ""))
-        ),
+        numa_nodes=numa_nodes,
         gpus=tuple(_read_gpu(r, g, f"gpus[{i}]") for i, g in enumerate(r.objs(d, "gpus", ""))),
         hcas=tuple(
             sorted(
@@ -202,7 +217,7 @@ def _read_pci(r: _Fields, p: dict[str, Any], at: str) -> PciDevice:
         vendor=r.opt_str(p, "vendor", at),
         device=r.opt_str(p, "device", at),
         class_code=r.opt_str(p, "class", at),
-        numa=r.opt_int(p, "numa", at),
+        numa=r.numa(p, "numa", at),
         driver=r.opt_str(p, "driver", at),
         local_cpus=r.opt_str(p, "local_cpus", at),
     )
@@ -252,7 +267,7 @@ def _read_port(r: _Fields, p: dict[str, Any], at: str) -> Port:
         state=r.enum(PortState, p, "state", at),
         phys_state=r.enum(PhysState, p, "phys_state", at),
         link_layer=LinkLayer(r.choice(p, "link_layer", at, [x.value for x in LinkLayer])),
-        rate_gbps=r.opt_float(p, "rate_gbps", at),
+        rate_gbps=r.rate(p, "rate_gbps", at),
         rate=r.opt_str(p, "rate", at),
         lid=r.opt_int(p, "lid", at),
         sm_lid=r.opt_int(p, "sm_lid", at),
@@ -302,6 +317,29 @@ class _Fields:
 
     def __init__(self, where: str) -> None:
         self.where = where
+        self.warnings: list[ReadWarning] = []  # absurd values, left out as the reader does
+
+    def absurd(self, at: str, key: str, value: object, why: str) -> None:
+        path = f"{at}.{key}" if at else key
+        self.warnings.append(ReadWarning(self.where, f"{path}: {value!r} {why}; left out"))
+
+    def numa(self, d: dict[str, Any], key: str, at: str, required: bool = False) -> int | None:
+        """A NUMA node id (-1 or null: unknown); one no kernel numbers is a warning, None."""
+        v = self.integer(d, key, at) if required else self.opt_int(d, key, at)
+        if v is None or (v == -1 and not required):
+            return None
+        if not 0 <= v < MAX_NUMA_NODES:
+            self.absurd(at, key, v, f"is no NUMA node (below {MAX_NUMA_NODES})")
+            return None
+        return v
+
+    def rate(self, d: dict[str, Any], key: str, at: str) -> float | None:
+        """A port's line rate in Gb/s; one no port runs at is a warning, None (unknown)."""
+        v = self.opt_float(d, key, at)
+        if v is not None and not 0 < v <= MAX_RATE_GBPS:
+            self.absurd(at, key, v, f"is no line rate (above 0, at most {MAX_RATE_GBPS:g} Gb/s)")
+            return None
+        return v
 
     def fail(self, at: str, key: str, what: str) -> DocumentError:
         path = f"{at}.{key}" if at else key

@@ -93,3 +93,21 @@ def closest_hcas(gpu: Gpu, hcas: tuple[Hca, ...] | list[Hca]) -> list[tuple[Hca,
     """HCAs with a PCI function ordered nearest first (ties keep the given order)."""
     pairs = [(h, pci_relation(gpu.pci, h.pci)) for h in hcas if h.pci is not None]
     return sorted(pairs, key=lambda p: p[1])
+
+
+def nearest_hcas(topo: NodeTopology) -> dict[int, tuple[Hca, Relation]]:
+    """Each GPU's nearest HCA (by GPU index), pairing as NCCL does: among HCAs equally near,
+    GPUs in PCI order take distinct ones while the tree allows (DGX A100: GPU0 and GPU1 share a
+    switch with mlx5_0 and mlx5_1, PXB both, and get one each), then the least taken."""
+    taken: dict[str, int] = {}
+    out: dict[int, tuple[Hca, Relation]] = {}
+    for gpu in topo.gpus:
+        ranked = closest_hcas(gpu, topo.hcas)
+        if not ranked:
+            continue
+        best = ranked[0][1]
+        tied = [h for h, r in ranked if r == best]
+        choice = min(tied, key=lambda h: taken.get(h.name, 0))  # the first of the least taken
+        taken[choice.name] = taken.get(choice.name, 0) + 1
+        out[gpu.index] = (choice, best)
+    return out

@@ -9,6 +9,17 @@ class DocumentError(ValueError):
     """A document that cannot be used; the message names the source and the problem."""
 
 
+class FieldError(ValueError):
+    """A setting whose value cannot be used: `field` names it as the code does (`ib_tc`),
+    `reason` says why. Each front end names the field its own way: the CLI by the flag the
+    user typed (`--ib-tc`), a config file by its key (`trafficClass`)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
 def printable(text: str) -> str:
     """`text` with every character a terminal would act on (escape sequences, carriage returns,
     bidi overrides, line breaks) written as its Python escape (`\\x1b`): strings from untrusted

@@ -205,7 +205,8 @@ def test_prefix_ambiguous_nccl_ib_hca(h200):
     f = checks.nccl_env(h, checks.load(h))
     assert f.status == Status.FAIL
     assert "'mlx5_1' is a prefix: it also selects mlx5_10, mlx5_11" in f.detail
-    assert "NCCL_IB_HCA==mlx5_0,mlx5_1,mlx5_9" in (f.fix or "")
+    # the fix names the pod's own HCAs the value meant (it holds no mlx5_1)
+    assert f.fix == "export NCCL_IB_HCA==mlx5_0,mlx5_9"
     exact = host(h200, {"NCCL_IB_HCA": "=mlx5_0,mlx5_9,mlx5_10,mlx5_11"})
     assert checks.nccl_env(exact, checks.load(exact)).status == Status.PASS
 
@@ -218,6 +219,55 @@ def test_nccl_ib_hca_names_a_missing_or_unallocated_device(h200):
     assert "selects mlx5_3 but the pod has no device node" in f.detail
     bad = host(h200, {"NCCL_IB_HCA": "mlx5_0:one"})
     assert "is not a number" in checks.nccl_env(bad, checks.load(bad)).detail
+
+
+@pytest.mark.parametrize(
+    ("value", "uverbs", "fix"),
+    [
+        # the pod holds mlx5_0 and mlx5_3 (hgx-h200-ib: uverbs0 and uverbs1)
+        # a prefix naming no device selects every mlx5 HCA, most not the pod's
+        ("mlx5", ["uverbs0", "uverbs1"], "export NCCL_IB_HCA==mlx5_0,mlx5_3"),
+        ("=mlx5_0,mlx5_1", ["uverbs0", "uverbs1"], "export NCCL_IB_HCA==mlx5_0"),
+        ("mlx5_0,mlx5_1", ["uverbs0", "uverbs1"], "export NCCL_IB_HCA==mlx5_0"),
+        ("mlx5_7", ["uverbs0", "uverbs1"], "export NCCL_IB_HCA==mlx5_0,mlx5_3"),
+        ("mlx5_0:2", ["uverbs0"], "export NCCL_IB_HCA==mlx5_0"),
+    ],
+)
+def test_every_nccl_ib_hca_fix_works_in_the_pod(h200, value, uverbs, fix):
+    """The fix's value, set in the same pod, passes the same check: it names the pod's own
+    HCAs, exactly."""
+    make_pod(h200, uverbs)
+    node = checks.load(host(h200))
+    f = checks.nccl_env(host(h200, {"NCCL_IB_HCA": value}), node)
+    assert f.status == Status.FAIL and f.fix == fix, f
+    fixed = fix.removeprefix("export NCCL_IB_HCA=")
+    assert checks.nccl_env(host(h200, {"NCCL_IB_HCA": fixed}), node).status == Status.PASS
+
+
+def test_infiniband_and_roce_together_fail_with_a_fix_of_one_link_layer(h200):
+    """hgx-h200-ib: mlx5_0 is InfiniBand, mlx5_1 RoCE (storage). The same verdict as
+    `rdmaplane env` (exit 1) and the NCCL log rule `mixed-link-layers` (FAIL)."""
+    make_pod(h200, ["uverbs0", "uverbs8", "uverbs1"])  # mlx5_0, mlx5_1, mlx5_3
+    node = checks.load(host(h200))
+    for env, fix in (
+        ({}, "export NCCL_IB_HCA==mlx5_0,mlx5_3"),  # NCCL takes every device it can open
+        ({"NCCL_IB_HCA": "=mlx5_0,mlx5_1"}, "export NCCL_IB_HCA==mlx5_0"),
+    ):
+        f = checks.nccl_env(host(h200, env), node)
+        assert f.status == Status.FAIL and "InfiniBand and RoCE ports together" in f.detail
+        assert fix in (f.fix or "").split("; ")
+    one = host(h200, {"NCCL_IB_HCA": "=mlx5_0,mlx5_3"})
+    assert checks.nccl_env(one, node).status == Status.PASS
+
+
+def test_the_socket_interface_fix_is_never_loopback(roce):
+    make_pod(roce, ["uverbs0"])
+    node = checks.load(host(roce))
+    f = checks.nccl_env(host(roce, {"NCCL_SOCKET_IFNAME": "=eth9", "NCCL_IB_GID_INDEX": "3"}), node)
+    assert f.status == Status.FAIL and f.fix is not None and "lo" not in f.fix.split("=")
+    fixed = f.fix.removeprefix("export NCCL_SOCKET_IFNAME=")
+    ok = host(roce, {"NCCL_SOCKET_IFNAME": fixed, "NCCL_IB_GID_INDEX": "3"})
+    assert checks.nccl_env(ok, node).status == Status.PASS
 
 
 def test_socket_ifname(roce):

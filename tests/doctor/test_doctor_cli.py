@@ -283,3 +283,49 @@ def test_job_pod_exits_with_the_worse_verdict(
         "ran doctor -o json",
         "ran doctor perf --server --duration 5 -o json",
     ]
+
+
+def test_the_groups_options_reach_each_command(tmp_path, sample_trees):
+    """`doctor -o json nccl-log FILE` prints JSON; `doctor --root DIR nccl-tests FILE` reads
+    the NICs below DIR, as the same options after the command do."""
+    log = str(NCCL_LOGS / "v2.22.3_version_skew_gid_change.txt")
+    before, after = (
+        run("doctor", "-o", "json", "nccl-log", log),
+        run("doctor", "nccl-log", log, "-o", "json"),
+    )
+    assert before[0] == after[0] == 0 and json.loads(before[1]) == json.loads(after[1])
+    (tmp_path / "sys").symlink_to(sample_trees["hgx-h200-ib"])
+    tests_output = str(NCCL_TESTS / "v2.17.1_all_reduce_2node_mpirun.txt")
+    code, out, _ = run("doctor", "--root", str(tmp_path), "-o", "json", "nccl-tests", tests_output)
+    assert code == 0 and json.loads(out)["nic_aggregate_gbps"] == 3200.0
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["doctor", "--root", "/", "nccl-log", "-"], "doctor nccl-log: --root means nothing here"),
+        (["doctor", "--root", "/", "report", "-"], "doctor report: --root means nothing here"),
+        (["doctor", "-o", "json", "job", "a", "b"], "doctor job: -o means nothing here"),
+        (
+            ["doctor", "-o", "json", "nccl-log", "-", "-o", "table"],
+            "-o given to doctor and to nccl-log; give it once",
+        ),
+    ],
+    ids=lambda a: " ".join(a) if isinstance(a, list) else "",
+)
+def test_a_group_option_a_command_cannot_use_is_refused(args, said):
+    code, out, err = run(*args, input="")
+    assert code == 2 and out == "" and said in err and err.count("\n") == 1
+
+
+def test_doctor_job_and_the_webhook_run_the_same_image():
+    from rdmaplane.config import WebhookConfig
+
+    code, out, _ = run("doctor", "job", "gpu-1", "gpu-2")
+    images = {
+        c["image"]
+        for doc in yaml.safe_load_all(out)
+        if doc["kind"] == "Job"
+        for c in doc["spec"]["template"]["spec"]["containers"]
+    }
+    assert code == 0 and images == {WebhookConfig().doctor.image}

@@ -48,8 +48,10 @@ def test_compute_hcas(sample_nodes):
     chosen = judge.compute_hcas(h200, {"NCCL_IB_HCA": "=mlx5_1,mlx5_2"})
     assert names(chosen) == ["mlx5_1", "mlx5_2"] and chosen.basis == "NCCL_IB_HCA==mlx5_1,mlx5_2"
     assert judge.aggregate_gbps(chosen.hcas) == 400.0
-    ws = sample_nodes["workstation"]  # GPUs and NIC across sockets: every up HCA counts
-    assert set(names(judge.compute_hcas(ws, {}))) == {"mlx5_0", "rxe0"}
+    ws = sample_nodes["workstation"]  # GPUs and NIC across sockets: every up NIC counts,
+    assert set(names(judge.compute_hcas(ws, {}))) == {"mlx5_0"}  # not the software rxe0
+    named = judge.compute_hcas(ws, {"NCCL_IB_HCA": "=rxe0"})  # unless NCCL_IB_HCA names it
+    assert names(named) == ["rxe0"] and named.problem is None
 
 
 def test_an_unusable_nccl_ib_hca_is_said_not_silently_replaced(sample_nodes):

@@ -15,6 +15,7 @@ import yaml
 from lightkube import codecs
 from lightkube.generic_resource import load_in_cluster_generic_resources
 
+from rdmaplane.workloads import is_workload, pod_templates
 from tests.e2e.conftest import _wait_established
 from tests.e2e.controlplane import KubeCluster
 
@@ -39,18 +40,12 @@ def test_there_is_an_example_per_job_controller() -> None:
     assert {"Job", "JobSet", "PyTorchJob"} <= kinds and len(EXAMPLES) == 4
 
 
-def _pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every pod template in a workload, wherever its kind keeps it."""
-    spec = doc["spec"]
-    if doc["kind"] == "Job" and "tasks" in spec:  # Volcano
-        return [t["template"] for t in spec["tasks"]]
-    if doc["kind"] == "Job":
-        return [spec["template"]]
-    if doc["kind"] == "JobSet":
-        return [r["template"]["spec"]["template"] for r in spec["replicatedJobs"]]
-    if doc["kind"] == "PyTorchJob":
-        return [r["template"] for r in spec["pytorchReplicaSpecs"].values()]
-    return []
+def _pod_templates(doc: dict[str, Any]) -> list[Any]:
+    """Every pod template in a workload, wherever its kind keeps it (the one table every
+    reader of manifests uses)."""
+    if not is_workload(doc):
+        return []
+    return [t.template for t in pod_templates(doc, "example")]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

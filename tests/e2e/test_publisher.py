@@ -11,12 +11,14 @@ import asyncio
 import contextlib
 import copy
 import logging
+import ssl
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx2
+import httpx
 import pytest
+import yaml
 from lightkube import ApiError, AsyncClient
 from lightkube.generic_resource import create_global_resource
 from lightkube.models.meta_v1 import ObjectMeta
@@ -34,7 +36,13 @@ from tests.e2e.controlplane import KubeCluster
 from tests.e2e.test_agent import condition, eventually, install_rbac
 
 THROTTLED_USER = "e2e-throttled-agent"
-BUSY_REQUESTS = 8  # the user's requests in flight besides the publisher's
+# The Retry-After APF sends while drops stay few: it doubles (up to 32 s) once a priority level
+# drops 3 x Retry-After requests in Retry-After seconds (upstream dropped_requests_tracker.go).
+# Every client here waits that long after a 429 and two run, so at most 2 drop per second: it
+# stays 1 s, and the publisher's waits follow from the settings the test gives it.
+RETRY_AFTER_S = 1.0
+SCHEMA_HEADER = "X-Kubernetes-PF-FlowSchema-UID"  # which FlowSchema classified a request
+HOLD_S = 0.5  # how long each of the load's requests holds the level's one seat
 FlowSchema = create_global_resource(
     "flowcontrol.apiserver.k8s.io", "v1", "FlowSchema", "flowschemas"
 )
@@ -165,9 +173,10 @@ async def throttled_kubeconfig(
 @contextlib.asynccontextmanager
 async def _rejecting(kube: AsyncClient, kubeconfig: Path) -> AsyncIterator[None]:
     """A priority level with no seats of its own that rejects, a FlowSchema sending the user
-    there, and that user's requests keeping it busy: APF lets a request run there only while
-    none does (upstream queueset.canAccommodateSeatsLocked), so the publisher's meet 429s.
-    Returns once one was seen; lifts it all on the way out."""
+    there, and one slow request of that user's after another keeping it busy: APF lets a
+    request run there only while none does (upstream queueset.canAccommodateSeatsLocked), so
+    the publisher's meet 429s. Returns once the API server sends the user's requests there (its
+    answers name the FlowSchema); lifts it all on the way out."""
     name = f"e2e-reject-{uuid.uuid4().hex[:5]}"
     await kube.create(
         PriorityLevel.from_dict(
@@ -186,7 +195,7 @@ async def _rejecting(kube: AsyncClient, kubeconfig: Path) -> AsyncIterator[None]
         )
     )
     rule = {"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"], "clusterScope": True}
-    await kube.create(
+    schema = await kube.create(
         FlowSchema.from_dict(
             {
                 "metadata": {"name": name},
@@ -204,26 +213,47 @@ async def _rejecting(kube: AsyncClient, kubeconfig: Path) -> AsyncIterator[None]
         )
     )
 
-    rejections = 0
-    client = async_client(kubeconfig)
+    classified = ""  # the FlowSchema the API server last sent the user's request to
+    busy_node = f"{name}-load"
+    await kube.create(Node(metadata=ObjectMeta(name=busy_node)))
+    client = _https_client(kubeconfig)
+    url = f"{_server(kubeconfig)}/api/v1/nodes/{busy_node}"
+
+    async def slow_patch() -> AsyncIterator[bytes]:
+        """A merge patch whose body arrives over HOLD_S: the API server holds the level's seat
+        while it reads a request it admitted."""
+        yield b'{"metadata": {"labels": {"e2e-load": "x"}}'
+        for _ in range(10):
+            await asyncio.sleep(HOLD_S / 10)
+            yield b" "
+        yield b"}"
 
     async def busy() -> None:
-        nonlocal rejections
+        """One such request of the user's after another: the seat is taken nearly all the
+        time, so the publisher's requests meet 429s; after a 429 it waits the Retry-After, as
+        a good client does."""
+        nonlocal classified
+        headers = {"Content-Type": "application/merge-patch+json"}
         while True:
-            try:
-                await _list_nodes(client)
-            except httpx2.HTTPStatusError as e:
-                rejections += e.response is not None and e.response.status_code == 429
+            reply = await client.patch(url, content=slow_patch(), headers=headers)
+            classified = reply.headers.get(SCHEMA_HEADER, classified)
+            if reply.status_code == 429:
+                await asyncio.sleep(float(reply.headers.get("Retry-After") or 1))
+            elif reply.status_code != 200:
+                raise AssertionError(f"the load's patch: HTTP {reply.status_code}: {reply.text}")
 
-    load = [asyncio.create_task(busy()) for _ in range(BUSY_REQUESTS)]
+    load = asyncio.create_task(busy())
     try:
-        await eventually(lambda: _true(rejections > 0), 60)
+        uid = schema.metadata.uid
+        await eventually(lambda: _true(classified == uid or load.done()), 60)
+        if load.done():
+            load.result()  # the load itself failed: say how
         yield
     finally:
-        for task in load:
-            task.cancel()
-        await asyncio.gather(*load, return_exceptions=True)
-        await client.close()
+        load.cancel()
+        await asyncio.gather(load, return_exceptions=True)
+        await client.aclose()
+        await kube.delete(Node, busy_node)
         await kube.delete(FlowSchema, name)
         await kube.delete(PriorityLevel, name)
 
@@ -240,29 +270,47 @@ async def test_a_429_is_retried_with_the_same_state_and_is_no_failure(
         return sum("asked to slow down (429" in r.getMessage() for r in caplog.records)
 
     config = PublishConfig(backoff_initial_s=0.2, backoff_max_s=1.0, write_jitter_s=0.0)
+    longest = max(config.backoff_max_s, RETRY_AFTER_S)  # any wait of the publisher's
     ready = True
     async with _publishing(throttled_kubeconfig, node, config, _desired(node)) as publisher:
         await asyncio.wait_for(publisher.in_sync.wait(), 30)
         async with _rejecting(kube, throttled_kubeconfig):
             deadline = asyncio.get_running_loop().time() + 60
-            while throttles() < 3:  # a write meets a 429 when another request holds the seat
-                assert asyncio.get_running_loop().time() < deadline, "no 429 within 60 s"
-                ready = not ready
-                publisher.set_desired(_desired(node, ready=ready))
-                await asyncio.wait_for(publisher.in_sync.wait(), 60)
-                assert publisher.failures == 0
-        ready = not ready
-        publisher.set_desired(_desired(node, ready=ready))
-        await asyncio.wait_for(publisher.in_sync.wait(), 60)
+            while throttles() < 3:  # a write meets a 429 while the user's request holds the seat
+                assert asyncio.get_running_loop().time() < deadline, "no 3 429s within 60 s"
+                if publisher.in_sync.is_set():  # got through: something new to write
+                    ready = not ready
+                    publisher.set_desired(_desired(node, ready=ready))
+                await asyncio.sleep(0.05)
+            ready = not ready  # a change while being turned away: the latest state is written
+            publisher.set_desired(_desired(node, ready=ready))
+            assert publisher.failures == 0
+        # the rejection lifted: in sync within the publisher's next wait and its writes
+        await asyncio.wait_for(publisher.in_sync.wait(), 2 * longest + 10)
     assert await _server_ready(kube, node) == str(ready)
+    waits = [r.retry_in_s for r in caplog.records if hasattr(r, "retry_in_s")]
+    assert waits and max(waits) <= longest, waits  # the settings' waits, the server's 1 s
     messages = [r.getMessage() for r in caplog.records]
     assert not any("publishing to the API server failed" in m for m in messages)
 
 
+def _https_client(kubeconfig: Path) -> httpx.AsyncClient:
+    """Plain HTTPS as the kubeconfig's user (its client certificate), for a request lightkube
+    does not make: one whose body trickles in."""
+    user = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]
+    context = ssl.create_default_context(cafile=_cluster(kubeconfig)["certificate-authority"])
+    context.load_cert_chain(user["client-certificate"], user["client-key"])
+    return httpx.AsyncClient(verify=context, timeout=30)
+
+
+def _cluster(kubeconfig: Path) -> dict[str, str]:
+    cluster: dict[str, str] = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]
+    return cluster
+
+
+def _server(kubeconfig: Path) -> str:
+    return _cluster(kubeconfig)["server"]
+
+
 async def _true(value: bool) -> bool:
     return value
-
-
-async def _list_nodes(client: AsyncClient) -> None:
-    async for _ in client.list(Node):
-        pass

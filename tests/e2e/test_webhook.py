@@ -11,6 +11,7 @@ webhook.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import ssl
 import uuid
@@ -28,6 +29,7 @@ from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfigur
 from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
 
 from rdmaplane.kube import sync_client
+from rdmaplane.webhook import inject
 from tests.e2e.controlplane import KubeCluster, poll_until
 from tests.webhook_pods import GPU, HCA, SHARED, admission_review, contains, cpu_pod, gpu_pod, pods
 from tests.webhook_server import WebhookProcess, free_port, start_webhook
@@ -184,6 +186,50 @@ def test_other_namespaces_only_when_the_pod_asks(kube_cluster: KubeCluster, env:
     assert "securityContext" not in untouched["spec"]["containers"][0]
     assert shared["spec"]["containers"][0]["resources"]["limits"][SHARED] == "1"
     assert set(off["spec"]["containers"][0]["resources"]["limits"]) == {GPU, "memory"}
+
+
+def _calls(env: Env) -> float:
+    """How many admission requests the webhook has answered (its own counter)."""
+    context = ssl.create_default_context(cafile=str(env.ca_file))
+    text = httpx.get(f"{env.process.url}/metrics", verify=context, timeout=10).text
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("rdmaplane_webhook_requests_total{")
+    )
+
+
+def _requests_only(name: str) -> dict[str, Any]:
+    obj = gpu_pod(name)
+    obj["spec"]["containers"][0]["resources"] = {"requests": {GPU: "8"}}
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("where", "obj"),
+    [
+        ("opted_in", gpu_pod("call-limits")),
+        ("opted_in", _requests_only("call-requests")),
+        ("opted_in", gpu_pod("call-off", annotations={"rdmaplane.io/rdma": "off"})),
+        ("plain", gpu_pod("call-plain")),
+        ("plain", gpu_pod("call-asked", annotations={"rdmaplane.io/rdma": "auto"})),
+        ("kube-system", gpu_pod("call-system", annotations={"rdmaplane.io/rdma": "exclusive"})),
+        ("opted_in", cpu_pod("call-cpu")),
+    ],
+    ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"],
+)
+def test_the_preview_knows_which_pods_the_api_server_sends(
+    kube_cluster: KubeCluster, env: Env, where: str, obj: dict[str, Any]
+) -> None:
+    """`rdmaplane inject`'s rule (`inject.not_sent`) against the real API server evaluating
+    deploy/webhook/webhook.yaml's namespaceSelector and matchConditions: the webhook's own
+    request counter moves exactly when the rule says the pod is sent."""
+    namespace = {"opted_in": env.opted_in, "plain": env.plain}.get(where, where)
+    why = inject.not_sent(obj, namespace, where == "opted_in", inject.Policy())
+    before = _calls(env)
+    with kube_cluster.client() as client, contextlib.suppress(ApiError):
+        create(client, namespace, obj, dry_run=True)  # requests only: refused after admission
+    assert (_calls(env) > before) == (why is None), why
 
 
 def _resubmittable(pod: dict[str, Any]) -> dict[str, Any]:

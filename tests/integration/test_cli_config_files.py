@@ -108,3 +108,111 @@ def test_unknown_keys_and_bad_values_name_the_key(command: str, tmp_path: Path) 
     assert code == 2
     key = bad_value.split(":")[0]
     assert_one_line(output, f"{path}: {key}")
+
+
+HEAD = "apiVersion: rdmaplane.io/v1alpha1\nkind: AgentConfig\n"
+
+
+EXTENDER = "apiVersion: rdmaplane.io/v1alpha1\nkind: SchedulerExtenderConfig\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "said"),
+    [
+        (
+            "agent.yaml",
+            HEAD + "pollInterval: 5s\npollInterval: 10s\n",
+            "line 4, column 1: key 'pollInterval' given twice",
+        ),
+        ("agent.yaml", HEAD + "health: {window: 60s, window: 30s}\n", "key 'window' given twice"),
+        (
+            "agent.json",
+            '{"apiVersion": "rdmaplane.io/v1alpha1", "kind": "AgentConfig", '
+            '"pollInterval": "5s", "pollInterval": "10s"}',
+            "key 'pollInterval' given twice",
+        ),
+        ("agent.yaml", HEAD + "pollInterval: .inf\n", "pollInterval: Input should be a finite"),
+        (
+            "agent.yaml",
+            HEAD + "publish: {writeJitter: .nan}\n",
+            "publish.writeJitter: Input should be a finite number",
+        ),
+        (
+            "extender.yaml",
+            EXTENDER + "weights: {alignment: 1e400}\n",
+            "weights.alignment: Input should be a finite number",
+        ),
+    ],
+    ids=["duplicate key", "duplicate in a flow map", "duplicate in JSON", ".inf", ".nan", "1e400"],
+)
+def test_what_a_parser_would_let_through_is_refused(
+    tmp_path: Path, name: str, text: str, said: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    code, output = run("config validate", path)
+    assert code == 2
+    assert_one_line(output, str(path), said)
+
+
+def test_every_problem_at_once_cross_field_ones_too(tmp_path: Path) -> None:
+    """A bad field, a bad field in a section, and two checks across fields (of the kind and of
+    a section) that pydantic runs only once the fields they read are valid."""
+    path = tmp_path / "agent.yaml"
+    path.write_text(HEAD + "pollInterval: soon\ndra: {enabled: true}\nhealth: {window: -1}\n")
+    code, output = run("config validate", path)
+    assert code == 2
+    assert_one_line(
+        output,
+        "pollInterval: 'soon' is not a duration",
+        "health.window: Input should be greater",
+        "dra.enabled: the device plugin is on too",
+    )
+    extender = tmp_path / "extender.yaml"
+    extender.write_text(EXTENDER + "memoEntries: many\nweights: {alignment: 0, packing: 0}\n")
+    code, output = run("config validate", extender)
+    assert code == 2
+    assert_one_line(output, "memoEntries:", "weights: alignment and packing are both 0")
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_manifest_is_checked_document_by_document() -> None:
+    """deploy/device-plugin/daemonset.yaml: a ConfigMap holding the config, then the
+    DaemonSet; the config is checked, the DaemonSet named."""
+    result = runner.invoke(
+        app, ["config", "validate", str(REPO / "deploy/device-plugin/daemonset.yaml")]
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(
+        "document 1, ConfigMap rdmaplane-device-plugin config.yaml: a valid DevicePluginConfig"
+    )
+    assert lines[1].endswith("document 2: a DaemonSet (apps/v1), not a config (left alone)")
+
+
+def test_a_bad_config_inside_a_configmap_is_found(tmp_path: Path) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata:\n  agent.yaml: |\n"
+        "    apiVersion: rdmaplane.io/v1alpha1\n    kind: AgentConfig\n"
+        "    pollInterval: 1s\n    pollInterval: 2s\n"
+        "---\napiVersion: v1\nkind: List\nitems:\n"
+        "- {apiVersion: rdmaplane.io/v1alpha1, kind: AgentConfig, surprise: 1}\n"
+    )
+    result = runner.invoke(app, ["config", "validate", str(path)])
+    assert result.exit_code == 2
+    errors = result.stderr.splitlines()
+    assert len(errors) == 2
+    assert "document 1, ConfigMap a agent.yaml: not valid YAML/JSON" in errors[0]
+    assert "key 'pollInterval' given twice" in errors[0]
+    assert "document 2, items[0]: surprise: unknown key" in errors[1]
+
+
+def test_a_file_without_any_config_is_refused() -> None:
+    result = runner.invoke(app, ["config", "validate", str(REPO / "examples/indexed-job.yaml")])
+    assert result.exit_code == 2
+    assert_one_line(
+        result.output, "no rdmaplane config in it", "a Service (v1)", "a Job (batch/v1)"
+    )

@@ -173,3 +173,62 @@ def test_kueue_needs_one_label_scheme(tmp_path: Path) -> None:
     )  # fmt: skip
     assert code == 0 and "fabric.topograph.run/tier-0" in out
     assert fab.DEFAULT_TIER_LABELS[0] == "fabric.topograph.run/tier-0"
+
+
+def test_a_node_whose_nics_all_plug_into_one_leaf_hangs_from_that_leaf(tmp_path: Path) -> None:
+    """Per-HCA links all into leaf-0: the node's rails hang from leaf-0's own box (each edge
+    labelled with the rail), not from a second, unconnected box of the same name."""
+    doc = leaf_spine(1, 2)
+    doc["links"] = [
+        {"node": n, "hca": f"mlx5_{r}", "switch": "leaf-0"} for n in doc["nodes"] for r in range(2)
+    ]
+    code, out, _ = run(
+        "fabric", "show", "--fabric-file", write(tmp_path / "f.yaml", doc), "-o", "dot"
+    )
+    assert code == 0
+    (graph,) = pydot.graph_from_dot_data(out)
+    names = [n.get_name().strip('"') for n in graph.get_nodes()]
+    names = [n for n in names if n not in ("node", "edge", "graph")]  # DOT's default statements
+    edges = [(e.get_source().strip('"'), e.get_destination().strip('"')) for e in graph.get_edges()]
+    boxes = [n for n in names if n.endswith(":leaf-0")]
+    assert boxes == ["t0:leaf-0"], names  # once, as the tier-0 switch
+    declared = set(names)
+    assert all(a in declared and b in declared for a, b in edges), edges  # nothing implicit
+    assert edges.count(("t0:leaf-0", "n:gpu-000")) == 2  # rail 0 and rail 1
+    reachable, frontier = {"t2:core"}, ["t2:core"]
+    while frontier:
+        here = frontier.pop()
+        for a, b in edges:
+            if a == here and b not in reachable:
+                reachable.add(b)
+                frontier.append(b)
+    assert reachable == declared  # every box and node hangs below the core
+
+
+def test_show_and_export_read_one_fabric(tmp_path: Path) -> None:
+    """A node whose labels contradict the others (its leaf under another spine) is warned
+    about and left out of the tree: `show` lists the nodes `export` exports, no others."""
+    keys = [f"fabric.topograph.run/tier-{i}" for i in range(2)]
+    nodes = [
+        {"metadata": {"name": name, "labels": dict(zip(keys, tiers, strict=True))}}
+        for name, tiers in (
+            ("n-1", ("leaf-a", "spine-1")),
+            ("n-2", ("leaf-a", "spine-1")),
+            ("n-3", ("leaf-b", "spine-1")),
+            ("odd", ("leaf-a", "spine-2")),
+        )
+    ]
+    args = ["--nodes", write(tmp_path / "n.yaml", {"kind": "List", "items": nodes})]
+    code, out, err = run("fabric", "show", *args, "-o", "json")
+    assert code == 0 and "odd: tier-0 leaf-a sits under spine-2 here but under spine-1" in err
+    shown = {n["name"] for n in json.loads(out)["nodes"]}
+    _, table, _ = run("fabric", "show", *args)
+    assert "odd" not in table and "n-3" in table
+    code, exported, _ = run("fabric", "export", "--volcano", *args)
+    members = {
+        m["selector"]["exactMatch"]["name"]
+        for hn in yaml.safe_load_all(exported)
+        for m in hn["spec"]["members"]
+        if m["type"] == "Node"
+    }
+    assert code == 0 and shown == members == {"n-1", "n-2", "n-3"}

@@ -98,16 +98,27 @@ def test_env_plan_error_exits_1_with_the_reason() -> None:
     ("args", "message"),
     [
         (["--hca", "mlx5_99"], "--hca mlx5_99: no such HCA"),
-        (["--family", "5"], "gid policy family"),
-        (["--addr-range", "fd00::/8"], "gid policy cidr"),
-        (["--ib-sl", "16"], "ib_sl"),
-        (["--nccl-version", "new"], "nccl_version"),
+        (["--family", "5"], "error: --family: 5 is not 4 (IPv4) or 6 (IPv6)"),
+        (["--addr-range", "fd00::/8"], "error: --addr-range: 'fd00::/8' is IPv6"),
+        (["--roce-version", "3"], "error: --roce-version: 3 is not 1 or 2"),
+        (["--ib-sl", "16"], "error: --ib-sl: 16 is not in 0–15"),
+        (["--ib-tc", "256"], "error: --ib-tc: 256 is not in 0–255"),
+        (["--nccl-version", "new"], "error: --nccl-version: 'new' is not a version"),
+        (["--socket-ifname", " "], "error: --socket-ifname: empty"),
         (["--snapshot", "/nonexistent.tar.gz"], "give only one of"),
     ],
 )
 def test_env_usage_errors_exit_2(args: list[str], message: str) -> None:
+    """Each error names the flag the user typed, never the plan's field name."""
     code, _, err = run("env", "--sample", "degraded", *args)
     assert code == 2 and message in " ".join(err.split())
+    assert not any(field in err for field in ("ib_", "nccl_version", "policy", "settings"))
+
+
+def test_infiniband_and_roce_together_is_no_environment() -> None:
+    """The doctor's verdict on such a pod (nccl-env FAIL) and its NCCL log rule's."""
+    code, out, err = run("env", "--sample", "hgx-h200-ib", "--hca", "mlx5_0", "--hca", "mlx5_1")
+    assert code == 1 and out == "" and "InfiniBand and RoCE ports together" in err
 
 
 # ----------------------------------------------------------------- explain
@@ -212,3 +223,43 @@ def test_audit_reads_what_inspect_writes(tmp_path: Path, sample_trees: dict[str,
     doc = json.loads(out)
     assert code == 0 and doc["cluster_index"] == 3
     assert [n["node"] for n in doc["nodes"]] == ["hgx-h100-017", "l40s-node-9"]
+
+
+def test_absurd_values_in_a_node_document_are_warnings_naming_the_file(tmp_path: Path) -> None:
+    """A port's rate of -400 Gb/s, a NUMA node no kernel numbers: each a warning naming the
+    file (and the key), the value left out; never a NUMA zone of their own."""
+    code, out, _ = run("inspect", "--sample", "hgx-h100-roce", "-o", "json")
+    doc = json.loads(out)
+    doc["hcas"][0]["ports"][0]["rate_gbps"] = -400
+    doc["hcas"][1]["pci_device"]["numa"] = 99999999999999999999999999
+    doc["numa_nodes"].append({"id": 5000, "cpus": "", "distances": []})
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(doc))
+    code, _, err = run("gid", "audit", str(path))
+    assert code == 0
+    assert f"warning: {path}: hcas[0].ports[0].rate_gbps: -400.0 is no line rate" in err
+    assert f"warning: {path}: hcas[1].pci_device.numa: 99999999999999999999999999 is no NUMA" in err
+    assert f"warning: {path}: numa_nodes[2].id: 5000 is no NUMA node" in err
+    from rdmaplane.serialize import from_document
+
+    topo = from_document(doc, where=str(path))
+    assert [n.id for n in topo.numa_nodes] == [0, 1] and topo.hcas[1].numa is None
+    assert topo.hcas[0].ports[0].rate_gbps is None
+
+
+def test_every_command_that_reads_a_node_says_its_warnings_on_stderr(
+    tmp_path: Path, sample_trees: dict[str, Path]
+) -> None:
+    import shutil
+
+    tree = tmp_path / "sys"
+    shutil.copytree(sample_trees["hgx-h100-roce"], tree, symlinks=True)
+    (tree / "class/infiniband/selfdir").symlink_to("../infiniband")
+    said = "warning: class/infiniband/selfdir: not an RDMA device"
+    for args in (
+        ["inspect"], ["inspect", "-o", "json"], ["inspect", "-o", "yaml"],
+        ["inspect", "-o", "matrix"], ["inspect", "-o", "dot"], ["env"], ["gid", "explain"],
+        ["gid", "explain", "-o", "json"], ["nrt"],
+    ):  # fmt: skip
+        code, out, err = run(*args, "--sysfs-root", str(tree))
+        assert code == 0 and said in err and said not in out, args

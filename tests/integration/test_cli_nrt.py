@@ -115,3 +115,31 @@ def test_bad_inputs(tmp_path: Path) -> None:
     assert code == 2 and err.startswith(f"error: {bad}: ") and "mode" in err
     code, _, err = run("nrt", "--sample", "workstation", "--topology-manager-policy", "best")
     assert code == 2 and "--topology-manager-policy" in err
+
+
+def test_a_software_rdma_device_is_no_numa_local_hca(tmp_path: Path) -> None:
+    """The workstation's rxe0 (soft-RoCE on the onboard NIC, no PCI function) is not offered:
+    only mlx5_0, on socket 1, counts, and a GPU of socket 0 has no NUMA pair for its HCA."""
+    result = runner.invoke(app, ["nrt", "--sample", "workstation"])
+    assert result.exit_code == 0, result.output
+    obj = yaml.safe_load(result.stdout)
+    hcas = {
+        z["name"]: int(r["capacity"])
+        for z in obj["zones"]
+        if z["type"] == "Node"
+        for r in z.get("resources", [])
+        if r["name"] == "rdmaplane.io/hca"
+    }
+    assert hcas == {"node-1": 1}
+    nrt_file = tmp_path / "nrt.yaml"
+    nrt_file.write_text(result.stdout)
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - name: a\n"
+        "    resources: {limits: {nvidia.com/gpu: 1, rdmaplane.io/hca: 1}}\n"
+    )
+    explained = runner.invoke(
+        app, ["explain-placement", str(pod), "--nrt", str(nrt_file), "-o", "json"]
+    )
+    (row,) = json.loads(explained.stdout)["nodes"]
+    assert "0/1 NUMA pairs" in row["detail"]

@@ -60,7 +60,7 @@ def test_warnings_go_to_stderr(tmp_path: Path) -> None:
     pod = gpu_pod("p", securityContext={"privileged": True})
     result = run("inject", write(tmp_path, pod), "-o", "json")
     assert result.exit_code == 0
-    assert "warning: pod: container train is privileged" in result.stderr
+    assert "warning: Pod/p: container train is privileged" in result.stderr
     json.loads(result.stdout)
 
 
@@ -80,12 +80,15 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
     )
     cases = [
         (("inject", str(tmp_path / "missing.yaml")), "missing.yaml: cannot read"),
-        (("inject", pod, "-o", "table"), "-o: 'table' is not one of yaml, json, patch"),
+        (("inject", pod, "-o", "table"), "'table' is not one of 'yaml', 'json', 'patch'"),
         (
             ("inject", write(tmp_path, {"kind": "ConfigMap", "data": {}}, "cm.yaml")),
-            "holds no pod template",
+            "no Pod or workload with a pod template in it (ConfigMap)",
         ),
-        (("inject", write(tmp_path, [1, 2], "list.yaml")), "expected a Pod or a workload object"),
+        (
+            ("inject", write(tmp_path, [1, 2], "list.yaml")),
+            "no Pod or workload with a pod template in it (int)",
+        ),
         (
             ("inject", pod, "--config", bad_config),
             "bad.yaml: hcasPerGPU: unknown key (did you mean hcasPerGpu?)",

@@ -29,7 +29,7 @@ import yaml
 from typer.testing import CliRunner
 
 from rdmaplane import nrt
-from rdmaplane.cli import app
+from rdmaplane.cli import COMMANDS, app, load_command
 from rdmaplane.discovery import samples
 from rdmaplane.scheduler.layouts import layout
 from rdmaplane.untrusted import printable
@@ -432,6 +432,8 @@ def _traceback(result: object) -> str:
 
 def _commands(command: object, path: tuple[str, ...] = ()) -> Iterator[str]:
     subs = getattr(command, "commands", None)
+    if not path:  # the root loads its commands on use: all of them here
+        subs = {name: load_command(name) for name in COMMANDS}
     if not subs or (path and getattr(command, "invoke_without_command", False)):
         yield " ".join(path)
     for name, sub in (subs or {}).items():

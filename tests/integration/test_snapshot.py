@@ -135,3 +135,60 @@ def test_one_source_only(sample_trees: dict[str, Path]) -> None:
         with pytest.raises(NodeSourceError, match="empty value"):
             load_node(**{flag: ""})
     assert read_node(str(sample_trees["workstation"])).hostname == "ws-lab-2"
+
+
+def _hostile(root: Path, kind: str) -> None:
+    """Shapes a tree can have that no kernel makes: two links pointing at each other, a link
+    to itself, a folder link back to class/infiniband, a link that leads out of the tree."""
+    ib = root / "class" / "infiniband"
+    if kind == "loop":
+        (ib / "loopa").symlink_to("loopb")
+        (ib / "loopb").symlink_to("loopa")
+    elif kind == "self":
+        (ib / "me").symlink_to("me")
+    elif kind == "selfdir":
+        (ib / "selfdir").symlink_to("../infiniband")
+    elif kind == "device loop":
+        device = ib / "mlx5_0" / "device"
+        real = device.resolve()
+        device.unlink()
+        device.symlink_to("device")
+        assert real.exists()
+
+
+@pytest.mark.parametrize("kind", ["loop", "self", "selfdir", "device loop"])
+def test_whatever_create_accepts_the_reader_reads_back(tmp_path: Path, kind: str) -> None:
+    """A snapshot of a hostile tree reads back as the tree itself reads: the same node, the
+    same warnings (links of a loop are kept, so the reader meets the same loop)."""
+    root = tmp_path / "sys"
+    samples.build(samples.load("workstation").spec, root)
+    _hostile(root, kind)
+    out = tmp_path / "node.tar.gz"
+    snapshot.create(str(out), root=str(root))
+    direct, again = read_node(str(root)), load_node(snapshot_file=str(out))
+    assert replace(again, source=None) == replace(direct, source=None)
+    if kind != "device loop":
+        assert [h.name for h in direct.hcas] == ["mlx5_0", "rxe0"]  # no entry of the hostile kind
+
+
+def test_an_archive_is_read_without_extracting_it(
+    tmp_path: Path, sample_trees: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "node.tar.gz"
+    snapshot.create(str(out), root=str(sample_trees["dgx-a100"]))
+
+    def no_extraction(*args: object, **kwargs: object) -> None:
+        raise AssertionError("extracted")
+
+    monkeypatch.setattr(tarfile.TarFile, "extractall", no_extraction)
+    monkeypatch.setattr(tarfile.TarFile, "extract", no_extraction)
+    assert load_node(snapshot_file=str(out)).source == f"snapshot:{out}"
+
+
+def test_an_archive_with_two_entries_at_one_place_is_refused(tmp_path: Path) -> None:
+    """What an older `snapshot create` wrote for a loop: a link, and files below its name."""
+    link = tarfile.TarInfo("class/infiniband/loopa")
+    link.type, link.linkname = tarfile.SYMTYPE, "loopb"
+    below = tarfile.TarInfo("class/infiniband/loopa/node_type")
+    with pytest.raises(NodeSourceError, match=r"not a readable snapshot .*is not a folder"):
+        load_node(snapshot_file=str(_tar(tmp_path, [(link, b""), (below, b"1: CA")])))

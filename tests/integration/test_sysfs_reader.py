@@ -94,6 +94,19 @@ def test_software_rdma_device_without_pci(sample_nodes: dict[str, NodeTopology])
     rxe = sample_nodes["workstation"].hca("rxe0")
     assert rxe is not None and rxe.pci is None and rxe.numa is None
     assert rxe.parent_netdev == "eno1" and rxe.ports[0].netdev == "eno1"
+    # as rdma_rxe shows it: ib_core's fw_ver, empty; none of mlx5's hca_type or board_id
+    assert (rxe.fw_ver, rxe.hca_type, rxe.board_id) == ("", None, None)
+
+
+@pytest.mark.parametrize("name", samples.names())
+def test_a_sample_reads_the_same_in_memory_and_on_disk(
+    name: str, sample_trees: dict[str, Path], sample_nodes: dict[str, NodeTopology]
+) -> None:
+    from dataclasses import replace
+
+    in_memory = read_node(samples.sample_tree(name))
+    assert in_memory.source == f"sample:{name}"
+    assert replace(in_memory, source=None) == replace(sample_nodes[name], source=None)
 
 
 def test_missing_root_reads_as_an_empty_node(tmp_path: Path) -> None:
@@ -127,6 +140,31 @@ def test_garbage_and_missing_files_become_warnings_naming_the_file(tree: Path) -
     p = topo.hca("mlx5_0").ports[0]  # type: ignore[union-attr]
     assert p.state is PortState.NOP and p.rate_gbps is None and 3 not in [g.index for g in p.gids]
     assert len(topo.hcas) == 4  # everything else still read
+
+
+def test_a_folder_link_in_class_infiniband_is_no_rdma_device(tree: Path) -> None:
+    (tree / "class/infiniband/selfdir").symlink_to("../infiniband")
+    topo = read_node(str(tree))
+    assert "selfdir" not in [h.name for h in topo.hcas]
+    assert any(
+        w.path == "class/infiniband/selfdir" and "not an RDMA device" in w.message
+        for w in topo.warnings
+    )
+
+
+def test_an_absurd_numa_node_is_a_warning_never_a_zone(tree: Path) -> None:
+    topo = read_node(str(tree))
+    hca = topo.hca("mlx5_0")
+    assert hca is not None and hca.pci is not None
+    numa_file = tree / "bus/pci/devices" / hca.pci.address / "numa_node"
+    numa_file.write_text("99999999999999999999999999\n")
+    (tree / "devices/system/node/node4096").mkdir(parents=True)
+    again = read_node(str(tree))
+    assert again.hca("mlx5_0").numa is None  # type: ignore[union-attr]
+    assert 4096 not in [n.id for n in again.numa_nodes]
+    messages = {w.path: w.message for w in again.warnings}
+    assert "is no NUMA node" in messages[f"bus/pci/devices/{hca.pci.address}/numa_node"]
+    assert "is no NUMA node" in messages["devices/system/node/node4096"]
 
 
 def test_link_escaping_the_root_is_refused(tree: Path, tmp_path: Path) -> None:

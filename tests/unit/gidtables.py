@@ -11,6 +11,7 @@ from rdmaplane.model import (
     Hca,
     LinkLayer,
     NodeTopology,
+    PciDevice,
     PhysState,
     Port,
     PortState,
@@ -74,7 +75,10 @@ def port(
 
 
 def hca(name: str, *ports: Port) -> Hca:
-    return Hca(name=name, pci=None, ports=ports)
+    """A NIC (a PCI function of its own, as a hardware HCA has: software ones are no compute
+    ports) at a bus number of its name."""
+    bus = sum(name.encode()) % 256
+    return Hca(name=name, pci=PciDevice(f"0000:{bus:02x}:00.0", f"pci0000:{bus:02x}"), ports=ports)
 
 
 def standard(n: int = 1, ip: str = "10.99.91.39", netdev: str = "eth0") -> list[E]:

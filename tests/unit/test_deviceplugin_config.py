@@ -99,7 +99,10 @@ def test_native_nccl_settings_reach_the_plan() -> None:
         ({"healthPollInterval": "5 seconds"}, "healthPollInterval: '5 seconds' is not a duration"),
         ({"resendIntervalSeconds": 5}, "unknown key (did you mean resendInterval?)"),
         ({"pools": [{"nccl": {"serviceLevel": 16}}]}, "pools[0].nccl.serviceLevel"),
-        ({"pools": [{"nccl": {"ncclVersion": "latest"}}]}, "pools[0].nccl: nccl settings"),
+        (
+            {"pools": [{"nccl": {"ncclVersion": "latest"}}]},
+            "pools[0].nccl: ncclVersion: 'latest' is not a version like 2.21",
+        ),
         ({"configList": [{"resourceName": "a"}]}, "configList[0].rdmaHcaMax: Field required"),
         ({"configList": [{"resourceName": "a", "rdmaHcaMax": 0}]}, "configList[0].rdmaHcaMax"),
         ([1, 2], "expected a mapping with apiVersion and kind, got a list"),

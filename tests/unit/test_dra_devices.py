@@ -82,7 +82,7 @@ def test_names_come_from_the_pci_address_not_the_hca_name() -> None:
 def test_software_devices_with_punctuation_twins_get_distinct_names() -> None:
     port = Port(1, PortState.ACTIVE, PhysState.LINK_UP, LinkLayer.ETHERNET, 25.0)
     topo = NodeTopology(hcas=(Hca("rxe_0", None, (port,)), Hca("rxe-0", None, (port,))))
-    devices = offer(topo, [ALL])
+    devices = offer(topo, [Pool("rdmaplane.io/hca", Selectors(hca_names=("rxe*",)))])
     assert len(devices) == 2 and all(DNS_LABEL.match(n) for n in devices)
     assert all(d.attribute(PCIE_ROOT) is None for d in devices.values())
 

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdmaplane import fabric as fab
+from rdmaplane.config.fabric import fabric_from_document
 from rdmaplane.fabric_export import ExportError, kueue_topology, volcano_hypernodes
 from tests.fabrics import leaf_spine, rail_optimised
 
@@ -20,7 +21,7 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 def test_four_leaves_of_sixteen_nodes() -> None:
-    fabric = fab.fabric_from_document(leaf_spine(4, 16))
+    fabric = fabric_from_document(leaf_spine(4, 16))
     where = fabric.locations()
     assert len(where) == 64
     assert where["gpu-000"].tiers == ("leaf-0", "spine-0", "core")
@@ -36,7 +37,7 @@ def test_four_leaves_of_sixteen_nodes() -> None:
 
 
 def test_rail_optimised_eight_rails() -> None:
-    fabric = fab.fabric_from_document(rail_optimised(units=2, per_unit=8, rails=8))
+    fabric = fabric_from_document(rail_optimised(units=2, per_unit=8, rails=8))
     where = fabric.locations()
     first, same_unit, other_unit = where["gpu-000"], where["gpu-007"], where["gpu-008"]
     # NIC r of every node plugs into rail r's leaf: the node's tier-0 is its unit's rail group
@@ -48,7 +49,7 @@ def test_rail_optimised_eight_rails() -> None:
 
 
 def test_rail_groups_without_names_get_one_stable_id_per_set_of_leaves() -> None:
-    where = fab.fabric_from_document(rail_optimised(2, 4, 8, groups=False)).locations()
+    where = fabric_from_document(rail_optimised(2, 4, 8, groups=False)).locations()
     assert where["gpu-000"].tiers[0] == where["gpu-003"].tiers[0]
     assert where["gpu-000"].tiers[0] != where["gpu-004"].tiers[0]
     assert where["gpu-000"].tiers[0].startswith("rails-")
@@ -59,7 +60,7 @@ def test_a_miscabled_rail_costs_its_share_of_hops() -> None:
     # gpu-001's NIC 3 plugs into the other unit's rail-3 leaf
     link = next(x for x in doc["links"] if x["node"] == "gpu-001" and x["hca"] == "mlx5_3")
     link.update(switch="su1-rail3", switchPort="Ethernet9")
-    where = fab.fabric_from_document(doc).locations()
+    where = fabric_from_document(doc).locations()
     odd = where["gpu-001"]
     assert odd.tiers[0] not in ("su0", "su1")  # under neither unit as a whole
     assert (3, "su1-rail3") in odd.rails
@@ -73,7 +74,7 @@ def _broken(edit: Any) -> str:
     doc = leaf_spine(2, 2)
     edit(doc)
     with pytest.raises(fab.FabricError) as exc:
-        fab.fabric_from_document(doc, "fabric.yaml")
+        fabric_from_document(doc, "fabric.yaml")
     return str(exc.value)
 
 
@@ -147,12 +148,16 @@ def test_two_tier0_switches_for_one_port_are_named() -> None:
         ),
         (
             lambda d: d["links"][0].update(swichPort="E1"),
-            "links.0.swichPort: Extra inputs are not permitted",
+            "links[0].swichPort: unknown key (did you mean switchPort?)",
         ),
         (lambda d: d.update(kind="Fabrik"), "kind: Input should be 'Fabric'"),
         (
             lambda d: d["switches"][0].update(tier=-1),
-            "switches.0.tier: Input should be greater than or equal to 0",
+            "switches[0].tier: Input should be greater than or equal to 0",
+        ),
+        (  # as the config files say it (the issue: `switches: Field required` alone)
+            lambda d: d.update(switchs=d.pop("switches")),
+            "switches: Field required; switchs: unknown key (did you mean switches?)",
         ),
     ],
 )
@@ -298,7 +303,7 @@ def test_kueue_topology_levels_widest_first() -> None:
 
 
 def test_volcano_hypernodes_form_the_tree() -> None:
-    nodes = volcano_hypernodes(fab.tree(fab.fabric_from_document(leaf_spine(4, 16)).locations()))
+    nodes = volcano_hypernodes(fab.tree(fabric_from_document(leaf_spine(4, 16)).locations()))
     by_tier: dict[int, list[dict[str, Any]]] = {}
     for n in nodes:
         by_tier.setdefault(n["spec"]["tier"], []).append(n)
@@ -318,5 +323,5 @@ def test_volcano_hypernodes_form_the_tree() -> None:
 def test_documents_are_not_modified() -> None:
     doc = rail_optimised(1, 2, 2)
     before = copy.deepcopy(doc)
-    fab.fabric_from_document(doc)
+    fabric_from_document(doc)
     assert doc == before

@@ -24,6 +24,7 @@ from rdmaplane.gid import (
 )
 from rdmaplane.model import Gid, LinkLayer, NodeTopology
 from rdmaplane.selectors import Selectors, compute_ports
+from rdmaplane.untrusted import FieldError
 
 
 def choose(entries: list[E], policy: GidPolicy = GidPolicy(), **kw: object) -> GidChoice:
@@ -136,8 +137,9 @@ def test_unknown_link_layer() -> None:
     [{"family": 5}, {"roce_version": 3}, {"cidr": "10.0.0.0/33"}, {"cidr": "fd00::/8"}],
 )
 def test_bad_policy_names_the_field(kwargs: dict[str, object]) -> None:
-    with pytest.raises(ValueError, match="gid policy"):
+    with pytest.raises(FieldError) as caught:
         GidPolicy(**kwargs)  # type: ignore[arg-type]
+    assert caught.value.field == next(iter(kwargs))
 
 
 # ----------------------------------------------------------------- property tests

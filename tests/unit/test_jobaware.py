@@ -11,6 +11,7 @@ import pytest
 
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
+from rdmaplane.config.fabric import fabric_from_document
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
@@ -24,7 +25,7 @@ JOB = "batch.kubernetes.io/job-name"
 def cluster(doc: dict[str, Any], labelled: bool = True) -> ClusterCache:
     """Every node an HGX (8 GPUs + 8 NICs); its tiers as topograph labels, or (rail-optimised
     fabrics, `labelled=False`) only as the NRT's HCA zones."""
-    fabric = fab.fabric_from_document(doc)
+    fabric = fabric_from_document(doc)
     cache = ClusterCache()
     nodes, nrts = [], []
     for name, where in sorted(fabric.locations().items()):

@@ -30,6 +30,7 @@ CORE = [
     "rdmaplane.agent.allocation",
     "rdmaplane.agent.inventory",
     "rdmaplane.untrusted",
+    "rdmaplane.workloads",
     "rdmaplane.fabric",
     "rdmaplane.fabric_export",
     "rdmaplane.scheduler.jobaware",
@@ -79,8 +80,12 @@ def imports(path: Path) -> set[str]:
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module:
             found.add(node.module)
-            if node.module == "rdmaplane":
-                found |= {f"rdmaplane.{a.name}" for a in node.names}
+            if node.module == "rdmaplane":  # a module of the package, not a name of its root
+                found |= {
+                    f"rdmaplane.{a.name}"
+                    for a in node.names
+                    if module_path(f"rdmaplane.{a.name}").exists()
+                }
     return found
 
 

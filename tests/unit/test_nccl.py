@@ -20,6 +20,7 @@ from rdmaplane.nccl import (
     parse_nccl_version,
 )
 from rdmaplane.selectors import Selectors, compute_ports
+from rdmaplane.untrusted import FieldError
 
 H200_COMPUTE = "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1"
 
@@ -134,14 +135,15 @@ def test_ipv6_family_is_spelled_af_inet6() -> None:
     assert env["NCCL_IB_ADDR_FAMILY"] == "AF_INET6" and "NCCL_IB_GID_INDEX" not in env
 
 
-def test_mixed_infiniband_and_roce_set(sample_nodes: dict[str, NodeTopology]) -> None:
+def test_mixed_infiniband_and_roce_set_is_refused(sample_nodes: dict[str, NodeTopology]) -> None:
+    """NCCL cannot use InfiniBand and RoCE devices as one ("Try selecting NICs of only one
+    link type using NCCL_IB_HCA"): no environment for such a set, as the doctor's nccl-env
+    check and its NCCL log rule say."""
     topo = sample_nodes["hgx-h200-ib"]
-    env = nccl_env(topo, pick(topo, "mlx5_0", "mlx5_1", "mlx5_2"))
-    assert env["NCCL_IB_HCA"] == "=mlx5_0:1,mlx5_1:1,mlx5_2:1"
-    assert env["NCCL_IB_GID_INDEX"] == "3"  # the RoCE ports agree; IB ignores it
-    # Mooncake takes one index for every device: 3 is empty on the IB port, 0 link-local on
-    # RoCE, so none is written rather than a wrong one
-    assert "MC_GID_INDEX" not in env and env["RDMAPLANE_HCAS"] == "mlx5_0,mlx5_1,mlx5_2"
+    with pytest.raises(PlanError, match=r"InfiniBand mlx5_0:1; RoCE mlx5_1:1, mlx5_2:1"):
+        nccl_env(topo, pick(topo, "mlx5_0", "mlx5_1", "mlx5_2"))
+    env = nccl_env(topo, pick(topo, "mlx5_1", "mlx5_2"))
+    assert env["NCCL_IB_GID_INDEX"] == "3" and env["MC_GID_INDEX"] == "3"
 
 
 def test_optional_knobs(sample_nodes: dict[str, NodeTopology]) -> None:
@@ -175,8 +177,9 @@ def test_optional_knobs(sample_nodes: dict[str, NodeTopology]) -> None:
     ],
 )
 def test_bad_settings_name_the_field(kwargs: dict[str, object], field: str) -> None:
-    with pytest.raises(ValueError, match=f"nccl settings {field}"):
+    with pytest.raises(FieldError) as caught:
         NcclSettings(**kwargs)  # type: ignore[arg-type]
+    assert caught.value.field == field and field not in caught.value.reason
 
 
 def test_versions() -> None:
@@ -208,6 +211,10 @@ def test_env_names_exactly_the_set_and_is_byte_stable(
     chosen = data.draw(
         st.lists(st.sampled_from(ports), min_size=1, unique_by=lambda hp: hp[0].name)
     )
+    if len({p.link_layer for _, p in chosen}) > 1:
+        with pytest.raises(PlanError, match="InfiniBand and RoCE ports together"):
+            nccl_env(topo, chosen)
+        return
     env = nccl_env(topo, chosen)
     want = {(h.name, p.number) for h, p in chosen}
     got = {

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rdmaplane.discovery import samples
 from rdmaplane.model import NodeTopology, PciDevice
-from rdmaplane.topology import Relation, pci_relation, relations
+from rdmaplane.topology import Relation, nearest_hcas, pci_relation, relations
 
 
 def dev(address: str, root: str, *bridges: str, numa: int | None = 0) -> PciDevice:
@@ -193,3 +194,32 @@ def test_nvlinks_only_when_known(sample_nodes: dict[str, NodeTopology]) -> None:
     rel = relations(replace(topo, gpus=(g0, g1, *rest)))
     assert rel["GPU0"]["GPU1"] == rel["GPU1"]["GPU0"] == "NV12"
     assert rel["GPU0"]["mlx5_0"] == "PXB"
+
+
+def test_equally_near_nics_are_shared_out_as_nccl_pairs_them(
+    sample_nodes: dict[str, NodeTopology],
+) -> None:
+    """DGX A100: each two-level switch holds two GPUs and two compute NICs, all PXB to each
+    other; each GPU gets its own NIC (GPU0 mlx5_0, GPU1 mlx5_1), none is left out."""
+    dgx = nearest_hcas(sample_nodes["dgx-a100"])
+    assert [(dgx[i][0].name, dgx[i][1].name) for i in range(8)] == [
+        ("mlx5_0", "PXB"), ("mlx5_1", "PXB"), ("mlx5_2", "PXB"), ("mlx5_3", "PXB"),
+        ("mlx5_6", "PXB"), ("mlx5_7", "PXB"), ("mlx5_8", "PXB"), ("mlx5_9", "PXB"),
+    ]  # fmt: skip
+    hgx = nearest_hcas(sample_nodes["hgx-h100-roce"])
+    assert {r.name for _, r in hgx.values()} == {"PIX"} and len(
+        {h.name for h, _ in hgx.values()}
+    ) == 8
+    ws = nearest_hcas(sample_nodes["workstation"])  # one NIC (rxe0 has no place): both share it
+    assert [(h.name, r.name) for h, r in ws.values()] == [("mlx5_0", "SYS"), ("mlx5_0", "SYS")]
+
+
+@pytest.mark.parametrize("name", samples.names())
+def test_the_nearest_nic_is_always_among_the_nearest(
+    name: str, sample_nodes: dict[str, NodeTopology]
+) -> None:
+    topo = sample_nodes[name]
+    for index, (hca, relation) in nearest_hcas(topo).items():
+        gpu = topo.gpus[index]
+        assert relation == min(pci_relation(gpu.pci, h.pci) for h in topo.hcas if h.pci)
+        assert hca.pci is not None and pci_relation(gpu.pci, hca.pci) == relation

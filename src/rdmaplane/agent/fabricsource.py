@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
 from rdmaplane.config.agent import FabricConfig
+from rdmaplane.config.fabric import fabric_from_document
 from rdmaplane.discovery import lldp
 from rdmaplane.documents import DocumentError, read_document
 from rdmaplane.model import NodeTopology
@@ -79,7 +80,7 @@ class FabricSource:
             return None
         try:
             doc = read_document(self.config.file)
-            return fab.fabric_from_document(doc, str(self.config.file))
+            return fabric_from_document(doc, str(self.config.file))
         except (DocumentError, fab.FabricError) as exc:
             self._say(f"{exc}; trying LLDP")
             return None

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from rdmaplane import nrt
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.health import HcaHealth
+from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.model import NodeTopology
 
 
@@ -31,6 +32,35 @@ class Offered:
     # What the plugin tells the kubelet: False for a device it cannot hand out (no verbs node,
     # port down, netns mode), so the NRT does not offer it while the kubelet cannot be asked.
     healthy: bool = True
+
+
+class _Device(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def hcas(self) -> tuple[str, ...]: ...
+    @property
+    def healthy(self) -> bool: ...
+
+
+class _Pool(Protocol):
+    """A device plugin pool's decisions (`deviceplugin.resources.ResourceManager`)."""
+
+    @property
+    def pool(self) -> Pool: ...
+    @property
+    def shared(self) -> bool: ...
+    @property
+    def devices(self) -> Sequence[_Device]: ...
+
+
+def offered_devices(pools: Iterable[_Pool]) -> list[Offered]:
+    """Every device the pools tell the kubelet about (gone ones stay, marked unhealthy)."""
+    return [
+        Offered(p.pool.resource_name, d.id, d.hcas, p.shared, d.healthy)
+        for p in pools
+        for d in p.devices
+    ]
 
 
 def gpu_ids(topo: NodeTopology) -> dict[int, str]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from rdmaplane.agent.inventory import Offered
+from rdmaplane.agent.inventory import Offered, offered_devices
 from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.plugin import RdmaDevicePlugin
 from rdmaplane.model import NodeTopology
@@ -44,13 +44,7 @@ class EmbeddedPlugin:
 
     def offered(self) -> list[Offered]:
         """Every device the kubelet has been told about (gone ones stay, marked unhealthy)."""
-        return [
-            Offered(
-                server.manager.pool.resource_name, d.id, d.hcas, server.manager.shared, d.healthy
-            )
-            for server in self.plugin.servers
-            for d in server.manager.devices
-        ]
+        return offered_devices(server.manager for server in self.plugin.servers)
 
     def collect(self) -> Iterator[Metric]:
         """What the kubelet is told, by health and reason (a prometheus collector)."""

@@ -1,9 +1,12 @@
-"""The one `rdmaplane` command. Each command group lives in its own module and is added here.
+"""The one `rdmaplane` command.
 
-The command groups are imported when the app is built, not when this package is: the device
-plugin runs for months on every node, and `rdmaplane device-plugin` loads only its own command
-(`main` takes that path), which keeps the other groups' imports out of its memory and its
-start time.
+A command's module is imported when that command runs (or its help is shown), never at start:
+`rdmaplane --version` and `rdmaplane --help` cost typer and `COMMANDS` only, and each command
+loads what it uses (bench/cli.py measures it). `COMMANDS` is the root's listing: each command's
+name, where it lives, and its one-line summary.
+
+Help is click's plain text (no rich panels): it wraps to the terminal and never cuts an option
+name short, and it costs no rich import.
 """
 
 from __future__ import annotations
@@ -11,23 +14,117 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
-from functools import cache
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperGroup, TyperOption
+from typer.models import CommandInfo, TyperInfo
 
 from rdmaplane import __version__
-from rdmaplane.cli.common import say_error
-from rdmaplane.cli.deviceplugin import device_plugin
 
 # click's exceptions, from wherever this typer takes click (newer releases vendor it)
-_errors = importlib.import_module(typer.BadParameter.__module__)
+_errors: Any = importlib.import_module(typer.BadParameter.__module__)
+
+# name → ("module:attribute", summary): a function is a command, a typer.Typer a group of them.
+COMMANDS: Final[dict[str, tuple[str, str]]] = {
+    "inspect": (
+        "rdmaplane.cli.inspect:inspect",
+        "Show a node's GPUs, RDMA NICs, ports, GIDs, NUMA nodes and PCIe relations.",
+    ),
+    "samples": (
+        "rdmaplane.cli.inspect:samples_app",
+        "List the bundled sample nodes, or lay one out.",
+    ),
+    "snapshot": (
+        "rdmaplane.cli.inspect:snapshot_app",
+        "Capture a node's sysfs subset for support.",
+    ),
+    "env": (
+        "rdmaplane.cli.gid:env",
+        "Print the NCCL/UCX environment for this node's compute ports.",
+    ),
+    "gid": ("rdmaplane.cli.gid:app", "The GID index NCCL should use: explain it, audit it."),
+    "nrt": (
+        "rdmaplane.cli.nrt:nrt_command",
+        "Print the NodeResourceTopology the node agent would publish.",
+    ),
+    "doctor": ("rdmaplane.cli.doctor:doctor_app", "Prove inside the pod that RDMA is really used."),
+    "scheduler-extender": (
+        "rdmaplane.cli.scheduler:scheduler_extender",
+        "Serve /filter and /prioritize for kube-scheduler.",
+    ),
+    "explain-placement": (
+        "rdmaplane.cli.scheduler:explain_placement",
+        "Why each node would or would not get a pod, and its score (the extender's own answer).",
+    ),
+    "fabric": (
+        "rdmaplane.cli.fabric:app",
+        "The fabric between nodes; exports for gang schedulers.",
+    ),
+    "webhook": ("rdmaplane.cli.webhook:webhook", "Serve the mutating admission webhook."),
+    "inject": ("rdmaplane.cli.webhook:inject_command", "Show what the webhook does to a manifest."),
+    "config": ("rdmaplane.cli.config:config_app", "Print a config kind's defaults, check files."),
+    "agent": ("rdmaplane.cli.agent:agent", "Run the node agent (one per GPU node)."),
+    "dra-driver": ("rdmaplane.cli.dra:dra_driver", "Run the node agent as the DRA driver."),
+    "device-plugin": (
+        "rdmaplane.cli.deviceplugin:device_plugin",
+        "Run the kubelet device plugin for this node's RDMA NICs.",
+    ),
+}
+
+
+def load_command(name: str) -> Any:
+    """The click command for `name` (None when there is none), its module imported now."""
+    entry = COMMANDS.get(name)
+    if entry is None:
+        return None
+    target, summary = entry
+    module, _, attribute = target.partition(":")
+    obj = getattr(importlib.import_module(module), attribute)
+    command: Any
+    if isinstance(obj, typer.Typer):
+        command = typer.main.get_group_from_info(
+            TyperInfo(obj, name=name),
+            pretty_exceptions_short=True,
+            suggest_commands=True,
+            rich_markup_mode=None,
+        )
+    else:
+        command = typer.main.get_command_from_info(
+            CommandInfo(name=name, callback=obj),
+            pretty_exceptions_short=True,
+            rich_markup_mode=None,
+        )
+    command.short_help = summary
+    _whole_summaries(command)
+    return command
+
+
+def _whole_summaries(group: Any) -> None:
+    """A group's listing shows each subcommand's first sentence whole (click would cut it at
+    the width left beside the names, mid-word)."""
+    for sub in getattr(group, "commands", {}).values():
+        if not sub.short_help and sub.help:
+            first = sub.help.split("\n\n")[0]
+            sub.short_help = " ".join(first.split()).partition(". ")[0].rstrip(".") + "."
+        _whole_summaries(sub)
 
 
 class _Rdmaplane(TyperGroup):
-    """The root group: a bad flag or argument is one `error:` line naming it, like every other
-    bad input, instead of click's usage box (the usage is one `--help` away)."""
+    """The root group: commands loaded on use; a bad flag or argument, or a flag given twice,
+    is one `error:` line naming it, like every other bad input, instead of click's usage box
+    (the usage is one `--help` away)."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        return load_command(cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The listing from `COMMANDS` alone: `--help` imports no command."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, summary) for name, (_, summary) in COMMANDS.items()])
 
     def main(
         self,
@@ -41,8 +138,10 @@ class _Rdmaplane(TyperGroup):
         extra["windows_expand_args"] = windows_expand_args
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, False, **extra)
+        argv = list(sys.argv[1:] if args is None else args)
         try:
-            result = super().main(args, prog_name, complete_var, False, **extra)
+            argv = expand_lists(self, argv)
+            result = super().main(argv, prog_name, complete_var, False, **extra)
         except _errors.NoArgsIsHelpError:
             sys.exit(2)  # the help is printed already
         except _errors.UsageError as e:
@@ -56,7 +155,77 @@ class _Rdmaplane(TyperGroup):
         sys.exit(result if isinstance(result, int) else 0)
 
 
+def expand_lists(root: Any, argv: list[str]) -> list[str]:
+    """`argv` with each list option's values spelled out (`--nrt a.yaml b.yaml` → `--nrt
+    a.yaml --nrt b.yaml`, for options whose metavar ends in `...`), after refusing an option
+    given twice that takes one value: the last would silently win.
+
+    Walks the command path as click will (a group's options, then its subcommand's); where
+    click's own parse will fail, it leaves the arguments as they are, for click to say what is
+    wrong."""
+    out: list[str] = []
+    command, ctx, rest = root, None, argv
+    while True:
+        ctx = typer.Context(command, parent=ctx, info_name=command.name, resilient_parsing=True)
+        try:
+            _, left, order = command.make_parser(ctx).parse_args(list(rest))
+        except _errors.UsageError:
+            return out + rest
+        _refuse_repeats(order, rest, ctx)
+        if not isinstance(command, TyperGroup):
+            return out + _spelled_out(command, rest)
+        out += rest[: len(rest) - len(left)]  # a group stops at its subcommand's name
+        sub = command.get_command(ctx, left[0]) if left else None
+        if sub is None:
+            return [*out, *left]
+        out.append(left[0])
+        command, rest = sub, left[1:]
+
+
+def _refuse_repeats(order: list[Any], args: list[str], ctx: Any) -> None:
+    """A usage error for an option that takes one value given twice, naming it as typed."""
+    seen: set[str] = set()
+    for param in order:
+        if not isinstance(param, TyperOption) or param.multiple or param.count:
+            continue
+        if param.name in seen:
+            typed = dict.fromkeys(
+                a.partition("=")[0] for a in args if a.partition("=")[0] in param.opts
+            )
+            said = (
+                f"{' and '.join(typed)} are one option"
+                if len(typed) > 1
+                else f"{next(iter(typed), param.opts[0])} given twice"
+            )
+            raise _errors.UsageError(f"{said}; give it once", ctx)
+        seen.add(str(param.name))
+
+
+def _spelled_out(command: Any, args: list[str]) -> list[str]:
+    """Each value after a list option (metavar `X...`) up to the next flag, as its own
+    occurrence of the option."""
+    lists = {
+        name
+        for p in getattr(command, "params", ())
+        if isinstance(p, TyperOption) and p.multiple and str(p.metavar or "").endswith("...")
+        for name in p.opts
+    }
+    out: list[str] = []
+    current: str | None = None
+    for arg in args:
+        if arg.startswith("-"):
+            current = arg if arg in lists else None
+            out.append(arg)
+        elif current is not None and out[-1] != current:
+            out += [current, arg]
+        else:
+            out.append(arg)
+    return out
+
+
 def _exit(message: str, code: int) -> NoReturn:
+    from rdmaplane.cli.common import say_error
+
     say_error(message)
     sys.exit(code)
 
@@ -67,6 +236,17 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+app = typer.Typer(
+    name="rdmaplane",
+    cls=_Rdmaplane,
+    help="RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version and exit."
@@ -75,57 +255,5 @@ def _root(
     """RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate."""
 
 
-def _typer() -> typer.Typer:
-    """The root command with `device-plugin` only."""
-    app = typer.Typer(
-        name="rdmaplane",
-        cls=_Rdmaplane,
-        help="RDMA for GPU pods on Kubernetes: discover, plan, schedule, validate.",
-        no_args_is_help=True,
-        pretty_exceptions_enable=False,
-    )
-    app.callback()(_root)
-    app.command("device-plugin")(device_plugin)
-    return app
-
-
-@cache
-def build_app() -> typer.Typer:
-    """Every command group."""
-    from rdmaplane.cli import agent as _agent
-    from rdmaplane.cli import config as _config
-    from rdmaplane.cli import doctor as _doctor
-    from rdmaplane.cli import dra as _dra
-    from rdmaplane.cli import fabric as _fabric
-    from rdmaplane.cli import gid as _gid
-    from rdmaplane.cli import inspect as _inspect
-    from rdmaplane.cli import scheduler as _scheduler
-    from rdmaplane.cli import webhook as _webhook
-    from rdmaplane.cli.nrt import nrt_command
-
-    app = _typer()
-    app.command("inspect")(_inspect.inspect)
-    app.add_typer(_inspect.samples_app, name="samples")
-    app.add_typer(_inspect.snapshot_app, name="snapshot")
-    app.command("env")(_gid.env)
-    app.add_typer(_gid.app, name="gid")
-    app.command("nrt")(nrt_command)
-    app.add_typer(_doctor.doctor_app, name="doctor")
-    app.add_typer(_scheduler.app)  # scheduler-extender, explain-placement
-    app.command("agent")(_agent.agent)
-    app.command("dra-driver")(_dra.dra_driver)
-    app.add_typer(_config.config_app, name="config")
-    app.add_typer(_fabric.app, name="fabric")
-    app.add_typer(_webhook.app)  # webhook, inject
-    return app
-
-
-def __getattr__(name: str) -> Any:
-    """`from rdmaplane.cli import app` (the tests' CliRunner) gets the whole command."""
-    if name == "app":
-        return build_app()
-    raise AttributeError(name)
-
-
 def main() -> None:
-    (_typer() if sys.argv[1:2] == ["device-plugin"] else build_app())()
+    app()

@@ -42,7 +42,9 @@ def _a_folder(flag: str) -> Callable[[str | None], Path | None]:
 
 NodeNameOption = Annotated[
     str | None,
-    typer.Option("--node-name", envvar="NODE_NAME", help="The Node this agent speaks for."),
+    typer.Option(
+        "--node-name", metavar="NAME", envvar="NODE_NAME", help="The Node this agent speaks for."
+    ),
 ]
 SysfsDirOption = Annotated[
     str | None,
@@ -74,6 +76,7 @@ MetricsPortOption = Annotated[
     int | None,
     typer.Option(
         "--metrics-port",
+        metavar="PORT",
         min=0,
         max=65535,
         help="Port of /metrics, /healthz, /readyz. Default: 9478.",

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from rdmaplane.documents import DocumentError, printable, read_documents
-
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -92,20 +90,37 @@ def say_error(message: str) -> None:
     sequences or line breaks from file names and snapshot values are shown escaped."""
     from rich.markup import escape
 
+    from rdmaplane.untrusted import printable
+
     __getattr__("err_console").print(
         f"[bold red]error:[/] {escape(printable(message))}", soft_wrap=True
     )
 
 
 def load(sysfs_root: str | None, snapshot: str | None, sample: str | None) -> NodeTopology:
-    """The node from the one source given (this machine's /sys without one); exit 2 when the
-    source is unusable (discovery loads only for the commands that read a node)."""
+    """The node from the one source given (this machine's /sys without one), its reader's
+    warnings said on stderr; exit 2 when the source is unusable (discovery loads only for the
+    commands that read a node)."""
     from rdmaplane.discovery import NodeSourceError, load_node
 
     try:
-        return load_node(sysfs_root=sysfs_root, snapshot_file=snapshot, sample=sample)
+        topo = load_node(sysfs_root=sysfs_root, snapshot_file=snapshot, sample=sample)
     except NodeSourceError as e:
         fail(str(e))
+    say_warnings(topo)
+    return topo
+
+
+def say_warnings(topo: NodeTopology) -> None:
+    """The one rule for what a reader could not read or believe: a `warning:` line on stderr
+    per item, naming the file, whatever the command prints on stdout."""
+    if topo.warnings:
+        from rich.markup import escape
+
+        for w in topo.warnings:
+            __getattr__("err_console").print(
+                f"[yellow]warning:[/] {escape(str(w))}", soft_wrap=True
+            )
 
 
 def no_rdma(topo: NodeTopology) -> str:
@@ -137,6 +152,8 @@ def read_objects(paths: Iterable[Path], kind: str) -> list[dict[str, Any]]:
     """The Kubernetes objects of `kind` in files (one per YAML document, the items of a List,
     or a YAML list of them), read like every document; exit 2 naming the file and the object
     when one lacks the envelope every reader of it relies on."""
+    from rdmaplane.documents import DocumentError, read_documents
+
     found: list[dict[str, Any]] = []
     for path in paths:
         try:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rdmaplane.cli.common import console, fail, say_error
+from rdmaplane.cli.common import fail, say_error
 
 if TYPE_CHECKING:
     from rdmaplane.config import Kind
@@ -18,12 +18,20 @@ config_app = typer.Typer(
 )
 
 
+def _kinds_help() -> str:
+    from rdmaplane.config.base import KIND_MODULES
+
+    return ", ".join(KIND_MODULES)
+
+
 @config_app.command("defaults")
 def defaults(
     kind: Annotated[
         str,
         typer.Argument(
-            help="AgentConfig, DevicePluginConfig, SchedulerExtenderConfig or WebhookConfig."
+            metavar="KIND",
+            help="A config kind: AgentConfig, DevicePluginConfig, SchedulerExtenderConfig, "
+            "WebhookConfig or RdmaDeviceConfig.",
         ),
     ],
 ) -> None:
@@ -37,25 +45,95 @@ def defaults(
 
 @config_app.command("validate")
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="Config files of any rdmaplane kind.")],
+    files: Annotated[
+        list[Path], typer.Argument(metavar="FILE...", help="Config files, or manifests.")
+    ],
 ) -> None:
     """Check config files as the commands reading them would (the kind from the file; a bare
-    configList is the shared RDMA plugin's format). Exit 2 when any is wrong, one line per
-    file."""
-    from rdmaplane.config import ConfigError, load
-    from rdmaplane.documents import DocumentError, read_document
+    configList is the shared RDMA plugin's format). A manifest is checked document by
+    document, a ConfigMap's entries too; other objects are named and left alone. Every
+    problem of a file is said at once, one line per file. Exit 2 when any is wrong, or a file
+    holds no config."""
+    from rdmaplane.cli.common import console
+    from rdmaplane.config import ConfigError, parse
+    from rdmaplane.documents import DocumentError, manifest_objects, read_documents
 
     bad = 0
     for path in files:
         try:
-            kind = _kind_of(read_document(path), str(path))
-            load(path, kind)
-        except (ConfigError, DocumentError) as e:
+            objects = manifest_objects(read_documents(path), str(path), bare_lists=False)
+        except DocumentError as e:
             bad += 1
             say_error(str(e))
-        else:
-            console.print(f"{path}: a valid {kind.__name__}", markup=False, soft_wrap=True)
+            continue
+        found = [c for where, obj in objects or [(str(path), None)] for c in _configs(where, obj)]
+        if all(isinstance(doc, str) for _, doc in found):
+            bad += 1
+            what = "; ".join(f"{where.removeprefix(str(path) + ': ')}: {d}" for where, d in found)
+            say_error(f"{path}: no rdmaplane config in it ({what}); kinds: {_kinds_help()}")
+            continue
+        for where, doc in found:
+            if isinstance(doc, str):  # not a config: what it is
+                console.print(f"{where}: {doc}, not a config (left alone)", markup=False)
+                continue
+            try:
+                if isinstance(doc, DocumentError):
+                    raise doc
+                kind = _kind_of(doc, where)
+                parse(doc, kind, where)
+            except (ConfigError, DocumentError) as e:
+                bad += 1
+                say_error(str(e))
+            else:
+                console.print(f"{where}: a valid {kind.__name__}", markup=False, soft_wrap=True)
     raise typer.Exit(2 if bad else 0)
+
+
+def _configs(where: str, obj: object) -> list[tuple[str, Any]]:
+    """The config documents an object is or holds: itself when it is (or may be) one, a
+    ConfigMap's entries that are (or the error of one that does not parse); else one
+    (where, "a Kind") saying what it is."""
+    from rdmaplane.config import API_VERSION
+    from rdmaplane.documents import DocumentError, parse_document
+
+    if not isinstance(obj, dict) or _may_be_config(obj):
+        return [(where, obj)]
+    if obj.get("kind") != "ConfigMap":
+        return [(where, _what(obj))]
+    name = (obj.get("metadata") or {}).get("name", "")
+    found: list[tuple[str, Any]] = []
+    for key, text in (obj.get("data") or {}).items():
+        at = f"{where}, ConfigMap {name} {key}"
+        try:
+            doc = parse_document(str(text), at)
+        except DocumentError as e:
+            if API_VERSION in str(text):  # a config file that does not parse
+                found.append((at, e))
+            continue  # not YAML: not a config file either
+        if isinstance(doc, dict) and _may_be_config(doc) and doc:
+            found.append((at, doc))
+    return found or [(where, f"a ConfigMap ({name}) without a config file")]
+
+
+def _what(obj: dict[str, Any]) -> str:
+    """`a DaemonSet (apps/v1)`: what an object that is no config is."""
+    kind, version = obj.get("kind"), obj.get("apiVersion")
+    said = f"a {kind}" if isinstance(kind, str) and kind else "an object without a kind"
+    return f"{said} ({version})" if isinstance(version, str) and version else said
+
+
+def _may_be_config(doc: dict[str, Any]) -> bool:
+    """One of our kinds, our apiVersion, the shared plugin's configList, or no envelope at all
+    (loading then says what to add)."""
+    from rdmaplane.config import API_VERSION, KINDS
+
+    version, kind = doc.get("apiVersion"), doc.get("kind")
+    return (
+        kind in KINDS
+        or version == API_VERSION
+        or "configList" in doc
+        or (kind is None and version is None)
+    )
 
 
 def _kind_of(doc: object, source: str) -> type[Kind]:

@@ -2,11 +2,13 @@
 
 Exit codes: 0 pass (warnings and skips included), 1 a check failed, 2 usage error or input that
 is not what it was said to be — always one line on stderr naming the file or flag.
+
+The group's `--root` and `-o` reach every command that takes them (`doctor -o json nccl-log F`
+is `doctor nccl-log F -o json`), and a command that has no use for one refuses it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -14,21 +16,20 @@ import re
 import socket
 import sys
 from collections.abc import Mapping
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-import yaml
-from rich.markup import escape
-from rich.table import Table
 
-from rdmaplane import __version__
-from rdmaplane.cli.common import console, err_console
-from rdmaplane.discovery import read_node
-from rdmaplane.doctor import checks, judge, pairing, perf, report
-from rdmaplane.doctor import parse_nccl_log as nccl_log_parser
-from rdmaplane.doctor import parse_nccl_tests as nccl_tests_parser
-from rdmaplane.doctor.verdict import Finding, ParseError, Status, exit_code, jsonable, worst
+from rdmaplane import DOCTOR_IMAGE
+from rdmaplane.cli.common import fail, say_warnings
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from rdmaplane.doctor import parse_nccl_log, perf
+    from rdmaplane.doctor.verdict import Finding
 
 SCHEMA = "rdmaplane.io/doctor/v1"
 # Far above a 4096-rank NCCL INFO log (tens of MiB); below what would exhaust a pod's memory.
@@ -42,15 +43,22 @@ doctor_app = typer.Typer(
     no_args_is_help=False,
 )
 
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+
+
 OutputOption = Annotated[
-    str, typer.Option("-o", "--output", help="table (people) or json (machines).")
+    Output | None,
+    typer.Option("-o", "--output", help="table (people) or json (machines) [default: table]."),
 ]
 RootOption = Annotated[
-    str,
+    str | None,
     typer.Option(
         "--root",
         metavar="DIR",
-        help="Read sysfs at DIR/sys, devices at DIR/dev, /proc at DIR/proc.",
+        help="Read sysfs at DIR/sys, devices at DIR/dev, /proc at DIR/proc [default: /].",
     ),
 ]
 LineRateOption = Annotated[
@@ -62,31 +70,35 @@ LineRateOption = Annotated[
     ),
 ]
 
-_STYLE = {
-    Status.SKIP: "cyan",
-    Status.PASS: "green",
-    Status.WARN: "yellow",
-    Status.FAIL: "bold red",
-}
+_STYLE = {"SKIP": "cyan", "PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
 
-def _bad_input(message: str) -> NoReturn:
-    """One line on stderr, exit 2. The message may quote untrusted text: markup and control
-    characters are escaped so it stays one line and cannot drive the terminal."""
-    err_console.print(f"[bold red]error:[/] {safe(message)}", soft_wrap=True)
-    raise typer.Exit(2)
+def _group_options(
+    ctx: typer.Context, command: str, root: str | None = None, output: Output | None = None
+) -> tuple[Path, str]:
+    """The command's --root (a directory) and -o, given to it or to the group (not both);
+    exit 2 for a group option the command has no use for."""
+    group = ctx.parent.params if ctx.parent is not None else {}
+    takes = ctx.command.params
+    for flag, name in (("--root", "root"), ("-o", "output")):
+        if group.get(name) is None:
+            continue
+        if not any(p.name == name for p in takes):
+            fail(f"doctor {command}: {flag} means nothing here; leave it out")
+        if (root if name == "root" else output) is not None:
+            fail(f"doctor {command}: {flag} given to doctor and to {command}; give it once")
+    root = root if root is not None else group.get("root")
+    root = "/" if root is None else root
+    chosen = output or group.get("output") or Output.table
+    return _root_dir(root), str(chosen)
 
 
 def safe(text: object) -> str:
     """Text for the terminal: rich markup escaped, control characters shown as escapes."""
+    from rich.markup import escape
+
     shown = "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in str(text))
     return escape(shown)
-
-
-def _output_kind(output: str) -> str:
-    if output not in ("table", "json"):
-        _bad_input(f"-o {output!r}: choose table or json")
-    return output
 
 
 def _positive(flag: str, value: float | None, *, most: float | None = None) -> None:
@@ -95,7 +107,7 @@ def _positive(flag: str, value: float | None, *, most: float | None = None) -> N
         return
     if not math.isfinite(value) or value <= 0 or (most is not None and value > most):
         limit = f" and at most {most:g}" if most is not None else ""
-        _bad_input(f"{flag} {value!r}: must be a number above 0{limit}")
+        fail(f"{flag} {value!r}: must be a number above 0{limit}")
 
 
 def _read_input(source: str) -> str:
@@ -108,22 +120,29 @@ def _read_input(source: str) -> str:
             with Path(source).open("rb") as f:
                 data = f.read(MAX_INPUT + 1)
     except IsADirectoryError:
-        _bad_input(f"{name}: is a directory, not a file")
+        fail(f"{name}: is a directory, not a file")
     except OSError as e:
-        _bad_input(f"{name}: cannot read: {e.strerror or e}")
+        fail(f"{name}: cannot read: {e.strerror or e}")
     if len(data) > MAX_INPUT:
-        _bad_input(f"{name}: larger than {MAX_INPUT >> 20} MiB; keep the NCCL and result lines")
+        fail(f"{name}: larger than {MAX_INPUT >> 20} MiB; keep the NCCL and result lines")
     if b"\0" in data:
-        _bad_input(f"{name}: contains NUL bytes: binary data, not a text log")
+        fail(f"{name}: contains NUL bytes: binary data, not a text log")
     return data.decode("utf-8", errors="replace")
 
 
-def _findings_table(title: str, findings: list[Finding]) -> Table:
+def _table(title: str, *columns: str, fold: bool = False) -> Table:
+    from rich.table import Table
+
     table = Table(title=title, title_justify="left")
-    for col in ("check", "status", "detail", "fix"):
-        table.add_column(col, overflow="fold")
+    for col in columns:
+        table.add_column(col, overflow="fold" if fold else "ellipsis")
+    return table
+
+
+def _findings_table(title: str, findings: list[Finding]) -> Table:
+    table = _table(title, "check", "status", "detail", "fix", fold=True)
     for f in findings:
-        style = _STYLE[f.status]
+        style = _STYLE[f.status.name]
         table.add_row(
             safe(f.name), f"[{style}]{f.status.name}[/]", safe(f.detail), safe(f.fix or "")
         )
@@ -131,6 +150,9 @@ def _findings_table(title: str, findings: list[Finding]) -> Table:
 
 
 def _finish(kind: str, findings: list[Finding], output: str, extra: Mapping[str, Any]) -> NoReturn:
+    from rdmaplane.cli.common import console
+    from rdmaplane.doctor.verdict import exit_code, jsonable, worst
+
     status = worst(f.status for f in findings)
     if output == "json":
         node = os.environ.get("NODE_NAME") or socket.gethostname()
@@ -139,62 +161,67 @@ def _finish(kind: str, findings: list[Finding], output: str, extra: Mapping[str,
         console.print_json(json.dumps(doc, default=str))
     else:
         console.print(_findings_table(kind, findings))
-        console.print(f"[{_STYLE[status]}]{status.name}[/]")
+        console.print(f"[{_STYLE[status.name]}]{status.name}[/]")
     raise typer.Exit(exit_code(status))
 
 
 def _root_dir(root: str) -> Path:
     """The --root folder; '' is refused (Path('') would be the working directory)."""
     if not root or not Path(root).is_dir():
-        _bad_input(f"--root {root or repr('')}: not a directory")
+        fail(f"--root {root or repr('')}: not a directory")
     return Path(root)
 
 
 @doctor_app.callback()
-def run_checks(
-    ctx: typer.Context,
-    root: RootOption = "/",
-    output: OutputOption = "table",
-) -> None:
+def run_checks(ctx: typer.Context, root: RootOption = None, output: OutputOption = None) -> None:
     """Check this pod (or host): RDMA devices (and the RDMA netns mode), ports, locked memory
     with IPC_LOCK, verbs libraries, NCCL variables against the hardware, GPU-NIC pairs,
     GPUDirect RDMA, /dev/shm."""
     if ctx.invoked_subcommand is not None:
-        return
-    output = _output_kind(output)
-    host = checks.Host(root=_root_dir(root))
+        return  # the command takes the options (see _group_options)
+    from rdmaplane.doctor import checks
+
+    host = checks.Host(root=_root_dir("/" if root is None else root))
     node = checks.load(host)
+    say_warnings(node.topo)
     findings = checks.run_all(host, node)
-    _finish(
-        "checks",
-        findings,
-        output,
-        {"hostname": node.topo.hostname, "usable_hcas": [h.name for h in node.usable]},
-    )
+    extra = {"hostname": node.topo.hostname, "usable_hcas": [h.name for h in node.usable]}
+    _finish("checks", findings, str(output or Output.table), extra)
 
 
 @doctor_app.command("nccl-tests")
 def nccl_tests(
+    ctx: typer.Context,
     file: Annotated[str, typer.Argument(metavar="FILE|-", help="nccl-tests output.")],
     line_rate: LineRateOption = None,
-    threshold: Annotated[float, typer.Option(help="Pass at this share of the aggregate.")] = 0.8,
-    root: RootOption = "/",
-    output: OutputOption = "table",
+    threshold: Annotated[
+        float, typer.Option(metavar="SHARE", help="Pass at this share of the aggregate.")
+    ] = 0.8,
+    root: RootOption = None,
+    output: OutputOption = None,
 ) -> None:
     """Judge nccl-tests output (all_reduce_perf and the other collectives): peak and average
-    busbw, #wrong, and the peak against one node's NIC aggregate when the run spans nodes
-    (a single-node run is SKIP: it measured NVLink/PCIe, not the NICs)."""
-    output = _output_kind(output)
+    busbw, #wrong, and the peak against one node's NIC aggregate (read below --root, unless
+    --line-rate gives it) when the run spans nodes (a single-node run is SKIP: it measured
+    NVLink/PCIe, not the NICs)."""
+    from rdmaplane.doctor import judge
+    from rdmaplane.doctor import parse_nccl_tests as parser
+    from rdmaplane.doctor.verdict import Finding, ParseError, Status
+
+    host_root, output_kind = _group_options(ctx, "nccl-tests", root, output)
     _positive("--line-rate", line_rate)
     _positive("--threshold", threshold, most=1.0)
     try:
-        result = nccl_tests_parser.parse(_read_input(file))
+        result = parser.parse(_read_input(file))
     except ParseError as e:
-        _bad_input(f"{file}: {e}")
+        fail(f"{file}: {e}")
     aggregate, basis, notes = line_rate, "--line-rate" if line_rate else None, []
-    host_root = _root_dir(root)
     if aggregate is None and (host_root / "sys/class/infiniband").is_dir():
-        choice = judge.compute_hcas(read_node(str(host_root / "sys")), _env())
+        from rdmaplane.discovery import read_node
+
+        topo = read_node(str(host_root / "sys"))
+        say_warnings(topo)
+        choice = judge.compute_hcas(topo, _env())
         aggregate = judge.aggregate_gbps(choice.hcas) or None
         basis = f"{choice.basis} at {host_root}"
         if choice.problem:
@@ -216,29 +243,38 @@ def nccl_tests(
         "wrong": result.wrong_total,
         "nic_aggregate_gbps": aggregate,
     }
-    if output == "table":
+    if output_kind == "table":
+        from rdmaplane.cli.common import console
+
         console.print(
             f"{safe(result.collective or 'collective')}: {len(result.rows)} sizes, "
             f"{len(result.ranks) or '?'} ranks on {len(result.hosts) or '?'} host(s)"
         )
-    _finish("nccl-tests", findings, output, extra)
+    _finish("nccl-tests", findings, output_kind, extra)
 
 
 @doctor_app.command("nccl-log")
 def nccl_log(
+    ctx: typer.Context,
     file: Annotated[str, typer.Argument(metavar="FILE|-", help="NCCL_DEBUG=INFO output.")],
-    output: OutputOption = "table",
+    output: OutputOption = None,
 ) -> None:
     """Say which transport NCCL used per rank (IB/RoCE or sockets), which HCAs, GPUDirect RDMA
     per channel and the GID index, and turn known failures into a cause and a fix (NCCL 2.4 to
     2.28 wordings)."""
-    output = _output_kind(output)
+    from rdmaplane.doctor import judge
+    from rdmaplane.doctor import parse_nccl_log as parser
+    from rdmaplane.doctor.verdict import ParseError, jsonable
+
+    _, output_kind = _group_options(ctx, "nccl-log", output=output)
     try:
-        log = nccl_log_parser.parse(_read_input(file))
+        log = parser.parse(_read_input(file))
     except ParseError as e:
-        _bad_input(f"{file}: {e}")
+        fail(f"{file}: {e}")
     findings = judge.judge_nccl_log(log)
-    if output == "table":
+    if output_kind == "table":
+        from rdmaplane.cli.common import console
+
         console.print(_ranks_table(log))
         for d in log.diagnoses:
             if d.line:
@@ -254,13 +290,13 @@ def nccl_log(
             if d.line
         ],
     }
-    _finish("nccl-log", findings, output, extra)
+    _finish("nccl-log", findings, output_kind, extra)
 
 
-def _ranks_table(log: nccl_log_parser.NcclLog) -> Table:
-    table = Table(title="transport per rank", title_justify="left")
-    for col in ("rank", "host", "gpu", "network", "HCAs", "GDR", "PXN", "GID index"):
-        table.add_column(col)
+def _ranks_table(log: parse_nccl_log.NcclLog) -> Table:
+    table = _table(
+        "transport per rank", "rank", "host", "gpu", "network", "HCAs", "GDR", "PXN", "GID index"
+    )
     for r in log.ranks:
         table.add_row(
             str(r.rank) if r.rank >= 0 else "?",
@@ -277,46 +313,60 @@ def _ranks_table(log: nccl_log_parser.NcclLog) -> Table:
 
 @doctor_app.command("perf")
 def perf_cmd(
+    ctx: typer.Context,
     server: Annotated[bool, typer.Option("--server", help="Serve the pair test.")] = False,
     client: Annotated[
         str | None, typer.Option("--client", metavar="PEER", help="Run against PEER.")
     ] = None,
     hca: Annotated[
         list[str] | None,
-        typer.Option("--hca", help="HCA(s) to test [default: this pod's compute NICs]."),
+        typer.Option(
+            "--hca", metavar="NAME", help="HCA to test, repeatable [default: the pod's own]."
+        ),
     ] = None,
     gid_index: Annotated[
-        int | None, typer.Option("--gid-index", help="GID index [default: first RoCE v2 IPv4].")
+        int | None,
+        typer.Option("--gid-index", metavar="N", help="GID index [default: first RoCE v2 IPv4]."),
     ] = None,
     use_cuda: Annotated[
         int | None, typer.Option("--use-cuda", metavar="GPU", help="Buffers in this GPU.")
     ] = None,
-    duration: Annotated[int, typer.Option(help="Seconds per bandwidth run (-D).")] = 5,
+    duration: Annotated[
+        int, typer.Option(metavar="SECONDS", help="Seconds per bandwidth run (-D).")
+    ] = 5,
     port: Annotated[
-        int, typer.Option(help="First TCP port (perftest and the TCP stream).")
+        int, typer.Option(metavar="PORT", help="First TCP port (perftest and the TCP stream).")
     ] = 18515,
-    threshold: Annotated[float, typer.Option(help="Pass at this share of line rate.")] = 0.9,
+    threshold: Annotated[
+        float, typer.Option(metavar="SHARE", help="Pass at this share of line rate.")
+    ] = 0.9,
     line_rate: LineRateOption = None,
     no_tcp: Annotated[bool, typer.Option("--no-tcp", help="Skip the TCP comparison.")] = False,
     timeout: Annotated[
-        float, typer.Option(help="Seconds before a run, or the TCP leg, is abandoned.")
+        float,
+        typer.Option(metavar="SECONDS", help="Seconds before a run, or the TCP leg, is abandoned."),
     ] = 120.0,
-    root: RootOption = "/",
-    output: OutputOption = "table",
+    root: RootOption = None,
+    output: OutputOption = None,
 ) -> None:
     """Drive ib_write_bw and ib_write_lat per HCA between two pods (start --server first),
     judge bandwidth against the port's line rate, and compare with a TCP stream. Only HCAs this
     pod has /dev/infiniband device nodes for are tested."""
-    output = _output_kind(output)
+    import asyncio
+
+    from rdmaplane.doctor import checks, perf
+
+    host_root, output_kind = _group_options(ctx, "perf", root, output)
     if server == (client is not None):
-        _bad_input("give exactly one of --server and --client PEER")
+        fail("give exactly one of --server and --client PEER")
     if client is not None and (not client or client.startswith("-") or _has_space(client)):
-        _bad_input(f"--client {client!r}: not a host name or address")
+        fail(f"--client {client!r}: not a host name or address")
     _check_perf_flags(duration, port, timeout, threshold, line_rate, gid_index, use_cuda)
-    host = checks.Host(root=_root_dir(root))
+    host = checks.Host(root=host_root)
     node = checks.load(host)
+    say_warnings(node.topo)
     if not node.usable:
-        _finish("perf", [checks.devices(host, node)], output, {"role": _role(client)})
+        _finish("perf", [checks.devices(host, node)], output_kind, {"role": _role(client)})
     try:
         plan = perf.plan(
             node.topo,
@@ -326,9 +376,9 @@ def perf_cmd(
             usable={h.name for h in node.usable},
         )
     except perf.PlanError as e:
-        _bad_input(str(e))
+        fail(str(e))
     if port + 2 * len(plan.targets) > 65535:
-        _bad_input(f"--port {port}: {2 * len(plan.targets) + 1} ports from it pass 65535")
+        fail(f"--port {port}: {2 * len(plan.targets) + 1} ports from it pass 65535")
     options = perf.Options(
         duration=duration,
         base_port=port,
@@ -339,21 +389,25 @@ def perf_cmd(
         line_rate=line_rate,
     )
     try:
-        with perf_progress(output) as progress:
+        with perf_progress(output_kind) as progress:
             if client is None:
                 result = asyncio.run(perf.serve(plan.targets, options, progress))
             else:
                 result = asyncio.run(perf.run_client(client, plan.targets, options, progress))
     except OSError as e:  # the TCP stream's port is taken or not ours to listen on
-        _bad_input(f"--port {port}: cannot listen for the TCP stream: {e.strerror or e}")
-    if output == "table":
+        fail(f"--port {port}: cannot listen for the TCP stream: {e.strerror or e}")
+    if output_kind == "table":
+        from rdmaplane.cli.common import console
+
         console.print(_perf_table(result))
         if result.tcp_gbps:
             console.print(f"TCP stream: {result.tcp_gbps:.2f} Gb/s")
+    from rdmaplane.doctor.verdict import jsonable
+
     _finish(
         "perf",
         [*plan.notes, *result.findings],
-        output,
+        output_kind,
         {"role": result.role, "runs": jsonable(result.runs), "tcp_gbps": result.tcp_gbps},
     )
 
@@ -376,29 +430,31 @@ def _check_perf_flags(
     use_cuda: int | None,
 ) -> None:
     if duration < 1:
-        _bad_input(f"--duration {duration}: must be at least 1 second")
+        fail(f"--duration {duration}: must be at least 1 second")
     if not 1 <= port <= 65535:
-        _bad_input(f"--port {port}: must be a TCP port (1-65535)")
+        fail(f"--port {port}: must be a TCP port (1-65535)")
     _positive("--timeout", timeout)
     if timeout <= duration:
-        _bad_input(f"--timeout {timeout:g}: must exceed --duration {duration}")
+        fail(f"--timeout {timeout:g}: must exceed --duration {duration}")
     _positive("--threshold", threshold, most=1.0)
     _positive("--line-rate", line_rate)
     if gid_index is not None and gid_index < 0:
-        _bad_input(f"--gid-index {gid_index}: must be 0 or more")
+        fail(f"--gid-index {gid_index}: must be 0 or more")
     if use_cuda is not None and use_cuda < 0:
-        _bad_input(f"--use-cuda {use_cuda}: must be a GPU number (0 or more)")
+        fail(f"--use-cuda {use_cuda}: must be a GPU number (0 or more)")
 
 
 def perf_progress(output: str) -> Any:
     """A rich progress bar on stderr; silent for -o json (machines read stdout)."""
+    from rdmaplane.cli.common import err_console
+    from rdmaplane.doctor import perf
+
     return perf.RichProgress(err_console, enabled=output == "table")
 
 
 def _perf_table(result: perf.PerfResult) -> Table:
-    table = Table(title=f"perftest ({result.role})", title_justify="left")
-    for col in ("HCA", "port", "GID", "line rate", "write BW", "share", "latency"):
-        table.add_column(col)
+    columns = ("HCA", "port", "GID", "line rate", "write BW", "share", "latency")
+    table = _table(f"perftest ({result.role})", *columns)
     for r in result.runs:
         share = f"{r.bw_gbps / r.line_rate_gbps:.0%}" if r.bw_gbps and r.line_rate_gbps else ""
         table.add_row(
@@ -415,31 +471,44 @@ def _perf_table(result: perf.PerfResult) -> Table:
 
 @doctor_app.command("job")
 def job_cmd(
-    nodes: Annotated[list[str], typer.Argument(help="Nodes to validate (at least two).")],
-    image: Annotated[str, typer.Option(help="Image with rdmaplane and perftest.")] = (
-        f"ghcr.io/rdmaplane/doctor:{__version__}"
-    ),
-    namespace: Annotated[str, typer.Option(help="Namespace of the Jobs.")] = "rdmaplane-doctor",
-    hcas: Annotated[int, typer.Option(help="rdmaplane.io/hca per pod.")] = 1,
-    duration: Annotated[int, typer.Option(help="Seconds per bandwidth run.")] = 5,
+    ctx: typer.Context,
+    nodes: Annotated[
+        list[str], typer.Argument(metavar="NODE...", help="Nodes to validate (at least two).")
+    ],
+    image: Annotated[
+        str, typer.Option(metavar="IMAGE", help="Image with rdmaplane and perftest.")
+    ] = DOCTOR_IMAGE,
+    namespace: Annotated[
+        str, typer.Option(metavar="NAMESPACE", help="Namespace of the Jobs.")
+    ] = "rdmaplane-doctor",
+    hcas: Annotated[int, typer.Option(metavar="N", help="rdmaplane.io/hca per pod.")] = 1,
+    duration: Annotated[
+        int, typer.Option(metavar="SECONDS", help="Seconds per bandwidth run.")
+    ] = 5,
 ) -> None:
     """Print the validation Jobs (YAML): node pairs that cover every node, each running the
     checks and the perf pair test; merge their logs with `rdmaplane doctor report`."""
+    import yaml
+
+    from rdmaplane.cli.common import err_console
+    from rdmaplane.doctor import pairing
+
+    _group_options(ctx, "job")
     for node in nodes:
         if not _NODE_NAME.match(node):
-            _bad_input(f"node {node!r}: not a Kubernetes node name (lowercase DNS name)")
+            fail(f"node {node!r}: not a Kubernetes node name (lowercase DNS name)")
     if not _DNS_LABEL.match(namespace):
-        _bad_input(f"--namespace {namespace!r}: not a DNS label (lowercase, digits, '-')")
+        fail(f"--namespace {namespace!r}: not a DNS label (lowercase, digits, '-')")
     if not image or _has_space(image):
-        _bad_input(f"--image {image!r}: not an image reference")
+        fail(f"--image {image!r}: not an image reference")
     if hcas < 1:
-        _bad_input(f"--hcas {hcas}: a pod needs at least 1 HCA")
+        fail(f"--hcas {hcas}: a pod needs at least 1 HCA")
     if duration < 1:
-        _bad_input(f"--duration {duration}: must be at least 1 second")
+        fail(f"--duration {duration}: must be at least 1 second")
     try:
         pairs = pairing.cover_pairs(nodes)
     except ValueError as e:
-        _bad_input(str(e))
+        fail(str(e))
     docs = pairing.manifests(pairs, image=image, namespace=namespace, hcas=hcas, duration=duration)
     for p in pairs:
         err_console.print(f"# round {p.round}: {p.server} (server) ⇄ {p.client} (client)")
@@ -448,32 +517,37 @@ def job_cmd(
 
 @doctor_app.command("report")
 def report_cmd(
+    ctx: typer.Context,
     files: Annotated[list[str], typer.Argument(metavar="FILE|-...", help="`-o json` outputs.")],
-    output: OutputOption = "table",
+    output: OutputOption = None,
 ) -> None:
     """Merge the `-o json` outputs of many pods (checks, perf) into one cluster report."""
-    output = _output_kind(output)
+    from rdmaplane.cli.common import console
+    from rdmaplane.doctor import report
+    from rdmaplane.doctor.verdict import exit_code, jsonable
+
+    _, output_kind = _group_options(ctx, "report", output=output)
     texts = [(f, _read_input(f)) for f in files]
     try:
         merged = report.merge(texts)
     except report.ReportError as e:
-        _bad_input(str(e))
-    if output == "json":
+        fail(str(e))
+    if output_kind == "json":
         console.print_json(json.dumps(jsonable(merged)))
     else:
-        table = Table(title="cluster report", title_justify="left")
-        for col in ("source", "node", "kind", "status", "failed checks"):
-            table.add_column(col, overflow="fold")
+        table = _table(
+            "cluster report", "source", "node", "kind", "status", "failed checks", fold=True
+        )
         for entry in merged.entries:
             table.add_row(
                 safe(entry.source),
                 safe(entry.node or "?"),
                 safe(entry.kind),
-                f"[{_STYLE[entry.status]}]{entry.status.name}[/]",
+                f"[{_STYLE[entry.status.name]}]{entry.status.name}[/]",
                 safe("; ".join(entry.failed)),
             )
         console.print(table)
-        console.print(f"[{_STYLE[merged.status]}]{merged.status.name}[/]")
+        console.print(f"[{_STYLE[merged.status.name]}]{merged.status.name}[/]")
     raise typer.Exit(exit_code(merged.status))
 
 

@@ -10,23 +10,16 @@ import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-import yaml
-from rich.table import Table
 
 from rdmaplane import fabric as fab
-from rdmaplane.cli.common import console, err_console, fail, read_objects
-from rdmaplane.documents import DocumentError, read_document
-from rdmaplane.fabric_export import (
-    KUEUE_API_VERSION,
-    ExportError,
-    kueue_topology,
-    volcano_hypernodes,
-)
-from rdmaplane.scheduler.cache import ClusterCache, pod_key
-from rdmaplane.scheduler.jobaware import pod_group
+from rdmaplane.cli.common import fail, read_objects
+from rdmaplane.fabric_export import KUEUE_API_VERSION
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 SCHEMA = "rdmaplane.io/fabric/v1"
 OBJECT_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")  # RFC 1123 subdomain
@@ -82,13 +75,17 @@ def load_view(
     tier_labels: list[str],
 ) -> View:
     """The fabric from exactly one kind of source; `fail` (exit 2) on bad input."""
+    from rdmaplane.config.fabric import fabric_from_document
+    from rdmaplane.documents import DocumentError, read_document
+    from rdmaplane.scheduler.cache import ClusterCache
+
     given = [bool(fabric_file), bool(nodes or nrts), kubeconfig is not None]
     if sum(given) != 1:
         fail("give one source: --fabric-file, --nodes/--nrt files, or --kubeconfig")
     try:
         if fabric_file is not None:
             doc = read_document(fabric_file)
-            where = fab.fabric_from_document(doc, str(fabric_file)).locations()
+            where = fabric_from_document(doc, str(fabric_file)).locations()
             pods_given = read_objects(pods, "Pod")
             return View(where, tuple(tier_labels) or fab.DEFAULT_TIER_LABELS, pods_given)
         if kubeconfig is not None:
@@ -108,6 +105,19 @@ def load_view(
     found = {fab.scheme_of(_labels(n), schemes) for n in listed["node"]} - {None}
     keys = found.pop() if len(found) == 1 else None  # Kueue levels need one scheme
     return View(dict(cache.locations), keys, listed["pod"])
+
+
+def resolved(view: View) -> tuple[dict[str, fab.Location], fab.Tree]:
+    """The one fabric `show` and `export` both read: the tree the nodes' locations fold into,
+    each contradiction warned about on stderr, and the locations of the nodes it kept (a node
+    left out of the tree is left out of the table too)."""
+    from rdmaplane.cli.common import err_console
+
+    shape = fab.tree(view.locations)
+    for problem in shape.problems:
+        err_console.print(f"[yellow]warning:[/] {problem}", markup=True, soft_wrap=True)
+    kept = {n for members in shape.nodes_under.values() for n in members}
+    return {n: loc for n, loc in view.locations.items() if n in kept}, shape
 
 
 def _labels(node: dict[str, Any]) -> dict[str, str]:
@@ -144,6 +154,7 @@ def show(
         str | None,
         typer.Option(
             "--job",
+            metavar="NAME",
             help="Mark where this job's pods are (its group: Job, JobSet, "
             "LeaderWorkerSet, rdmaplane.io/group ... name).",
         ),
@@ -154,23 +165,26 @@ def show(
 ) -> None:
     """Where every node sits: its tier ids, closest first, and its rails. `-o dot` draws the
     tree (render with `dot -Tsvg`)."""
+    from rdmaplane.cli.common import console, err_console
+
     view = load_view(fabric_file, nodes, nrt, pods, kubeconfig, tier_label)
-    shape = fab.tree(view.locations)
-    for problem in shape.problems:
-        err_console.print(f"[yellow]warning:[/] {problem}")
+    locations, shape = resolved(view)
     marked = job_pods(view.pods, job) if job else {}
     if job and not marked:
         err_console.print(f"[yellow]warning:[/] no bound pod of job {job!r} found")
     if output is Output.json:
-        typer.echo(json.dumps(show_document(view, shape, marked), indent=2))
+        typer.echo(json.dumps(show_document(locations, view.tier_keys, shape, marked), indent=2))
     elif output is Output.dot:
-        typer.echo(dot_text(view.locations, shape, marked))
+        typer.echo(dot_text(locations, shape, marked))
     else:
-        console.print(show_table(view.locations, shape.depth, marked))
+        console.print(show_table(locations, shape.depth, marked))
 
 
 def job_pods(pods: list[dict[str, Any]], job: str) -> dict[str, list[str]]:
     """Node → pod names of the job's bound pods (the job named bare or as namespace/name)."""
+    from rdmaplane.scheduler.cache import pod_key
+    from rdmaplane.scheduler.jobaware import pod_group
+
     out: dict[str, list[str]] = {}
     for p in pods:
         group = pod_group(p).group or ""
@@ -180,11 +194,16 @@ def job_pods(pods: list[dict[str, Any]], job: str) -> dict[str, list[str]]:
     return out
 
 
-def show_document(view: View, shape: fab.Tree, marked: dict[str, list[str]]) -> dict[str, Any]:
+def show_document(
+    locations: dict[str, fab.Location],
+    tier_keys: tuple[str, ...] | None,
+    shape: fab.Tree,
+    marked: dict[str, list[str]],
+) -> dict[str, Any]:
     return {
         "schema": SCHEMA,
         "tiers": shape.depth,
-        "tierLabels": list(view.tier_keys or ()),
+        "tierLabels": list(tier_keys or ()),
         "nodes": [
             {
                 "name": name,
@@ -192,7 +211,7 @@ def show_document(view: View, shape: fab.Tree, marked: dict[str, list[str]]) -> 
                 "rails": [{"rail": r, "switch": s} for r, s in loc.rails],
                 "pods": marked.get(name, []),
             }
-            for name, loc in sorted(view.locations.items())
+            for name, loc in sorted(locations.items())
         ],
         "problems": list(shape.problems),
     }
@@ -201,6 +220,8 @@ def show_document(view: View, shape: fab.Tree, marked: dict[str, list[str]]) -> 
 def show_table(
     locations: dict[str, fab.Location], depth: int, marked: dict[str, list[str]]
 ) -> Table:
+    from rich.table import Table
+
     switches = len({loc.tier0 for loc in locations.values()})
     table = Table(title=f"{len(locations)} nodes under {switches} tier-0 switches, {depth} tiers")
     table.add_column("NODE")
@@ -245,14 +266,17 @@ def dot_text(
         out.append(f'  {_id("n", name)} [shape=ellipse, label="{text}"{style}];')
         if loc.rails and loc.tier0 is not None:
             for rail, switch in loc.rails:
-                rail_switches.add((loc.tier0, switch))
-                out.append(f'  {_id("r", switch)} -> {_id("n", name)} [label="{rail}"];')
+                # a rail on the node's own tier-0 switch (all its NICs on one leaf) hangs
+                # from that switch's box; another rail from its own dashed box below it
+                above = _id("t0", switch) if switch == loc.tier0 else _id("r", switch)
+                if switch != loc.tier0:
+                    rail_switches.add((loc.tier0, switch))
+                out.append(f'  {above} -> {_id("n", name)} [label="{rail}"];')
         elif loc.tier0 is not None:
             out.append(f"  {_id('t0', loc.tier0)} -> {_id('n', name)};")
     for tier0, switch in sorted(rail_switches):
-        if switch != tier0:
-            out.append(f'  {_id("r", switch)} [shape=box, style=dashed, label="{_esc(switch)}"];')
-            out.append(f"  {_id('t0', tier0)} -> {_id('r', switch)} [style=dotted];")
+        out.append(f'  {_id("r", switch)} [shape=box, style=dashed, label="{_esc(switch)}"];')
+        out.append(f"  {_id('t0', tier0)} -> {_id('r', switch)} [style=dotted];")
     out.append("}")
     return "\n".join(out)
 
@@ -270,9 +294,12 @@ def _esc(text: str) -> str:
 def export(
     kueue: Annotated[bool, typer.Option("--kueue", help="A Kueue Topology.")] = False,
     volcano: Annotated[bool, typer.Option("--volcano", help="Volcano HyperNodes.")] = False,
-    name: Annotated[str, typer.Option(help="The Kueue Topology's name.")] = "rdmaplane",
+    name: Annotated[
+        str, typer.Option(metavar="NAME", help="The Kueue Topology's name.")
+    ] = "rdmaplane",
     api_version: Annotated[
-        str, typer.Option("--api-version", help="The Kueue API version to write.")
+        str,
+        typer.Option("--api-version", metavar="VERSION", help="The Kueue API version to write."),
     ] = KUEUE_API_VERSION,
     fabric_file: FabricFile = None,
     nodes: NodesFile = [],  # noqa: B006
@@ -286,10 +313,12 @@ def export(
         fail("give exactly one of --kueue and --volcano")
     if not OBJECT_NAME.fullmatch(name):
         fail(f"--name {name!r}: not a Kubernetes object name (a-z, 0-9, '-', '.'; 253 at most)")
+    import yaml
+
+    from rdmaplane.fabric_export import ExportError, kueue_topology, volcano_hypernodes
+
     view = load_view(fabric_file, nodes, nrt, [], kubeconfig, tier_label)
-    shape = fab.tree(view.locations)
-    for problem in shape.problems:
-        err_console.print(f"[yellow]warning:[/] {problem}")
+    _, shape = resolved(view)
     try:
         if kueue:
             if view.tier_keys is None:

@@ -5,21 +5,18 @@ from __future__ import annotations
 import json
 import re
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.markup import escape
-from rich.table import Table
 
 from rdmaplane.cli.common import (
     SampleOption,
     SnapshotOption,
     SysfsRootOption,
-    console,
     fail,
     load_rdma_node,
+    say_warnings,
 )
-from rdmaplane.documents import DocumentError, read_document
 from rdmaplane.gid import (
     ClusterAudit,
     GidChoice,
@@ -31,10 +28,13 @@ from rdmaplane.gid import (
     roce_version,
     select_gid,
 )
-from rdmaplane.model import Gid, NodeTopology
-from rdmaplane.nccl import NcclSettings, PlanError, default_socket_ifname, nccl_env
 from rdmaplane.selectors import PortVerdict, Selectors, classify_ports, compute_ports
-from rdmaplane.serialize import from_document
+from rdmaplane.untrusted import FieldError
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from rdmaplane.model import Gid, NodeTopology
 
 app = typer.Typer(
     help="The GID index NCCL should use: explain it per port, audit it across nodes.",
@@ -63,7 +63,10 @@ HcaOption = Annotated[
     ),
 ]
 FamilyOption = Annotated[
-    int, typer.Option("--family", help="Address family of the GID: 4 or 6 (NCCL_IB_ADDR_FAMILY).")
+    int,
+    typer.Option(
+        "--family", metavar="4|6", help="Address family of the GID (NCCL_IB_ADDR_FAMILY)."
+    ),
 ]
 RangeOption = Annotated[
     str | None,
@@ -72,16 +75,35 @@ RangeOption = Annotated[
     ),
 ]
 RoceOption = Annotated[
-    int, typer.Option("--roce-version", help="Preferred RoCE version (NCCL_IB_ROCE_VERSION_NUM).")
+    int,
+    typer.Option(
+        "--roce-version", metavar="1|2", help="Preferred RoCE version (NCCL_IB_ROCE_VERSION_NUM)."
+    ),
 ]
 TableOutput = Annotated[Format, typer.Option("--output", "-o", help="table or json.")]
+
+
+# The plan's fields (rdmaplane.gid, rdmaplane.nccl) as the flags that set them.
+_FLAGS = {
+    "family": "--family",
+    "cidr": "--addr-range",
+    "roce_version": "--roce-version",
+    "nccl_version": "--nccl-version",
+    "socket_ifname": "--socket-ifname",
+    "ib_tc": "--ib-tc",
+    "ib_sl": "--ib-sl",
+}
+
+
+def _bad_flag(e: FieldError) -> NoReturn:
+    fail(f"{_FLAGS.get(e.field, e.field)}: {e.reason}")
 
 
 def _policy(family: int, addr_range: str | None, roce: int) -> GidPolicy:
     try:
         return GidPolicy(family=family, cidr=addr_range, roce_version=roce)
-    except ValueError as e:
-        fail(str(e))
+    except FieldError as e:
+        _bad_flag(e)
 
 
 def _selectors(hcas: list[str] | None) -> Selectors | None:
@@ -113,19 +135,31 @@ def env(
     roce_version: RoceOption = 2,
     nccl_version: Annotated[
         str | None,
-        typer.Option(help="Target NCCL version, e.g. 2.18 [default: 2.21 or later]."),
+        typer.Option(
+            metavar="VERSION", help="Target NCCL version, e.g. 2.18 [default: 2.21 or later]."
+        ),
     ] = None,
     socket_ifname: Annotated[
         str | None,
         typer.Option(
+            metavar="VALUE",
             help="NCCL_SOCKET_IFNAME verbatim; '' leaves it out [default: '=' + the first "
-            "up netdev that is not a compute port, loopback or virtual]."
+            "up netdev that is not a compute port, loopback or virtual].",
         ),
     ] = None,
-    ib_tc: Annotated[int | None, typer.Option(help="NCCL_IB_TC (traffic class).")] = None,
-    ib_sl: Annotated[int | None, typer.Option(help="NCCL_IB_SL (service level).")] = None,
+    ib_tc: Annotated[
+        int | None, typer.Option(metavar="0-255", help="NCCL_IB_TC (traffic class).")
+    ] = None,
+    ib_sl: Annotated[
+        int | None, typer.Option(metavar="0-15", help="NCCL_IB_SL (service level).")
+    ] = None,
 ) -> None:
-    """Print the NCCL/UCX environment for this node's compute ports (or the --hca ones)."""
+    """Print the NCCL/UCX environment for this node's compute ports (or the --hca ones).
+
+    Exit 1 when no environment can be right for them (InfiniBand and RoCE ports together, GID
+    indexes an older NCCL cannot handle), 2 on bad input."""
+    from rdmaplane.nccl import NcclSettings, PlanError, default_socket_ifname, nccl_env
+
     policy = _policy(family, addr_range, roce_version)
     topo = load_rdma_node(sysfs_root, snapshot, sample)
     ports = [(v.hca, v.port) for v in _ports_for(topo, hca) if v.compute]
@@ -139,8 +173,8 @@ def env(
             ib_tc=ib_tc,
             ib_sl=ib_sl,
         )
-    except ValueError as e:
-        fail(str(e))
+    except FieldError as e:
+        _bad_flag(e)
     try:
         variables = nccl_env(topo, ports, settings)
     except PlanError as e:
@@ -196,7 +230,10 @@ def explain(
         doc = _explain_doc(topo, policy, verdicts, choices, plan.uniform_index)
         typer.echo(json.dumps(doc, indent=2))
         return
-    out = console
+    from rich.markup import escape
+
+    from rdmaplane.cli.common import console as out
+
     out.print(_gid_table(verdicts, choices, policy))
     for v, c in zip(verdicts, choices, strict=True):
         index = "-" if c.index is None else str(c.index)
@@ -205,6 +242,8 @@ def explain(
 
 
 def _gid_table(verdicts: list[PortVerdict], choices: list[GidChoice], policy: GidPolicy) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("", "DEV", "PORT", "INDEX", "GID", "IPv4", "VER", "DEV", "NOTE"):
         table.add_column(col, no_wrap=True)
@@ -333,17 +372,25 @@ def audit_command(
 
 
 def _read_node_document(path: str) -> NodeTopology:
+    from rdmaplane.documents import DocumentError, read_document
+    from rdmaplane.serialize import from_document
+
     try:
         topo = from_document(read_document(path), where=path)
     except DocumentError as e:
         fail(str(e))
+    say_warnings(topo)
     if not topo.hcas:
         fail(f"no RDMA device in node document {path}", code=1)
     return topo
 
 
 def _print_audit(result: ClusterAudit) -> None:
-    out = console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from rdmaplane.cli.common import console as out
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("NODE", "PORTS", "GID INDEX", "NOTE"):
         table.add_column(col)

@@ -8,29 +8,25 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
-from rich.markup import escape
-from rich.table import Table
 
 from rdmaplane.cli.common import (
     SampleOption,
     SnapshotOption,
     SysfsRootOption,
     complete_sample,
-    console,
-    err_console,
     fail,
     load,
     no_rdma,
 )
-from rdmaplane.discovery import nvml, samples, snapshot
-from rdmaplane.documents import printable
 from rdmaplane.model import Gpu, Hca, NodeTopology
-from rdmaplane.serialize import to_document
-from rdmaplane.topology import Relation, device_label, pci_relation, relation_label
+from rdmaplane.topology import Relation, device_label, nearest_hcas, relation_label
+from rdmaplane.untrusted import printable
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 LEGEND = """Legend:
 
@@ -66,8 +62,14 @@ def inspect(
     """
     topo = load(sysfs_root, snapshot_file, sample)
     if output is Output.json:
+        from rdmaplane.serialize import to_document
+
         typer.echo(json.dumps(to_document(topo), indent=2))
     elif output is Output.yaml:
+        import yaml
+
+        from rdmaplane.serialize import to_document
+
         typer.echo(yaml.safe_dump(to_document(topo), sort_keys=False), nl=False)
     elif output is Output.matrix:
         typer.echo(matrix_text(topo))
@@ -83,6 +85,8 @@ def inspect(
 
 
 def print_summary(topo: NodeTopology) -> None:
+    from rdmaplane.cli.common import console
+
     numa = ", ".join(f"node{n.id}" for n in topo.numa_nodes) or "unknown"
     console.print(
         f"[bold]{topo.hostname or 'node'}[/]  ({topo.source})  "
@@ -93,22 +97,16 @@ def print_summary(topo: NodeTopology) -> None:
         console.print(_gpu_table(topo))
     if topo.hcas:
         console.print(_hca_table(topo))
-    for w in topo.warnings:
-        err_console.print(f"[yellow]warning:[/] {escape(str(w))}")
-
-
-def _nearest_hca(gpu: Gpu, hcas: tuple[Hca, ...]) -> str:
-    best = min(
-        ((pci_relation(gpu.pci, h.pci), h.name) for h in hcas if h.pci is not None),
-        default=None,
-    )
-    return f"{best[1]} ({best[0].name})" if best else "-"
 
 
 def _gpu_table(topo: NodeTopology) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
     t = Table(title="GPUs", title_justify="left")
     for col in ("GPU", "PCI", "Name", "NUMA", "PCIe root", "Nearest NIC", "UUID"):
         t.add_column(col)
+    nearest = nearest_hcas(topo)
     for g in topo.gpus:
         t.add_row(
             f"GPU{g.index}",
@@ -116,13 +114,18 @@ def _gpu_table(topo: NodeTopology) -> Table:
             escape(g.name or "-"),
             _numa(g.pci.numa),
             g.pci.root,
-            _nearest_hca(g, topo.hcas),
+            f"{nearest[g.index][0].name} ({nearest[g.index][1].name})"
+            if g.index in nearest
+            else "-",
             g.uuid or "-",
         )
     return t
 
 
 def _hca_table(topo: NodeTopology) -> Table:
+    from rich.markup import escape
+    from rich.table import Table
+
     t = Table(title="RDMA devices", title_justify="left")
     for col in ("HCA", "PCI", "Type", "NUMA", "PCIe root", "Port", "State", "Link", "Rate"):
         t.add_column(col)
@@ -189,7 +192,8 @@ def matrix_text(topo: NodeTopology) -> str:
 def dot_text(topo: NodeTopology) -> str:
     """NUMA nodes as clusters holding their root complexes; switches and bridges as small
     boxes; GPUs and NICs as leaves, a NIC with a port not ACTIVE/LinkUp filled pink and its
-    port states in its label; dashed edges mark each GPU's nearest NIC (PIX/PXB).
+    port states in its label; dashed edges mark each GPU's nearest NIC (PIX/PXB; equally
+    near NICs shared out as NCCL pairs them: `topology.nearest_hcas`).
 
     Every ID is a quoted string: `node`, `edge`, `graph` and `subgraph` are DOT keywords, and
     names come from the node (a snapshot is untrusted input)."""
@@ -220,15 +224,10 @@ def dot_text(topo: NodeTopology) -> str:
     out += [f"  {_q(b)} [shape=box, fontsize=8, height=0.2];" for b in sorted(bridges)]
     out += [f"  {_q(device_label(d))} [{_dot_device(d)}];" for d in devices]
     out += [f"  {_q(a)} -> {_q(b)};" for a, b in sorted(edges)]
-    for g in topo.gpus:
-        near = [
-            (r, h.name)
-            for h in topo.hcas
-            if h.pci is not None and (r := pci_relation(g.pci, h.pci)) <= Relation.PXB
-        ]
-        for r, name in sorted(near)[:1]:
+    for index, (hca, r) in sorted(nearest_hcas(topo).items()):
+        if r <= Relation.PXB:
             out.append(
-                f"  {_q(device_label(g))} -> {_q(name)} "
+                f"  {_q(f'GPU{index}')} -> {_q(hca.name)} "
                 f"[style=dashed, color=red, label={_q(r.name)}];"
             )
     out.append("}")
@@ -279,6 +278,11 @@ def list_samples(
     """List the bundled sample nodes (use one with `--sample NAME`)."""
     if ctx.invoked_subcommand is not None:
         return
+    from rich.table import Table
+
+    from rdmaplane.cli.common import console
+    from rdmaplane.discovery import samples
+
     found = samples.all_samples()
     if output is ListFormat.json:
         typer.echo(json.dumps([{"name": s.name, "description": s.description} for s in found]))
@@ -298,6 +302,11 @@ def materialize(
     dest: Annotated[Path, typer.Argument(metavar="DIR", help="A new or empty directory to write.")],
 ) -> None:
     """Write a sample's sysfs tree to DIR, to read with `--sysfs-root DIR` or edit by hand."""
+    from rich.markup import escape
+
+    from rdmaplane.cli.common import console
+    from rdmaplane.discovery import samples
+
     try:
         samples.materialise(name, dest)
     except samples.SampleError as e:
@@ -331,6 +340,11 @@ def snapshot_create(
     Attach it to a support request; every command that reads a node takes `--snapshot FILE`.
     Exit 1 when the node has no RDMA device (nothing to capture; nothing is written).
     """
+    from rich.markup import escape
+
+    from rdmaplane.cli.common import console, err_console, say_warnings
+    from rdmaplane.discovery import nvml, snapshot
+
     to_stdout = output == "-"
     if to_stdout and sys.stdout.isatty():
         fail("-o -: refusing to write a binary archive to a terminal; redirect it to a file")
@@ -341,6 +355,7 @@ def snapshot_create(
         fail(f"--sysfs-root {root!r} is not a directory")
     live = os.path.realpath(root) == "/sys"
     snap = snapshot.capture(root, redact=redact, gpu_info=nvml.gpu_info() if live else None)
+    say_warnings(snap.topology)
     if not snap.topology.hcas:
         fail(f"nothing to capture: {no_rdma(snap.topology)}", code=1)
     if to_stdout:

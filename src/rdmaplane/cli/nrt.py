@@ -119,14 +119,13 @@ def agent_nrt(
             )
     from rdmaplane.agent.allocation import Allocations
     from rdmaplane.agent.health import HealthState, Rules, step
-    from rdmaplane.agent.inventory import nrt_object
-    from rdmaplane.agent.plugin import EmbeddedPlugin
+    from rdmaplane.agent.inventory import nrt_object, offered_devices
+    from rdmaplane.deviceplugin.resources import ResourceManager
 
-    # CDI off: the plugin would write its spec file on update, and the NRT does not depend on it
-    no_cdi = plugin_config.cdi.model_copy(update={"enabled": False})
-    quiet = plugin_config.model_copy(update={"cdi": no_cdi})
-    plugin = EmbeddedPlugin(quiet, kubelet_dir=Path("/var/lib/kubelet"), dev_root=dev_root)
-    plugin.update(topo, {})
+    # the embedded device plugin's decisions, without its gRPC servers
+    pools = [ResourceManager(p, dev_root=str(dev_root)) for p in plugin_config.settings().pools]
+    for pool in pools:
+        pool.update(topo, {})
     ports = [
         PortObservation(h.name, p.number, p.state, p.phys_state) for h in topo.hcas for p in h.ports
     ]
@@ -134,7 +133,7 @@ def agent_nrt(
     return nrt_object(
         node_name,
         topo,
-        plugin.offered(),
+        offered_devices(pools),
         health.hcas,
         Allocations(),
         gpu_resource=nrt.GPU,

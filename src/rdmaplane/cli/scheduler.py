@@ -4,13 +4,11 @@ decisions, per node, for a pod — from files or from a cluster)."""
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from rdmaplane.cli.common import (
     LogFormatOption,
@@ -20,30 +18,45 @@ from rdmaplane.cli.common import (
     read_objects,
     start_logging,
 )
-from rdmaplane.config import SchedulerExtenderConfig
-from rdmaplane.documents import DocumentError, printable, read_documents
-from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler.cache import ClusterCache
 
 app = typer.Typer()
-ConfigOption = typer.Option(None, "--config", help="A SchedulerExtenderConfig file (YAML or JSON).")
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option("--config", metavar="FILE", help="A SchedulerExtenderConfig file (YAML or JSON)."),
+]
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
 
 
 @app.command("scheduler-extender")
 def scheduler_extender(
-    host: str = typer.Option("0.0.0.0", help="Address to listen on."),
-    port: int = typer.Option(8888, min=0, max=65535, help="Port to listen on."),
-    kubeconfig: Path | None = typer.Option(
-        None, help="Kubeconfig; default: the pod's service account."
-    ),
-    config: Path | None = ConfigOption,
-    tls_cert_file: Path | None = typer.Option(
-        None, help="Serve HTTPS with this certificate (PEM; with --tls-key-file)."
-    ),
-    tls_key_file: Path | None = typer.Option(None, help="... and this key (PEM)."),
-    debug_remote: bool = typer.Option(
-        False, help="Serve /debug/* to any client, not only on loopback (kubectl port-forward)."
-    ),
+    host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on.")] = "0.0.0.0",
+    port: Annotated[
+        int, typer.Option(metavar="PORT", min=0, max=65535, help="Port to listen on.")
+    ] = 8888,
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Kubeconfig [default: the pod's service account]."),
+    ] = None,
+    config: ConfigOption = None,
+    tls_cert_file: Annotated[
+        Path | None,
+        typer.Option(
+            metavar="FILE", help="Serve HTTPS with this certificate (PEM; with --tls-key-file)."
+        ),
+    ] = None,
+    tls_key_file: Annotated[
+        Path | None, typer.Option(metavar="FILE", help="... and this key (PEM).")
+    ] = None,
+    debug_remote: Annotated[
+        bool,
+        typer.Option(
+            help="Serve /debug/* to any client, not only on loopback (kubectl port-forward)."
+        ),
+    ] = False,
     log_format: LogFormatOption = None,
     verbose: VerboseOption = False,
 ) -> None:
@@ -51,8 +64,10 @@ def scheduler_extender(
     import uvicorn
     from lightkube import ConfigError as KubeConfigError
 
+    from rdmaplane.config import SchedulerExtenderConfig
     from rdmaplane.kube import load_config
     from rdmaplane.scheduler.app import create_app
+    from rdmaplane.scheduler.cache import ClusterCache
     from rdmaplane.scheduler.debugaccess import LoopbackDebug
     from rdmaplane.scheduler.serving import server_config
     from rdmaplane.scheduler.watch import make_client, watch_all
@@ -94,33 +109,61 @@ def _tls_options(cert: Path | None, key: Path | None) -> dict[str, str]:
 
 @app.command("explain-placement")
 def explain_placement(
-    pod: Path = typer.Argument(..., help="Pod YAML (or a workload with spec.template)."),
-    nrt: list[Path] = typer.Option(
-        [], "--nrt", help="NodeResourceTopology YAML (repeatable; lists ok)."
+    pod: Annotated[
+        Path,
+        typer.Argument(
+            metavar="FILE",
+            help="A Pod, or a workload (Job, Deployment, JobSet, PyTorchJob, ...): every pod "
+            "template in the file (many documents and Lists are fine).",
+        ),
+    ],
+    nrt: Annotated[
+        list[Path],
+        typer.Option(
+            "--nrt", metavar="FILE...", help="NodeResourceTopology YAML (one or more; Lists ok)."
+        ),
+    ] = [],  # noqa: B006 (typer reads the default)
+    nodes: Annotated[
+        list[Path],
+        typer.Option(
+            "--nodes",
+            metavar="FILE...",
+            help="Node YAML: RDMAReady, fabric tiers, nodes without NRT.",
+        ),
+    ] = [],  # noqa: B006
+    pods: Annotated[
+        list[Path],
+        typer.Option(
+            "--pods", metavar="FILE...", help="Bound pods (not yet in the NRTs; a job's peers)."
+        ),
+    ] = [],  # noqa: B006
+    kubeconfig: Annotated[
+        Path | None,
+        typer.Option(metavar="FILE", help="Read NRTs, nodes and pods from this cluster instead."),
+    ] = None,
+    config: ConfigOption = None,
+    output: Annotated[Output, typer.Option("-o", "--output", help="table or json.")] = (
+        Output.table
     ),
-    nodes: list[Path] = typer.Option(
-        [], "--nodes", help="Node YAML (repeatable): RDMAReady, nodes without NRT."
-    ),
-    pods: list[Path] = typer.Option(
-        [], "--pods", help="Bound pods YAML (repeatable) not yet in the NRTs."
-    ),
-    kubeconfig: Path | None = typer.Option(
-        None, help="Read NRTs, nodes and pods from this cluster instead."
-    ),
-    config: Path | None = ConfigOption,
-    output: str = typer.Option("table", "-o", "--output", help="table or json."),
 ) -> None:
-    """Why each node would or would not get the pod, and its score. Exit 1 when none fits
-    (or the cluster cannot be read), 2 on bad input."""
-    if output not in ("table", "json"):
-        fail(f"-o {output!r}: choose table or json")
+    """Why each node would or would not get each pod of FILE, and its score: the extender's
+    own filter, then its prioritize over the nodes that passed (the job-aware fabric term
+    included), as kube-scheduler calls them. Put FILE first: --nrt/--nodes/--pods take every
+    file that follows them. Exit 1 when a pod fits nowhere (or the cluster cannot be read), 2
+    on bad input."""
+    from rdmaplane.config import SchedulerExtenderConfig
+    from rdmaplane.scheduler import placement as pl
+    from rdmaplane.scheduler.cache import ClusterCache
+    from rdmaplane.scheduler.decisions import Decisions
+
     cfg = config_file(config, SchedulerExtenderConfig)
     cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
-    pod_obj = _workload_pod(pod)
-    try:
-        request = pl.pod_request(pod_obj, cache.policy.names)
-    except pl.RequestError as exc:
-        fail(f"{pod}: {exc}")
+    templates = _pod_templates(pod)
+    for label, candidate in templates:  # a pod that cannot be read: said before the nodes are
+        try:
+            pl.pod_request(candidate, cache.policy.names)
+        except pl.RequestError as exc:
+            fail(f"{pod}: {label}: {exc}")
     if kubeconfig is not None:
         try:
             listed = list_cluster(kubeconfig)
@@ -136,46 +179,55 @@ def explain_placement(
         fail("give --nrt/--nodes files or --kubeconfig")
     for kind, objs in listed.items():
         cache.replace(kind, objs)
-    from rdmaplane.scheduler.app import explain_request, explain_rows
-
     names = sorted({_name(o) for objs in (listed["nrt"], listed["node"]) for o in objs})
-    rows = explain_rows(cache, list(zip(names, cache.verdicts(names, request), strict=True)))
-    if output == "json":
-        typer.echo(json.dumps({"request": explain_request(request), "nodes": rows}, indent=2))
+    decide = Decisions(cache, cfg.fabric.weights())
+    explained = [{"pod": label, **decide.explain(c, names)} for label, c in templates]
+    if output is Output.json:
+        typer.echo(json.dumps(explained[0] if len(explained) == 1 else explained, indent=2))
     else:
-        _print_table(request, rows)
-    raise typer.Exit(0 if any(r["fits"] for r in rows) else 1)
+        for one in explained:
+            _print_table(one)
+    fits_somewhere = all(any(r["fits"] for r in one["nodes"]) for one in explained)
+    raise typer.Exit(0 if fits_somewhere else 1)
 
 
-def _print_table(request: pl.PodRequest, rows: list[dict[str, Any]]) -> None:
-    gpus, hcas, shared = request.total
-    table = Table(title=f"placement of a pod asking {gpus} GPU, {hcas} HCA, {shared} shared slot")
+def _print_table(explained: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from rdmaplane.untrusted import printable
+
+    gpus, hcas, shared = explained["request"]["total"]
+    title = f"placement of {explained['pod']}: asking {gpus} GPU, {hcas} HCA, {shared} shared slot"
+    job = explained["job"]
+    if job is not None:
+        left = "" if job["remaining"] is None else f", {job['remaining']} to place"
+        title += f"; its job: {job['boundPeers']} bound peer(s){left}"
+    table = Table(title=escape(printable(title)))
     for col in ("NODE", "POLICY", "FITS", "SCORE", "ALIGNMENT", "DETAIL"):
         table.add_column(col)
-    for r in rows:
+    for r in explained["nodes"]:
         fits = "yes" if r["fits"] else ("never" if r["unresolvable"] else "no")
-        cells = (r["node"], r["policy"], fits, str(r["score"]), r["alignment"], r["detail"])
+        score = str(r["score"])
+        if "fabricTerm" in r:
+            score += f" (node {r['nodeScore']}, fabric {r['fabricTerm']:g})"
+        cells = (r["node"], r["policy"], fits, score, r["alignment"], r["detail"])
         table.add_row(*(escape(printable(str(c))) for c in cells))  # names come from files
     Console(width=200).print(table)
 
 
-def _workload_pod(path: Path) -> dict[str, Any]:
-    """The pod in the file: a Pod, or the `spec.template` of a workload (Job, Deployment...)."""
+def _pod_templates(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(label, pod) for every pod template of the file's objects (other objects skipped); exit
+    2 when there is none."""
+    from rdmaplane.documents import DocumentError, manifest_objects, read_documents
+    from rdmaplane.workloads import label, manifest_templates, pod_of
+
     try:
-        docs = read_documents(path)
+        found = manifest_templates(manifest_objects(read_documents(path), str(path)), str(path))
     except DocumentError as exc:
         fail(str(exc))
-    if not docs:
-        fail(f"{path}: no object in the file")
-    obj = docs[0]
-    if not isinstance(obj, dict):
-        fail(f"{path}: expected a Pod or a workload object, got {type(obj).__name__}")
-    spec = obj.get("spec")
-    template = spec.get("template") if isinstance(spec, dict) else None
-    pod = template if obj.get("kind") != "Pod" and isinstance(template, dict) else obj
-    if not isinstance(pod.get("metadata") or {}, dict):
-        fail(f"{path}: metadata: expected an object")
-    return pod
+    return [(f"{label(obj)} {t.pointer}".rstrip(), pod_of(obj, t)) for obj, ts in found for t in ts]
 
 
 def _name(obj: dict[str, Any]) -> str:

@@ -6,23 +6,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-import yaml
 
 from rdmaplane.cli.common import (
     LogFormatOption,
     VerboseOption,
     config_file,
-    console,
-    err_console,
     fail,
     start_logging,
 )
-from rdmaplane.config import WebhookConfig
-from rdmaplane.documents import DocumentError, read_document
 
 app = typer.Typer()
 
@@ -35,8 +31,8 @@ ConfigOption = Annotated[
 @app.command("webhook")
 def webhook(
     config: ConfigOption = None,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "0.0.0.0",
-    port: Annotated[int, typer.Option(min=1, max=65535, help="HTTPS port.")] = 8443,
+    host: Annotated[str, typer.Option(metavar="ADDRESS", help="Address to listen on.")] = "0.0.0.0",
+    port: Annotated[int, typer.Option(metavar="PORT", min=1, max=65535, help="HTTPS port.")] = 8443,
     kubeconfig: Annotated[
         Path | None,
         typer.Option(
@@ -53,6 +49,7 @@ def webhook(
     /dev/shm and the fault-notice volume."""
     from lightkube import ConfigError as KubeConfigError
 
+    from rdmaplane.config import WebhookConfig
     from rdmaplane.kube import load_config
     from rdmaplane.webhook.service import serve
 
@@ -67,92 +64,124 @@ def webhook(
         asyncio.run(serve(cfg, host, port, kubeconfig, access_log=verbose))
 
 
+class InjectOutput(StrEnum):
+    yaml = "yaml"
+    json = "json"
+    patch = "patch"
+
+
 @app.command("inject")
 def inject_command(
     file: Annotated[
         Path,
         typer.Argument(
-            metavar="FILE", help="A Pod, or a workload (Deployment, Job, JobSet, PyTorchJob, ...)."
+            metavar="FILE",
+            help="A manifest: Pods and workloads (Deployment, Job, JobSet, PyTorchJob, "
+            "LeaderWorkerSet, ...), one or many documents or a List.",
         ),
     ],
     config: ConfigOption = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            metavar="NAME",
+            help="The namespace the objects go to [default: each object's own, else default].",
+        ),
+    ] = None,
+    not_opted_in: Annotated[
+        bool,
+        typer.Option(
+            "--not-opted-in",
+            help="The namespace lacks the rdmaplane.io/inject=enabled label: only pods "
+            "annotated rdmaplane.io/rdma are sent to the webhook.",
+        ),
+    ] = False,
     output: Annotated[
-        str,
-        typer.Option("-o", "--output", help="yaml or json (the object as admitted), or patch."),
-    ] = "yaml",
+        InjectOutput,
+        typer.Option("-o", "--output", help="yaml or json (the objects as admitted), or patch."),
+    ] = InjectOutput.yaml,
 ) -> None:
-    """Show what the webhook does to a pod, or to every pod template of a workload (their pods
-    pass through it): the object with the additions, or the JSONPatch per pod (-o patch, keyed
-    by the template's JSON pointer); warnings on stderr. Exit 1 when it would refuse a pod."""
-    from rdmaplane.webhook.inject import PodError, mutate
+    """Show what the webhook does to each pod of a manifest: a Pod, or every pod template of
+    a workload (their pods pass through it). Each object comes out in order, with the
+    additions (other objects as they are), or the JSONPatch per pod template (-o patch, keyed
+    by its JSON pointer). A pod the API server would not send to the webhook (exempt
+    namespace, no GPU in limits, opted out) is left as it is, and the warnings on stderr say
+    why. Exit 1 when the webhook would refuse a pod."""
+    import copy
 
-    if output not in ("yaml", "json", "patch"):
-        fail(f"-o: {output!r} is not one of yaml, json, patch")
+    from rdmaplane.config import WebhookConfig
+    from rdmaplane.documents import DocumentError, manifest_objects, read_documents
+    from rdmaplane.webhook.inject import PodError, mutate, not_sent
+    from rdmaplane.workloads import label, manifest_templates
+
     cfg = config_file(config, WebhookConfig)
+    policy = cfg.policy()
     try:
-        doc = read_document(file)
-        pods = _pods(doc, file)
+        docs = copy.deepcopy(read_documents(file))
+        templates = manifest_templates(manifest_objects(docs, str(file)), str(file))
     except DocumentError as exc:
         fail(str(exc))
-    policy = cfg.policy()
-    patches: dict[str, Any] = {}
-    for at, pod in pods:
-        where = "".join(f"/{t}" for t in at)
-        try:
-            result = mutate(pod, policy)
-        except PodError as exc:
-            fail(f"{file}: {where or 'the pod'}: refused: {exc}", 1)
-        for warning in result.warnings:
-            err_console.print(f"warning: {where or 'pod'}: {warning}", markup=False)
-        patches[where] = result.patch
-        if not at:
-            doc = result.pod
-        else:
-            parent: Any = doc
-            for token in at[:-1]:
-                parent = parent[token]
-            parent[at[-1]] = result.pod
-    if output == "patch":
-        console.print_json(json.dumps(patches[""] if list(patches) == [""] else patches))
-    elif output == "json":
-        console.print_json(json.dumps(doc))
-    else:
-        console.print(yaml.safe_dump(doc, sort_keys=False), end="", markup=False)
+    patches: dict[str, dict[str, Any]] = {}
+    for obj, found in templates:
+        ns = namespace or _meta(obj).get("namespace") or "default"
+        done: dict[str, Any] = {}
+        for t in found:
+            where = f"{label(obj)} {t.pointer}".rstrip()
+            why = not_sent(t.template, str(ns), not not_opted_in, policy)
+            if why is not None:
+                _warn(f"{where}: the webhook is not called: {why}; left as it is")
+                done[t.pointer] = []
+                continue
+            try:
+                result = mutate(t.template, policy)
+            except PodError as exc:
+                fail(f"{file}: {where}: refused: {exc}", 1)
+            for warning in result.warnings:
+                _warn(f"{where}: {warning}")
+            done[t.pointer] = result.patch
+            _replace(obj, t.path, result.pod)
+        patches[label(obj)] = done
+    _print(docs, patches, output)
 
 
-def _pods(doc: object, path: Path) -> list[tuple[tuple[str | int, ...], dict[str, Any]]]:
-    """(path, pod) for the Pod in `doc`, or for every pod template inside a workload: a
-    mapping under a `template` key whose `spec` has `containers`."""
-    if not isinstance(doc, dict):
-        raise DocumentError(f"{path}: expected a Pod or a workload object")
-    if doc.get("kind") == "Pod":
-        for part in ("metadata", "spec"):
-            if not isinstance(doc.get(part, {}), dict):
-                raise DocumentError(f"{path}: {part}: expected a mapping")
-        if not isinstance(doc.get("spec", {}).get("containers"), list):
-            raise DocumentError(f"{path}: spec.containers: expected a list of containers")
-        return [((), doc)]
-    found: list[tuple[tuple[str | int, ...], dict[str, Any]]] = []
-    stack: list[tuple[tuple[str | int, ...], object]] = [((), doc)]
-    while stack:
-        at, node = stack.pop()
-        items = (
-            node.items()
-            if isinstance(node, dict)
-            else enumerate(node)
-            if isinstance(node, list)
-            else ()
+def _warn(message: str) -> None:
+    from rdmaplane.cli.common import err_console
+
+    err_console.print(f"warning: {message}", markup=False, soft_wrap=True)
+
+
+def _meta(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, dict) else {}
+
+
+def _replace(obj: dict[str, Any], path: tuple[str | int, ...], new: dict[str, Any]) -> None:
+    """Put `new` at `path` in `obj` (the empty path: `obj` becomes `new`)."""
+    if not path:
+        obj.clear()
+        obj.update(new)
+        return
+    parent: Any = obj
+    for token in path[:-1]:
+        parent = parent[token]
+    parent[path[-1]] = new
+
+
+def _print(docs: list[object], patches: dict[str, dict[str, Any]], output: InjectOutput) -> None:
+    """The documents as they came (many: a YAML stream, or a List in JSON), or the patches:
+    a Pod's list, a workload's per template pointer, several objects' per `Kind/name`."""
+    import yaml
+
+    from rdmaplane.cli.common import console
+
+    if output is InjectOutput.patch:
+        per_object = [p[""] if list(p) == [""] else p for p in patches.values()]
+        shown: Any = (
+            per_object[0] if len(per_object) == 1 else dict(zip(patches, per_object, strict=True))
         )
-        for key, child in items:
-            spec = child.get("spec") if isinstance(child, dict) else None
-            if (
-                key == "template"
-                and isinstance(spec, dict)
-                and isinstance(spec.get("containers"), list)
-            ):
-                found.append(((*at, key), child))
-            elif isinstance(child, dict | list):
-                stack.append(((*at, key), child))
-    if not found:
-        raise DocumentError(f"{path}: kind {str(doc.get('kind'))[:40]!r} holds no pod template")
-    return sorted(found, key=lambda f: [str(t) for t in f[0]])
+        console.print_json(json.dumps(shown))
+    elif output is InjectOutput.json:
+        shown = docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
+        console.print_json(json.dumps(shown))
+    else:
+        console.print(yaml.safe_dump_all(docs, sort_keys=False), end="", markup=False)

@@ -100,6 +100,7 @@ class Section(BaseModel):
         extra="forbid",
         frozen=True,
         defer_build=True,
+        allow_inf_nan=False,  # `.inf`, `.nan`, `1e400`: never a setting, always a mistake
     )
 
 
@@ -183,10 +184,74 @@ def parse(doc: object, kind: type[K], source: str, **overrides: object) -> K:
     for name, value in overrides.items():
         if value is not None:
             data[kind.model_fields[name].alias or name] = value
-    try:
-        return kind.model_validate(data, by_alias=True, by_name=False)
-    except ValidationError as e:
-        raise ConfigError(prefix + describe(e, kind)) from None
+    return validate(kind, data, prefix)
+
+
+MAX_ROUNDS = 8  # a section nests a few deep; each round reaches one level of checks further
+M = TypeVar("M", bound=BaseModel)
+
+
+def validate(model: type[M], data: dict[str, object], prefix: str = "") -> M:
+    """`data` validated as `model`, or `ConfigError` with every problem at once. pydantic runs
+    a section's cross-field checks only once its own fields are valid, so each round leaves
+    out the keys that failed (their defaults stand in; a required one left out is not a new
+    problem) and validates again, until no new problem shows."""
+    problems: list[str] = []
+    removed: set[tuple[int | str, ...]] = set()
+    current = data
+    for _ in range(MAX_ROUNDS):
+        try:
+            result = model.model_validate(current, by_alias=True, by_name=False)
+        except ValidationError as e:
+            errors = [
+                err
+                for err in e.errors(include_url=False)
+                if not (err["type"] == "missing" and _under(err["loc"], removed))
+            ]
+            found = [p for p in problems_of(errors, model) if p not in problems]
+            problems += found
+            paths = {_key_path(err["loc"]) for err in errors}
+            if not found or paths <= removed:
+                break
+            removed |= paths
+            current = _without(current, paths)
+        else:
+            if not problems:
+                return result
+            break
+    raise ConfigError(prefix + "; ".join(problems))
+
+
+def _key_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+    """The key an error's location is at (a list item's: the list's)."""
+    path = list(loc)
+    while path and isinstance(path[-1], int):
+        path.pop()
+    return tuple(path)
+
+
+def _under(loc: tuple[int | str, ...], paths: set[tuple[int | str, ...]]) -> bool:
+    return any(loc[: len(p)] == p for p in paths)
+
+
+def _without(data: dict[str, object], paths: set[tuple[int | str, ...]]) -> dict[str, object]:
+    """`data` less the key at each path."""
+    out: dict[str, object] = json.loads(json.dumps(data, default=str))
+    for path in paths:
+        node: object = out
+        for part in path[:-1]:
+            node = _child(node, part)
+        if path and isinstance(node, dict):
+            node.pop(path[-1], None)
+    return out
+
+
+def _child(node: object, part: int | str) -> object:
+    if isinstance(node, dict):
+        return node.get(part)
+    if isinstance(node, list) and isinstance(part, int) and part < len(node):
+        return node[part]
+    return None
 
 
 _WHAT = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
@@ -206,8 +271,13 @@ def _check_version(doc: Mapping[str, object], kind: type[Kind], prefix: str) -> 
 
 def describe(error: ValidationError, model: type[BaseModel]) -> str:
     """Every problem of a validation error as `key.path: what is wrong`, on one line."""
+    return "; ".join(problems_of(error.errors(include_url=False), model))
+
+
+def problems_of(errors: Sequence[Any], model: type[BaseModel]) -> list[str]:
+    """Each problem of pydantic's error list as `key.path: what is wrong`, once."""
     parts = []
-    for e in error.errors(include_url=False):
+    for e in errors:
         loc = e["loc"]
         where = "".join(
             f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
@@ -218,7 +288,7 @@ def describe(error: ValidationError, model: type[BaseModel]) -> str:
         else:
             message = str(e["msg"]).removeprefix("Value error, ")
         parts.append(f"{where}: {message}" if where else message)
-    return "; ".join(dict.fromkeys(parts))
+    return list(dict.fromkeys(parts))
 
 
 def _did_you_mean(model: type[BaseModel], loc: Sequence[int | str]) -> str:

@@ -19,6 +19,7 @@ from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.gid import GidPolicy
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.selectors import Selectors
+from rdmaplane.untrusted import FieldError
 
 RESOURCE_NAME = re.compile(
     r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -68,6 +69,18 @@ class GidConfig(Section):
     )
 
 
+# The plan's field names (rdmaplane.nccl, rdmaplane.gid) as this section's keys.
+_NCCL_KEYS = {
+    "nccl_version": "ncclVersion",
+    "socket_ifname": "socketIfname",
+    "ib_tc": "trafficClass",
+    "ib_sl": "serviceLevel",
+    "family": "gid.addrFamily",
+    "cidr": "gid.addrRange",
+    "roce_version": "gid.roceVersion",
+}
+
+
 class NcclConfig(Section):
     """The NCCL/UCX environment Allocate returns for the pool's HCAs."""
 
@@ -82,7 +95,11 @@ class NcclConfig(Section):
 
     @model_validator(mode="after")
     def _plannable(self) -> NcclConfig:
-        self.settings()  # the plan's own checks (version syntax, CIDR family) name the key
+        """The plan's own checks (version syntax, CIDR family), naming this file's key."""
+        try:
+            self.settings()
+        except FieldError as e:
+            raise ValueError(f"{_NCCL_KEYS.get(e.field, e.field)}: {e.reason}") from None
         return self
 
     def settings(self) -> NcclSettings:

@@ -13,6 +13,7 @@ from rdmaplane.config.base import Kind, Seconds, Section
 from rdmaplane.webhook import inject
 
 _NOTICE = inject.Notice()
+_DOCTOR = inject.Doctor()
 
 
 class WebhookResourcesConfig(Section):
@@ -72,9 +73,11 @@ class DoctorConfig(Section):
 
     enabled: bool = Field(default=True, description="honour the annotation")
     image: str = Field(
-        default="ghcr.io/rdmaplane/rdmaplane:0.1.0", description="an image with rdmaplane"
+        default=_DOCTOR.image, description="an image with rdmaplane (the doctor image)"
     )
-    args: list[str] = Field(default_factory=lambda: ["doctor"], description="its arguments")
+    args: list[str] = Field(
+        default_factory=lambda: list(_DOCTOR.args), description="rdmaplane's arguments"
+    )
 
 
 class TlsConfig(Section):

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import os
-import socket
-from dataclasses import replace
 
-from rdmaplane.discovery.rdma_netlink import RdmaNetlink
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
 
@@ -49,15 +46,17 @@ def load_node(
         if not os.path.isfile(snapshot_file):
             raise NodeSourceError(f"snapshot {snapshot_file!r} is not a file")
         try:
-            with snapshot.extracted(snapshot_file) as root:
-                topo = read_node(root)
+            return read_node(snapshot.read_archive(snapshot_file))
         except snapshot.SnapshotError as e:
             raise NodeSourceError(str(e)) from e
-        return replace(topo, source=f"snapshot:{snapshot_file}")
     root = sysfs_root or "/sys"
     if not os.path.isdir(root):
         raise NodeSourceError(f"sysfs root {root!r} is not a directory")
     live = os.path.realpath(root) == "/sys"
+    import socket
+
+    from rdmaplane.discovery.rdma_netlink import RdmaNetlink  # asked only about this machine
+
     return read_node(
         root,
         hostname=socket.gethostname() if live else None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import posixpath
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from typing import Any
 import yaml
 
 from rdmaplane.discovery.sysfs import IB_CORE, NETNS_PARAMETER, SIDECAR, read_node
+from rdmaplane.discovery.tree import MemoryTree
 from rdmaplane.model import NodeTopology
 
 CARDS: dict[str, dict[str, str]] = {
@@ -95,6 +97,11 @@ HW_COUNTERS = [
 ]
 
 
+# The specs are our own package data: libyaml's parser when PyYAML has it (several times faster
+# than the pure-Python one, which untrusted documents keep: see rdmaplane.documents).
+_SPEC_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class SampleError(ValueError):
     """A sample name that does not exist or a spec that does not hold together."""
 
@@ -119,7 +126,7 @@ def load(name: str) -> Sample:
     files = _spec_files()
     if name not in files:
         raise SampleError(f"no sample named {name!r}; samples: {', '.join(sorted(files))}")
-    spec = yaml.safe_load(files[name].read_text())
+    spec = yaml.load(files[name].read_text(), Loader=_SPEC_LOADER)
     return Sample(name=name, description=" ".join(spec.get("description", "").split()), spec=spec)
 
 
@@ -129,39 +136,38 @@ def all_samples() -> list[Sample]:
 
 @contextmanager
 def materialised(name: str) -> Iterator[Path]:
-    """A temporary sysfs tree of the sample, removed afterwards."""
-    spec = load(name).spec  # a name that is no sample fails here, before any path is made
+    """A temporary sysfs tree of the sample on disk, removed afterwards."""
+    tree = sample_tree(name)  # a name that is no sample fails here, before any path is made
     scratch = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # thousands of tiny files
     with tempfile.TemporaryDirectory(prefix="rdmaplane-sample-", dir=scratch) as tmp:
         root = Path(tmp) / "sys"
-        build(spec, root)
+        write_tree(tree, root)
         yield root
 
 
 def materialise(name: str, dest: Path) -> None:
     """Lay the sample's sysfs tree out at `dest` (missing, or an empty directory), for
     `--sysfs-root` and for editing by hand."""
-    spec = load(name).spec
+    tree = sample_tree(name)
     if dest.is_dir() and any(dest.iterdir()):
         raise SampleError(f"{dest}: not empty; give a new or empty directory")
     if dest.exists() and not dest.is_dir():
         raise SampleError(f"{dest}: exists and is not a directory")
     if not dest.parent.is_dir():
         raise SampleError(f"{dest}: its directory {dest.parent} does not exist")
-    build(spec, dest)
+    write_tree(tree, dest)
 
 
 def read_sample(name: str) -> NodeTopology:
-    """Materialise the sample and read it back through the real sysfs reader."""
-    with materialised(name) as root:
-        topo = read_node(str(root))
-    return _with_source(topo, f"sample:{name}")
+    """The sample read through the real sysfs reader, from its tree in memory."""
+    return read_node(sample_tree(name))
 
 
-def _with_source(topo: NodeTopology, source: str) -> NodeTopology:
-    from dataclasses import replace
-
-    return replace(topo, source=source)
+def sample_tree(name: str) -> MemoryTree:
+    """The sysfs tree of a bundled sample, in memory (`source` reads `sample:NAME`)."""
+    tree = MemoryTree(f"sample:{name}")
+    _Builder(load(name).spec, tree).build()
+    return tree
 
 
 # ---------------------------------------------------------------- the builder
@@ -169,7 +175,22 @@ def _with_source(topo: NodeTopology, source: str) -> NodeTopology:
 
 def build(spec: dict[str, Any], root: Path) -> None:
     """Write the sysfs tree that `spec` describes below `root` (missing or empty)."""
-    _Tree(spec, root).build()
+    tree = MemoryTree(str(root))
+    _Builder(spec, tree).build()
+    write_tree(tree, root)
+
+
+def write_tree(tree: MemoryTree, root: Path) -> None:
+    """Lay a tree in memory out on disk below `root` (missing or empty)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for rel, value in tree.items():
+        path = root / rel
+        if value is None:
+            path.mkdir(exist_ok=True)
+        elif isinstance(value, str):
+            path.symlink_to(value)
+        else:
+            path.write_bytes(value)
 
 
 def expand_path(short: str) -> tuple[str, list[str]]:
@@ -199,35 +220,27 @@ def ip_gid(ip: str) -> str:
     return full_gid(a)
 
 
-class _Tree:
-    def __init__(self, spec: dict[str, Any], root: Path) -> None:
+class _Builder:
+    def __init__(self, spec: dict[str, Any], tree: MemoryTree) -> None:
         self.spec = spec
-        self.root = root
+        self.tree = tree
         self.roots: dict[str, int] = spec.get("roots", {})
         self.cpus: dict[int, str] = {n["id"]: n["cpus"] for n in spec.get("numa", [])}
         self.unreadable: dict[str, str] = {}
         self.uverbs = 0
         self.umad = 0
-        self.made: set[str] = set()
 
     # --- files
     def write(self, rel: str, content: str) -> None:
-        path = os.path.join(self.root, rel)
-        folder = os.path.dirname(path)
-        if folder not in self.made:
-            os.makedirs(folder, exist_ok=True)
-            self.made.add(folder)
-        with open(path, "w") as f:
-            f.write(content if content.endswith("\n") else content + "\n")
+        self.tree.add_file(rel, (content if content.endswith("\n") else content + "\n").encode())
 
     def link(self, rel: str, target_rel: str) -> None:
         """A relative symlink at `rel` pointing to `target_rel` (both below the root)."""
-        p = self.root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if p.is_symlink():
+        if self.tree.lexists(rel):
             return
-        target = self.root / target_rel
-        p.symlink_to(os.path.join(os.path.relpath(target.parent, p.parent), target.name))
+        folder, _, name = target_rel.rpartition("/")
+        here = rel.rpartition("/")[0]
+        self.tree.add_link(rel, posixpath.join(posixpath.relpath(folder or ".", here or "."), name))
 
     # --- PCI
     def pci_function(self, short: str, vendor: str, device: str, cls: str, driver: str) -> str:
@@ -252,7 +265,6 @@ class _Tree:
 
     # --- whole node
     def build(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
         for node in self.spec.get("numa", []):
             base = f"devices/system/node/node{node['id']}"
             self.write(f"{base}/cpulist", node["cpus"])
@@ -367,9 +379,12 @@ class _Tree:
         self.write(f"{rel}/node_type", "1: CA")
         self.write(f"{rel}/node_guid", guid)
         self.write(f"{rel}/sys_image_guid", guid)
-        self.write(f"{rel}/fw_ver", h.get("fw", card["fw"]))
-        self.write(f"{rel}/hca_type", h.get("hca_type", card["hca_type"]))
-        self.write(f"{rel}/board_id", card["board_id"])
+        if fn is None:  # ib_core's fw_ver, empty without a driver's; no mlx5 attributes
+            self.write(f"{rel}/fw_ver", "")
+        else:
+            self.write(f"{rel}/fw_ver", h.get("fw", card["fw"]))
+            self.write(f"{rel}/hca_type", h.get("hca_type", card["hca_type"]))
+            self.write(f"{rel}/board_id", card["board_id"])
         for i, port in enumerate(h.get("ports", [])):
             self.port(name, rel, fn, i + 1, port, guid)
 

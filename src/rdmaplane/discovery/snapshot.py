@@ -13,17 +13,16 @@ import io
 import ipaddress
 import json
 import os
+import posixpath
 import socket
 import tarfile
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rdmaplane.discovery.sysfs import SIDECAR, Recording, read_node
+from rdmaplane.discovery.tree import MAX_LINKS, MemoryTree
 from rdmaplane.model import Gpu, NodeTopology
 
 MAX_MEMBERS = 200_000
@@ -65,9 +64,9 @@ def capture(
     for rel, data in sorted(recording.files.items()):
         if rel == SIDECAR:
             continue
-        if isinstance(data, int):
-            unreadable[rel] = _errno_name(data)
-            writer.add_file(rel, b"")
+        if isinstance(data, int):  # replayed by the reader, where the file is in the archive
+            if writer.add_file(rel, b""):
+                unreadable[rel] = _errno_name(data)
         else:
             writer.add_file(rel, data)
     side: dict[str, object] = {
@@ -105,28 +104,52 @@ def _errno_name(code: int) -> str:
     return errno.errorcode.get(code, "EIO")
 
 
-@contextmanager
-def extracted(path: str) -> Iterator[str]:
-    """Extract a snapshot into a temporary directory; yields the sysfs root."""
-    with tempfile.TemporaryDirectory(prefix="rdmaplane-snapshot-") as tmp:
-        try:
-            with tarfile.open(path, "r:gz") as tar:
-                members = tar.getmembers()
-                _check_members(members, path)
-                tar.extractall(tmp, members=members, filter="data")
-        except (tarfile.TarError, OSError, EOFError) as e:
-            raise SnapshotError(f"{path}: not a readable snapshot ({e})") from e
-        yield tmp
+def read_archive(path: str) -> MemoryTree:
+    """The snapshot's tree, read from the archive into memory (nothing is extracted); refused
+    (`SnapshotError`) when it is not a `.tar.gz`, too large, or holds what a snapshot never
+    does: absolute or `..` names, links leading out of it, hard links, devices, FIFOs, or two
+    entries at one place."""
+    tree = MemoryTree(f"snapshot:{path}")
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            members = tar.getmembers()
+            _check_members(members, path)
+            for m in members:
+                _add_member(tree, tar, m, path)
+    except SnapshotError:
+        raise
+    except (tarfile.TarError, OSError, EOFError, ValueError) as e:  # ValueError: two at a place
+        raise _refused(path, str(e)) from e
+    return tree
+
+
+def _refused(path: str, why: str) -> SnapshotError:
+    return SnapshotError(f"{path}: not a readable snapshot ({why})")
+
+
+def _add_member(tree: MemoryTree, tar: tarfile.TarFile, m: tarfile.TarInfo, path: str) -> None:
+    name = posixpath.normpath(m.name)
+    if m.isdir():
+        tree.add_dir(name)
+    elif m.isreg():
+        data = tar.extractfile(m)
+        tree.add_file(name, data.read() if data is not None else b"")
+    elif m.issym():
+        target = posixpath.normpath(posixpath.join(posixpath.dirname(name), m.linkname))
+        if m.linkname.startswith("/") or target == ".." or target.startswith("../"):
+            raise _refused(path, f"link {m.name!r} points out of the snapshot")
+        tree.add_link(name, m.linkname)
+    else:
+        raise _refused(path, f"member {m.name!r} is no file, folder or symlink")
 
 
 def _check_members(members: list[tarfile.TarInfo], path: str) -> None:
-    """Bounds, and absolute names: tarfile's "data" filter would strip their leading `/` and
-    extract them anyway, but a snapshot never holds one, so an archive that does is refused.
-    (Members leaving the directory, links pointing out of it and special files are refused
-    by that filter during extraction.)"""
-    absolute = next((m.name for m in members if m.name.startswith(("/", os.sep))), None)
-    if absolute is not None:
-        raise SnapshotError(f"{path}: member {absolute!r} has an absolute path; not a snapshot")
+    """Bounds, and names that stay inside the tree."""
+    for m in members:
+        if m.name.startswith(("/", os.sep)):  # tarfile's data filter would strip the /
+            raise _refused(path, f"member {m.name!r} has an absolute path")
+        if ".." in posixpath.normpath(m.name).split("/"):
+            raise _refused(path, f"member {m.name!r} lies outside the tree")
     if len(members) > MAX_MEMBERS:
         raise SnapshotError(f"{path}: {len(members)} entries, more than {MAX_MEMBERS}")
     total = sum(m.size for m in members)
@@ -145,8 +168,11 @@ class _Writer:
         self.link_count = 0
         self.mtime = int(time.time())
 
-    def add_path(self, rel: str) -> str | None:
-        """Add every symlink met on the way to `rel`; returns where `rel` really lives."""
+    def add_path(self, rel: str, links: int = 0) -> str | None:
+        """Add every symlink met on the way to `rel`, and on the way to each link's target, so
+        the archive resolves `rel` as the tree did; returns where `rel` really lives, or None
+        when it leads out of the tree or into a loop (whose links are kept: a reader meets
+        the same loop)."""
         current = ""
         for part in rel.split("/"):
             candidate = f"{current}/{part}" if current else part
@@ -154,11 +180,15 @@ class _Writer:
             if not os.path.islink(full):
                 current = candidate
                 continue
-            self._member(candidate, tarfile.SYMTYPE, linkname=os.readlink(full))
-            real = os.path.realpath(full)
-            if not real.startswith(self.root + os.sep):
+            target = os.readlink(full)
+            self._member(candidate, tarfile.SYMTYPE, linkname=target)
+            followed = os.path.normpath(os.path.join(os.path.dirname(full), target))
+            if links >= MAX_LINKS or not followed.startswith(self.root + os.sep):
                 return None
-            current = os.path.relpath(real, self.root)
+            found = self.add_path(os.path.relpath(followed, self.root), links + 1)
+            if found is None:
+                return None
+            current = found
         return current
 
     def add_dir(self, rel: str) -> None:
@@ -166,13 +196,16 @@ class _Writer:
         if real is not None:
             self._member(real, tarfile.DIRTYPE)
 
-    def add_file(self, rel: str, data: bytes) -> None:
+    def add_file(self, rel: str, data: bytes) -> bool:
+        """Whether the file is in the archive (a path through a loop or out of the tree has
+        only its links there)."""
         real = self.add_path(rel)
         if real is None or os.path.islink(os.path.join(self.root, real)):
-            return
+            return False
         if self.redactor is not None:
             data = self.redactor.content(real, data)
         self._member(real, tarfile.REGTYPE, data=data)
+        return True
 
     def add_sidecar(self, side: dict[str, object]) -> None:
         if self.redactor is not None:

@@ -1,9 +1,10 @@
 """Read a node's GPUs, RDMA devices, ports, GIDs, netdevs, NUMA nodes and PCIe tree from sysfs.
 
-The root is any directory laid out like `/sys` (the real one, an extracted snapshot, or a
-materialised sample). The reader never raises on bad content: a file that is missing,
-unreadable (EINVAL on empty GID attributes, EACCES) or garbage becomes a `ReadWarning` naming
-the file, and the rest of the node is still read.
+The root is any tree laid out like `/sys`: a directory (the real one, a materialised sample),
+or one in memory (`discovery.tree`: a snapshot's archive, a sample). The reader never raises
+on bad content: a file that is missing, unreadable (EINVAL on empty GID attributes, EACCES),
+garbage or absurd (a NUMA node no kernel numbers, an entry of class/infiniband that is no
+RDMA device) becomes a `ReadWarning` naming the file, and the rest of the node is still read.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from rdmaplane.discovery.tree import DiskTree, Tree
 from rdmaplane.model import (
+    MAX_NUMA_NODES,
     NVIDIA_VENDOR,
     Gid,
     GidType,
@@ -47,7 +50,6 @@ NETNS_PARAMETER = f"{IB_CORE}/parameters/netns_mode"
 _ROOT_COMPLEX = re.compile(r"^pci[0-9a-f]{4,}:[0-9a-f]{2}$")
 _BDF = re.compile(r"^[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 _GPU_CLASS_BYTES = (b"0x0300", b"0x0302")  # VGA and 3D controllers
-_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # a FIFO planted in a tree must not hang the reader
 _ZERO_GID = b"0000:0000:0000:0000:0000:0000:0000:0000\n"
 _QUIET = (errno.ENOENT, errno.EINVAL, errno.ENODATA, errno.EOPNOTSUPP)
 
@@ -65,40 +67,26 @@ class Recording:
 
 
 class _Sysfs:
-    """File access relative to the root, collecting warnings instead of raising."""
+    """File access relative to a tree's root (on disk or in memory), collecting warnings
+    instead of raising, and recording what was read when asked."""
 
-    def __init__(self, root: str, recording: Recording | None = None) -> None:
-        self.root = os.path.realpath(root)
+    def __init__(self, tree: Tree, recording: Recording | None = None) -> None:
+        self.tree = tree
         self.warnings: list[ReadWarning] = []
         self.recorded_errors: dict[str, int] = {}
         self.recording = recording
-        self._fd = -1
-        self._folder: str | None = None
-
-    def path(self, rel: str) -> str:
-        return os.path.join(self.root, rel)
 
     def warn(self, rel: str, message: str) -> None:
         self.warnings.append(ReadWarning(rel, message))
 
     def read(self, rel: str, limit: int = 65536) -> bytes:
         """Raw content (at most `limit` bytes); raises OSError, including the errors a snapshot
-        recorded for `rel`.
-
-        Files are opened relative to their directory, whose descriptor is kept while reads
-        stay in it: resolving a deep sysfs path (through `class/…` symlinks) once per directory
-        instead of once per file is most of the reader's time on a big node (GID tables are
-        hundreds of files each)."""
-        folder, _, name = rel.rpartition("/")
+        recorded for `rel`."""
         try:
             if rel in self.recorded_errors:
                 code = self.recorded_errors[rel]
                 raise OSError(code, os.strerror(code))
-            fd = os.open(name, _READ_FLAGS, dir_fd=self._folder_fd(folder))
-            try:
-                data = os.read(fd, limit)
-            finally:
-                os.close(fd)
+            data = self.tree.read(rel, limit)
         except OSError as e:
             if self.recording is not None and e.errno is not None and e.errno != errno.ENOENT:
                 self.recording.files[rel] = e.errno
@@ -110,43 +98,23 @@ class _Sysfs:
     def read_many(self, folder: str, names: list[str]) -> list[tuple[str, bytes | OSError]]:
         """`read` for many files of one directory, in one tight loop: a GID table is hundreds
         of files, and per-file bookkeeping is what the reader spends its time on."""
-        try:
-            dir_fd = self._folder_fd(folder)
-        except OSError as e:
-            return [(name, e) for name in names]
         recorded, recording = self.recorded_errors, self.recording
-        out: list[tuple[str, bytes | OSError]] = []
-        for name in names:
-            try:
-                if recorded and f"{folder}/{name}" in recorded:
-                    code = recorded[f"{folder}/{name}"]
-                    raise OSError(code, os.strerror(code))
-                fd = os.open(name, _READ_FLAGS, dir_fd=dir_fd)
-                try:
-                    data = os.read(fd, 4096)
-                finally:
-                    os.close(fd)
-            except OSError as e:
-                out.append((name, e))
-                if recording is not None and e.errno not in (None, errno.ENOENT):
-                    recording.files[f"{folder}/{name}"] = e.errno
-                continue
-            out.append((name, data))
-            if recording is not None:
-                recording.files[f"{folder}/{name}"] = data
+        out = list(zip(names, self.tree.read_many(folder, names), strict=True))
+        if recorded:
+            for i, (name, _) in enumerate(out):
+                code = recorded.get(f"{folder}/{name}")
+                if code is not None:
+                    out[i] = (name, OSError(code, os.strerror(code)))
+        if recording is not None:
+            for name, data in out:
+                if isinstance(data, bytes):
+                    recording.files[f"{folder}/{name}"] = data
+                elif data.errno not in (None, errno.ENOENT):
+                    recording.files[f"{folder}/{name}"] = data.errno
         return out
 
-    def _folder_fd(self, folder: str) -> int:
-        if folder != self._folder:
-            self.close()
-            self._fd = os.open(self.path(folder), os.O_RDONLY | os.O_DIRECTORY)
-            self._folder = folder
-        return self._fd
-
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-        self._fd, self._folder = -1, None
+        self.tree.close()
 
     def text(self, rel: str, *, optional: bool = False) -> str | None:
         try:
@@ -178,13 +146,16 @@ class _Sysfs:
             return None
         try:
             return parse(raw)
+        except _Absurd as e:
+            self.warn(rel, f"{raw[:60]!r} {e}; left out")
+            return None
         except (ValueError, KeyError, IndexError):
             self.warn(rel, f"cannot parse {raw[:60]!r}")
             return None
 
     def listdir(self, rel: str, *, optional: bool = False) -> list[str]:
         try:
-            names = sorted(os.listdir(self.path(rel)))
+            names = sorted(self.tree.listdir(rel))
         except OSError as e:
             if not (optional and e.errno in _QUIET):
                 self.warn(rel, e.strerror or type(e).__name__)
@@ -197,39 +168,53 @@ class _Sysfs:
             self.warn(f"{rel}/{printable(odd)}", "name with control characters; left out")
         return [n for n in names if n.isprintable()]
 
+    def entries(self, rel: str) -> list[str] | OSError:
+        """A folder's names, or why it cannot be listed (no warning: the caller says what
+        that means); a failed listing is recorded as the link or path that led to it."""
+        try:
+            names = sorted(self.tree.listdir(rel))
+        except OSError as e:
+            if self.recording is not None:
+                self.recording.links.add(rel.rpartition("/")[0])
+            return e
+        if self.recording is not None:
+            self.recording.dirs.add(rel)
+        return [n for n in names if n.isprintable()]
+
     def has(self, rel: str) -> bool:
         """Whether `rel` exists; a directory that does is kept in a snapshot (empty)."""
-        path = self.path(rel)
-        if self.recording is not None and os.path.isdir(path):
+        if self.recording is not None and self.tree.isdir(rel):
             self.recording.dirs.add(rel)
-        return os.path.lexists(path)
+        return self.tree.lexists(rel)
 
     def resolve(self, rel: str) -> list[str] | None:
         """The link target as path parts below the root; None when it leaves the root."""
         if self.recording is not None:
             self.recording.links.add(rel)
-        real = os.path.realpath(self.path(rel))
-        if real != self.root and not real.startswith(self.root + os.sep):
+        real = self.tree.realpath(rel)
+        if real is None:
             self.warn(rel, "link points outside the sysfs root")
             return None
-        return os.path.relpath(real, self.root).split(os.sep)
+        return real.split("/") if real else []
 
     def link_name(self, rel: str) -> str | None:
         """Last component of a symlink's target (e.g. the driver of a PCI function). The kernel's
         links end in the name they point to, so no resolution is needed unless one does not."""
-        path = self.path(rel)
         try:
-            target = os.readlink(path)
+            target = self.tree.readlink(rel)
         except OSError:
             return None
         if self.recording is not None:
             self.recording.links.add(rel)
         name = os.path.basename(target.rstrip("/"))
-        return name if name not in ("", ".", "..") else os.path.basename(os.path.realpath(path))
+        if name not in ("", ".", ".."):
+            return name
+        real = self.tree.realpath(rel)
+        return os.path.basename(real) if real else None
 
 
 def read_node(
-    root: str = "/sys",
+    root: str | Tree = "/sys",
     *,
     hostname: str | None = None,
     gpu_info: dict[str, dict[str, Any]] | None = None,
@@ -242,7 +227,8 @@ def read_node(
     sidecar that snapshots and samples carry; `netlink` (a live node's RDMA netlink, asked only
     when the tree cannot tell the netns mode); `recording` collects what was read.
     """
-    fs = _Sysfs(root, recording)
+    tree = DiskTree(root) if isinstance(root, str) else root
+    fs = _Sysfs(tree, recording)
     pci_cache: dict[str, PciDevice | None] = {}
 
     def pci(address: str) -> PciDevice | None:
@@ -269,7 +255,7 @@ def read_node(
         hcas=hcas,
         netdevs=tuple(netdevs.values()),
         warnings=tuple(fs.warnings),
-        source=root,
+        source=tree.name,
         netns_mode=netns_mode,
     )
 
@@ -347,7 +333,7 @@ def hcas_in_other_namespaces(root: str) -> list[str]:
     """HCAs this network namespace does not see: named by a verbs device
     (`class/infiniband_verbs` is not namespaced) but missing from `class/infiniband` (which
     is). In exclusive mode these are devices an RDMA CNI moved into pods."""
-    fs = _Sysfs(root)
+    fs = _Sysfs(DiskTree(root))
     try:
         seen = set(fs.listdir("class/infiniband", optional=True))
         verbs = _read_char_devices(fs, "class/infiniband_verbs", ["uverbs"])
@@ -368,6 +354,9 @@ def _read_numa(fs: _Sysfs) -> tuple[NumaNode, ...]:
     nodes = []
     for name in fs.listdir(base, optional=True):
         if not (name.startswith("node") and name[4:].isdigit()):
+            continue
+        if int(name[4:]) >= MAX_NUMA_NODES:
+            fs.warn(f"{base}/{name}", f"is no NUMA node (below {MAX_NUMA_NODES}); left out")
             continue
         rel = f"{base}/{name}"
         nodes.append(
@@ -397,10 +386,14 @@ def split_pci_path(parts: list[str]) -> tuple[str, tuple[str, ...]] | None:
     return parts[r], bridges
 
 
+class _Absurd(ValueError):
+    """A value that parses but no kernel writes (the message says why)."""
+
+
 def _parse_numa(text: str) -> int | None:
     n = int(text)
-    if n < -1:
-        raise ValueError(text)
+    if not -1 <= n < MAX_NUMA_NODES:
+        raise _Absurd(f"is no NUMA node (the kernel numbers them below {MAX_NUMA_NODES})")
     return None if n == -1 else n
 
 
@@ -566,6 +559,11 @@ def _read_hcas(
     hcas = []
     for name in sorted(fs.listdir("class/infiniband", optional=True), key=natural_key):
         rel = f"class/infiniband/{name}"
+        port_names = fs.entries(f"{rel}/ports")
+        if isinstance(port_names, OSError):  # a link to elsewhere (a loop, a folder of links)
+            why = port_names.strerror or type(port_names).__name__
+            fs.warn(rel, f"not an RDMA device ({rel}/ports: {why}); left out")
+            continue
         dev = None
         address = fs.link_name(f"{rel}/device")
         if address is not None and _BDF.match(address):
@@ -573,7 +571,7 @@ def _read_hcas(
         parent_netdev = fs.text(f"{rel}/parent", optional=True) if address is None else None
         ports = tuple(
             _read_port(fs, name, int(p), dev, netdevs, mad, parent_netdev)
-            for p in fs.listdir(f"{rel}/ports")
+            for p in port_names
             if p.isdigit()
         )
         hcas.append(

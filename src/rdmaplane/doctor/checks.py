@@ -23,7 +23,8 @@ from rdmaplane.discovery import read_node
 from rdmaplane.doctor import ncclenv
 from rdmaplane.doctor.verdict import Finding, Status
 from rdmaplane.gid import GidPolicy, gid_problem, select_gid
-from rdmaplane.model import Gpu, Hca, LinkLayer, NetnsMode, NodeTopology
+from rdmaplane.model import Gpu, Hca, LinkLayer, NetnsMode, NodeTopology, Port
+from rdmaplane.nccl import default_socket_ifname, link_layer_mix
 from rdmaplane.netns import HOW_TO_SHARE
 from rdmaplane.topology import Relation, pci_relation
 
@@ -313,23 +314,27 @@ def libraries(host: Host, node: Node) -> Finding:
 
 
 def nccl_env(host: Host, node: Node) -> Finding:
-    """NCCL_IB_HCA, NCCL_IB_GID_INDEX and NCCL_SOCKET_IFNAME against the hardware."""
+    """NCCL_IB_HCA, NCCL_IB_GID_INDEX and NCCL_SOCKET_IFNAME against the hardware; every fix
+    is a value that works in this pod (its own HCAs, an interface other than loopback)."""
     name = "nccl-env"
     problems: list[tuple[Status, str, str]] = []
-    names = [h.name for h in node.topo.hcas]
     usable = {h.name: h for h in node.usable}
     listed = list(usable.values())
     if raw := host.env.get("NCCL_IB_HCA"):
-        listed = _check_ib_hca(raw, names, usable, problems)
+        listed = _check_ib_hca(raw, [h.name for h in node.topo.hcas], usable, problems)
+    _check_link_layers(listed, problems)
     _check_gid_index(host.env, listed, problems)
     if raw := host.env.get("NCCL_SOCKET_IFNAME"):
-        _check_ifname(raw, [n.name for n in node.topo.netdevs], problems)
+        _check_ifname(raw, node.topo, problems)
     if not problems:
         shown = [f"{k}={host.env[k]}" for k in _NCCL_VARS if k in host.env]
         return Finding(name, Status.PASS, ", ".join(shown) or "no NCCL variables set (defaults)")
     status = max(s for s, _, _ in problems)
     return Finding(
-        name, status, "; ".join(d for _, d, _ in problems), "; ".join(f for _, _, f in problems)
+        name,
+        status,
+        "; ".join(d for _, d, _ in problems),
+        "; ".join(dict.fromkeys(f for _, _, f in problems)),
     )
 
 
@@ -342,27 +347,34 @@ def _check_ib_hca(
     try:
         spec = ncclenv.parse_device_list(raw)
     except ValueError as e:
-        problems.append((Status.FAIL, f"NCCL_IB_HCA: {e}", "write NCCL_IB_HCA as name[:port],…"))
+        problems.append((Status.FAIL, f"NCCL_IB_HCA: {e}", _hca_fix(None, names, usable)))
         return list(usable.values())
     if not spec.exclude:
         for entry, port in spec.entries:
             if not any(ncclenv.entry_matches(entry, n, spec.exact) for n in names):
                 problems.append(
-                    (Status.FAIL, f"NCCL_IB_HCA entry {entry!r} matches no HCA", _hca_fix(names))
+                    (
+                        Status.FAIL,
+                        f"NCCL_IB_HCA entry {entry!r} matches no HCA",
+                        _hca_fix(spec, names, usable),
+                    )
                 )
             elif entry in usable and port is not None:
                 p = usable[entry].port(port)
                 if p is None or not p.is_up:
                     problems.append(
-                        (Status.FAIL, f"NCCL_IB_HCA {entry}:{port} is not ACTIVE", _hca_fix(names))
+                        (
+                            Status.FAIL,
+                            f"NCCL_IB_HCA {entry}:{port} is not ACTIVE",
+                            _hca_fix(spec, names, usable),
+                        )
                     )
     for entry, extra in ncclenv.ambiguous_entries(spec, names).items():
         problems.append(
             (
                 Status.WARN if spec.exclude else Status.FAIL,
                 f"NCCL_IB_HCA entry {entry!r} is a prefix: it also selects {', '.join(extra)}",
-                f"use exact matching: NCCL_IB_HCA={'^' if spec.exclude else ''}="
-                + ",".join(f"{e}:{p}" if p else e for e, p in spec.entries),
+                _hca_fix(spec, names, usable),
             )
         )
     chosen = ncclenv.selected(spec, names)
@@ -372,7 +384,7 @@ def _check_ib_hca(
             (
                 Status.FAIL,
                 f"NCCL_IB_HCA selects {', '.join(not_given)} but the pod has no device node for it",
-                "list only the HCAs given to this pod, or request them (rdmaplane.io/hca)",
+                _hca_fix(spec, names, usable),
             )
         )
     down = [n for n in chosen if n in usable and not any(p.is_up for p in usable[n].ports)]
@@ -381,14 +393,36 @@ def _check_ib_hca(
             (
                 Status.FAIL,
                 f"NCCL_IB_HCA selects {', '.join(down)} with no ACTIVE port",
-                "drop those HCAs from NCCL_IB_HCA or repair their links",
+                _hca_fix(spec, names, usable),
             )
         )
     return [usable[n] for n in chosen if n in usable]
 
 
-def _hca_fix(names: list[str]) -> str:
-    return f"use names from /sys/class/infiniband: {', '.join(names) or 'none'}"
+def _hca_fix(spec: ncclenv.DeviceList | None, names: list[str], usable: dict[str, Hca]) -> str:
+    """The NCCL_IB_HCA this pod should have: exact names (`=`) of its own HCAs with an ACTIVE
+    port, those the value meant when it meant some of them, else all of them."""
+    up = [n for n, h in usable.items() if any(p.is_up for p in h.ports)]
+    if not up:
+        return (
+            "give the pod an HCA with an ACTIVE port (rdmaplane.io/hca) before setting NCCL_IB_HCA"
+        )
+    meant = [n for n in ncclenv.meant(spec, names) if n in up] if spec is not None else []
+    return f"export NCCL_IB_HCA=={','.join(meant or up)}"
+
+
+def _check_link_layers(hcas: list[Hca], problems: list[tuple[Status, str, str]]) -> None:
+    ports = [(h, p) for h in hcas for p in h.ports if p.is_up]
+    mix = link_layer_mix(ports)
+    if mix is not None:
+        problems.append((Status.FAIL, mix, f"export NCCL_IB_HCA=={','.join(_one_layer(ports))}"))
+
+
+def _one_layer(ports: list[tuple[Hca, Port]]) -> list[str]:
+    """The HCAs of the link layer most ports have (InfiniBand on a tie)."""
+    layers = [p.link_layer for _, p in ports]
+    keep = max(set(layers), key=lambda layer: (layers.count(layer), layer == LinkLayer.INFINIBAND))
+    return list(dict.fromkeys(h.name for h, p in ports if p.link_layer == keep))
 
 
 def _check_gid_index(
@@ -470,20 +504,27 @@ def _choices(choices: dict[str, int | None]) -> str:
     return ", ".join(f"{k}→{v}" for k, v in choices.items())
 
 
-def _check_ifname(raw: str, netdevs: list[str], problems: list[tuple[Status, str, str]]) -> None:
+def _check_ifname(raw: str, topo: NodeTopology, problems: list[tuple[Status, str, str]]) -> None:
     try:
         spec = ncclenv.parse_device_list(raw)
     except ValueError as e:
-        problems.append((Status.FAIL, f"NCCL_SOCKET_IFNAME: {e}", "write it as a list of names"))
+        problems.append((Status.FAIL, f"NCCL_SOCKET_IFNAME: {e}", _ifname_fix(topo)))
         return
-    if not ncclenv.selected(spec, [n for n in netdevs if n != "lo"]):
+    if not ncclenv.selected(spec, [n.name for n in topo.netdevs if n.name != "lo"]):
         problems.append(
-            (
-                Status.FAIL,
-                f"NCCL_SOCKET_IFNAME={raw} matches no interface",
-                f"use one of: {', '.join(netdevs) or 'none'}",
-            )
+            (Status.FAIL, f"NCCL_SOCKET_IFNAME={raw} matches no interface", _ifname_fix(topo))
         )
+
+
+def _ifname_fix(topo: NodeTopology) -> str:
+    """An interface NCCL's bootstrap can use here, chosen as `rdmaplane env` chooses it (never
+    loopback: NCCL skips it, and it cannot reach another pod)."""
+    best = default_socket_ifname(topo, [])
+    if best is not None:
+        return f"export NCCL_SOCKET_IFNAME={best}"
+    return (
+        "set NCCL_SOCKET_IFNAME to the pod's interface that reaches the other pods (`ip -br addr`)"
+    )
 
 
 def gpu_nic(host: Host, node: Node) -> Finding:

@@ -33,7 +33,8 @@ class HcaChoice:
 
 def compute_hcas(topo: NodeTopology, env: Mapping[str, str]) -> HcaChoice:
     """The HCAs NCCL traffic uses: those NCCL_IB_HCA selects, else the ones that sit at most a
-    PCIe switch level (PXB) from some GPU, else every HCA with an ACTIVE port."""
+    PCIe switch level (PXB) from some GPU, else every HCA with an ACTIVE port (software
+    devices, rxe and siw, never: their line rate is no NIC's)."""
     up = [h for h in topo.hcas if any(p.is_up for p in h.ports)]
     problem = None
     if raw := env.get("NCCL_IB_HCA"):
@@ -52,7 +53,8 @@ def compute_hcas(topo: NodeTopology, env: Mapping[str, str]) -> HcaChoice:
     ]
     if paired:
         return HcaChoice(paired, f"the {len(paired)} HCA(s) at most PXB from a GPU", problem)
-    return HcaChoice(up, f"every HCA with an ACTIVE port ({len(up)})", problem)
+    nics = [h for h in up if h.pci is not None]
+    return HcaChoice(nics, f"every HCA with an ACTIVE port ({len(nics)})", problem)
 
 
 def aggregate_gbps(hcas: list[Hca]) -> float:

@@ -46,13 +46,28 @@ def selected(spec: DeviceList, names: list[str]) -> list[str]:
     return [n for n in names if listed(n) != spec.exclude]
 
 
+def meant(spec: DeviceList, names: list[str]) -> list[str]:
+    """The devices of `names` the value means: an entry naming a device exactly means that one
+    (even where, as a prefix, NCCL takes more: `mlx5_1` and `mlx5_10`), any other entry what it
+    selects; in the order of `names`."""
+    if spec.exclude or spec.exact:
+        return selected(spec, names)
+    wanted = {
+        n
+        for e, _ in spec.entries
+        for n in ([e] if e in names else selected(DeviceList(False, False, ((e, None),)), names))
+    }
+    return [n for n in names if n in wanted]
+
+
 def ambiguous_entries(spec: DeviceList, names: list[str]) -> dict[str, list[str]]:
-    """Prefix entries that select more than the device of that exact name (`mlx5_1` → 10, 11)."""
+    """Entries naming a device that, as prefixes, select others too (`mlx5_1` → 10, 11). An
+    entry naming no device (`mlx5`) is a prefix on purpose: what it selects is judged as such."""
     if spec.exact:
         return {}
     out: dict[str, list[str]] = {}
     for entry, _ in spec.entries:
         extra = [n for n in names if n != entry and n.startswith(entry)]
-        if extra:
+        if extra and entry in names:
             out[entry] = extra
     return out

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.workloads import with_template
+
 APP = "rdmaplane-doctor"
 SERVICE = "rdmaplane-doctor"
 
@@ -138,7 +140,7 @@ def _job(
     if peer is None:
         pod["hostname"] = name
         pod["subdomain"] = SERVICE
-    return {
+    job = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -150,6 +152,6 @@ def _job(
             "backoffLimit": 0,
             "activeDeadlineSeconds": DEADLINE_S + (ROUND_DELAY_S if pair.round else 0),
             "ttlSecondsAfterFinished": 3600,
-            "template": {"metadata": {"labels": {"app": APP}}, "spec": pod},
         },
     }
+    return with_template(job, {"metadata": {"labels": {"app": APP}}, "spec": pod})

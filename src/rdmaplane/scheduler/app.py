@@ -14,10 +14,8 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from functools import partial
-from itertools import compress
-from operator import attrgetter, not_
 from typing import Any
 
 import orjson
@@ -35,10 +33,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.httpbody import BodyTooLarge, read_asgi_body
-from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
+from rdmaplane.scheduler.decisions import Decisions
 from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.scheduler")
@@ -104,12 +102,6 @@ class Metrics:
             self._children[verb, code] = children
         children[0].inc()
         children[1].observe(seconds)
-
-
-_FITS = attrgetter("fits")
-_SCORE = attrgetter("score")
-_REASON = attrgetter("reason")
-_UNRESOLVABLE = attrgetter("unresolvable")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -178,64 +170,28 @@ def create_app(
         metrics.count(verb, status, time.perf_counter() - start)
         return status, content, headers
 
-    # The last filter call's pod (by UID), the nodes it passed and their verdicts: the
-    # scheduler's prioritize call for that pod follows it with exactly those nodes, and is
-    # answered from the same view (as kube-scheduler scores on its cycle's snapshot).
-    passed_last: list[Any] = [None, None, None, None]
-
-    def decide(args: wire.ExtenderArgs) -> tuple[pl.PodRequest, Sequence[pl.Verdict]]:
-        uid, names, request, found = passed_last
-        if uid is not None and uid == _uid(args.pod) and names == args.node_names:
-            return request, found
-        request = pl.pod_request(args.pod, cache.policy.names)
-        return request, cache.verdicts(args.node_names, request)
-
+    decide = Decisions(cache, config.fabric.weights())
     passed_nodes, failed_nodes, unresolvable_nodes = (
         metrics.nodes.labels(o) for o in ("passed", "failed", "unresolvable")
     )
 
     def do_filter(args: wire.ExtenderArgs) -> bytes:
-        names = args.node_names
-        passed_last[0] = None
-        request = pl.pod_request(args.pod, cache.policy.names)
-        found = cache.verdicts(names, request)
-        fits = list(map(_FITS, found))
-        passed = list(compress(names, fits))
-        passed_last[:] = _uid(args.pod), passed, request, list(compress(found, fits))
-        failed: dict[str, str] = {}
-        unresolvable: dict[str, str] = {}
-        if len(passed) < len(names):  # C-level passes over the failures, no Python loop
-            bad = list(map(not_, fits))
-            bad_names, bad_verdicts = list(compress(names, bad)), list(compress(found, bad))
-            final = list(map(_UNRESOLVABLE, bad_verdicts))
-            for target, keep in ((unresolvable, final), (failed, list(map(not_, final)))):
-                reasons = map(_wire_reason, map(_REASON, compress(bad_verdicts, keep)))
-                target.update(zip(compress(bad_names, keep), reasons, strict=True))
-        passed_nodes.inc(len(passed))
+        found = decide.filter(args.pod, args.node_names)
+        failed = dict(zip(found.failed, map(_wire_reason, found.failed.values()), strict=True))
+        unresolvable = dict(
+            zip(found.unresolvable, map(_wire_reason, found.unresolvable.values()), strict=True)
+        )
+        passed_nodes.inc(len(found.passed))
         failed_nodes.inc(len(failed))
         unresolvable_nodes.inc(len(unresolvable))
-        return wire.filter_result(args, passed, failed, unresolvable)
-
-    weights = config.fabric.weights()
-
-    def score(
-        args: wire.ExtenderArgs,
-    ) -> tuple[pl.PodRequest, Sequence[pl.Verdict], list[int], list[float] | None]:
-        request, found = decide(args)
-        scores, terms = cache.job_scores(args.pod, args.node_names, request, found, weights)
-        return request, found, scores, terms
+        return wire.filter_result(args, found.passed, failed, unresolvable)
 
     def do_prioritize(args: wire.ExtenderArgs) -> bytes:
-        _, _, scores, _ = score(args)
-        return wire.priorities(zip(args.node_names, scores, strict=True))
+        scored = decide.prioritize(args.pod, args.node_names)
+        return wire.priorities(zip(args.node_names, scored.scores, strict=True))
 
     def do_explain(args: wire.ExtenderArgs) -> bytes:
-        request, found, scores, terms = score(args)
-        rows = explain_rows(cache, list(zip(args.node_names, found, strict=True)), scores, terms)
-        job = cache.job_context(args.pod)
-        return orjson.dumps(
-            {"request": explain_request(request), "job": explain_job(job), "nodes": rows}
-        )
+        return orjson.dumps(decide.explain(args.pod, args.node_names))
 
     decisions = {
         "/filter": ("filter", do_filter),
@@ -276,12 +232,6 @@ def create_app(
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     return app
-
-
-def _uid(pod: dict[str, Any]) -> str | None:
-    meta = pod.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, dict) else None
-    return uid if isinstance(uid, str) and uid else None
 
 
 def _unsynced(cache: ClusterCache) -> str:
@@ -337,60 +287,6 @@ class DecisionRoutes:
         raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": content})
-
-
-def explain_request(request: pl.PodRequest) -> dict[str, Any]:
-    return {
-        "containers": request.containers,
-        "initContainers": request.init,
-        "total": request.total,
-    }
-
-
-def explain_job(job: ja.JobContext | None) -> dict[str, Any] | None:
-    """What the extender knows of the pod's job: its bound peers and how many are left."""
-    if job is None:
-        return None
-    return {
-        "peerNodes": sorted(set(job.peer_nodes)),
-        "boundPeers": len(job.peer_nodes),
-        "remaining": job.remaining,
-    }
-
-
-def explain_rows(
-    cache: ClusterCache,
-    decided: list[tuple[str, pl.Verdict]],
-    scores: Sequence[int] | None = None,
-    terms: Sequence[float] | None = None,
-) -> list[dict[str, Any]]:
-    """One row per node, best first; with job-aware scoring, the composed score and the
-    fabric term beside the node-local score."""
-    final = list(scores) if scores is not None else [v.score for _, v in decided]
-    order = sorted(
-        range(len(decided)), key=lambda i: (not decided[i][1].fits, -final[i], decided[i][0])
-    )
-    rows: list[dict[str, Any]] = []
-    for i in order:
-        name, v = decided[i]
-        entry = cache.entry(name)
-        place = cache.locations.get(name)
-        row = {
-            "node": name,
-            "policy": f"{entry.state.policy}/{entry.state.scope}" if entry else "",
-            "fits": v.fits,
-            "unresolvable": v.unresolvable,
-            "score": final[i],
-            "nodeScore": v.score,
-            "alignment": v.alignment,
-            "detail": v.reason,
-            "unaccountedPods": list(entry.unaccounted) if entry else [],
-            "tiers": list(place.tiers) if place else [],
-        }
-        if terms is not None:
-            row["fabricTerm"] = round(terms[i], 3)
-        rows.append(row)
-    return rows
 
 
 def _state_dict(state: pl.NodeState) -> dict[str, Any]:

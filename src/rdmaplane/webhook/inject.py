@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from rdmaplane import nrt
+from rdmaplane import DOCTOR_IMAGE, nrt
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
 DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
@@ -33,6 +33,11 @@ MODES: Final = ("auto", "exclusive", "shared", "off")
 IPC_LOCK: Final = "IPC_LOCK"
 SHM_PATH: Final = "/dev/shm"
 DOCTOR_CONTAINER: Final = "rdmaplane-doctor"
+# deploy/webhook/webhook.yaml's namespaceSelector: namespaces opt in with this label, and these
+# are never sent to the webhook (tests/e2e/test_webhook.py holds `not_sent` to the real API
+# server with that file).
+OPT_IN_LABEL: Final = "rdmaplane.io/inject"
+EXEMPT_NAMESPACES: Final = ("kube-system", "rdmaplane")
 # hostPath mounts that hand a container every RDMA device past the device cgroup.
 _DEVICE_DIRS: Final = ("/dev", "/dev/infiniband")
 
@@ -71,7 +76,10 @@ class Notice:
 
 @dataclass(frozen=True)
 class Doctor:
-    image: str
+    """The init container's image and `rdmaplane` arguments (its command is `rdmaplane`,
+    whatever entry point the image has: the doctor image's is `rdmaplane doctor`)."""
+
+    image: str = DOCTOR_IMAGE
     args: tuple[str, ...] = ("doctor",)
 
 
@@ -244,6 +252,36 @@ def _gpu_containers(spec: Mapping[str, Json], gpu: str) -> Iterator[_Container]:
                 yield _Container(kind, i, body, gpus)
 
 
+# ------------------------------------------------------------------------------ who is sent
+
+
+def not_sent(pod: Mapping[str, Json], namespace: str, opted_in: bool, policy: Policy) -> str | None:
+    """Why the API server would not send `pod` to the webhook, by the deployed webhook
+    configuration's namespaceSelector and matchConditions; None when it would. `opted_in`:
+    the namespace carries `rdmaplane.io/inject=enabled`."""
+    if namespace in EXEMPT_NAMESPACES:
+        return f"namespace {namespace} is exempt (namespaceSelector)"
+    annotation = _map(_map(pod.get("metadata")).get("annotations")).get(MODE_ANNOTATION)
+    if annotation == "off":
+        return f"it is annotated {MODE_ANNOTATION}: off"
+    if not opted_in and annotation is None:
+        return (
+            f"namespace {namespace} has no {OPT_IN_LABEL}=enabled label and the pod no "
+            f"{MODE_ANNOTATION} annotation"
+        )
+    spec = _map(pod.get("spec"))
+    bodies = [_map(c) for kind in ("initContainers", "containers") for c in _list(spec.get(kind))]
+    resources = [_map(b.get("resources")) for b in bodies]
+    if any(policy.gpu in _map(r.get("limits")) for r in resources):
+        return None
+    if any(policy.gpu in _map(r.get("requests")) for r in resources):
+        return (
+            f"its {policy.gpu} is in requests only: the webhook is called for GPUs in limits "
+            "(and the API server refuses an extended resource without a limit)"
+        )
+    return f"no container asks for {policy.gpu} (limits)"
+
+
 # ------------------------------------------------------------------------------ the mutation
 
 
@@ -265,6 +303,7 @@ def mutate(pod: Mapping[str, Json], policy: Policy) -> Mutation:
         granted = _add_rdma(build, at, c, mode, cls, policy)
         if _size(granted, policy) > _size(rdma, policy):
             rdma = granted
+        result.warnings += _own_hca_list(c.body, granted, policy)
         if policy.ipc_lock:
             _add_ipc_lock(build, at, c.body)
         if policy.shm:
@@ -300,6 +339,36 @@ def _add_rdma(
     if policy.gpu in _map(resources.get("requests")):
         build.ensure((*at, "resources", "requests", name), amount)
     return {name: amount}
+
+
+def _own_hca_list(
+    body: Mapping[str, Json], granted: Mapping[str, str], policy: Policy
+) -> Iterator[str]:
+    """A container that sets NCCL_IB_HCA itself keeps it (the kubelet puts the container's
+    own variables after the device plugin's), so NCCL uses what it names, not the HCAs the
+    device plugin grants: right when meant, worth saying when it names fewer than granted."""
+    own = next(
+        (_map(e) for e in _list(body.get("env")) if _map(e).get("name") == "NCCL_IB_HCA"), None
+    )
+    if own is None:
+        return
+    name = str(body.get("name", ""))[:63]
+    value = own.get("value")
+    if not isinstance(value, str):
+        yield (
+            f"container {name} sets NCCL_IB_HCA itself (from a reference): it replaces the "
+            "device plugin's list of the HCAs granted"
+        )
+        return
+    entries = [e for e in value.lstrip("^=").split(",") if e.strip()]
+    hcas = int(granted.get(policy.hca, 0) or 0)
+    if not value.startswith("^") and hcas > len(entries):
+        yield (
+            f"container {name} sets NCCL_IB_HCA={value[:80]} ({len(entries)} HCA(s)) and is "
+            f"given {hcas} {policy.hca}: NCCL uses only those it names, and only if they are "
+            "among the granted ones; leave NCCL_IB_HCA to the device plugin, which sets it to "
+            "the HCAs granted"
+        )
 
 
 def _size(rdma: Mapping[str, str], policy: Policy) -> int:
@@ -442,6 +511,7 @@ def _add_doctor(
     container: dict[str, Json] = {
         "name": DOCTOR_CONTAINER,
         "image": doctor.image,
+        "command": ["rdmaplane"],
         "args": list(doctor.args),
         "resources": {"limits": limits},
         "securityContext": {

@@ -1,0 +1,156 @@
+"""The extender's answers, whoever asks: kube-scheduler over HTTP (`/filter`, then
+`/prioritize` with the nodes that passed), `/debug/explain` and `rdmaplane explain-placement`.
+
+An explanation is the two calls in that order, made by the same code, so it cannot disagree
+with what kube-scheduler is told: the same verdicts, and the same scores, fabric term included
+(the job-aware term depends on which nodes are candidates, and kube-scheduler only ever asks
+to prioritize the ones that passed the filter). No I/O: the cache is fed by its callers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from itertools import compress
+from operator import attrgetter, not_
+from typing import Any
+
+from rdmaplane.scheduler import jobaware as ja
+from rdmaplane.scheduler import placement as pl
+from rdmaplane.scheduler.cache import ClusterCache
+
+_FITS = attrgetter("fits")
+_REASON = attrgetter("reason")
+_UNRESOLVABLE = attrgetter("unresolvable")
+
+
+@dataclass(frozen=True, slots=True)
+class Filtered:
+    """A filter answer: the nodes that passed, the others by reason (reasons without the
+    wire prefix), and what it was decided from."""
+
+    request: pl.PodRequest
+    verdicts: Sequence[pl.Verdict]  # one per asked node, in order
+    passed: list[str]
+    failed: dict[str, str]
+    unresolvable: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """A prioritize answer: a score per asked node (0-10), and the fabric term behind each
+    when the pod's job has one."""
+
+    request: pl.PodRequest
+    verdicts: Sequence[pl.Verdict]
+    scores: list[int]
+    terms: list[float] | None
+
+
+class Decisions:
+    def __init__(self, cache: ClusterCache, weights: ja.FabricWeights) -> None:
+        self.cache = cache
+        self.weights = weights
+        # The last filter call's pod (by UID), the nodes it passed and their verdicts: the
+        # scheduler's prioritize call for that pod follows it with exactly those nodes, and is
+        # answered from the same view (as kube-scheduler scores on its cycle's snapshot).
+        self._last: tuple[str | None, list[str], pl.PodRequest | None, list[pl.Verdict]] = (
+            None,
+            [],
+            None,
+            [],
+        )
+
+    def filter(self, pod: Mapping[str, Any], names: list[str]) -> Filtered:
+        """Raises `placement.RequestError` for a pod whose request cannot be read."""
+        self._last = (None, [], None, [])
+        request = pl.pod_request(pod, self.cache.policy.names)
+        found = self.cache.verdicts(names, request)
+        fits = list(map(_FITS, found))
+        passed = list(compress(names, fits))
+        self._last = (_uid(pod), passed, request, list(compress(found, fits)))
+        failed: dict[str, str] = {}
+        unresolvable: dict[str, str] = {}
+        if len(passed) < len(names):  # C-level passes over the failures, no Python loop
+            bad = list(map(not_, fits))
+            bad_names, bad_verdicts = list(compress(names, bad)), list(compress(found, bad))
+            final = list(map(_UNRESOLVABLE, bad_verdicts))
+            for target, keep in ((unresolvable, final), (failed, list(map(not_, final)))):
+                reasons = map(_REASON, compress(bad_verdicts, keep))
+                target.update(zip(compress(bad_names, keep), reasons, strict=True))
+        return Filtered(request, found, passed, failed, unresolvable)
+
+    def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> Scored:
+        uid, passed, request, found = self._last
+        if request is None or uid is None or uid != _uid(pod) or passed != names:
+            request = pl.pod_request(pod, self.cache.policy.names)
+            found = list(self.cache.verdicts(names, request))
+        scores, terms = self.cache.job_scores(pod, names, request, found, self.weights)
+        return Scored(request, found, scores, terms)
+
+    def explain(self, pod: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+        """Filter `names`, prioritize those that passed: one row per node, best first."""
+        filtered = self.filter(pod, names)
+        scored = self.prioritize(pod, filtered.passed)
+        score = dict(zip(filtered.passed, scored.scores, strict=True))
+        term = dict(zip(filtered.passed, scored.terms or (), strict=False))
+        rows = [
+            _row(self.cache, name, verdict, score.get(name, 0), term.get(name))
+            for name, verdict in zip(names, filtered.verdicts, strict=True)
+        ]
+        rows.sort(key=lambda r: (not r["fits"], -r["score"], r["node"]))
+        job = self.cache.job_context(pod)
+        return {
+            "request": explain_request(filtered.request),
+            "job": explain_job(job),
+            "nodes": rows,
+        }
+
+
+def _uid(pod: Mapping[str, Any]) -> str | None:
+    meta = pod.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, Mapping) else None
+    return uid if isinstance(uid, str) and uid else None
+
+
+def explain_request(request: pl.PodRequest) -> dict[str, Any]:
+    return {
+        "containers": request.containers,
+        "initContainers": request.init,
+        "total": request.total,
+    }
+
+
+def explain_job(job: ja.JobContext | None) -> dict[str, Any] | None:
+    """What the extender knows of the pod's job: its bound peers and how many are left."""
+    if job is None:
+        return None
+    return {
+        "peerNodes": sorted(set(job.peer_nodes)),
+        "boundPeers": len(job.peer_nodes),
+        "remaining": job.remaining,
+    }
+
+
+def _row(
+    cache: ClusterCache, name: str, v: pl.Verdict, score: int, term: float | None
+) -> dict[str, Any]:
+    """A node's verdict and its score as /prioritize gives it (0 for a node that did not
+    pass: kube-scheduler never asks to score it), the node-local score and the fabric term."""
+    entry = cache.entry(name)
+    place = cache.locations.get(name)
+    row: dict[str, Any] = {
+        "node": name,
+        "policy": f"{entry.state.policy}/{entry.state.scope}" if entry else "",
+        "fits": v.fits,
+        "unresolvable": v.unresolvable,
+        "score": score,
+        "nodeScore": v.score,
+        "alignment": v.alignment,
+        "detail": v.reason,
+        "unaccountedPods": list(entry.unaccounted) if entry else [],
+        "tiers": list(place.tiers) if place else [],
+    }
+    if term is not None:
+        row["fabricTerm"] = round(term, 3)
+    return row
