@@ -345,9 +345,11 @@ def start_etcd(bin_dir: Path, workdir: Path) -> tuple[Process, str]:
     return process, client_url
 
 
-def start_apiserver(bin_dir: Path, workdir: Path, etcd_url: str) -> tuple[Process, KubeCluster]:
+def start_apiserver(
+    bin_dir: Path, workdir: Path, etcd_url: str, extra_args: Sequence[str] = ()
+) -> tuple[Process, KubeCluster]:
     """kube-apiserver with client-cert authentication, Node+RBAC authorization, an admin
-    kubeconfig, and the default admission plugins."""
+    kubeconfig, and the default admission plugins; `extra_args` added to its flags."""
     pki = Pki(workdir)
     service_ip = str(next(ipaddress.ip_network(SERVICE_CLUSTER_IP_RANGE).hosts()))
     serving_cert, serving_key = pki.issue(
@@ -384,6 +386,7 @@ def start_apiserver(bin_dir: Path, workdir: Path, etcd_url: str) -> tuple[Proces
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",  # the rdmaplane agent DaemonSet is privileged
             "--profiling=false",
+            *extra_args,
         ],
         workdir / "kube-apiserver.log",
     )
@@ -566,10 +569,10 @@ def launch_extender(
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-k8s.sh"
 
 
-def build_dir(flag: str) -> Path:
-    """The folder `scripts/build-k8s.sh FLAG` names (`--bin-dir`, `--kwok-bin-dir`); builds
-    nothing."""
-    found = subprocess.run([str(BUILD_SCRIPT), flag], capture_output=True, text=True, check=True)
+def build_dir(*flags: str) -> Path:
+    """The folder `scripts/build-k8s.sh FLAGS` names (`--bin-dir`, `--kwok-bin-dir`, `node
+    --bin-dir`); builds nothing."""
+    found = subprocess.run([str(BUILD_SCRIPT), *flags], capture_output=True, text=True, check=True)
     return Path(found.stdout.strip())
 
 
@@ -578,14 +581,14 @@ def missing_binaries(bin_dir: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def control_plane(bin_dir: Path) -> Iterator[KubeCluster]:
+def control_plane(bin_dir: Path, apiserver_args: Sequence[str] = ()) -> Iterator[KubeCluster]:
     """etcd + kube-apiserver in a temporary folder; both stopped and the folder removed on exit,
     whatever happened inside."""
     with contextlib.ExitStack() as stack:
         workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rdmaplane-e2e-")))
         etcd, etcd_url = start_etcd(bin_dir, workdir)
         stack.callback(etcd.stop)
-        apiserver, cluster = start_apiserver(bin_dir, workdir, etcd_url)
+        apiserver, cluster = start_apiserver(bin_dir, workdir, etcd_url, apiserver_args)
         stack.callback(apiserver.stop)
         with cluster.client() as client:
             client.create(ServiceAccount(metadata=ObjectMeta(name="default", namespace="default")))
