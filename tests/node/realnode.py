@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -184,7 +185,7 @@ class RealNode:
         self.holder: subprocess.Popen[bytes] | None = None
         self.containerd: Process | None = None
         self.kubelet: Process | None = None
-        self._kubelet_starts = 0
+        self.started_at = 0.0  # when the running kubelet started (wall clock, whole second)
 
     # --- the namespace
 
@@ -399,7 +400,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         if not kubeconfig.exists():
             made = self.cluster.kubeconfig_for(f"system:node:{self.name}", ["system:nodes"])
             shutil.copy(made, kubeconfig)
-        self._kubelet_starts += 1
         self.kubelet = self._in_namespace(
             self.bin_dir / "kubelet",
             [f"--config={config}", f"--kubeconfig={kubeconfig}", f"--node-ip={self.node_ip}",
@@ -408,8 +408,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         )  # fmt: skip
 
     def wait_ready(self, since: float | None = None, timeout: float = START_S) -> float:
-        """Until the Node is Ready (with a heartbeat after `since`, a wall-clock time): the
-        seconds it took."""
+        """Until the Node is Ready (with a heartbeat at or after `since`, wall-clock seconds):
+        the seconds it took."""
         start = time.monotonic()
         assert self.kubelet is not None
         kubelet = self.kubelet
@@ -447,14 +447,17 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 
     def restart_kubelet(self, settings: NodeSettings | None = None) -> float:
         """Stop the kubelet (its pods keep running) and start it again, with `settings` when
-        given; returns when the Node is Ready with a heartbeat of the new kubelet: seconds."""
+        given; returns when the Node is Ready in a status of the new kubelet: the seconds
+        since it started (`started_at`, a whole second of wall-clock time)."""
         if settings is not None:
             self.settings = settings
         assert self.kubelet is not None
         self.kubelet.stop()
-        since = time.time()
+        # Node heartbeats have whole seconds: one at or after the next second is the new one's
+        self.started_at = math.floor(time.time()) + 1.0
+        time.sleep(max(0.0, self.started_at - time.time()))
         self._start_kubelet()
-        return self.wait_ready(since=since - 1)
+        return self.wait_ready(since=self.started_at)
 
     def stop(self) -> None:
         """Stop everything by PID, remove its cgroups, the CNI bridge and the namespace; a
@@ -531,6 +534,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
                 else:
                     left.append(f"cgroup {group}")
         return left
+
+    def kubelet_log(self) -> str:
+        return (self.workdir / "logs" / "kubelet.log").read_text(errors="replace")
 
     def pods_running(self) -> list[str]:
         """The pod sandboxes containerd runs (their IDs)."""
