@@ -47,13 +47,14 @@ graphviz:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends graphviz >/dev/null; } || \
 	  { echo "Graphviz is needed for the tests: apt-get install graphviz" >&2; exit 1; }
 
-# The real node of tests/node runs containers with runc, and busybox-static is its images'
-# userland (Debian's packages, once: ~10 s, 12 MB; the rest of the node is built by
-# scripts/build-k8s.sh node).
+# The real node of tests/node runs containers with runc; busybox-static is its images' userland
+# and the verbs libraries go into the doctor's image (Debian's packages, once: ~15 s, 15 MB; the
+# rest of the node is built by scripts/build-k8s.sh node).
+NODE_PACKAGES := runc busybox-static libibverbs1 ibverbs-providers
 node-deps:
-	@command -v runc >/dev/null && test -x /bin/busybox || { apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends runc busybox-static >/dev/null; } || \
-	  { echo "The node tests need runc and busybox-static: apt-get install runc busybox-static" >&2; exit 1; }
+	@dpkg -s $(NODE_PACKAGES) >/dev/null 2>&1 || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_PACKAGES) >/dev/null; } || \
+	  { echo "The node tests need Debian's $(NODE_PACKAGES): apt-get install them" >&2; exit 1; }
 
 # Everything but the tiers that need Go-built upstream binaries or PyTorch: the quick loop.
 test-fast: lint typecheck graphviz

@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -54,7 +55,6 @@ from tests.node.realnode import (
     BUSYBOX,
     NODE_BINARIES,
     PYTHON,
-    RUNC,
     NodeError,
     RealNode,
     make_device_nodes,
@@ -63,6 +63,7 @@ from tests.node.realnode import (
 NODE_DIR = Path(__file__).resolve().parent
 REPO = NODE_DIR.parents[1]
 SAMPLE = "hgx-h100-roce"
+NODE_PACKAGES = ("runc", "busybox-static", *images.VERBS_PACKAGES)  # as `make node-deps`
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
@@ -83,12 +84,11 @@ def node_bin_dir() -> Path:
             f"(or {BUILD_SCRIPT.relative_to(REPO)} node), or leave the tier out with -m 'not node'",
             pytrace=False,
         )
-    absent = [tool for tool in (RUNC, str(images.BUSYBOX)) if not Path(tool).is_file()]
-    if absent or os.geteuid() != 0:
+    installed = subprocess.run(["dpkg", "-s", *NODE_PACKAGES], capture_output=True).returncode == 0
+    if not installed or os.geteuid() != 0:
         pytest.fail(
-            "the node tier runs as root with runc and busybox-static"
-            f" ({', '.join(absent) or 'not root'}): `make node-deps`, or leave the tier out with"
-            " -m 'not node'",
+            f"the node tier runs as root with Debian's {', '.join(NODE_PACKAGES)}: run"
+            " `make node-deps` (as root), or leave the tier out with -m 'not node'",
             pytrace=False,
         )
     return bin_dir

@@ -7,9 +7,12 @@ An image is one layer in a docker-archive tar (`manifest.json`, the config, the 
   image (`sleep` holds the pod's namespaces).
 - `python_image`: busybox plus this checkout's Python environment at the same paths as on the
   host: the interpreter and its standard library, the virtualenv with rdmaplane (editable, so its
-  `src/`) and the distributions it needs at run time (not the dev extras), and every shared
-  library those binaries load (from `ldd`). PyTorch (5 GB) is not in it: a training pod mounts
-  the host's site-packages read-only and puts it on PYTHONPATH (`HOST_SITE`).
+  `src/`) and the distributions it needs at run time (not the dev extras), the verbs libraries
+  the doctor loads (Debian's libibverbs1 and ibverbs-providers, as deploy/doctor/Dockerfile
+  installs them; `ldconfig` and its cache, through which `ctypes.util.find_library` finds
+  them), and every shared library those binaries load (from `ldd`). Its entrypoint is
+  `rdmaplane`. PyTorch (5 GB) is not in it: a training pod mounts the host's site-packages
+  read-only and puts it on PYTHONPATH (`HOST_SITE`).
 """
 
 from __future__ import annotations
@@ -155,7 +158,14 @@ def _info(path: str, kind: bytes, mode: int) -> tarfile.TarInfo:
     return info
 
 
-def write_image(layer: Layer, name: str, cmd: list[str], env: dict[str, str], out: Path) -> Image:
+def write_image(
+    layer: Layer,
+    name: str,
+    cmd: list[str],
+    env: dict[str, str],
+    out: Path,
+    entrypoint: list[str] | None = None,
+) -> Image:
     """A one-layer docker-archive tar of `layer` at `out`."""
     blob = out.with_suffix(".layer")
     digest = hashlib.sha256()
@@ -169,7 +179,11 @@ def write_image(layer: Layer, name: str, cmd: list[str], env: dict[str, str], ou
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Env": [f"{k}={v}" for k, v in env.items()], "Cmd": cmd},
+            "config": {
+                "Env": [f"{k}={v}" for k, v in env.items()],
+                "Cmd": cmd,
+                **({"Entrypoint": entrypoint} if entrypoint else {}),
+            },
             "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
         }
     ).encode()
@@ -267,18 +281,33 @@ def _elf_candidates(paths: Iterable[Path]) -> Iterator[Path]:
             yield path
 
 
+VERBS_PACKAGES = ("libibverbs1", "ibverbs-providers")
+LDCONFIG = (Path("/sbin/ldconfig"), Path("/etc/ld.so.cache"))
+
+
+def package_files(packages: Iterable[str]) -> list[Path]:
+    """The files Debian's packages installed, their documentation left out."""
+    listed = subprocess.run(
+        ["dpkg", "-L", *packages], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return [Path(f) for f in listed if Path(f).is_file() and not f.startswith("/usr/share/")]
+
+
 def python_image(name: str, out: Path, extra_library_roots: Iterable[Path] = ()) -> Image:
     """busybox plus this interpreter, its virtualenv with rdmaplane's run-time distributions,
-    and their shared libraries; `extra_library_roots` (e.g. torch's folder in the host's
-    site-packages) add their libraries' dependencies, not themselves."""
+    the verbs libraries, and their shared libraries; `extra_library_roots` (e.g. torch's folder
+    in the host's site-packages) add their libraries' dependencies, not themselves."""
     layer = Layer()
     _busybox(layer)
+    verbs = [*package_files(VERBS_PACKAGES), *LDCONFIG]
+    for path in verbs:
+        layer.host(path)
     base = Path(sys.base_prefix)
     executable = Path(os.path.realpath(sys.executable))
     stdlib = Path(sysconfig.get_paths(vars={"base": str(base)})["stdlib"])
     layer.host(executable)
     libpython = base / "lib" / str(sysconfig.get_config_var("INSTSONAME") or "")
-    binaries: list[Path] = [executable]
+    binaries: list[Path] = [executable, *_elf_candidates(verbs)]
     if libpython.is_file():
         layer.host(libpython)
         binaries.append(libpython)
@@ -304,7 +333,9 @@ def python_image(name: str, out: Path, extra_library_roots: Iterable[Path] = ())
         if not str(library).startswith(tuple(str(r) for r in extra_library_roots)):
             layer.host(library)
     env = {"PATH": f"{venv / 'bin'}:{PATH}", "PYTHONDONTWRITEBYTECODE": "1"}
-    return write_image(layer, name, [str(venv / "bin" / "python")], env, out)
+    return write_image(
+        layer, name, ["--help"], env, out, entrypoint=[str(venv / "bin" / "rdmaplane")]
+    )
 
 
 HOST_SITE = Path(sysconfig.get_paths()["purelib"])

@@ -18,7 +18,7 @@ from lightkube.resources.core_v1 import Node
 
 from rdmaplane.agent.allocation import PodDevices
 from rdmaplane.agent.inventory import gpu_ids
-from rdmaplane.agent.podresources import PodResourcesClient
+from rdmaplane.agent.podresources import PodResourcesClient, PodResourcesError
 from rdmaplane.discovery import read_node
 from rdmaplane.model import NodeTopology
 from tests.e2e.controlplane import Process
@@ -74,17 +74,35 @@ async def allocatable(kube: AsyncClient, node: str, resource: str) -> int:
     return int(((status.allocatable if status else None) or {}).get(resource, "0"))
 
 
+async def kubelet_allocatable(node: RealNode, resource: str) -> int | None:
+    """How many healthy devices of `resource` the kubelet's device manager has (PodResources
+    GetAllocatableResources); None while its socket does not answer."""
+    client = PodResourcesClient(node.kubelet_dir / "pod-resources" / "kubelet.sock", [resource])
+    try:
+        ids = (await client.allocations()).allocatable_ids(resource)
+    except PodResourcesError:
+        return None
+    finally:
+        await client.close()
+    return None if ids is None else len(ids)
+
+
 async def wait_allocatable(
-    kube: AsyncClient, node: str, want: Mapping[str, int], within: float = WAIT_S
+    kube: AsyncClient, node: RealNode, want: Mapping[str, int], within: float = WAIT_S
 ) -> float:
-    """Until the Node's allocatable has `want` of each resource: the seconds it took."""
+    """Until the kubelet's device manager and the Node's allocatable both have `want` of each
+    resource (the Node alone can be a status from before a plugin restarted): the seconds it
+    took."""
     start = time.monotonic()
     while True:
-        seen = {r: await allocatable(kube, node, r) for r in want}
-        if seen == dict(want):
+        seen = {r: (await kubelet_allocatable(node, r), await allocatable(kube, node.name, r))
+                for r in want}  # fmt: skip
+        if all(seen[r] == (n, n) for r, n in want.items()):
             return time.monotonic() - start
         if time.monotonic() - start > within:
-            raise AssertionError(f"allocatable {seen}, not {dict(want)}, after {within} s")
+            raise AssertionError(
+                f"(kubelet, Node) allocatable {seen}, not {dict(want)}, after {within} s"
+            )
         await asyncio.sleep(0.1)
 
 

@@ -97,7 +97,7 @@ async def test_a_pod_sees_exactly_its_hcas_on_the_gpus_numa_node(
     topo = topology(node_sample)
     with device_plugin(real_node, node_sample, EXCLUSIVE):
         async with gpu_plugin(real_node, node_sample):
-            await wait_allocatable(kube, real_node.name, {HCA: 9, GPU: 8})
+            await wait_allocatable(kube, real_node, {HCA: 9, GPU: 8})
             name = await pods.create(
                 kube,
                 node_namespace,
@@ -126,7 +126,7 @@ async def test_single_numa_node_admits_what_one_numa_node_holds_and_refuses_more
     which knows no NUMA, placed it)."""
     topo = topology(node_sample)
     with device_plugin(real_node, node_sample, EXCLUSIVE):
-        await wait_allocatable(kube, real_node.name, {HCA: 9})
+        await wait_allocatable(kube, real_node, {HCA: 9})
         five = await pods.create(
             kube, node_namespace, pods.pod_body("five", ["sleep", "3600"], limits={HCA: 5})
         )
@@ -155,7 +155,7 @@ async def test_a_shared_pools_pods_each_see_every_hca_of_the_pool(
         ]
     }  # fmt: skip
     with device_plugin(real_node, node_sample, config):
-        await wait_allocatable(kube, real_node.name, {SHARED: 4})
+        await wait_allocatable(kube, real_node, {SHARED: 4})
         names = [
             await pods.create(
                 kube, node_namespace, pods.pod_body(f"s{i}", ["sh", "-c", VIEW], limits={SHARED: 1})
@@ -179,7 +179,7 @@ async def test_with_cdi_containerd_applies_the_plugins_spec(
     topo = topology(node_sample)
     config = {**EXCLUSIVE, "cdi": {"enabled": True, "specDir": str(real_node.cdi_dir)}}
     with device_plugin(real_node, node_sample, config):
-        await wait_allocatable(kube, real_node.name, {HCA: 9})
+        await wait_allocatable(kube, real_node, {HCA: 9})
         name = await pods.create(
             kube, node_namespace, pods.pod_body("cdi", ["sh", "-c", VIEW], limits={HCA: 1})
         )

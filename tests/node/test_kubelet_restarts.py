@@ -19,9 +19,8 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane.agent.allocation import PodDevices
-from rdmaplane.agent.podresources import PodResourcesClient, PodResourcesError
 from tests.node import pods
-from tests.node.plugins import HCA, device_plugin, held, wait_allocatable
+from tests.node.plugins import HCA, device_plugin, held, kubelet_allocatable, wait_allocatable
 from tests.node.realnode import RealNode
 from tests.node.test_device_plugin import EXCLUSIVE
 
@@ -29,23 +28,12 @@ RESTARTS = 20
 
 
 async def kubelet_lists(node: RealNode, want: int, within: float = 60.0) -> float:
-    """Until the kubelet's device manager (PodResources GetAllocatableResources) lists `want`
-    HCAs: the seconds it took."""
+    """Until the kubelet's device manager lists `want` HCAs: the seconds it took."""
     start = time.monotonic()
-    client = PodResourcesClient(node.kubelet_dir / "pod-resources" / "kubelet.sock", [HCA])
-    try:
-        while True:
-            allocatable = None
-            try:
-                allocatable = (await client.allocations()).allocatable_ids(HCA)
-            except PodResourcesError:  # the new kubelet's socket is not up yet
-                await client.close()
-            if allocatable is not None and len(allocatable) == want:
-                return time.monotonic() - start
-            assert time.monotonic() - start < within, f"kubelet lists {allocatable}"
-            await asyncio.sleep(0.02)
-    finally:
-        await client.close()
+    while (seen := await kubelet_allocatable(node, HCA)) != want:
+        assert time.monotonic() - start < within, f"the kubelet lists {seen} HCAs"
+        await asyncio.sleep(0.02)
+    return time.monotonic() - start
 
 
 async def node_allocatable_since(kube: AsyncClient, node: str, since: float, want: int) -> float:
@@ -84,7 +72,7 @@ async def test_twenty_restarts_keep_registration_devices_and_running_pods(
     real_node: RealNode, node_sample: Path, kube: AsyncClient, node_namespace: str
 ) -> None:
     with device_plugin(real_node, node_sample, EXCLUSIVE) as plugin:
-        await wait_allocatable(kube, real_node.name, {HCA: 9})
+        await wait_allocatable(kube, real_node, {HCA: 9})
         holders = {}
         for name, count in (("hold-2", 2), ("hold-1", 1)):
             await pods.create(
@@ -124,4 +112,5 @@ async def test_twenty_restarts_keep_registration_devices_and_running_pods(
 
 
 def _spread(seconds: list[float]) -> str:
-    return f"median {statistics.median(seconds):.2f} s (min {min(seconds):.2f}, max {max(seconds):.2f})"
+    median = statistics.median(seconds)
+    return f"median {median:.2f} s (min {min(seconds):.2f}, max {max(seconds):.2f})"
