@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from kubelet_process import DeviceManagerRecords
 
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.config import AgentConfig, DevicePluginConfig
@@ -29,6 +28,7 @@ from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from tests.integration.kubelet_process import DeviceManagerRecords
 
 
 def device_nodes(sysfs: Path, root: Path) -> Path:
