@@ -38,6 +38,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from rdmaplane.discovery import samples
+from tests.e2e.conftest import _install_nrt_crd as install_nrt_crd
 from tests.e2e.conftest import k8s_bin_dir  # noqa: F401  (fixture)
 from tests.e2e.controlplane import (
     BUILD_SCRIPT,
@@ -179,6 +180,12 @@ def real_node(
     node.stop()
     changes = before.changes(hoststate.snapshot())
     assert not changes, "the node changed the host:\n" + "\n".join(changes)
+
+
+@pytest.fixture(scope="session")
+def node_nrt_crd(node_cluster: NodeCluster) -> None:
+    """The NodeResourceTopology CRD, which the agent publishes to."""
+    install_nrt_crd(node_cluster.cluster)
 
 
 @pytest.fixture

@@ -394,7 +394,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         return config
 
     def _start_kubelet(self) -> None:
-        config = self.workdir / "kubelet.yaml"
+        config = self.kubelet_dir / "config.yaml"  # where a node agent looks for it
         config.write_text(yaml.safe_dump(self.kubelet_config()))
         kubeconfig = self.workdir / "kubelet.kubeconfig"
         if not kubeconfig.exists():
