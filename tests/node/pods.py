@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -114,3 +115,19 @@ async def gone(kube: AsyncClient, namespace: str, name: str, within: float = WAI
 def env_lines(text: str) -> dict[str, str]:
     """`env` output as a mapping (lines without `=` are not env)."""
     return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+async def until(
+    check: Callable[[], Any], what: str, within: float = WAIT_S, every: float = 0.05
+) -> Any:
+    """`check()`'s first truthy result (awaited when it is a coroutine), polled every `every`
+    s; AssertionError naming `what` after `within` s."""
+    deadline = time.monotonic() + within
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"{what}: not within {within:.0f} s"
+        await asyncio.sleep(every)

@@ -14,9 +14,7 @@ site-packages) with its checkpoints in a hostPath folder. A port under the pod g
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
-import inspect
 import re
 import shutil
 import time
@@ -38,6 +36,7 @@ from tests.node import pods
 from tests.node.conftest import NodeCluster
 from tests.node.images import HOST_SITE
 from tests.node.plugins import HCA, held, wait_allocatable
+from tests.node.pods import until
 from tests.node.realnode import PYTHON, RealNode
 from tests.node.test_device_plugin import hcas_of, topology
 
@@ -49,7 +48,6 @@ NOTICE = "rdmaplane.io/fault"
 FAULT = FaultConfig.model_validate(
     {"fatalAfter": "1s", "clearAfter": "60s", "graceSeconds": "8s", "maxEvictionsPerMinute": 4}
 )
-CHAIN_S = 180.0  # generous: the machine is shared; the Job controller's own backoff is 10 s
 # times the notice's arrival in the file; leaves at SIGTERM (as PID 1 it has no default action)
 WATCH = (
     "trap 'exit 0' TERM;"
@@ -135,20 +133,6 @@ async def job_pods(kube: AsyncClient, namespace: str, job: str) -> list[Pod]:
     return sorted(found, key=lambda p: p.metadata.creationTimestamp)  # type: ignore[union-attr,return-value]
 
 
-async def until(check: Any, what: str, within: float = CHAIN_S, every: float = 0.05) -> Any:
-    """`check()`'s first truthy result (awaited when it is a coroutine), polled every `every`
-    s; AssertionError naming `what` after `within` s."""
-    deadline = time.monotonic() + within
-    while True:
-        result = check()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"{what}: not within {within:.0f} s"
-        await asyncio.sleep(every)
-
-
 def log_time(line: str) -> float:
     """The wall-clock time of a log line fetched with timestamps (RFC 3339, ns)."""
     stamp = line.split()[0]
@@ -194,12 +178,12 @@ async def test_a_port_down_restarts_the_job_from_its_checkpoint_on_healthy_hcas(
         refresh_s = log_time(seen) - annotated
         saved = await until(lambda: _logged(kube, node_namespace, name, "saved step"), "the save")
         step = int(re.search(r"saved step (\d+)", saved).group(1))  # type: ignore[union-attr]
-        ended = await pods.wait_phase(kube, node_namespace, name, ("Failed",), CHAIN_S)
+        ended = await pods.wait_phase(kube, node_namespace, name, ("Failed",))
         trainer = next(c for c in ended.status.containerStatuses if c.name == "trainer")  # type: ignore[union-attr]
         assert trainer.state.terminated.exitCode == 75  # type: ignore[union-attr]
 
         second = await until(lambda: _other(kube, node_namespace, name), "the replacement")
-        await pods.wait_phase(kube, node_namespace, second, ("Running",), CHAIN_S)
+        await pods.wait_phase(kube, node_namespace, second, ("Running",))
         resumed = await until(lambda: _logged(kube, node_namespace, second, "starting at step"),
                               "the replacement's start")  # fmt: skip
         replaced_at = time.time()
