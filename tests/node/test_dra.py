@@ -42,11 +42,15 @@ def driver(
     kubeconfig = install_driver_rbac(node_cluster.cluster)
     tree = Path(shutil.copytree(node_sample, tmp_path / "sys", symlinks=True))
     command = driver_command(real_node.workdir, tree, real_node.name, kubeconfig, "200ms")
-    with (real_node.workdir / "logs" / "dra-driver.log").open("ab") as log:
+    with (real_node.workdir / "logs" / "dra-driver.log").open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     yield process
     process.terminate()
     process.wait(15)
+
+
+def driver_log(node: RealNode) -> str:
+    return (node.workdir / "logs" / "dra-driver.log").read_text()
 
 
 async def our_slice_devices(kube: AsyncClient, node: str) -> dict[str, dict[str, Any]]:
@@ -63,6 +67,9 @@ async def test_the_kubelets_dra_manager_prepares_the_claim_and_the_pod_sees_its_
 ) -> None:  # fmt: skip
     await ensure_device_classes(kube)
     devices = await until(lambda: our_slice_devices(kube, real_node.name), "the driver's slice", 60)
+    # the slice is out before the kubelet's plugin watcher has registered the driver; a pod
+    # bound in between fails its first sync and waits the kubelet's backoff (~70 s seen here)
+    await until(lambda: "registered with the kubelet" in driver_log(real_node), "registration")
     claim = {"metadata": {"name": "nics"}, "spec": nics(2)}
     await kube.create(ResourceClaim.from_dict(claim), namespace=node_namespace)  # type: ignore[arg-type]
     body = pods.pod_body(
