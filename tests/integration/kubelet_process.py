@@ -255,6 +255,7 @@ class KubeletProcess:
         self.proc: asyncio.subprocess.Process | None = None
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.refused: list[dict[str, Any]] = []  # every Register refused, kept apart
+        self.accepted = 0  # registrations the stand-in accepted, all told
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> KubeletProcess:
@@ -285,6 +286,8 @@ class KubeletProcess:
             event = json.loads(line)
             if event["ev"] == "refused":
                 self.refused.append(event)
+            elif event["ev"] == "registered":
+                self.accepted += 1
             await self.events.put(event)
 
     async def next(self, ev: str, within: float, resource: str | None = None) -> dict[str, Any]:

@@ -59,6 +59,7 @@ from tests.node.realnode import (
     NodeError,
     RealNode,
     make_device_nodes,
+    running_node,
 )
 
 NODE_DIR = Path(__file__).resolve().parent
@@ -170,14 +171,14 @@ def real_node(
         node_images,
         client_ca=node_cluster.kubelet_client_ca,
     )
+    failure = None
     try:
-        node.start()
-    except (NodeError, StartError) as err:
-        with contextlib.suppress(NodeError):
-            node.stop()
-        pytest.fail(str(err), pytrace=False)
-    yield node
-    node.stop()
+        with running_node(node):
+            yield node
+    except (NodeError, StartError) as err:  # at its start or its end
+        failure = str(err)
+    if failure:
+        pytest.fail(failure, pytrace=False)
     changes = before.changes(hoststate.snapshot())
     assert not changes, "the node changed the host:\n" + "\n".join(changes)
 

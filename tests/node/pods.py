@@ -77,15 +77,6 @@ async def wait_phase(
         await asyncio.sleep(0.1)
 
 
-async def run(
-    kube: AsyncClient, namespace: str, body: Mapping[str, Any], within: float = WAIT_S
-) -> tuple[Pod, str]:
-    """Create the pod, wait until it ran to its end (Succeeded or Failed): it and its log."""
-    name = await create(kube, namespace, body)
-    pod = await wait_phase(kube, namespace, name, ("Succeeded", "Failed"), within)
-    return pod, await log(kube, namespace, name)
-
-
 async def log(
     kube: AsyncClient, namespace: str, name: str, container: str = "c", timestamps: bool = False
 ) -> str:

@@ -40,7 +40,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +49,12 @@ from lightkube import ApiError
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
-from tests.e2e.controlplane import DIE_WITH_PARENT, KubeCluster, Process, free_port, poll_until
+from tests.e2e.controlplane import DIE_WITH_PARENT, KubeCluster, Process, free_port
 from tests.node import hoststate
 
 NODE_NAME = "rdmaplane-node"  # the tier's node; another one needs a name of its own
 BUSYBOX = "rdmaplane.test/busybox:node"
 PYTHON = "rdmaplane.test/python:node"
-# each node's pods' bridge on the host (no address, no gateway) is rdpn<index>, its pods in
-# 10.222.<index>.0/24
 RUNC = "/usr/sbin/runc"
 NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "bridge", "host-local",
                  "loopback")  # fmt: skip
@@ -80,8 +78,6 @@ class NodeSettings:
 
     topology_policy: str = "best-effort"
     topology_scope: str = "container"
-    feature_gates: dict[str, bool] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # more KubeletConfiguration fields
 
 
 def host_address() -> str:
@@ -149,7 +145,9 @@ def _numa_tree(root: Path, nodes: int) -> None:
 
 class RealNode:
     """One node's files, its namespace and processes. `start()` once, `stop()` once (also after
-    a failed start); `restart_kubelet()` between them as often as a test likes."""
+    a failed start); `restart_kubelet()` between them as often as a test likes. Two nodes on
+    one host need their own `name` and `index` (the pods' bridge `rdpn<index>` on the host, no
+    address, no gateway; their addresses in 10.222.<index>.0/24)."""
 
     def __init__(
         self,
@@ -380,7 +378,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "authorization": {"mode": "AlwaysAllow"},
             "topologyManagerPolicy": s.topology_policy,
             "topologyManagerScope": s.topology_scope,
-            "featureGates": dict(s.feature_gates),
             # a shared disk's free space is not this test's business
             "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
                              "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
@@ -389,7 +386,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "failSwapOn": False,
             "serializeImagePulls": False,
             "shutdownGracePeriod": "0s",
-            **s.extra,
         }  # fmt: skip
         return config
 
@@ -538,10 +534,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     def kubelet_log(self) -> str:
         return (self.workdir / "logs" / "kubelet.log").read_text(errors="replace")
 
-    def pods_running(self) -> list[str]:
-        """The pod sandboxes containerd runs (their IDs)."""
-        return self.ctr("tasks", "list", "-q").split()
-
 
 @contextlib.contextmanager
 def running_node(node: RealNode) -> Iterator[RealNode]:
@@ -555,7 +547,3 @@ def running_node(node: RealNode) -> Iterator[RealNode]:
         yield node
     finally:
         node.stop()
-
-
-def wait_for(check: Any, timeout: float, what: str) -> None:
-    poll_until(check, timeout, what)
