@@ -214,6 +214,27 @@ async def test_waits_for_a_kubelet_that_is_not_there_yet(
             await kubelet.stop()
 
 
+async def test_a_kubelet_holding_a_stale_endpoint_is_asked_once(
+    sysfs: Path, dev_root: Path, kubelet_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A v1.37.2 kubelet that refused a second Register from our socket refuses every later one
+    until it restarts: the plugin asks once and says so (retrying every 0.2 s would only add
+    refusals); the next kubelet start registers."""
+    kubelet = KubeletStandIn(kubelet_dir)
+    plugin = make_plugin({}, kubelet_dir, dev_root)
+    kubelet.records.endpoints.add(str(plugin.servers[0].socket))  # what that refusal left
+    async with running(plugin, sysfs, kubelet):
+        await kubelet.wait_for(lambda: bool(kubelet.refusals), within=10)
+        await asyncio.sleep(10 * 0.2)  # ten of the plugin's retry intervals (max_backoff)
+        assert len(kubelet.registrations) == 1
+        assert kubelet.refusals == [f"device plugin already connected: {plugin.servers[0].socket}"]
+        assert "refuses every later one too, until it restarts: not retrying" in caplog.text
+        assert "rdmaplane.io/hca" not in kubelet.plugins
+        await kubelet.restart()
+        await kubelet.wait_for(lambda: device_count(kubelet) == 9)
+        assert len(kubelet.registrations) == 2 and len(kubelet.refusals) == 1
+
+
 async def test_allocate_returns_exactly_the_allocated_set(
     sysfs: Path, dev_root: Path, kubelet_dir: Path
 ) -> None:
