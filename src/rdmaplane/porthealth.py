@@ -55,6 +55,7 @@ HCA_GONE = "HcaGone"
 PORT_GONE = "PortGone"
 NO_NETDEV = "NoNetdev"
 GID_INDEX_LOST = "GidIndexLost"
+GONE = (HCA_GONE, PORT_GONE)
 
 
 # ----------------------------------------------------------------- per-port memory
@@ -266,13 +267,15 @@ def judge(
     topology: NodeTopology | None = None,
     gid_index: int | None = None,
 ) -> dict[PortKey, tuple[Symptom, ...]]:
-    """Each port's symptoms, in the table's order (none: an empty tuple)."""
+    """Each port's symptoms, in the table's order (none: an empty tuple). A port that is gone
+    has no other symptom."""
     out = {}
     for key in keys:
         view = PortView(key, observations.get(key), memory.get(key), topology, gid_index)
-        out[key] = tuple(
+        found = tuple(
             Symptom(rule.reason, text, rule.unhealthy, rule.fault)
             for rule in rules.rows
             if (text := rule.check(view)) is not None
         )
+        out[key] = tuple(s for s in found if s.reason in GONE) or found
     return out
