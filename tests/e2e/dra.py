@@ -295,10 +295,14 @@ def install_driver_rbac(cluster: KubeCluster) -> Path:
     return cluster.kubeconfig_for(DRIVER_USER)
 
 
+HEALTH_WINDOW = "5s"  # long enough to see a taint come, short enough to see it go
+
+
 def driver_command(workdir: Path, tree: Path, node: str, kubeconfig: Path, poll: str) -> list[str]:
     """`rdmaplane dra-driver` for `node` on `tree` (device nodes in workdir/dev, kubelet folder
     workdir/kubelet, CDI specs workdir/cdi), its config written to workdir/agent.yaml: fast
-    polls, JSON logs, metrics on a free port, the fault hysteresis off (taints at once)."""
+    polls, JSON logs, metrics on a free port, the fault hysteresis off (taints at once), a
+    short health window (`symbol_error` over 10 within it: the port is refused)."""
     config = {
         "apiVersion": "rdmaplane.io/v1alpha1",
         "kind": "AgentConfig",
@@ -311,6 +315,7 @@ def driver_command(workdir: Path, tree: Path, node: str, kubeconfig: Path, poll:
         "logFormat": "json",
         "fabric": {"lldp": "off"},
         "publish": {"backoffInitial": "200ms", "backoffMax": "2s"},
+        "health": {"window": HEALTH_WINDOW, "thresholds": {"symbol_error": 10}},
         "fault": {"fatalAfter": "0s", "clearAfter": "0s"},
         "dra": {"cdiDir": str(workdir / "cdi")},
     }
