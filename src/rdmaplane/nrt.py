@@ -6,7 +6,9 @@ A node's GPU/RDMA topology travels as an upstream-compatible `NodeResourceTopolo
 - top-level `attributes`: `topologyManagerPolicy`, `topologyManagerScope` (the kubelet's
   settings) and `rdmaplane.io/accounted-pods`, the sorted `namespace/name` list of pods whose
   devices were subtracted when `available` was computed; the scheduler subtracts any other bound
-  pod itself, so two pods decided in a row never both count on the same free devices.
+  pod itself, so two pods decided in a row never both count on the same free devices. For the
+  fleet audit (`rdmaplane.audit`): `rdmaplane.io/hca-firmware` (each HCA's firmware) and, when
+  a link trained short, `rdmaplane.io/pcie-downtrained`.
 - one zone per NUMA node (`node-<id>`, type `Node`, `costs` = NUMA distances) with
   `capacity/allocatable/available` of `nvidia.com/gpu`, `rdmaplane.io/hca` (exclusive HCAs) and
   `rdmaplane.io/hca-shared` (shared slots); a node whose NUMA is unknown publishes `node-0`.
@@ -44,6 +46,8 @@ HCA_SHARED = "rdmaplane.io/hca-shared"
 ATTR_POLICY = "topologyManagerPolicy"
 ATTR_SCOPE = "topologyManagerScope"
 ATTR_ACCOUNTED_PODS = "rdmaplane.io/accounted-pods"
+ATTR_HCA_FIRMWARE = "rdmaplane.io/hca-firmware"
+ATTR_PCIE_DOWNTRAINED = "rdmaplane.io/pcie-downtrained"
 ZONE_ATTR_SHARED_HCAS = "rdmaplane.io/shared-hcas"
 ZONE_ATTR_TIER0_SWITCH = "rdmaplane.io/tier-0-switch"
 ZONE_ATTR_RAIL = "rdmaplane.io/rail"

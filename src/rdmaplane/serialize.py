@@ -12,6 +12,8 @@ from typing import Any
 
 from rdmaplane.model import (
     MAX_NUMA_NODES,
+    MAX_PCIE_GTS,
+    MAX_PCIE_WIDTH,
     MAX_RATE_GBPS,
     SCHEMA,
     Gid,
@@ -25,6 +27,7 @@ from rdmaplane.model import (
     NodeTopology,
     NumaNode,
     PciDevice,
+    PcieLink,
     PhysState,
     Port,
     PortState,
@@ -66,6 +69,18 @@ def _pci(p: PciDevice) -> dict[str, Any]:
         "numa": p.numa,
         "driver": p.driver,
         "local_cpus": p.local_cpus,
+        "link": _link(p.link) if p.link else None,
+    }
+
+
+def _link(link: PcieLink) -> dict[str, Any]:
+    return {
+        "speed_gts": link.speed_gts,
+        "width": link.width,
+        "max_speed_gts": link.max_speed_gts,
+        "max_width": link.max_width,
+        "slot_speed_gts": link.slot_speed_gts,
+        "slot_width": link.slot_width,
     }
 
 
@@ -220,7 +235,26 @@ def _read_pci(r: _Fields, p: dict[str, Any], at: str) -> PciDevice:
         numa=r.numa(p, "numa", at),
         driver=r.opt_str(p, "driver", at),
         local_cpus=r.opt_str(p, "local_cpus", at),
+        link=_read_link(r, r.obj(p["link"], f"{at}.link"), f"{at}.link") if p.get("link") else None,
     )
+
+
+def _read_link(r: _Fields, d: dict[str, Any], at: str) -> PcieLink | None:
+    """A PCIe link; one with a speed or width no link has is a warning, left out."""
+    speeds = [r.opt_float(d, k, at) for k in ("speed_gts", "max_speed_gts", "slot_speed_gts")]
+    widths = [r.opt_int(d, k, at) for k in ("width", "max_width", "slot_width")]
+    for key, v in zip(("speed_gts", "max_speed_gts", "slot_speed_gts"), speeds, strict=True):
+        if v is not None and not 0 < v <= MAX_PCIE_GTS:
+            r.absurd(at, key, v, f"is no PCIe link speed (up to {MAX_PCIE_GTS:g} GT/s)")
+            return None
+    for key, w in zip(("width", "max_width", "slot_width"), widths, strict=True):
+        if w is not None and not 0 <= w <= MAX_PCIE_WIDTH:
+            r.absurd(at, key, w, f"is no PCIe link width (x0 to x{MAX_PCIE_WIDTH})")
+            return None
+    (speed, max_speed, slot_speed), (width, max_width, slot_width) = speeds, widths
+    if speed is None or max_speed is None or width is None or max_width is None:
+        raise DocumentError(f"{r.where}: {at}: needs speed_gts, width, max_speed_gts, max_width")
+    return PcieLink(speed, width, max_speed, max_width, slot_speed, slot_width)
 
 
 def _read_gpu(r: _Fields, g: dict[str, Any], at: str) -> Gpu:

@@ -11,10 +11,10 @@ NUMA node its topology names: so a slot is counted in every NUMA zone its pool s
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from rdmaplane import nrt
+from rdmaplane import audit, nrt
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.health import HcaHealth
 from rdmaplane.deviceplugin.settings import Pool
@@ -152,7 +152,8 @@ def nrt_object(
         shared_pool_hcas=pool,
         uplinks=uplinks,
     )
-    return nrt.to_object(topology)
+    fleet = tuple(nrt.Attribute(k, v) for k, v in audit.attributes(topo).items())
+    return nrt.to_object(replace(topology, attributes=topology.attributes + fleet))
 
 
 def _shared_pool(topo: NodeTopology, offered: Iterable[Offered]) -> list[tuple[int, str | None]]:

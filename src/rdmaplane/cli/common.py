@@ -248,3 +248,19 @@ def existing_dir(flag: str, path: str | Path) -> None:
     kubelet's root) are never created, so a wrong path is said at once."""
     if not str(path) or not Path(path).is_dir():  # Path("") is ".", the working directory
         fail(f"{flag} {str(path) or repr('')}: not a directory")
+
+
+def read_node_document(path: str) -> NodeTopology:
+    """A node document (`rdmaplane inspect -o json`); exit 2 when it cannot be read, 1 when
+    it has no RDMA device."""
+    from rdmaplane.documents import DocumentError, read_document
+    from rdmaplane.serialize import from_document
+
+    try:
+        topo = from_document(read_document(path), where=path)
+    except DocumentError as e:
+        fail(str(e))
+    say_warnings(topo)
+    if not topo.hcas:
+        fail(f"no RDMA device in node document {path}", code=1)
+    return topo

@@ -15,7 +15,7 @@ from rdmaplane.cli.common import (
     SysfsRootOption,
     fail,
     load_rdma_node,
-    say_warnings,
+    read_node_document,
 )
 from rdmaplane.gid import (
     ClusterAudit,
@@ -357,7 +357,7 @@ def audit_command(
     """Is one GID index right for every compute port of every node? Exit 1 when not (or when a
     node has no RDMA device), 2 on bad input."""
     policy = _policy(family, addr_range, roce_version)
-    nodes = [_read_node_document(f) for f in files or ()]
+    nodes = [read_node_document(f) for f in files or ()]
     nodes += [load_rdma_node(None, s, None) for s in snapshot or ()]
     nodes += [load_rdma_node(None, None, s) for s in sample or ()]
     if not nodes:
@@ -369,20 +369,6 @@ def audit_command(
         _print_audit(result)
     if not result.uniform:
         raise typer.Exit(1)
-
-
-def _read_node_document(path: str) -> NodeTopology:
-    from rdmaplane.documents import DocumentError, read_document
-    from rdmaplane.serialize import from_document
-
-    try:
-        topo = from_document(read_document(path), where=path)
-    except DocumentError as e:
-        fail(str(e))
-    say_warnings(topo)
-    if not topo.hcas:
-        fail(f"no RDMA device in node document {path}", code=1)
-    return topo
 
 
 def _print_audit(result: ClusterAudit) -> None:

@@ -243,8 +243,10 @@ class ClusterError(Exception):
         self.code = code
 
 
-def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
-    """NRTs, nodes and bound pods from the cluster, or `ClusterError`."""
+def list_cluster(
+    kubeconfig: Path, kinds: tuple[str, ...] = ("nrt", "node", "pod")
+) -> dict[str, list[dict[str, Any]]]:
+    """NRTs, nodes and bound pods from the cluster (those of `kinds`), or `ClusterError`."""
     import httpx2  # lightkube's transport: its errors are what an unreachable server raises
     from lightkube import ApiError, ConfigError, operators
     from lightkube.resources.core_v1 import Node, Pod
@@ -257,12 +259,16 @@ def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
     except ConfigError as exc:
         raise ClusterError(str(exc), 2) from None
     bound: dict[str, Any] = {"spec.nodeName": operators.not_equal("")}
+
+    def listed(kind: str) -> list[dict[str, Any]]:
+        if kind == "nrt":
+            return [as_dict(o) for o in client.list(NodeResourceTopology)]
+        if kind == "node":
+            return [as_dict(o) for o in client.list(Node)]
+        return [as_dict(o) for o in client.list(Pod, namespace="*", fields=bound)]
+
     try:
-        return {
-            "nrt": [as_dict(o) for o in client.list(NodeResourceTopology)],
-            "node": [as_dict(o) for o in client.list(Node)],
-            "pod": [as_dict(o) for o in client.list(Pod, namespace="*", fields=bound)],
-        }
+        return {kind: listed(kind) for kind in kinds}
     except ApiError as exc:
         raise ClusterError(f"the API server refused: {exc.status.message or exc}", 1) from None
     except (httpx2.HTTPError, OSError) as exc:
