@@ -10,22 +10,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import faults
+from rdmaplane import faults, kernellog
 from rdmaplane.agent.health import HealthState, reported_by_hca, reported_by_port, step
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.model import PhysState, PortObservation, PortState
+from rdmaplane.pcie import DOWNTRAINED
 from rdmaplane.porthealth import (
     ERRORS_RISING,
     HCA_GONE,
+    LINK_FLAPPING,
     PORT_GONE,
     PORT_RULES,
+    QUARANTINED,
+    CounterRise,
     FaultClass,
-    PortMemory,
     judge,
     remember,
     rule_table,
 )
 from rdmaplane.usability import PORT_DOWN
+from tests.health_memory import risen_memory
 
 UP = (PortState.ACTIVE, PhysState.LINK_UP)
 DOWN = (PortState.DOWN, PhysState.DISABLED)
@@ -94,9 +98,8 @@ def test_counter_rows_say_what_the_limits_say(thresholds, fatal, risen):
     """Over `thresholds[c]`: unhealthy (and degraded unless c has a fatal limit); over `fatal[c]`:
     fatal. Every symptom in the one wording, none twice."""
     rules = rule_table(300.0, thresholds, fatal)
-    increments = tuple((0.0, c, n) for c, n in risen.items() if n)
     (found,) = judge(
-        [KEY], rules, observations={KEY: obs()}, memory={KEY: PortMemory(0.0, {}, increments)}
+        [KEY], rules, observations={KEY: obs()}, memory={KEY: risen_memory(risen)}
     ).values()
     assert all(s.reason == ERRORS_RISING for s in found)
     assert len({s.text for s in found}) == len(found)
@@ -116,22 +119,47 @@ def test_counter_rows_say_what_the_limits_say(thresholds, fatal, risen):
 
 
 def test_the_default_table():
-    """The defaults, row by row: one row per counter (link_downed's two limits are one)."""
+    """The defaults, row by row: one row per counter and window (link_downed's two limits are
+    one, and so are symbol_error's hourly ones), then the flaps, the quarantine, the kernel's
+    events and the PCIe link; the memory keeps the hour the longest rows read."""
     rules = rule_table(
         300.0,
         {"link_downed": 0, "symbol_error": 100, "port_rcv_errors": 100},
         {"link_downed": 0},
+        hourly={"symbol_error": 120, "link_error_recovery": 300},
+        hourly_fatal={"symbol_error": 120},
+        flaps_per_hour=2,
     )
     counter_rows = [
-        (r.check.counter, r.check.limit, r.unhealthy, r.fault)
-        for r in rules.rows[len(PORT_RULES) :]
+        (c.counter, c.window_s, c.limit, r.unhealthy, r.fault)
+        for r in rules.rows
+        if isinstance(c := r.check, CounterRise)
     ]
     assert counter_rows == [
-        ("link_downed", 0, True, FaultClass.FATAL),
-        ("port_rcv_errors", 100, True, FaultClass.DEGRADED),
-        ("symbol_error", 100, True, FaultClass.DEGRADED),
+        ("link_downed", 300.0, 0, True, FaultClass.FATAL),
+        ("port_rcv_errors", 300.0, 100, True, FaultClass.DEGRADED),
+        ("symbol_error", 300.0, 100, True, FaultClass.DEGRADED),
+        ("link_error_recovery", 3600.0, 300, True, FaultClass.DEGRADED),
+        ("symbol_error", 3600.0, 120, True, FaultClass.FATAL),
+    ]
+    others = [(r.reason, r.unhealthy, r.fault) for r in rules.rows if r.reason != ERRORS_RISING]
+    assert others == [(r.reason, r.unhealthy, r.fault) for r in PORT_RULES] + [
+        (LINK_FLAPPING, True, FaultClass.FATAL),
+        (QUARANTINED, True, None),
+        (kernellog.FIRMWARE_FATAL, True, FaultClass.FATAL),
+        (kernellog.HEALTH_COMPROMISED, True, FaultClass.FATAL),
+        (kernellog.COMMAND_TIMEOUT, True, FaultClass.FATAL),
+        (kernellog.PCIE_SLOT_POWER, False, FaultClass.DEGRADED),
+        (DOWNTRAINED, False, FaultClass.DEGRADED),
     ]
     assert [r.fault for r in PORT_RULES] == [FaultClass.FATAL] * len(PORT_RULES)
+    assert rules.keep_s == 3600.0 and rule_table(300.0, {}, {}).keep_s == 300.0
+    assert rules.counters == [
+        "link_downed",
+        "link_error_recovery",
+        "port_rcv_errors",
+        "symbol_error",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +170,7 @@ def hgx():
 def test_a_gone_hca_or_port_is_all_that_is_said(hgx):
     rules = rule_table(300.0, {"symbol_error": 0}, {})
     keys = [("mlx5_99", 1), ("mlx5_0", 7), ("mlx5_0", 1)]
-    memory = {k: PortMemory(0.0, {}, ((0.0, "symbol_error", 5),)) for k in keys}
+    memory = {k: risen_memory({"symbol_error": 5}, k) for k in keys}
     found = judge(keys, rules, observations={}, memory=memory, topology=hgx, gid_index=3)
     assert [(s.reason, s.text) for s in found[("mlx5_99", 1)]] == [(HCA_GONE, "mlx5_99 is gone")]
     assert [s.reason for s in found[("mlx5_0", 7)]] == [PORT_GONE]
