@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from rdmaplane import faults as F
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.model import PhysState, PortObservation, PortState
-from rdmaplane.porthealth import FaultClass, PortMemory, judge, rule_table
+from rdmaplane.porthealth import FaultClass, judge, rule_table
+from tests.health_memory import risen_memory
 
 RULES = F.FaultRules(fatal_after_s=5.0, clear_after_s=60.0)
 WINDOW_S = 300.0
@@ -46,10 +47,7 @@ def run(polls, rules=RULES):
 def symptoms(topo, watched, observations, risen, gid_index):
     """The fault classes' view of the watched ports, their counters having risen by `risen`
     (port → counter → increments) within the window."""
-    memory = {
-        key: PortMemory(0.0, {}, tuple((0.0, c, n) for c, n in sorted(counts.items())))
-        for key, counts in risen.items()
-    }
+    memory = {key: risen_memory(counts, key) for key, counts in risen.items()}
     found = judge(
         [(hca, n) for hca, numbers in watched.items() for n in numbers],
         SYMPTOM_RULES,

@@ -42,6 +42,11 @@ CORE = [
     "rdmaplane.dra.devices",
     "rdmaplane.dra.slices",
     "rdmaplane.dra.claims",
+    "rdmaplane.breaker",
+    "rdmaplane.repeat",
+    "rdmaplane.kernellog",
+    "rdmaplane.pcie",
+    "rdmaplane.audit",
 ]
 SERVICES = ["agent", "scheduler", "doctor", "webhook"]
 IO_MODULES = {

@@ -11,7 +11,13 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from rdmaplane.config.base import Kind, Seconds, Section
 from rdmaplane.config.dra import DraConfig
-from rdmaplane.counters import DEFAULT_FATAL_THRESHOLDS, DEFAULT_THRESHOLDS, KNOWN_COUNTERS
+from rdmaplane.counters import (
+    DEFAULT_FATAL_THRESHOLDS,
+    DEFAULT_HOURLY_FATAL_THRESHOLDS,
+    DEFAULT_HOURLY_THRESHOLDS,
+    DEFAULT_THRESHOLDS,
+    KNOWN_COUNTERS,
+)
 from rdmaplane.discovery.lldp import DEFAULT_COMMAND as DEFAULT_LLDP_COMMAND
 from rdmaplane.fabric import DEFAULT_TIER_LABELS
 
@@ -47,6 +53,61 @@ class HealthConfig(Section):
         default_factory=lambda: dict(DEFAULT_THRESHOLDS),
         description="counter file → increments tolerated within the window (more: Unhealthy)",
     )
+    hourly_thresholds: CounterLimits = Field(
+        default_factory=lambda: dict(DEFAULT_HOURLY_THRESHOLDS),
+        description="counter file → increments tolerated within an hour (more: Unhealthy)",
+    )
+    flaps_per_hour: int | None = Field(
+        default=2, ge=0, description="more link falls within an hour: Unhealthy and fatal"
+    )
+    kernel_log: Path | None = Field(
+        default=None,
+        description="mlx5 health events from /dev/kmsg or a syslog file; null: not read",
+    )
+
+
+class BreakerConfig(Section):
+    """The blast-radius breaker: one budget in the API server (a Lease) for every agent's
+    evictions and taints, closed while a fault looks wider than a node."""
+
+    mode: Literal["enforce", "observe", "off"] = Field(
+        default="enforce",
+        description="observe: take tokens and judge, never hold; off: no budget",
+    )
+    max_nodes_per_minute: int = Field(
+        default=10, ge=0, description="nodes acting on faults cluster-wide in any minute"
+    )
+    max_faulty_share: float = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="no action while more of a fabric domain's or the cluster's nodes are faulty",
+    )
+    min_faulty_nodes: int = Field(
+        default=3, ge=1, description="fewer faulty nodes never open the breaker"
+    )
+    window_s: Seconds = Field(
+        default=600.0,
+        gt=0,
+        description="a node counts as faulty this long after its fault began (a storm's span)",
+    )
+    domain_tier: int = Field(
+        default=0, ge=0, description="the fabric tier whose switches are the domains (0: leaf)"
+    )
+    lease: str = Field(default="rdmaplane-fault-budget", description="the budget's Lease")
+    namespace: str = Field(default="rdmaplane", description="the Lease's namespace")
+
+
+class RepeatConfig(Section):
+    """Repeat offenders: a port that faulted `count` times within `window` stays out of
+    service until an operator clears it (the count lives on the Node, not in memory)."""
+
+    count: int = Field(default=3, ge=1, description="fatal faults of one port within the window")
+    window_s: Seconds = Field(default=86400.0, gt=0, description="... this window")
+    taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = Field(
+        default="NoSchedule",
+        description="rdmaplane.io/rdma-quarantine on the node meanwhile; null: the plugin only",
+    )
 
 
 class FaultConfig(Section):
@@ -74,12 +135,24 @@ class FaultConfig(Section):
         default_factory=lambda: dict(DEFAULT_FATAL_THRESHOLDS),
         description="counter → increments within health.window that are fatal (others: degraded)",
     )
+    hourly_fatal_thresholds: CounterLimits = Field(
+        default_factory=lambda: dict(DEFAULT_HOURLY_FATAL_THRESHOLDS),
+        description="counter → increments within an hour that are fatal",
+    )
     taint_effect: Literal["NoExecute", "NoSchedule", "PreferNoSchedule"] | None = Field(
         default="NoExecute",
         description="rdmaplane.io/rdma-unhealthy when every compute HCA is fatal; null: never",
     )
     degraded_taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = Field(
         default=None, description="the same taint when every compute HCA is at least degraded"
+    )
+    breaker: BreakerConfig = Field(
+        default_factory=lambda: BreakerConfig(),
+        description="the fleet's budget for acting on faults (docs/faults.md)",
+    )
+    repeat: RepeatConfig = Field(
+        default_factory=lambda: RepeatConfig(),
+        description="ports that keep failing stay out of service (docs/faults.md)",
     )
 
 
@@ -161,6 +234,9 @@ class AgentConfig(Kind):
     )
     poll_interval_s: Seconds = Field(
         default=5.0, gt=0, description="cheap change detection + health counters"
+    )
+    state_poll_interval_s: Seconds | None = Field(
+        default=1.0, gt=0, description="port states alone, between polls; null: off"
     )
     rediscover_interval_s: Seconds = Field(
         default=600.0, gt=0, description="full discovery even when nothing seemed to change"

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lightkube import AsyncClient, Client, ConfigError, KubeConfig
+import httpx2  # lightkube's transport; its errors are what an unreachable server raises
+from lightkube import ApiError, AsyncClient, Client, ConfigError, KubeConfig
 
 from rdmaplane.documents import DocumentError, expect_mapping, read_document
 
 FIELD_MANAGER = "rdmaplane"
+# What one request to the API server may raise: a refusal, or the server out of reach.
+API_ERRORS = (ApiError, httpx2.HTTPError, OSError, TimeoutError)
 
 
 def load_config(kubeconfig: Path | None = None) -> KubeConfig:
