@@ -176,10 +176,10 @@ def scheme_of(
 
 @dataclass(frozen=True, slots=True)
 class Switch:
-    name: str
-    tier: int
+    name: str = field(metadata={"min_length": 1})
+    tier: int = field(metadata={"ge": 0, "lt": MAX_TIERS})
     parent: str | None = None
-    rail: int | None = None
+    rail: int | None = field(default=None, metadata={"ge": 0})
     group: str | None = None
 
 
@@ -187,12 +187,12 @@ class Switch:
 class Link:
     """A cable: a node's HCA port (or the whole node, `hca` "") into a tier-0 switch port."""
 
-    node: str
-    switch: str
+    node: str = field(metadata={"min_length": 1})
+    switch: str = field(metadata={"min_length": 1})
     hca: str = ""
-    port: int = 1
+    port: int = field(default=1, metadata={"ge": 1})
     switch_port: str = ""
-    rail: int | None = None
+    rail: int | None = field(default=None, metadata={"ge": 0})
 
 
 @dataclass(frozen=True)

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from rdmaplane.gid import AF_INET, GidPolicy, NodeGidPlan, plan_node
 from rdmaplane.model import Hca, LinkLayer, NetdevKind, NodeTopology, Port
 from rdmaplane.selectors import natural_key
+from rdmaplane.setting import setting
 from rdmaplane.untrusted import FieldError
 
 AUTO_GID_SINCE = (2, 21)  # NCCL_IB_GID_INDEX defaults to -1 (automatic) from 2.21 on
@@ -55,13 +56,17 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class NcclSettings:
-    """What the environment plan is for: GID policy, target NCCL, and optional knobs."""
+    """What the environment plan is for: optional knobs, GID policy and target NCCL (a pool's
+    `nccl` section in a DevicePluginConfig, a claim's RdmaDeviceConfig)."""
 
-    gid_policy: GidPolicy = field(default_factory=GidPolicy)
-    nccl_version: str | None = None  # target, e.g. "2.18"; None = 2.21 or later
-    socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME verbatim, e.g. "=eth0" or "^docker"
-    ib_tc: int | None = None  # NCCL_IB_TC, 0–255
-    ib_sl: int | None = None  # NCCL_IB_SL, 0–15
+    # NCCL_SOCKET_IFNAME verbatim, e.g. "=eth0" or "^docker"
+    socket_ifname: str | None = setting(None, "NCCL_SOCKET_IFNAME, verbatim")
+    ib_tc: int | None = setting(None, "NCCL_IB_TC (0-255)", key="trafficClass", ge=0, le=255)
+    ib_sl: int | None = setting(None, "NCCL_IB_SL (0-15)", key="serviceLevel", ge=0, le=15)
+    gid_policy: GidPolicy = setting(factory=GidPolicy, doc="GID selection", key="gid")
+    nccl_version: str | None = setting(  # target, e.g. "2.18"; None = 2.21 or later
+        None, "the NCCL the pods run; before 2.21 the GID index must be one number"
+    )
 
     def __post_init__(self) -> None:
         if self.nccl_version is not None:

@@ -28,7 +28,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
-from typing import Any
+from typing import Any, Literal, get_args
 
 from rdmaplane import model
 from rdmaplane.selectors import compute_ports
@@ -53,8 +53,11 @@ ZONE_NUMA = "Node"
 ZONE_PCIE_ROOT = "PCIeRoot"
 ZONE_HCA = "HCA"
 
-POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
-SCOPES = ("container", "pod")
+# The kubelet's Topology Manager policies and scopes, as the NRT attributes name them.
+TopologyPolicy = Literal["none", "best-effort", "restricted", "single-numa-node"]
+TopologyScope = Literal["container", "pod"]
+POLICIES: tuple[str, ...] = get_args(TopologyPolicy)
+SCOPES: tuple[str, ...] = get_args(TopologyScope)
 
 LABEL_RDMA = "rdmaplane.io/rdma"
 LABEL_LINK_LAYER = "rdmaplane.io/link-layer"

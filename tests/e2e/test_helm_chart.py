@@ -20,14 +20,11 @@ from lightkube import Client, codecs
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
-from rdmaplane.config import (
-    AgentConfig,
-    DevicePluginConfig,
-    Kind,
-    SchedulerExtenderConfig,
-    WebhookConfig,
-    parse,
-)
+from rdmaplane.config import Kind, parse
+from rdmaplane.config.agent import AGENT_CONFIG
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
+from rdmaplane.config.webhook import WEBHOOK_CONFIG
 from tests.e2e.controlplane import KubeCluster, poll_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,11 +60,11 @@ create_namespaced_resource("monitoring.coreos.com", "v1", "PodMonitor", "podmoni
 
 
 # ConfigMap keys that hold rdmaplane configs: compared as the components load them.
-CONFIG_KINDS: dict[str, type[Kind]] = {
-    "agent.yaml": AgentConfig,
-    "device-plugin.yaml": DevicePluginConfig,
-    "config.yaml": SchedulerExtenderConfig,
-    "webhook.yaml": WebhookConfig,
+CONFIG_KINDS: dict[str, Kind[Any]] = {
+    "agent.yaml": AGENT_CONFIG,
+    "device-plugin.yaml": DEVICE_PLUGIN_CONFIG,
+    "config.yaml": SCHEDULER_EXTENDER_CONFIG,
+    "webhook.yaml": WEBHOOK_CONFIG,
 }
 
 

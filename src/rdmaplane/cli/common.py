@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     console: Console  # stdout
     err_console: Console  # stderr
 
-K = TypeVar("K", bound="Kind")
+T = TypeVar("T")
 
 
 def _console(stderr: bool = False) -> Console:
@@ -231,10 +231,10 @@ def start_logging(fmt: str | None, verbose: bool, level: str = "INFO") -> None:
     logs.configure(*log_options(fmt, verbose, level))
 
 
-def config_file(path: str | Path | None, kind: type[K], **overrides: object) -> K:
+def config_file(path: str | Path | None, kind: Kind[T], **overrides: object) -> T:
     """A config file of `kind` (None: its defaults) with flags on top; exit 2 naming the file
-    and the key when it cannot be used (the config models load only for the commands that
-    read one)."""
+    and the key when it cannot be used (the validator loads only for the commands that read
+    a file)."""
     from rdmaplane.config import ConfigError, load
 
     try:

@@ -64,7 +64,7 @@ def scheduler_extender(
     import uvicorn
     from lightkube import ConfigError as KubeConfigError
 
-    from rdmaplane.config import SchedulerExtenderConfig
+    from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
     from rdmaplane.kube import load_config
     from rdmaplane.scheduler.app import create_app
     from rdmaplane.scheduler.cache import ClusterCache
@@ -72,14 +72,14 @@ def scheduler_extender(
     from rdmaplane.scheduler.serving import server_config
     from rdmaplane.scheduler.watch import make_client, watch_all
 
-    cfg = config_file(config, SchedulerExtenderConfig)
+    cfg = config_file(config, SCHEDULER_EXTENDER_CONFIG)
     tls = _tls_options(tls_cert_file, tls_key_file)
     try:
         load_config(kubeconfig)  # none outside a pod: say so now, not in every watch retry
     except KubeConfigError as exc:
         fail(str(exc))
     start_logging(log_format, verbose)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
+    cache = ClusterCache.configured(cfg)
     application = create_app(
         cache, cfg, lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted)
     )
@@ -151,13 +151,13 @@ def explain_placement(
     included), as kube-scheduler calls them. Put FILE first: --nrt/--nodes/--pods take every
     file that follows them. Exit 1 when a pod fits nowhere (or the cluster cannot be read), 2
     on bad input."""
-    from rdmaplane.config import SchedulerExtenderConfig
+    from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
     from rdmaplane.scheduler import placement as pl
     from rdmaplane.scheduler.cache import ClusterCache
     from rdmaplane.scheduler.decisions import Decisions
 
-    cfg = config_file(config, SchedulerExtenderConfig)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
+    cfg = config_file(config, SCHEDULER_EXTENDER_CONFIG)
+    cache = ClusterCache.configured(cfg)
     templates = _pod_templates(pod)
     for label, candidate in templates:  # a pod that cannot be read: said before the nodes are
         try:
@@ -180,7 +180,7 @@ def explain_placement(
     for kind, objs in listed.items():
         cache.replace(kind, objs)
     names = sorted({_name(o) for objs in (listed["nrt"], listed["node"]) for o in objs})
-    decide = Decisions(cache, cfg.fabric.weights())
+    decide = Decisions(cache, cfg.fabric)
     explained = [{"pod": label, **decide.explain(c, names)} for label, c in templates]
     if output is Output.json:
         typer.echo(json.dumps(explained[0] if len(explained) == 1 else explained, indent=2))

@@ -49,11 +49,11 @@ def webhook(
     /dev/shm and the fault-notice volume."""
     from lightkube import ConfigError as KubeConfigError
 
-    from rdmaplane.config import WebhookConfig
+    from rdmaplane.config.webhook import WEBHOOK_CONFIG
     from rdmaplane.kube import load_config
     from rdmaplane.webhook.service import serve
 
-    cfg = config_file(config, WebhookConfig)
+    cfg = config_file(config, WEBHOOK_CONFIG)
     if not cfg.tls.from_files:  # its own certificate: it needs the API server
         try:
             load_config(kubeconfig)  # none outside a pod: say so now, not in every retry
@@ -109,13 +109,12 @@ def inject_command(
     why. Exit 1 when the webhook would refuse a pod."""
     import copy
 
-    from rdmaplane.config import WebhookConfig
+    from rdmaplane.config.webhook import WEBHOOK_CONFIG
     from rdmaplane.documents import DocumentError, manifest_objects, read_documents
     from rdmaplane.webhook.inject import PodError, mutate, not_sent
     from rdmaplane.workloads import label, manifest_templates
 
-    cfg = config_file(config, WebhookConfig)
-    policy = cfg.policy()
+    policy = config_file(config, WEBHOOK_CONFIG)
     try:
         docs = copy.deepcopy(read_documents(file))
         templates = manifest_templates(manifest_objects(docs, str(file)), str(file))
