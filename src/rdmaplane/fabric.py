@@ -25,6 +25,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rdmaplane.errors import InputError
+
 API_VERSION = "rdmaplane.io/v1alpha1"
 KIND = "Fabric"
 
@@ -53,7 +55,7 @@ _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 
 
-class FabricError(ValueError):
+class FabricError(InputError):
     """A fabric description that cannot be right; the message names where and what."""
 
 

@@ -10,9 +10,9 @@ Pure. The rules, and the NCCL behaviour behind each (NCCL's `env.rst` and `net_i
   (NCCL takes one number for all HCAs). Otherwise the address-based selection NCCL ≥ 2.21 does
   on its own, steered by `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_ADDR_FAMILY` (`AF_INET` or
   `AF_INET6`) and `NCCL_IB_ADDR_RANGE` when a CIDR is set. Older NCCL defaults to index 0, so a
-  target older than 2.21 without one common index is a `PlanError`.
+  target older than 2.21 without one common index is a `NcclPlanError`.
 - InfiniBand-only sets get nothing GID-related (NCCL uses index 0 on IB ports).
-- A set mixing InfiniBand and RoCE ports is a `PlanError`: NCCL cannot use them as one (the
+- A set mixing InfiniBand and RoCE ports is a `NcclPlanError`: NCCL cannot use them as one (the
   doctor's `nccl-env` check and its NCCL log rule `mixed-link-layers` say the same).
 - `NCCL_SOCKET_IFNAME` (the bootstrap / out-of-band interface) when known; `NCCL_IB_TC` and
   `NCCL_IB_SL` when configured; `UCX_NET_DEVICES=mlx5_0:1,…` (UCX names devices `hca:port`).
@@ -34,6 +34,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rdmaplane.errors import RdmaplaneError
 from rdmaplane.gid import AF_INET, GidPolicy, NodeGidPlan, plan_node
 from rdmaplane.model import Hca, LinkLayer, NetdevKind, NodeTopology, Port
 from rdmaplane.selectors import natural_key
@@ -49,7 +50,7 @@ _VIRTUAL_PREFIXES = (
 )  # fmt: skip
 
 
-class PlanError(ValueError):
+class NcclPlanError(RdmaplaneError):
     """No environment can be given for this set, and why (e.g. NCCL < 2.21 with GID indexes
     that differ between ports)."""
 
@@ -97,20 +98,20 @@ def nccl_env(
     ports: Sequence[tuple[Hca, Port]],
     settings: NcclSettings = NcclSettings(),
 ) -> dict[str, str]:
-    """The environment for exactly these ports (see the module docstring); PlanError if none
+    """The environment for exactly these ports (see the module docstring); NcclPlanError if none
     can be right."""
     if not ports:
-        raise PlanError("no HCA ports given: nothing to point NCCL at")
+        raise NcclPlanError("no HCA ports given: nothing to point NCCL at")
     for hca, _ in ports:
         if _NAME_BREAKERS.search(hca.name):
-            raise PlanError(f"HCA name {hca.name!r} cannot be written into NCCL_IB_HCA")
+            raise NcclPlanError(f"HCA name {hca.name!r} cannot be written into NCCL_IB_HCA")
     mix = link_layer_mix(ports)
     if mix is not None:
-        raise PlanError(mix)
+        raise NcclPlanError(mix)
     try:
         plan = plan_node(topo, ports, settings.gid_policy)
     except ValueError as e:
-        raise PlanError(str(e)) from e
+        raise NcclPlanError(str(e)) from e
     devices = ",".join(c.name for c in plan.choices)
     env = {"NCCL_IB_HCA": f"={devices}"}
     env.update(_gid_env(plan, settings))
@@ -165,10 +166,10 @@ def _gid_env(plan: NodeGidPlan, settings: NcclSettings) -> dict[str, str]:
     broken = [c for c in plan.divergent if c.index is None]
     if broken:
         why = "; ".join(f"{c.name}: {c.reason}" for c in broken)
-        raise PlanError(f"no usable GID on {why}; leave these ports out of the set")
+        raise NcclPlanError(f"no usable GID on {why}; leave these ports out of the set")
     if not settings.auto_gid:
         why = ", ".join(f"{c.name} → {c.index}" for c in plan.roce_choices)
-        raise PlanError(
+        raise NcclPlanError(
             f"NCCL {settings.nccl_version} needs one NCCL_IB_GID_INDEX for all HCAs, but the "
             f"GID indexes differ ({why}); use NCCL ≥ 2.21 or give the ports the same GID layout"
         )

@@ -31,6 +31,7 @@ from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal, get_args
 
 from rdmaplane import model
+from rdmaplane.errors import InputError
 from rdmaplane.selectors import compute_ports
 
 API_VERSION = "topology.node.k8s.io/v1alpha2"
@@ -76,7 +77,7 @@ _LEGACY_POLICIES = {
 }
 
 
-class NrtError(ValueError):
+class NrtError(InputError):
     """A malformed NodeResourceTopology object; the message names the bad field."""
 
 

@@ -16,7 +16,6 @@ import typer
 from rdmaplane.cli.common import (
     LogFormatOption,
     VerboseOption,
-    config_file,
     existing_dir,
     fail,
     start_logging,
@@ -142,9 +141,10 @@ def configured(
 ) -> AgentSettings:
     """The AgentConfig of the file (or the defaults) with the flags that were given on top."""
     # the agent's stack (gRPC, lightkube, prometheus) loads only when the command runs
+    from rdmaplane.config import load
     from rdmaplane.config.agent import AGENT_CONFIG
 
-    return config_file(
+    return load(
         config,
         AGENT_CONFIG,
         node_name=node_name,
@@ -161,29 +161,24 @@ def configured(
 def serve(cfg: AgentSettings, verbose: bool, source: Path | None) -> None:
     """Run the agent as `cfg` (read from `source`) says: with the device plugin, the DRA
     driver, or neither."""
-    from lightkube import ConfigError as KubeConfigError
-
     from rdmaplane.agent.podresources import PodResourcesClient
     from rdmaplane.agent.service import Agent
+    from rdmaplane.config import load
     from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
     from rdmaplane.dra.driver import DraDriver
     from rdmaplane.kube import async_client
-    from rdmaplane.kubelet.sockets import ServeError
 
     where = f"{source}: " if source else ""
     if not cfg.node_name:
         fail(f"{where}nodeName: required (--node-name or $NODE_NAME)")
     # The pools are read with the plugin off too: they say which GID index the node label names,
     # and which ports the DRA driver offers with which plan.
-    plugin_config = config_file(cfg.device_plugin_config, DEVICE_PLUGIN_CONFIG)
+    plugin_config = load(cfg.device_plugin_config, DEVICE_PLUGIN_CONFIG)
     existing_dir("--sysfs-root", cfg.sysfs_root)
     if cfg.device_plugin_enabled or cfg.dra.enabled:
         existing_dir("--kubelet-dir", cfg.kubelet_dir)
     start_logging(cfg.log_format, verbose, cfg.log_level)
-    try:
-        kube = async_client(cfg.kubeconfig) if cfg.publish.enabled else None
-    except KubeConfigError as e:
-        fail(str(e))
+    kube = async_client(cfg.kubeconfig) if cfg.publish.enabled else None
     plugin = _plugin(cfg, plugin_config)
     dra = DraDriver(cfg, plugin_config.pools, kube) if cfg.dra.enabled else None
     resources = [cfg.gpu_resource, *(plugin.resources if plugin else [])]
@@ -198,7 +193,7 @@ def serve(cfg: AgentSettings, verbose: bool, source: Path | None) -> None:
     )
     try:
         asyncio.run(_serve(service))
-    except (ServeError, OSError) as e:  # a kubelet folder or the port unusable
+    except OSError as e:  # the metrics port unusable (a kubelet folder: ServeError, exit 1)
         fail(str(e), code=1)
 
 

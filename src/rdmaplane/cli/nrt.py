@@ -21,7 +21,6 @@ from rdmaplane.cli.common import (
     SampleOption,
     SnapshotOption,
     SysfsRootOption,
-    config_file,
     existing_dir,
     fail,
     load_rdma_node,
@@ -84,9 +83,10 @@ def nrt_command(
     Feed it to `rdmaplane explain-placement POD --nrt FILE`. Exit 1 when the node has no
     RDMA device, 2 on bad input.
     """
+    from rdmaplane.config import load
     from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 
-    plugin_config = config_file(device_plugin_config, DEVICE_PLUGIN_CONFIG)
+    plugin_config = load(device_plugin_config, DEVICE_PLUGIN_CONFIG)
     topo = load_rdma_node(sysfs_root, snapshot, sample)
     name = node_name or topo.hostname
     if not name:

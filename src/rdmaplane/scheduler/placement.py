@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rdmaplane import nrt as nrtmod
+from rdmaplane.errors import InputError
 from rdmaplane.scheduler.settings import ResourceNames, Weights
 
 Vec = tuple[int, int, int]  # (GPUs, exclusive HCAs, shared slots)
@@ -40,7 +41,7 @@ ZERO: Vec = (0, 0, 0)
 MAX_MASK_ZONES = 8  # the Topology Manager's own default limit on NUMA nodes
 
 
-class RequestError(ValueError):
+class RequestError(InputError):
     """A pod whose requests cannot be read; the message names the field."""
 
 

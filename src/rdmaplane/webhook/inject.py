@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from rdmaplane import nrt
+from rdmaplane.errors import InputError
 from rdmaplane.webhook.settings import Doctor, FaultNotice, InjectPolicy, Mode, NodeClass
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
@@ -45,7 +46,7 @@ _DEVICE_DIRS: Final = ("/dev", "/dev/infiniband")
 Json = Any  # a decoded JSON value
 
 
-class PodError(ValueError):
+class PodError(InputError):
     """A pod this webhook will not admit as it is (an unknown mode annotation); the message
     says what to change."""
 

@@ -29,6 +29,7 @@ from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfigur
 from lightkube.resources.core_v1 import Secret
 
 from rdmaplane.atomicfile import write_atomically
+from rdmaplane.errors import RdmaplaneError
 from rdmaplane.webhook import certs
 from rdmaplane.webhook.settings import Tls
 
@@ -43,7 +44,7 @@ class Served:
     fingerprint: str
 
 
-class TlsError(RuntimeError):
+class TlsError(RdmaplaneError):
     """The certificate cannot be had right now; the message says why (the service retries)."""
 
 
