@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from rdmaplane import nrt
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.selectors import Selectors
 from rdmaplane.setting import Seconds, setting
@@ -23,10 +24,7 @@ Registration = Literal["kubelet", "plugins-registry"]
 RESOURCE_NAME = re.compile(
     r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-DEFAULT_RESOURCE: dict[str, str] = {
-    "exclusive": "rdmaplane.io/hca",
-    "shared": "rdmaplane.io/hca-shared",
-}
+DEFAULT_RESOURCE: dict[str, str] = {"exclusive": nrt.HCA, "shared": nrt.HCA_SHARED}
 
 
 @dataclass(frozen=True, slots=True)
