@@ -24,8 +24,8 @@ from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
 from rdmaplane.agent.settings import AgentSettings, HealthSettings
 from rdmaplane.config.base import validate
-from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.counters import PORT_COUNTERS
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import read_node
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc

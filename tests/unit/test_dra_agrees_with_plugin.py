@@ -160,9 +160,7 @@ def test_slice_and_device_plugin_agree_on_every_device(
         driver = DraDriver(agent, pools, None)
         driver.update(topo, {}, reported=reported_by_port(monitor))
 
-        plugin = plugin_verdicts(
-            topo, CONFIGS[config].pools, root, reported_by_hca(monitor)
-        )
+        plugin = plugin_verdicts(topo, CONFIGS[config].pools, root, reported_by_hca(monitor))
         dra = slice_verdicts(published(driver))
 
         assert dra.keys() <= plugin.keys(), f"{variant}: offered by DRA only"

@@ -17,6 +17,7 @@ from rdmaplane.nrt import TopologyPolicy, TopologyScope
 from rdmaplane.setting import Seconds, setting
 from rdmaplane.untrusted import FieldError
 
+
 def check_counter_limits(field: str, limits: Mapping[str, int]) -> None:
     """Counter limits name counters the kernel exposes and are >= 0."""
     for name in sorted(limits):
