@@ -28,7 +28,7 @@ from lightkube.resources.core_v1 import Node
 
 from rdmaplane import breaker as B
 from rdmaplane import fabric
-from rdmaplane.config.agent import BreakerConfig
+from rdmaplane.agent.settings import BreakerSettings
 from rdmaplane.faults import FAULT_SINCE_LABEL
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.kube.client import API_ERRORS
@@ -41,7 +41,7 @@ LABELS_FOR_S = 600.0  # the node's own labels and the cluster's size change seld
 PEEK_FOR_S = 5.0  # a notice may say what the Lease said this long ago
 
 
-def rules_of(config: BreakerConfig) -> B.BreakerRules:
+def rules_of(config: BreakerSettings) -> B.BreakerRules:
     return B.BreakerRules(
         config.max_nodes_per_minute,
         config.max_faulty_share,
@@ -62,7 +62,7 @@ class FaultBudget:
         self,
         kube: AsyncClient,
         node: str,
-        config: BreakerConfig,
+        config: BreakerSettings,
         *,
         clock: Callable[[], float] = time.time,
     ) -> None:

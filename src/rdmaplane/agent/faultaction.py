@@ -41,7 +41,7 @@ from rdmaplane.agent.health import HealthState
 from rdmaplane.agent.inventory import Offered
 from rdmaplane.agent.metrics import AgentMetrics
 from rdmaplane.agent.offenders import Offenders
-from rdmaplane.config.agent import FaultConfig
+from rdmaplane.agent.settings import FaultSettings
 from rdmaplane.gid import plan_node
 from rdmaplane.kernellog import KernelEvent
 from rdmaplane.kube.client import API_ERRORS
@@ -114,7 +114,7 @@ class _Skip(Exception):
 class FaultActor:
     def __init__(
         self,
-        config: FaultConfig,
+        config: FaultSettings,
         rules: RuleTable,
         node_name: str,
         kube: AsyncClient | None,

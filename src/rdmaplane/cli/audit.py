@@ -58,12 +58,9 @@ def audit_command(
     nodes += [_topology_facts(load_rdma_node(None, None, s)) for s in sample or ()]
     objects = read_objects(nrt or (), "NodeResourceTopology")
     if kubeconfig is not None:
-        from rdmaplane.cli.scheduler import ClusterError, list_cluster
+        from rdmaplane.cli.scheduler import list_cluster
 
-        try:
-            objects += list_cluster(kubeconfig, ("nrt",))["nrt"]
-        except ClusterError as exc:
-            fail(str(exc), exc.code)
+        objects += list_cluster(kubeconfig, ("nrt",))["nrt"]
     nodes += [_nrt_facts(o) for o in objects]
     if not nodes:
         fail("give node documents, --snapshot FILE, --sample NAME, --nrt FILE or --kubeconfig")

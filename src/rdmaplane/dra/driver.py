@@ -21,7 +21,10 @@ import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from rdmaplane.config import AgentConfig, PoolConfig, RdmaDeviceConfig, parse
+from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.config import parse
+from rdmaplane.config.dra import RDMA_DEVICE_CONFIG
+from rdmaplane.deviceplugin import settings as plugin_settings
 from rdmaplane.discovery.devnodes import device_nodes
 from rdmaplane.dra import files
 from rdmaplane.dra.checkpoint import PREPARED, STARTED, Checkpoint, Entry
@@ -42,22 +45,21 @@ from rdmaplane.usability import Unusable
 log = logging.getLogger("rdmaplane.dra")
 
 
-def pools_of(configs: Sequence[PoolConfig]) -> list[Pool]:
+def pools_of(configs: Sequence[plugin_settings.Pool]) -> list[Pool]:
     """The device plugin's pools, as the DRA driver offers them (the same ports, same plan)."""
-    return [Pool(p.resource_name, p.selectors.selectors(), p.nccl.settings()) for p in configs]
+    return [Pool(p.resource_name, p.selectors, p.nccl) for p in configs]
 
 
 def read_device_config(parameters: object, where: str) -> NcclSettings | None:
     """An `RdmaDeviceConfig` from a claim's opaque parameters; ConfigError names `where`."""
-    config = parse(parameters, RdmaDeviceConfig, where)
-    return config.nccl.settings() if config.nccl is not None else None
+    return parse(parameters, RDMA_DEVICE_CONFIG, where).nccl
 
 
 class DraDriver:
     def __init__(
         self,
-        config: AgentConfig,
-        pools: Sequence[PoolConfig],
+        config: AgentSettings,
+        pools: Sequence[plugin_settings.Pool],
         kube: AsyncClient | None,
     ) -> None:
         dra = config.dra
