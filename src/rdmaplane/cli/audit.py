@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rdmaplane.cli.common import fail, load_rdma_node, read_node_document, read_objects
+from rdmaplane.cli.common import (
+    NodeDocumentsArgument,
+    SamplesOption,
+    SnapshotsOption,
+    fail,
+    load_nodes,
+    read_objects,
+)
 
 if TYPE_CHECKING:
     from rdmaplane.audit import Audit, NodeFacts
@@ -21,16 +28,9 @@ class Format(StrEnum):
 
 
 def audit_command(
-    files: Annotated[
-        list[str] | None,
-        typer.Argument(metavar="FILE...", help="Node documents (`rdmaplane inspect -o json`)."),
-    ] = None,
-    snapshot: Annotated[
-        list[str] | None, typer.Option("--snapshot", metavar="FILE", help="A snapshot (repeat).")
-    ] = None,
-    sample: Annotated[
-        list[str] | None, typer.Option("--sample", metavar="NAME", help="A sample node (repeat).")
-    ] = None,
+    files: NodeDocumentsArgument = None,
+    snapshot: SnapshotsOption = None,
+    sample: SamplesOption = None,
     nrt: Annotated[
         list[Path] | None,
         typer.Option(
@@ -53,9 +53,7 @@ def audit_command(
     cannot be read), 2 on bad input."""
     from rdmaplane import audit as A
 
-    nodes = [_document_facts(f) for f in files or ()]
-    nodes += [_topology_facts(load_rdma_node(None, s, None)) for s in snapshot or ()]
-    nodes += [_topology_facts(load_rdma_node(None, None, s)) for s in sample or ()]
+    nodes = [_topology_facts(t) for t in load_nodes(files, snapshot, sample)]
     objects = read_objects(nrt or (), "NodeResourceTopology")
     if kubeconfig is not None:
         from rdmaplane.cli.scheduler import list_cluster
@@ -77,10 +75,6 @@ def _topology_facts(topo: Any) -> NodeFacts:
     from rdmaplane.audit import facts_of
 
     return facts_of(topo.hostname or topo.source or "node", topo)
-
-
-def _document_facts(path: str) -> NodeFacts:
-    return _topology_facts(read_node_document(path))
 
 
 def _nrt_facts(obj: dict[str, Any]) -> NodeFacts:
