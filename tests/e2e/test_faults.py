@@ -26,8 +26,10 @@ import httpx
 import pytest
 import yaml
 from lightkube.resources.batch_v1 import Job
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 
+from rdmaplane.agent.budget import BUDGET_ANNOTATION
 from rdmaplane.agent.service import Agent
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
@@ -163,6 +165,15 @@ async def test_port_down_notice_condition_eviction_replacement(chain: RigFactory
         assert status is not None and not status.failed  # Ignored: no failure counted
         acted = await _metric(agent, "rdmaplane_agent_fault_decisions_total", verb="act")
         assert acted == 1
+        # The eviction took a token from the fleet's budget (the Lease, made and written with
+        # the agent's own credential under deploy/agent/rbac.yaml).
+        breaker = agent.config.fault.breaker
+        lease = await kube.get(Lease, breaker.lease, namespace=breaker.namespace)
+        assert lease.metadata is not None and lease.metadata.annotations is not None
+        budget = json.loads(lease.metadata.annotations[BUDGET_ANNOTATION])
+        assert rig.a in [t["node"] for t in budget["tokens"]] and budget["open"] == []
+        granted = "rdmaplane_agent_fault_breaker_answers_total"
+        assert await _metric(agent, granted, verdict="granted") == 1
 
 
 async def test_flapping_port_evicts_at_most_once(chain: RigFactory):
