@@ -18,7 +18,7 @@ import functools
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,8 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane.agent.budget import BUDGET_ANNOTATION
 from rdmaplane.agent.service import Agent
+from rdmaplane.agent.settings import RepeatSettings
+from rdmaplane.repeat import CLEAR_ANNOTATION, HISTORY_ANNOTATION, QUARANTINE_TAINT_KEY
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
 from tests.e2e.controlplane import KubeCluster, Process, launch_scheduler
@@ -236,6 +238,56 @@ async def test_every_compute_hca_fatal_taints_the_node_until_clear_after(chain: 
         await asyncio.sleep(2)  # < clearAfter: still tainted
         assert await taint() is not None
         await eventually(lambda: absent(taint), CHAIN_S)
+
+
+async def test_a_port_that_keeps_failing_is_quarantined_until_cleared(chain: RigFactory):
+    """Part 3 with the agent as deployed (its credential, the own-node policies): with
+    `repeat.count` 2, a port's second fatal fault quarantines it: the node tainted
+    rdmaplane.io/rdma-quarantine NoSchedule and the HCA Unhealthy while the port is up again;
+    the operator's clear annotation lifts both and is removed."""
+    repeat = RepeatSettings(count=2, window_s=3600.0)
+    async with chain(fault=replace(FAULT, repeat=repeat)) as (rig, agent):
+        kube = rig.kube
+
+        async def node() -> Node:
+            return await kube.get(Node, rig.a)
+
+        async def quarantine_taint() -> Any:
+            spec = (await node()).spec
+            taints = (spec.taints if spec else None) or []
+            return next((t for t in taints if t.key == QUARANTINE_TAINT_KEY), None)
+
+        def raised() -> bool:
+            return ("mlx5_3", 1) in agent.faults.state.fatal
+
+        async def fault_raised() -> bool:
+            return raised()
+
+        async def fault_cleared() -> bool:
+            return not raised() and not agent.faults.state.faults
+
+        for _ in range(2):
+            rig.port("mlx5_3", up=False)
+            await eventually(fault_raised, CHAIN_S)
+            rig.port("mlx5_3", up=True)
+            await eventually(fault_cleared, CHAIN_S)
+        found = await eventually(quarantine_taint, CHAIN_S)
+        assert (found.value, found.effect) == ("1-ports", "NoSchedule")
+        assert not agent.health_state.hcas["mlx5_3"].healthy, "the port is up, yet out of service"
+        metadata = (await node()).metadata
+        assert metadata is not None and metadata.annotations is not None
+        history = json.loads(metadata.annotations[HISTORY_ANNOTATION])
+        assert len(history["ports"]["mlx5_3/1"]["faults"]) == 2
+
+        await kube.patch(Node, rig.a, {"metadata": {"annotations": {CLEAR_ANNOTATION: "mlx5_3"}}})
+        await eventually(lambda: absent(quarantine_taint), CHAIN_S)
+
+        async def healthy_again() -> bool:
+            return agent.health_state.hcas["mlx5_3"].healthy
+
+        await eventually(healthy_again, CHAIN_S)
+        metadata = (await node()).metadata
+        assert metadata is not None and CLEAR_ANNOTATION not in (metadata.annotations or {})
 
 
 async def test_api_server_away_during_the_fault_then_the_right_action(
