@@ -27,11 +27,11 @@ import pytest
 import yaml
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.core_v1 import Event, Node, Pod
 
 from rdmaplane.agent.budget import BUDGET_ANNOTATION
 from rdmaplane.agent.service import Agent
-from rdmaplane.agent.settings import RepeatSettings
+from rdmaplane.agent.settings import BreakerSettings, RepeatSettings
 from rdmaplane.repeat import CLEAR_ANNOTATION, HISTORY_ANNOTATION, QUARANTINE_TAINT_KEY
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
@@ -238,6 +238,48 @@ async def test_every_compute_hca_fatal_taints_the_node_until_clear_after(chain: 
         await asyncio.sleep(2)  # < clearAfter: still tainted
         assert await taint() is not None
         await eventually(lambda: absent(taint), CHAIN_S)
+
+
+async def test_the_breaker_holds_the_eviction_until_the_storm_is_over(chain: RigFactory):
+    """Part 1 with the agent as deployed: a breaker so tight that one faulty node is a storm
+    (`minFaultyNodes` 1, `maxFaultyShare` 0) holds the eviction: the notice says why (`held`),
+    the breaker's opening is one Event on the budget's Lease; once the fault is older than the
+    breaker's window it closes (one Event), and the pod still hurt is evicted, once."""
+    breaker = BreakerSettings(min_faulty_nodes=1, max_faulty_share=0.0, window_s=4.0)
+    async with chain(fault=replace(FAULT, breaker=breaker)) as (rig, agent):
+        kube = rig.kube
+        await start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
+        victim = next(p for p, n in placed.items() if n == rig.a)
+        await add_spare(rig)
+        rig.port("mlx5_3", up=False)
+
+        def evicted() -> float | None:
+            return rig.first(lambda v: condition_true(v, "DisruptionTarget") is not None, victim)
+
+        async def is_evicted() -> bool:
+            return evicted() is not None
+
+        await eventually(is_evicted, CHAIN_S)
+        notices = [
+            json.loads(v["metadata"]["annotations"][NOTICE])
+            for v in rig.versions(victim)
+            if NOTICE in (v["metadata"].get("annotations") or {})
+        ]
+        held = [n["held"] for n in notices if "held" in n]
+        assert held and held[0].startswith("breaker open: 1 of ") and "in the cluster" in held[0]
+        lease_events = [
+            e
+            async for e in kube.list(Event, namespace=breaker.namespace)
+            if e.involvedObject.kind == "Lease" and e.involvedObject.name == breaker.lease
+        ]
+        reasons = sorted(e.reason or "" for e in lease_events)
+        assert reasons.count("RDMAFaultBreakerOpen") == 1, reasons
+        assert reasons.count("RDMAFaultBreakerClosed") == 1, reasons
+        evictions = await _metric(agent, "rdmaplane_agent_fault_decisions_total", verb="act")
+        assert evictions == 1
+        refused = "rdmaplane_agent_fault_breaker_answers_total"
+        assert await _metric(agent, refused, verdict="refused") >= 1
 
 
 async def test_a_port_that_keeps_failing_is_quarantined_until_cleared(chain: RigFactory):
