@@ -282,6 +282,34 @@ async def test_the_breaker_holds_the_eviction_until_the_storm_is_over(chain: Rig
         assert await _metric(agent, refused, verdict="refused") >= 1
 
 
+async def test_the_breaker_in_observe_mode_only_says_what_it_would_hold(chain: RigFactory):
+    """`mode: observe`: the same storm is judged and counted as refused, yet the eviction goes
+    ahead after graceSeconds and the notice says nothing of a hold."""
+    breaker = BreakerSettings(mode="observe", min_faulty_nodes=1, max_faulty_share=0.0)
+    async with chain(fault=replace(FAULT, breaker=breaker)) as (rig, agent):
+        await start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
+        victim = next(p for p, n in placed.items() if n == rig.a)
+        await add_spare(rig)
+        rig.port("mlx5_3", up=False)
+
+        async def is_evicted() -> bool:
+            return (
+                rig.first(lambda v: condition_true(v, "DisruptionTarget") is not None, victim)
+                is not None
+            )
+
+        await eventually(is_evicted, CHAIN_S)
+        notices = [
+            json.loads(v["metadata"]["annotations"][NOTICE])
+            for v in rig.versions(victim)
+            if NOTICE in (v["metadata"].get("annotations") or {})
+        ]
+        assert notices and not any("held" in n for n in notices)
+        refused = "rdmaplane_agent_fault_breaker_answers_total"
+        assert await _metric(agent, refused, verdict="refused") >= 1
+
+
 async def test_a_port_that_keeps_failing_is_quarantined_until_cleared(chain: RigFactory):
     """Part 3 with the agent as deployed (its credential, the own-node policies): with
     `repeat.count` 2, a port's second fatal fault quarantines it: the node tainted

@@ -339,7 +339,8 @@ class FaultActor:
             return B.Answer(B.Verdict.GRANTED, "no fault budget") if acting else None
         if not acting:
             if any(d.verb == F.Verb.NOTIFY for d in wanted):
-                return await self.budget.peek()
+                peeked = await self.budget.peek()
+                return self._said(peeked) if peeked is not None else None
             return None
         if time.time() < self._token_until:
             return B.Answer(B.Verdict.GRANTED, "token held", self._token_until)
@@ -360,7 +361,8 @@ class FaultActor:
         return self._said(answer)
 
     def _said(self, answer: B.Answer) -> B.Answer:
-        """In `observe` mode a refusal is only said: the act goes ahead."""
+        """In `observe` mode a refusal is only said: the act goes ahead, the notice holds
+        nothing."""
         if self.config.breaker.mode == "observe" and answer.verdict != B.Verdict.GRANTED:
             return B.Answer(B.Verdict.GRANTED, f"observe mode, would hold: {answer.why}")
         return answer
