@@ -19,6 +19,7 @@ CORE = [
     "rdmaplane.serialize",
     "rdmaplane.selectors",
     "rdmaplane.nrt",
+    "rdmaplane.resources",
     "rdmaplane.counters",
     "rdmaplane.netns",
     "rdmaplane.usability",

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from rdmaplane.config.base import Kind, Section
+from rdmaplane.config.resources import ResourcesConfig
 from rdmaplane.fabric import DEFAULT_LABEL_SCHEMES
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
@@ -46,16 +47,6 @@ class WeightsConfig(Section):
         if self.packing > 0 and self.zone_fill + self.node_fill == 0:
             raise ValueError("zoneFill and nodeFill are both 0: the packing term would be 0")
         return self
-
-
-class ResourcesConfig(Section):
-    """The extended resource names pods ask for."""
-
-    gpu: str = Field(default=pl.ResourceNames.gpu, description="GPUs")
-    hca: str = Field(
-        default=pl.ResourceNames.hca, description="exclusive HCAs (the device plugin's)"
-    )
-    hca_shared: str = Field(default=pl.ResourceNames.hca_shared, description="shared-pool slots")
 
 
 class FabricConfig(Section):
@@ -106,5 +97,5 @@ class SchedulerExtenderConfig(Kind):
                 w.zone_fill,
                 w.node_fill,
             ),
-            pl.ResourceNames(self.resources.gpu, self.resources.hca, self.resources.hca_shared),
+            self.resources.vocabulary(),
         )

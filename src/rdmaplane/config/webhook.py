@@ -10,18 +10,11 @@ from pydantic import Field, model_validator
 
 from rdmaplane import nrt
 from rdmaplane.config.base import Kind, Seconds, Section
+from rdmaplane.config.resources import ResourcesConfig
 from rdmaplane.webhook import inject
 
 _NOTICE = inject.Notice()
 _DOCTOR = inject.Doctor()
-
-
-class WebhookResourcesConfig(Section):
-    """The extended resource names."""
-
-    gpu: str = Field(default=nrt.GPU, description="marks a GPU container (in its limits)")
-    hca: str = Field(default=nrt.HCA, description="exclusive HCAs, added in exclusive mode")
-    hca_shared: str = Field(default=nrt.HCA_SHARED, description="a shared slot, in shared mode")
 
 
 class NodeClassConfig(Section):
@@ -127,9 +120,7 @@ class WebhookConfig(Kind):
     mode: Literal["exclusive", "shared"] = Field(
         default="exclusive", description="what `auto` and a namespace opt-in mean"
     )
-    resources: WebhookResourcesConfig = Field(
-        default_factory=WebhookResourcesConfig, description="names"
-    )
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig, description="names")
     hcas_per_gpu: float = Field(
         default=1.0, gt=0, le=64, description="exclusive HCAs per GPU (rounded up, at least 1)"
     )
@@ -151,9 +142,7 @@ class WebhookConfig(Kind):
     def policy(self) -> inject.Policy:
         notice = self.fault_notice
         return inject.Policy(
-            gpu=self.resources.gpu,
-            hca=self.resources.hca,
-            hca_shared=self.resources.hca_shared,
+            vocabulary=self.resources.vocabulary(),
             mode=self.mode,
             default_class=inject.NodeClass("default", {}, self.hcas_per_gpu, self.max_hcas),
             classes=tuple(c.to_core() for c in self.node_classes),

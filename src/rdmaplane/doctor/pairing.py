@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.resources import HCA
 from rdmaplane.workloads import with_template
 
 APP = "rdmaplane-doctor"
@@ -39,11 +40,13 @@ def manifests(
     image: str,
     namespace: str = "rdmaplane-doctor",
     hcas: int = 1,
+    resource: str = HCA,
     duration: int = 5,
 ) -> list[dict[str, Any]]:
     """A headless Service (so clients find servers by DNS) and one Job per role per pair.
 
-    Pods are not privileged: they request `rdmaplane.io/hca`, drop every capability but
+    Pods are not privileged: they request `hcas` of `resource` (an RDMA pool), drop every
+    capability but
     IPC_LOCK, and have a deadline and memory limit. Each prints the checks' and the perf test's
     `-o json` and exits 1 when either fails; `rdmaplane doctor report` merges the logs.
     """
@@ -61,10 +64,11 @@ def manifests(
     ]
     for i, pair in enumerate(pairs):
         server = f"pair-{i}-server"
-        docs.append(_job(server, pair.server, pair, image, namespace, hcas, duration, None))
+        rdma = {resource: str(hcas)}
+        docs.append(_job(server, pair.server, pair, image, namespace, rdma, duration, None))
         peer = f"{server}.{SERVICE}.{namespace}.svc"
         docs.append(
-            _job(f"pair-{i}-client", pair.client, pair, image, namespace, hcas, duration, peer)
+            _job(f"pair-{i}-client", pair.client, pair, image, namespace, rdma, duration, peer)
         )
     return docs
 
@@ -87,7 +91,7 @@ def _job(
     pair: Pair,
     image: str,
     namespace: str,
-    hcas: int,
+    rdma: dict[str, str],
     duration: int,
     peer: str | None,
 ) -> dict[str, Any]:
@@ -113,8 +117,8 @@ def _job(
                     {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
                 ],
                 "resources": {
-                    "requests": {**RESOURCES["requests"], "rdmaplane.io/hca": str(hcas)},
-                    "limits": {**RESOURCES["limits"], "rdmaplane.io/hca": str(hcas)},
+                    "requests": {**RESOURCES["requests"], **rdma},
+                    "limits": {**RESOURCES["limits"], **rdma},
                 },
                 # Root, for IPC_LOCK: Kubernetes gives a non-root container's processes no
                 # effective capabilities (it sets no ambient set), so memory registration would

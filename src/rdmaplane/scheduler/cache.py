@@ -188,7 +188,7 @@ class ClusterCache:
         node = spec.get("nodeName") or ""
         phase = (obj.get("status") or {}).get("phase")
         try:
-            request = pl.pod_request(obj, self.policy.names)
+            request = pl.pod_request(obj)
         except pl.RequestError:
             request = None  # the API server admitted it; we cannot count it, so we don't
         finished = phase in ("Succeeded", "Failed")
@@ -260,7 +260,7 @@ class ClusterCache:
             (self._pods[k] for k in self._pods_by_node.get(name, ()) if k not in accounted),
             key=lambda p: (p.created, p.key),
         )
-        state = pl.node_state(topology, self.policy.names)
+        state = pl.node_state(topology, self.policy.vocabulary)
         self._subtract(name, topology, state, (), ("", ""), pods)
 
     def _add_to(self, name: str, pod: BoundPod) -> None:
@@ -350,12 +350,17 @@ class ClusterCache:
         for sid in set(sids).difference(memo):
             memo[sid] = pl.evaluate(self._states[sid], request, self.policy)
         found = _bulk(memo, sids)
-        if self._not_ready and request.wants_rdma:
+        if self._not_ready and self._maybe_rdma(request):
             return [
                 self._one(name, request, memo) if name in self._not_ready else v
                 for name, v in zip(names, found, strict=True)
             ]
         return found
+
+    def _maybe_rdma(self, request: pl.PodRequest) -> bool:
+        """Whether some node may count one of the request's resources as RDMA: anything not a
+        GPU by the cluster's names (a node's own names decide, in `_one`)."""
+        return any(self.policy.vocabulary.kind(n) != "gpu" for n in request.total)
 
     def _memo_for(self, request: pl.PodRequest) -> dict[int, pl.Verdict]:
         """The decisions memoised for a pod request, by state id (emptied when too many)."""
@@ -378,7 +383,7 @@ class ClusterCache:
         entry = self._entries.get(name)
         if entry is None:
             return self._without_topology(name, request)
-        if request.wants_rdma and name in self._not_ready:
+        if name in self._not_ready and entry.state.vocabulary.wants_rdma(request.total):
             return pl.Verdict(False, False, self._not_ready[name], 0, "")
         found = memo.get(entry.sid)
         if found is None:
@@ -389,13 +394,15 @@ class ClusterCache:
         return self.verdicts((name,), request)[0]
 
     def _without_topology(self, name: str, request: pl.PodRequest) -> pl.Verdict:
+        """A node without a usable NRT, judged by the cluster's names."""
+        request = request.on(self.policy.vocabulary)
         if not request.wants_devices:
             return pl.PASS_THROUGH
         if name in self._nrt_errors:
             why = f"malformed NodeResourceTopology: {self._nrt_errors[name]}"
         else:
             why = "no NodeResourceTopology published for this node"
-        if request.wants_rdma:
+        if self.policy.vocabulary.wants_rdma(request.total):
             return pl.Verdict(False, True, why, 0, "")
         return pl.Verdict(True, False, f"{why}; GPU-only pod passes unscored", 0, "")
 
@@ -454,7 +461,7 @@ class ClusterCache:
         if found is None:
             found, state = 0, entry.state
             while found < cap:
-                placed = pl.place_pod(state, request, self.policy.names)
+                placed = pl.place_pod(state, request)
                 if isinstance(placed, pl.Rejection):
                     break
                 found, state = found + 1, placed[1]

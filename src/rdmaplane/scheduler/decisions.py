@@ -64,7 +64,7 @@ class Decisions:
     def filter(self, pod: Mapping[str, Any], names: list[str]) -> Filtered:
         """Raises `placement.RequestError` for a pod whose request cannot be read."""
         self._last = (None, [], None, [])
-        request = pl.pod_request(pod, self.cache.policy.names)
+        request = pl.pod_request(pod)
         found = self.cache.verdicts(names, request)
         fits = list(map(_FITS, found))
         passed = list(compress(names, fits))
@@ -83,7 +83,7 @@ class Decisions:
     def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> Scored:
         uid, passed, request, found = self._last
         if request is None or uid is None or uid != _uid(pod) or passed != names:
-            request = pl.pod_request(pod, self.cache.policy.names)
+            request = pl.pod_request(pod)
             found = list(self.cache.verdicts(names, request))
         scores, terms = self.cache.job_scores(pod, names, request, found, self.weights)
         return Scored(request, found, scores, terms)
@@ -114,10 +114,11 @@ def _uid(pod: Mapping[str, Any]) -> str | None:
 
 
 def explain_request(request: pl.PodRequest) -> dict[str, Any]:
+    """The devices asked for, by resource name: per container, per init container, in all."""
     return {
-        "containers": request.containers,
-        "initContainers": request.init,
-        "total": request.total,
+        "containers": [dict(c) for c in request.containers],
+        "initContainers": [dict(c) for c in request.init],
+        "total": dict(request.total),
     }
 
 

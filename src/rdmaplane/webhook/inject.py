@@ -1,11 +1,13 @@
 """What the admission webhook adds to a GPU pod, as a JSONPatch built from the real object.
 
 Pure: a pod (the dict the API server sent) and a `Policy` in, a `Mutation` (RFC 6902 operations
-and admission warnings) out. For every container (and init container) that asks for GPUs it
-adds, unless the user already did:
+and admission warnings) out. For every container (and init container) that asks for GPUs (any
+GPU resource of the policy's vocabulary: `nvidia.com/gpu`, `amd.com/gpu`, ...) it adds, unless
+the user already did:
 
-- the RDMA resource: `rdmaplane.io/hca` x N (exclusive) or one `rdmaplane.io/hca-shared` slot;
-  a container that names either resource keeps exactly what the user wrote;
+- the RDMA resource: the vocabulary's first exclusive pool x N (`rdmaplane.io/hca`) or one slot
+  of its first shared pool (`rdmaplane.io/hca-shared`); a container that names any of its HCA
+  pools keeps exactly what the user wrote;
 - `IPC_LOCK` (RDMA memory registration pins pages), never `privileged`;
 - a memory-backed `/dev/shm` (a container's default 64 MiB makes NCCL die in `ncclShmOpen`);
 - the pod's annotations as a downward-API file, where `rdmaplane.train`'s fault notice reads
@@ -21,11 +23,12 @@ was not there.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from rdmaplane import DOCTOR_IMAGE, nrt
+from rdmaplane.resources import DEFAULT, Vocabulary
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
 DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
@@ -85,11 +88,10 @@ class Doctor:
 
 @dataclass(frozen=True)
 class Policy:
-    """What the webhook adds; built from the WebhookConfig file."""
+    """What the webhook adds; built from the WebhookConfig file. `vocabulary` names at least
+    one GPU resource and one pool of each mode: the first pool of a mode is what it adds."""
 
-    gpu: str = nrt.GPU
-    hca: str = nrt.HCA
-    hca_shared: str = nrt.HCA_SHARED
+    vocabulary: Vocabulary = DEFAULT
     mode: Mode = "exclusive"  # what `auto` (and a namespace opt-in) means
     default_class: NodeClass = NodeClass("default", {})
     classes: tuple[NodeClass, ...] = ()
@@ -99,6 +101,21 @@ class Policy:
     shm_size_limit: str | None = None  # None: the largest memory limit of the GPU containers
     notice: Notice | None = Notice()
     doctor: Doctor | None = None
+
+    def __post_init__(self) -> None:
+        v = self.vocabulary
+        if not (v.gpus and v.exclusive and v.shared):
+            raise ValueError("the webhook needs a GPU resource and a pool of each mode")
+
+    @property
+    def hca(self) -> str:
+        """The exclusive pool it adds."""
+        return self.vocabulary.exclusive[0]
+
+    @property
+    def hca_shared(self) -> str:
+        """The shared pool it adds."""
+        return self.vocabulary.shared[0]
 
 
 @dataclass
@@ -216,6 +233,10 @@ def _count(resources: Mapping[str, Json], name: str) -> int:
     return 0
 
 
+def _counts(resources: Mapping[str, Json], names: Iterable[str]) -> int:
+    return sum(_count(resources, n) for n in names)
+
+
 def _names(resources: Mapping[str, Json]) -> set[str]:
     return {*_map(resources.get("limits")), *_map(resources.get("requests"))}
 
@@ -240,16 +261,21 @@ class _Container:
     field: str  # "containers" or "initContainers"
     index: int
     body: Mapping[str, Json]
-    gpus: int
+    gpus: Mapping[str, int]  # by GPU resource
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(self.gpus.values())
 
 
-def _gpu_containers(spec: Mapping[str, Json], gpu: str) -> Iterator[_Container]:
+def _gpu_containers(spec: Mapping[str, Json], gpus: Sequence[str]) -> Iterator[_Container]:
     for kind in ("initContainers", "containers"):
         for i, c in enumerate(_list(spec.get(kind))):
             body = _map(c)
-            gpus = _count(_map(body.get("resources")), gpu)
-            if gpus and body.get("name") != DOCTOR_CONTAINER:  # ours: complete as it is
-                yield _Container(kind, i, body, gpus)
+            resources = _map(body.get("resources"))
+            counts = {n: k for n in gpus if (k := _count(resources, n))}
+            if counts and body.get("name") != DOCTOR_CONTAINER:  # ours: complete as it is
+                yield _Container(kind, i, body, counts)
 
 
 # ------------------------------------------------------------------------------ who is sent
@@ -272,14 +298,15 @@ def not_sent(pod: Mapping[str, Json], namespace: str, opted_in: bool, policy: Po
     spec = _map(pod.get("spec"))
     bodies = [_map(c) for kind in ("initContainers", "containers") for c in _list(spec.get(kind))]
     resources = [_map(b.get("resources")) for b in bodies]
-    if any(policy.gpu in _map(r.get("limits")) for r in resources):
+    gpus = policy.vocabulary.gpus
+    if any(set(gpus) & set(_map(r.get("limits"))) for r in resources):
         return None
-    if any(policy.gpu in _map(r.get("requests")) for r in resources):
+    if any(set(gpus) & set(_map(r.get("requests"))) for r in resources):
         return (
-            f"its {policy.gpu} is in requests only: the webhook is called for GPUs in limits "
-            "(and the API server refuses an extended resource without a limit)"
+            f"its {' or '.join(gpus)} is in requests only: the webhook is called for GPUs in "
+            "limits (and the API server refuses an extended resource without a limit)"
         )
-    return f"no container asks for {policy.gpu} (limits)"
+    return f"no container asks for {' or '.join(gpus)} (limits)"
 
 
 # ------------------------------------------------------------------------------ the mutation
@@ -291,8 +318,8 @@ def mutate(pod: Mapping[str, Json], policy: Policy) -> Mutation:
     mode = mode_of(pod, policy)
     spec = _map(pod.get("spec"))
     build = _Builder(pod)
-    result = Mutation(warnings=list(_warnings(spec)), pod=build.obj)
-    containers = list(_gpu_containers(spec, policy.gpu))
+    result = Mutation(warnings=list(_warnings(spec, policy.hca)), pod=build.obj)
+    containers = list(_gpu_containers(spec, policy.vocabulary.gpus))
     if mode is None or not containers or not isinstance(pod.get("spec"), Mapping):
         return result
     cls = node_class(pod, policy)
@@ -311,7 +338,8 @@ def mutate(pod: Mapping[str, Json], policy: Policy) -> Mutation:
         if policy.notice is not None:
             _add_notice(build, at, c.body, policy.notice, result)
     if policy.doctor is not None and _wants_doctor(pod):
-        _add_doctor(build, policy, policy.doctor, max(c.gpus for c in containers), rdma)
+        largest = max(containers, key=lambda c: c.gpu_count)
+        _add_doctor(build, policy.doctor, largest.gpus, rdma)
     result.patch = build.ops
     return result
 
@@ -327,16 +355,17 @@ def _add_rdma(
     """Add the RDMA resource to limits (and to requests when the GPUs are there too);
     returns the container's RDMA resource as it ends up."""
     resources = _map(c.body.get("resources"))
-    present = _names(resources) & {policy.hca, policy.hca_shared}
+    vocabulary = policy.vocabulary
+    present = _names(resources) & {*vocabulary.exclusive, *vocabulary.shared}
     if present:
         return {n: str(_count(resources, n)) for n in sorted(present)}
     name, amount = (
-        (policy.hca, str(hcas_for(c.gpus, cls)))
+        (policy.hca, str(hcas_for(c.gpu_count, cls)))
         if mode == "exclusive"
         else (policy.hca_shared, "1")
     )
     build.ensure((*at, "resources", "limits", name), amount)
-    if policy.gpu in _map(resources.get("requests")):
+    if set(c.gpus) & set(_map(resources.get("requests"))):
         build.ensure((*at, "resources", "requests", name), amount)
     return {name: amount}
 
@@ -361,18 +390,22 @@ def _own_hca_list(
         )
         return
     entries = [e for e in value.lstrip("^=").split(",") if e.strip()]
-    hcas = int(granted.get(policy.hca, 0) or 0)
+    pools = [n for n in policy.vocabulary.exclusive if int(granted.get(n, 0) or 0)]
+    hcas = sum(int(granted[n]) for n in pools)
     if not value.startswith("^") and hcas > len(entries):
         yield (
             f"container {name} sets NCCL_IB_HCA={value[:80]} ({len(entries)} HCA(s)) and is "
-            f"given {hcas} {policy.hca}: NCCL uses only those it names, and only if they are "
+            f"given {hcas} {'+'.join(pools)}: NCCL uses only those it names, and only if they are "
             "among the granted ones; leave NCCL_IB_HCA to the device plugin, which sets it to "
             "the HCAs granted"
         )
 
 
 def _size(rdma: Mapping[str, str], policy: Policy) -> int:
-    return int(rdma.get(policy.hca, 0)) * 1000 + int(rdma.get(policy.hca_shared, 0))
+    """Exclusive HCAs before shared slots: which container's RDMA devices the doctor takes."""
+    v = policy.vocabulary
+    exclusive = sum(int(rdma.get(n, 0)) for n in v.exclusive)
+    return exclusive * 1000 + sum(int(rdma.get(n, 0)) for n in v.shared)
 
 
 def _add_ipc_lock(build: _Builder, at: tuple[str | int, ...], body: Mapping[str, Json]) -> None:
@@ -499,7 +532,7 @@ def _wants_doctor(pod: Mapping[str, Json]) -> bool:
 
 
 def _add_doctor(
-    build: _Builder, policy: Policy, doctor: Doctor, gpus: int, rdma: Mapping[str, str]
+    build: _Builder, doctor: Doctor, gpus: Mapping[str, int], rdma: Mapping[str, str]
 ) -> None:
     """`rdmaplane doctor` as the first init container, with the largest container's GPUs and
     RDMA devices (the kubelet hands them on to the app containers), IPC_LOCK and /dev/shm."""
@@ -507,7 +540,7 @@ def _add_doctor(
     inits = _list(spec.get("initContainers"))
     if any(_map(c).get("name") == DOCTOR_CONTAINER for c in inits):
         return
-    limits = {policy.gpu: str(gpus), **rdma}
+    limits = {**{n: str(k) for n, k in gpus.items()}, **rdma}
     container: dict[str, Json] = {
         "name": DOCTOR_CONTAINER,
         "image": doctor.image,
@@ -534,7 +567,7 @@ def _add_doctor(
     build.insert(("spec", "initContainers"), container, 0)
 
 
-def _warnings(spec: Mapping[str, Json]) -> Iterator[str]:
+def _warnings(spec: Mapping[str, Json], hca: str) -> Iterator[str]:
     """What the webhook will not fix: device directories mounted from the host (they bypass
     the device cgroup, so NCCL/UCX see HCAs the pod was not given) and privileged containers."""
     host_dev = {
@@ -549,11 +582,11 @@ def _warnings(spec: Mapping[str, Json]) -> Iterator[str]:
             if _map(body.get("securityContext")).get("privileged") is True:
                 yield (
                     f"container {name} is privileged: RDMA needs only IPC_LOCK and the "
-                    "rdmaplane.io/hca devices; drop privileged"
+                    f"{hca} devices; drop privileged"
                 )
             for m in _list(body.get("volumeMounts")):
                 if _map(m).get("name") in host_dev:
                     yield (
                         f"container {name} mounts hostPath /dev or /dev/infiniband: it bypasses "
-                        "the device cgroup; remove it and request rdmaplane.io/hca"
+                        f"the device cgroup; remove it and request {hca}"
                     )

@@ -1,0 +1,188 @@
+"""The resource vocabulary: which extended resources are GPUs, exclusive HCA pools and shared
+pools, and the named resource vector every layer counts them in. Pure.
+
+Every component reads the same names: the agent publishes them in the NodeResourceTopology
+(`to_attribute`), the extender and the webhook take the cluster's default from their config,
+placement counts a pod's devices per name (`Amounts`). A name is never a position: a pool renamed
+in the DevicePluginConfig (`rdma/hca_shared_devices_a`, `example.com/ib`) or a second GPU
+vendor (`amd.com/gpu`) is as visible as the defaults.
+
+- **gpu**: one device is one GPU;
+- **exclusive**: one device is one HCA (rdmaplane's exclusive pool, `rdmaplane.io/hca`);
+- **shared**: one device is a slot that grants every HCA of the pool (`rdmaplane.io/hca-shared`,
+  the shared RDMA device plugin's `rdma/...` pools).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+GPU = "nvidia.com/gpu"
+HCA = "rdmaplane.io/hca"
+HCA_SHARED = "rdmaplane.io/hca-shared"
+
+Kind = Literal["gpu", "exclusive", "shared"]
+Mode = Literal["exclusive", "shared"]  # a pool's kind: how its devices map to HCAs
+KINDS: tuple[Kind, ...] = get_args(Kind)
+DEFAULT_POOL = {"exclusive": HCA, "shared": HCA_SHARED}  # a pool's name when none is given
+
+
+class VocabularyError(ValueError):
+    """Resource names that cannot be told apart (a name of two kinds) or read."""
+
+
+def is_extended(name: str) -> bool:
+    """An extended resource (upstream `IsExtendedResourceName`): a domain-prefixed name that is
+    not a native one (`kubernetes.io/...`) or a quota's `requests.` form. Only these can be
+    devices of a device plugin."""
+    return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
+
+
+@dataclass(frozen=True, slots=True)
+class Vocabulary:
+    """The names of the GPU resources and of the HCA pools by mode, each list in the order
+    results list them (GPUs, exclusive pools, shared pools)."""
+
+    gpus: tuple[str, ...] = (GPU,)
+    exclusive: tuple[str, ...] = (HCA,)
+    shared: tuple[str, ...] = (HCA_SHARED,)
+    _kinds: dict[str, Kind] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        kinds: dict[str, Kind] = {}
+        for kind, names in zip(KINDS, (self.gpus, self.exclusive, self.shared), strict=True):
+            for name in names:
+                if not is_extended(name) or "," in name or "=" in name:
+                    raise VocabularyError(f"{name!r} is not an extended resource name")
+                if name in kinds:
+                    raise VocabularyError(f"{name} is named as {kinds[name]} and as {kind}")
+                kinds[name] = kind
+        object.__setattr__(self, "_kinds", kinds)
+
+    @classmethod
+    def of(cls, gpus: Iterable[str], pools: Iterable[tuple[str, Mode]]) -> Vocabulary:
+        """GPU names and device-plugin pools as (resource name, mode)."""
+        pools = list(pools)
+        return cls(
+            tuple(dict.fromkeys(gpus)),
+            tuple(dict.fromkeys(n for n, m in pools if m == "exclusive")),
+            tuple(dict.fromkeys(n for n, m in pools if m == "shared")),
+        )
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (*self.gpus, *self.exclusive, *self.shared)
+
+    @property
+    def rooted(self) -> tuple[str, ...]:
+        """The resources whose every device sits on one PCIe root: GPUs and exclusive HCAs (a
+        shared slot grants its whole pool, wherever its HCAs are)."""
+        return (*self.gpus, *self.exclusive)
+
+    def kind(self, name: str) -> Kind | None:
+        return self._kinds.get(name)
+
+    def within(self, other: Vocabulary) -> bool:
+        """Whether `other` names each of these resources, as the same kind."""
+        return all(other.kind(n) == k for n, k in self._kinds.items())
+
+    def with_defaults(self, default: Vocabulary) -> Vocabulary:
+        """These names, then `default`'s that these do not name (a name keeps this kind)."""
+        rest = [n for n in default.names if n not in self._kinds]
+        return Vocabulary(
+            (*self.gpus, *(n for n in rest if default.kind(n) == "gpu")),
+            (*self.exclusive, *(n for n in rest if default.kind(n) == "exclusive")),
+            (*self.shared, *(n for n in rest if default.kind(n) == "shared")),
+        )
+
+    def wants_rdma(self, amounts: Mapping[str, int]) -> bool:
+        return any(self._kinds.get(n) in ("exclusive", "shared") for n in amounts)
+
+    def to_attribute(self) -> str:
+        """The NRT attribute's value: `name=kind` pairs, comma-separated, in order."""
+        return ",".join(f"{n}={self._kinds[n]}" for n in self.names)
+
+    @classmethod
+    def from_attribute(cls, value: str) -> Vocabulary:
+        by_kind: dict[str, list[str]] = {k: [] for k in KINDS}
+        for pair in filter(None, value.split(",")):
+            name, _, kind = pair.partition("=")
+            if kind not in by_kind:
+                kinds = "|".join(KINDS)
+                raise VocabularyError(f"{pair!r}: expected name=kind, kind one of {kinds}")
+            by_kind[kind].append(name)
+        return cls(*(tuple(by_kind[k]) for k in KINDS))
+
+
+DEFAULT = Vocabulary()
+
+
+class Amounts(Mapping[str, int]):
+    """A named resource vector: a count per resource name. Like a frozen `collections.Counter`:
+    a name it does not hold counts 0, zeros are left out, `+`/`-` add and subtract per name and
+    `|` takes the larger count; immutable and hashable, so requests and node states built of
+    it can be memo keys. Equal to any mapping with the same non-zero counts."""
+
+    __slots__ = ("_counts", "_hash")
+
+    def __init__(self, counts: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
+        items = counts.items() if isinstance(counts, Mapping) else counts
+        self._counts = {k: v for k, v in items if v}
+        self._hash: int | None = None
+
+    def __getitem__(self, name: str) -> int:
+        return self._counts.get(name, 0)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._counts
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._counts)
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Amounts):
+            return self._counts == other._counts
+        if isinstance(other, Mapping):
+            return self._counts == {k: v for k, v in other.items() if v}
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._counts.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Amounts({self._counts!r})"
+
+    def __add__(self, other: Mapping[str, int]) -> Amounts:
+        out = dict(self._counts)
+        for k, v in other.items():
+            out[k] = out.get(k, 0) + v
+        return Amounts(out)
+
+    def __sub__(self, other: Mapping[str, int]) -> Amounts:
+        out = dict(self._counts)
+        for k, v in other.items():
+            out[k] = out.get(k, 0) - v
+        return Amounts(out)
+
+    def __or__(self, other: Mapping[str, int]) -> Amounts:
+        out = dict(self._counts)
+        for k, v in other.items():
+            out[k] = max(out.get(k, 0), v)
+        return Amounts(out)
+
+    def only(self, names: Iterable[str]) -> Amounts:
+        """The counts of `names` alone."""
+        return Amounts((n, self._counts.get(n, 0)) for n in names)
+
+    def total(self) -> int:
+        return sum(self._counts.values())
+
+
+NONE = Amounts()
