@@ -25,18 +25,21 @@ A node's GPU/RDMA topology travels as an upstream-compatible `NodeResourceTopolo
   switch it plugs into), `rdmaplane.io/rail` and, when known, `rdmaplane.io/switch-port`. Readers
   that look only at `Node` zones (the upstream NodeResourceTopology plugin) never see them.
 
-Quantities are strings of integers on the wire. Everything here is pure: no I/O.
+Quantities are strings of integers on the wire. The zones are the wire's own shape, decoded by
+the model layer (`rdmaplane.decoding`). Everything here is pure: no I/O.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal
 from typing import Any
 
+import msgspec
+
 from rdmaplane import model
+from rdmaplane.decoding import DecodeError, Quantity, convert
+from rdmaplane.decoding import parse_quantity as parse_quantity  # for the NRT's readers
 from rdmaplane.resources import DEFAULT, Vocabulary, VocabularyError
 from rdmaplane.resources import GPU as GPU  # the default names, for the NRT's readers
 from rdmaplane.resources import HCA as HCA
@@ -84,28 +87,24 @@ class NrtError(ValueError):
     """A malformed NodeResourceTopology object; the message names the bad field."""
 
 
-@dataclass(frozen=True)
-class Attribute:
+class Attribute(msgspec.Struct, frozen=True):
     name: str
     value: str
 
 
-@dataclass(frozen=True)
-class Cost:
+class Cost(msgspec.Struct, frozen=True):
     name: str
     value: int
 
 
-@dataclass(frozen=True)
-class ZoneResource:
+class ZoneResource(msgspec.Struct, frozen=True):
     name: str
-    capacity: int
-    allocatable: int
-    available: int
+    capacity: Quantity
+    allocatable: Quantity
+    available: Quantity
 
 
-@dataclass(frozen=True)
-class Zone:
+class Zone(msgspec.Struct, frozen=True):
     name: str
     type: str
     parent: str = ""
@@ -421,7 +420,9 @@ def _count(devices: list[Device], names: Iterable[str]) -> tuple[ZoneResource, .
         if mine:
             healthy = [d for d in mine if d.healthy]
             free = sum(1 for d in healthy if not d.in_use)
-            out.append(ZoneResource(name, len(mine), len(healthy), free))
+            out.append(
+                ZoneResource(name, Quantity(len(mine)), Quantity(len(healthy)), Quantity(free))
+            )
     return tuple(out)
 
 
@@ -486,22 +487,34 @@ def _zone_to_object(zone: Zone) -> dict[str, Any]:
     return out
 
 
+class _Metadata(msgspec.Struct, frozen=True):
+    name: str
+
+
+class _Object(msgspec.Struct, frozen=True, rename={"api_version": "apiVersion"}):
+    """The NodeResourceTopology object as the API server serves it (the fields read here)."""
+
+    metadata: _Metadata
+    api_version: str = API_VERSION
+    attributes: tuple[Attribute, ...] | None = None
+    zones: tuple[Zone, ...] | None = None
+    topology_policies: tuple[str, ...] | None = msgspec.field(default=None, name="topologyPolicies")
+
+
 def from_object(obj: Any) -> NodeResourceTopology:
     """Parse and check an NRT object; `NrtError` names the first bad field."""
-    if not isinstance(obj, Mapping):
-        raise NrtError("NodeResourceTopology: expected an object")
-    api_version = obj.get("apiVersion", API_VERSION)
-    if not isinstance(api_version, str) or not api_version.startswith(GROUP + "/"):
-        raise NrtError(f"apiVersion: {api_version!r} is not in group {GROUP}")
-    metadata = _mapping(obj.get("metadata"), "metadata")
-    name = _string(metadata.get("name"), "metadata.name")
-    if not name:
+    try:
+        wire = convert(obj, _Object)
+    except DecodeError as e:
+        raise NrtError(str(e) if e.path else f"NodeResourceTopology: {e}") from None
+    if not wire.api_version.startswith(GROUP + "/"):
+        raise NrtError(f"apiVersion: {wire.api_version!r} is not in group {GROUP}")
+    if not wire.metadata.name:
         raise NrtError("metadata.name: must not be empty")
-    attributes = _attributes(obj.get("attributes"), "attributes")
-    policies = _list(obj.get("topologyPolicies"), "topologyPolicies")
-    topology_policies = tuple(_string(p, f"topologyPolicies[{i}]") for i, p in enumerate(policies))
-    zones = tuple(_zone(z, f"zones[{i}]") for i, z in enumerate(_list(obj.get("zones"), "zones")))
-    nrt = NodeResourceTopology(name, zones, attributes, topology_policies)
+    zones = wire.zones or ()
+    nrt = NodeResourceTopology(
+        wire.metadata.name, zones, wire.attributes or (), wire.topology_policies or ()
+    )
     for key, allowed in ((ATTR_POLICY, POLICIES), (ATTR_SCOPE, SCOPES)):
         value = nrt.attribute(key)
         if value is not None and value not in allowed:
@@ -511,121 +524,8 @@ def from_object(obj: Any) -> NodeResourceTopology:
     except VocabularyError as e:
         raise NrtError(f"attributes[{ATTR_RESOURCES}]: {e}") from None
     names = [z.name for z in zones]
+    if "" in names:
+        raise NrtError(f"zones[{names.index('')}].name: must not be empty")
     if len(set(names)) != len(names):
         raise NrtError("zones: zone names must be unique")
     return nrt
-
-
-def _zone(obj: Any, where: str) -> Zone:
-    zone = _mapping(obj, where)
-    name = _string(zone.get("name"), f"{where}.name")
-    if not name:
-        raise NrtError(f"{where}.name: must not be empty")
-    costs = []
-    for i, c in enumerate(_list(zone.get("costs"), f"{where}.costs")):
-        cost = _mapping(c, f"{where}.costs[{i}]")
-        costs.append(
-            Cost(
-                _string(cost.get("name"), f"{where}.costs[{i}].name"),
-                _integer(cost.get("value"), f"{where}.costs[{i}].value"),
-            )
-        )
-    resources = []
-    for i, r in enumerate(_list(zone.get("resources"), f"{where}.resources")):
-        res = _mapping(r, f"{where}.resources[{i}]")
-        at = f"{where}.resources[{i}]"
-        resources.append(
-            ZoneResource(
-                _string(res.get("name"), f"{at}.name"),
-                _quantity(res.get("capacity"), f"{at}.capacity"),
-                _quantity(res.get("allocatable"), f"{at}.allocatable"),
-                _quantity(res.get("available"), f"{at}.available"),
-            )
-        )
-    return Zone(
-        name=name,
-        type=_string(zone.get("type"), f"{where}.type"),
-        parent=_string(zone.get("parent", ""), f"{where}.parent"),
-        costs=tuple(costs),
-        attributes=_attributes(zone.get("attributes"), f"{where}.attributes"),
-        resources=tuple(resources),
-    )
-
-
-def _attributes(obj: Any, where: str) -> tuple[Attribute, ...]:
-    out = []
-    for i, a in enumerate(_list(obj, where)):
-        attr = _mapping(a, f"{where}[{i}]")
-        out.append(
-            Attribute(
-                _string(attr.get("name"), f"{where}[{i}].name"),
-                _string(attr.get("value"), f"{where}[{i}].value"),
-            )
-        )
-    return tuple(out)
-
-
-def _mapping(obj: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(obj, Mapping):
-        raise NrtError(f"{where}: expected an object, got {type(obj).__name__}")
-    return obj
-
-
-def _list(obj: Any, where: str) -> list[Any]:
-    if obj is None:
-        return []
-    if not isinstance(obj, list):
-        raise NrtError(f"{where}: expected a list, got {type(obj).__name__}")
-    return obj
-
-
-def _string(obj: Any, where: str) -> str:
-    if not isinstance(obj, str):
-        raise NrtError(f"{where}: expected a string, got {type(obj).__name__}")
-    return obj
-
-
-def _integer(obj: Any, where: str) -> int:
-    if isinstance(obj, bool) or not isinstance(obj, int):
-        raise NrtError(f"{where}: expected an integer, got {obj!r}")
-    return obj
-
-
-def _quantity(obj: Any, where: str) -> int:
-    """A non-negative quantity (int-or-string on the wire), fractions rounded up: ours are whole
-    device counts; others (a producer's `cpu: 500m`) are carried, never read."""
-    value = parse_quantity(obj)
-    if value is None or value < 0:
-        raise NrtError(f"{where}: expected a non-negative Kubernetes quantity, got {obj!r}")
-    return int(value.to_integral_value(rounding=ROUND_CEILING))
-
-
-_QUANTITY = re.compile(
-    r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(?:([eE][+-]?[0-9]+)|(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei))?$"
-)
-_SUFFIX = {"m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9)}
-_SUFFIX |= {"T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
-_SUFFIX |= {
-    s: Decimal(2 ** (10 * (i + 1))) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))
-}
-
-
-def parse_quantity(obj: Any) -> Decimal | None:
-    """A Kubernetes quantity ("8", "1.5", "500m", "64Gi", "1e3", a JSON integer), else None."""
-    if isinstance(obj, bool):
-        return None
-    if isinstance(obj, int):
-        return Decimal(obj) if abs(obj) < 2**63 else None
-    if not isinstance(obj, str):
-        return None
-    match = _QUANTITY.match(obj.strip())
-    if match is None:
-        return None
-    number, exponent, suffix = match.groups()
-    value = Decimal(number)
-    if exponent:
-        if abs(int(exponent[1:])) > 30:  # beyond what Kubernetes stores; never build such a number
-            return None
-        value = value.scaleb(int(exponent[1:]))
-    value = value * _SUFFIX[suffix] if suffix else value
-    return value if abs(value) < 2**63 else None

@@ -20,6 +20,7 @@ CORE = [
     "rdmaplane.selectors",
     "rdmaplane.nrt",
     "rdmaplane.resources",
+    "rdmaplane.decoding",
     "rdmaplane.counters",
     "rdmaplane.netns",
     "rdmaplane.usability",

@@ -17,18 +17,17 @@ from rdmaplane.webhook import inject
 from tests import resource_names as names
 from tests.webhook_pods import GPU, HCA, SHARED, contains, pods
 
-POLICY = WebhookConfig.model_validate(
-    {
-        "nodeClasses": [
-            {
-                "name": "a100",
-                "nodeSelector": {"node.example/class": "a100"},
-                "hcasPerGpu": 0.5,
-                "maxHcas": 4,
-            }
-        ]
-    }
-).policy()
+CLASSES = {
+    "nodeClasses": [
+        {
+            "name": "a100",
+            "nodeSelector": {"node.example/class": "a100"},
+            "hcasPerGpu": 0.5,
+            "maxHcas": 4,
+        }
+    ]
+}
+POLICY = WebhookConfig.model_validate(CLASSES).policy()
 POLICY_DOCTOR = POLICY
 
 
@@ -240,7 +239,7 @@ def _policy(resources: dict[str, Any], **more: Any) -> inject.Policy:
     return WebhookConfig.model_validate({"resources": resources, **more}).policy()
 
 
-RENAMED = _policy({"gpu": names.GPU, "hca": names.HCA, "hcaShared": names.SHARED})
+RENAMED = _policy({"gpu": names.GPU, "hca": names.HCA, "hcaShared": names.SHARED}, **CLASSES)
 
 
 @settings(max_examples=300, deadline=None)

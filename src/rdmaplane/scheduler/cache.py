@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+import msgspec
+
 from rdmaplane import fabric as fab
 from rdmaplane import nrt as nrtmod
+from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 
@@ -54,9 +57,43 @@ def _bulk(table: Mapping[Any, Any], keys: Sequence[Any]) -> tuple[Any, ...]:
     return got if len(keys) > 1 else (got,)
 
 
-def pod_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+class _Named(msgspec.Struct, frozen=True):
+    """Any object, as far as its name goes: what an object the models refuse is known by."""
+
+    metadata: pl.ObjectMeta = pl.ObjectMeta()
+
+
+class _Condition(msgspec.Struct, frozen=True):
+    type: str
+    status: str = ""
+    reason: str | None = None
+    message: str | None = None
+
+
+class _NodeStatus(msgspec.Struct, frozen=True):
+    conditions: tuple[_Condition, ...] | None = None
+
+
+class Node(msgspec.Struct, frozen=True):
+    """A v1 Node as the extender reads it: its labels (fabric tiers) and RDMAReady."""
+
+    metadata: pl.ObjectMeta = pl.ObjectMeta()
+    status: _NodeStatus | None = None
+
+
+def _named(obj: Mapping[str, Any]) -> pl.ObjectMeta:
+    try:
+        return convert(obj, _Named).metadata
+    except DecodeError:
+        return pl.ObjectMeta()
+
+
+def pod_key(obj: pl.Pod | Mapping[str, Any]) -> str:
+    """namespace/name of a pod, read through the model (an unreadable one by its name alone)."""
+    if isinstance(obj, pl.Pod):
+        return obj.key
+    meta = _named(obj)
+    return f"{meta.namespace or 'default'}/{meta.name}"
 
 
 class ClusterCache:
@@ -94,10 +131,10 @@ class ClusterCache:
 
     def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
         """One watch event (`ADDED`, `MODIFIED`, `DELETED`) of a kind in `KINDS`."""
-        name = (obj.get("metadata") or {}).get("name", "")
         if kind == "pod":
             self._set_pod(obj) if event != "DELETED" else self._forget_pod(pod_key(obj))
         elif event == "DELETED":
+            name = _named(obj).name
             self._drop_nrt(name) if kind == "nrt" else self._drop_node(name)
         else:
             self._set_nrt(obj) if kind == "nrt" else self._set_node(obj)
@@ -111,7 +148,7 @@ class ClusterCache:
                 self._forget_pod(key)
         else:
             known = (set(self._nrts) | set(self._nrt_errors)) if kind == "nrt" else set(self._nodes)
-            keep = {(o.get("metadata") or {}).get("name", "") for o in objs}
+            keep = {_named(o).name for o in objs}
             for name in known - keep:
                 self.apply(kind, "DELETED", {"metadata": {"name": name}})
         for obj in objs:
@@ -119,7 +156,7 @@ class ClusterCache:
         self.synced[kind] = True
 
     def _set_nrt(self, obj: Mapping[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name", "")
+        name = _named(obj).name
         try:
             topology = nrtmod.from_object(obj)
         except nrtmod.NrtError as exc:
@@ -153,25 +190,21 @@ class ClusterCache:
             self.locations.pop(name, None)
 
     def _set_node(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name", "")
+        try:
+            node = convert(obj, Node)
+        except DecodeError:
+            node = Node(_named(obj))  # the API server's Nodes are always readable: no news
+        name = node.metadata.name
         self._nodes.add(name)
-        labels = meta.get("labels")
+        labels = node.metadata.labels
         found = fab.location_from_labels(labels, self.tier_schemes) if labels else None
         if (found.tiers if found else ()) != self._tiers.get(name, ()):
             self._tiers[name] = found.tiers if found else ()
             self._relocate(name)
-        conditions = (obj.get("status") or {}).get("conditions") or []
-        ready = next(
-            (
-                c
-                for c in conditions
-                if isinstance(c, Mapping) and c.get("type") == nrtmod.CONDITION_RDMA_READY
-            ),
-            None,
-        )
-        if ready is not None and ready.get("status") == "False":
-            why = ready.get("message") or ready.get("reason") or "no reason given"
+        conditions = (node.status.conditions if node.status else None) or ()
+        ready = next((c for c in conditions if c.type == nrtmod.CONDITION_RDMA_READY), None)
+        if ready is not None and ready.status == "False":
+            why = ready.message or ready.reason or "no reason given"
             self._not_ready[name] = f"{nrtmod.CONDITION_RDMA_READY}=False: {why}"
         else:
             self._not_ready.pop(name, None)
@@ -184,29 +217,27 @@ class ClusterCache:
 
     def _set_pod(self, obj: Mapping[str, Any]) -> None:
         key = pod_key(obj)
-        spec = obj.get("spec") or {}
-        node = spec.get("nodeName") or ""
-        phase = (obj.get("status") or {}).get("phase")
         try:
-            request = pl.pod_request(obj)
+            pod = pl.read_pod(obj)
+            request: pl.PodRequest | None = pl.pod_request(pod)
         except pl.RequestError:
-            request = None  # the API server admitted it; we cannot count it, so we don't
-        finished = phase in ("Succeeded", "Failed")
+            pod, request = pl.Pod(), None  # admitted by the API server, yet we cannot count it
+        node = (pod.spec.node_name if pod.spec else None) or ""
+        finished = pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
         wants = request is not None and request.wants_devices and not finished
-        group = ja.pod_group(obj) if wants else ja.PodGroup(None, None, None)
+        group = ja.pod_group(pod) if wants else ja.PodGroup(None, None, None)
         self._track_group(key, group.group, node)
         self._track_reader(key, group.kv_peers if group.group and not node else None, group.group)
         if not node or not wants or request is None:
             self._drop_pod(key)
             return
-        created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
-        pod = BoundPod(key, node, created, request)
-        if self._pods.get(key) == pod:
+        bound = BoundPod(key, node, pod.metadata.creation_timestamp or "", request)
+        if self._pods.get(key) == bound:
             return
         self._drop_pod(key)
-        self._pods[key] = pod
+        self._pods[key] = bound
         self._pods_by_node.setdefault(node, set()).add(key)
-        self._add_to(node, pod)
+        self._add_to(node, bound)
 
     def _track_group(self, key: str, group: str | None, node: str) -> None:
         """Keep the pod's group membership (bound or pending) in step with the pod."""
@@ -408,7 +439,7 @@ class ClusterCache:
 
     # ---- job-aware scoring ----------------------------------------------------------------------
 
-    def job_context(self, pod: Mapping[str, Any]) -> ja.JobContext | None:
+    def job_context(self, pod: pl.Pod | Mapping[str, Any]) -> ja.JobContext | None:
         """The pod's bound peers and how many of its group are left to place (None when the
         pod belongs to no group and reads no other group's KV cache)."""
         group = ja.pod_group(pod)
@@ -429,7 +460,7 @@ class ClusterCache:
 
     def job_scores(
         self,
-        pod: Mapping[str, Any],
+        pod: pl.Pod | Mapping[str, Any],
         names: Sequence[str],
         request: pl.PodRequest,
         verdicts: Sequence[pl.Verdict],

@@ -61,9 +61,10 @@ class Decisions:
             [],
         )
 
-    def filter(self, pod: Mapping[str, Any], names: list[str]) -> Filtered:
+    def filter(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Filtered:
         """Raises `placement.RequestError` for a pod whose request cannot be read."""
         self._last = (None, [], None, [])
+        pod = pl.read_pod(pod)
         request = pl.pod_request(pod)
         found = self.cache.verdicts(names, request)
         fits = list(map(_FITS, found))
@@ -80,7 +81,8 @@ class Decisions:
                 target.update(zip(compress(bad_names, keep), reasons, strict=True))
         return Filtered(request, found, passed, failed, unresolvable)
 
-    def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> Scored:
+    def prioritize(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Scored:
+        pod = pl.read_pod(pod)
         uid, passed, request, found = self._last
         if request is None or uid is None or uid != _uid(pod) or passed != names:
             request = pl.pod_request(pod)
@@ -88,8 +90,9 @@ class Decisions:
         scores, terms = self.cache.job_scores(pod, names, request, found, self.weights)
         return Scored(request, found, scores, terms)
 
-    def explain(self, pod: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+    def explain(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> dict[str, Any]:
         """Filter `names`, prioritize those that passed: one row per node, best first."""
+        pod = pl.read_pod(pod)
         filtered = self.filter(pod, names)
         scored = self.prioritize(pod, filtered.passed)
         score = dict(zip(filtered.passed, scored.scores, strict=True))
@@ -107,10 +110,8 @@ class Decisions:
         }
 
 
-def _uid(pod: Mapping[str, Any]) -> str | None:
-    meta = pod.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, Mapping) else None
-    return uid if isinstance(uid, str) and uid else None
+def _uid(pod: pl.Pod) -> str | None:
+    return pod.metadata.uid or None
 
 
 def explain_request(request: pl.PodRequest) -> dict[str, Any]:

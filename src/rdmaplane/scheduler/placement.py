@@ -31,7 +31,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+import msgspec
+
 from rdmaplane import nrt as nrtmod
+from rdmaplane.decoding import DecodeError, convert, parse_quantity
 from rdmaplane.resources import DEFAULT, NONE, Amounts, Vocabulary, is_extended
 
 MAX_MASK_ZONES = 8  # the Topology Manager's own default limit on NUMA nodes
@@ -130,20 +133,89 @@ class PodRequest:
         )
 
 
-def pod_request(pod: Any) -> PodRequest:
-    """Read the extended-resource requests of a v1 Pod object (requests, else limits), in the
-    order the kubelet admits containers: init containers and sidecars as listed, then apps."""
-    if not isinstance(pod, Mapping):
-        raise RequestError("Pod: expected an object")
-    spec = pod.get("spec")
-    if not isinstance(spec, Mapping):
+class DeviceCounts(dict[str, int]):
+    """A container's `limits` or `requests` as the device manager reads them: the count of
+    each extended resource (0 too: naming one matters), whole and non-negative; the other
+    resources (cpu, memory) are not devices and are left out."""
+
+    expected = "an object"
+
+    @classmethod
+    def from_wire(cls, value: Any) -> DeviceCounts:
+        if not isinstance(value, dict):
+            raise ValueError("expected an object")
+        return cls(
+            (name, parse_count(count, f"[{name}]"))
+            for name, count in value.items()
+            if isinstance(name, str) and is_extended(name)
+        )
+
+
+class ResourceRequirements(msgspec.Struct, frozen=True):
+    limits: DeviceCounts | None = None
+    requests: DeviceCounts | None = None
+
+
+class Container(msgspec.Struct, frozen=True, rename="camel"):
+    resources: ResourceRequirements | None = None
+    restart_policy: str | None = None  # "Always" makes an init container a sidecar
+
+
+class PodSpec(msgspec.Struct, frozen=True, rename="camel"):
+    containers: tuple[Container, ...] | None = None
+    init_containers: tuple[Container, ...] | None = None
+    node_name: str | None = None
+
+
+class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    creation_timestamp: str | None = None
+
+
+class PodStatus(msgspec.Struct, frozen=True):
+    phase: str | None = None
+
+
+class Pod(msgspec.Struct, frozen=True):
+    """A v1 Pod as the extender reads it: who it is, what each container asks for, where it
+    is bound; every other field is skipped when decoding."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: PodSpec | None = None
+    status: PodStatus | None = None
+
+    @property
+    def key(self) -> str:
+        """namespace/name"""
+        return f"{self.metadata.namespace or 'default'}/{self.metadata.name}"
+
+
+def read_pod(obj: Pod | Mapping[str, Any]) -> Pod:
+    """A Pod object (decoded JSON/YAML) through the model; `RequestError` names the field."""
+    if isinstance(obj, Pod):
+        return obj
+    try:
+        return convert(obj, Pod, "Pod")
+    except DecodeError as e:
+        raise RequestError(str(e)) from None
+
+
+def pod_request(pod: Pod | Mapping[str, Any]) -> PodRequest:
+    """The extended-resource requests of a Pod (requests, else limits), in the order the
+    kubelet admits containers: init containers and sidecars as listed, then apps."""
+    spec = read_pod(pod).spec
+    if spec is None:
         raise RequestError("Pod.spec: expected an object")
     steps: list[ContainerRequest] = []
     sidecars = total = NONE
     named: set[str] = set()
-    for i, c in _items(spec, "initContainers"):
-        vec, names_here = _container_request(c, f"Pod.spec.initContainers[{i}]")
-        kind = "sidecar" if c.get("restartPolicy") == "Always" else "init"
+    for c in spec.init_containers or ():
+        vec, names_here = _container_request(c)
+        kind = "sidecar" if c.restart_policy == "Always" else "init"
         steps.append(ContainerRequest(kind, vec, tuple(r for r in names_here if not vec[r])))
         named.update(names_here)
         if kind == "sidecar":
@@ -151,8 +223,8 @@ def pod_request(pod: Any) -> PodRequest:
         else:
             total = total | (vec + sidecars)
     apps = sidecars
-    for i, c in _items(spec, "containers"):
-        vec, names_here = _container_request(c, f"Pod.spec.containers[{i}]")
+    for c in spec.containers or ():
+        vec, names_here = _container_request(c)
         steps.append(ContainerRequest("app", vec, tuple(r for r in names_here if not vec[r])))
         named.update(names_here)
         apps = apps + vec
@@ -164,41 +236,17 @@ def pod_request(pod: Any) -> PodRequest:
     )
 
 
-def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, Any]]]:
-    value = spec.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise RequestError(f"Pod.spec.{key}: expected a list")
-    for i, c in enumerate(value):
-        if not isinstance(c, Mapping):
-            raise RequestError(f"Pod.spec.{key}[{i}]: expected an object")
-    return list(enumerate(value))
-
-
-def _container_request(container: Mapping[str, Any], where: str) -> tuple[Amounts, tuple[str, ...]]:
+def _container_request(container: Container) -> tuple[Amounts, tuple[str, ...]]:
     """The container's extended resources, and which of them it names at all (0 too)."""
-    resources = container.get("resources")
-    if resources is None:
+    if container.resources is None:
         return NONE, ()
-    if not isinstance(resources, Mapping):
-        raise RequestError(f"{where}.resources: expected an object")
-    amounts: dict[str, int] = {}
-    for kind in ("limits", "requests"):  # requests win when both are set
-        table = resources.get(kind)
-        if table is None:
-            continue
-        if not isinstance(table, Mapping):
-            raise RequestError(f"{where}.resources.{kind}: expected an object")
-        for name, value in table.items():
-            if isinstance(name, str) and is_extended(name):
-                amounts[name] = parse_count(value, f"{where}.resources.{kind}[{name}]")
-    return Amounts(amounts), tuple(sorted(amounts))
+    amounts = {**(container.resources.limits or {}), **(container.resources.requests or {})}
+    return Amounts(amounts), tuple(sorted(amounts))  # requests win when both are set
 
 
 def parse_count(value: Any, where: str) -> int:
     """A device count: a whole, non-negative Kubernetes quantity ("2", 2, "1k")."""
-    quantity = nrtmod.parse_quantity(value)
+    quantity = parse_quantity(value)
     if quantity is None or quantity < 0 or quantity != quantity.to_integral_value():
         raise RequestError(f"{where}: expected a whole number of devices, got {value!r}")
     return int(quantity)
