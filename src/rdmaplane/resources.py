@@ -15,7 +15,7 @@ vendor (`amd.com/gpu`) is as visible as the defaults.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -119,70 +119,65 @@ class Vocabulary:
 DEFAULT = Vocabulary()
 
 
-class Amounts(Mapping[str, int]):
+class Amounts(dict[str, int]):
     """A named resource vector: a count per resource name. Like a frozen `collections.Counter`:
     a name it does not hold counts 0, zeros are left out, `+`/`-` add and subtract per name and
     `|` takes the larger count; immutable and hashable, so requests and node states built of
-    it can be memo keys. Equal to any mapping with the same non-zero counts."""
+    it can be memo keys. A dict underneath: reading a count is a C-level lookup."""
 
-    __slots__ = ("_counts", "_hash")
+    __slots__ = ("_hash",)
 
     def __init__(self, counts: Mapping[str, int] | Iterable[tuple[str, int]] = ()) -> None:
-        items = counts.items() if isinstance(counts, Mapping) else counts
-        self._counts = {k: v for k, v in items if v}
+        super().__init__(counts)
+        if 0 in self.values():  # one C-level pass; most vectors have no zero to drop
+            for name in [k for k, v in self.items() if not v]:
+                dict.__delitem__(self, name)
         self._hash: int | None = None
 
-    def __getitem__(self, name: str) -> int:
-        return self._counts.get(name, 0)
+    def __missing__(self, name: str) -> int:
+        return 0
 
-    def __contains__(self, name: object) -> bool:
-        return name in self._counts
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._counts)
-
-    def __len__(self) -> int:
-        return len(self._counts)
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Amounts):
-            return self._counts == other._counts
-        if isinstance(other, Mapping):
-            return self._counts == {k: v for k, v in other.items() if v}
-        return NotImplemented
-
-    def __hash__(self) -> int:
+    def __hash__(self) -> int:  # type: ignore[override]
         if self._hash is None:
-            self._hash = hash(frozenset(self._counts.items()))
+            self._hash = hash(frozenset(self.items()))
         return self._hash
 
     def __repr__(self) -> str:
-        return f"Amounts({self._counts!r})"
+        return f"Amounts({dict(self)!r})"
+
+    def __reduce__(self) -> tuple[type[Amounts], tuple[dict[str, int]]]:  # copy, pickle
+        return Amounts, (dict(self),)
+
+    def _frozen(self, *args: object, **kwargs: object) -> None:
+        raise TypeError("Amounts is immutable")
+
+    __setitem__ = __delitem__ = update = setdefault = pop = popitem = clear = _frozen  # type: ignore[assignment]
+    __ior__ = _frozen  # type: ignore[assignment]
 
     def __add__(self, other: Mapping[str, int]) -> Amounts:
-        out = dict(self._counts)
+        out = dict(self)
         for k, v in other.items():
             out[k] = out.get(k, 0) + v
         return Amounts(out)
 
     def __sub__(self, other: Mapping[str, int]) -> Amounts:
-        out = dict(self._counts)
+        out = dict(self)
         for k, v in other.items():
             out[k] = out.get(k, 0) - v
         return Amounts(out)
 
-    def __or__(self, other: Mapping[str, int]) -> Amounts:
-        out = dict(self._counts)
+    def __or__(self, other: Mapping[str, int]) -> Amounts:  # type: ignore[override]
+        out = dict(self)
         for k, v in other.items():
             out[k] = max(out.get(k, 0), v)
         return Amounts(out)
 
     def only(self, names: Iterable[str]) -> Amounts:
         """The counts of `names` alone."""
-        return Amounts((n, self._counts.get(n, 0)) for n in names)
+        return Amounts((n, self.get(n, 0)) for n in names)
 
     def total(self) -> int:
-        return sum(self._counts.values())
+        return sum(self.values())
 
 
 NONE = Amounts()

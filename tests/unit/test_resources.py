@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import pickle
 from collections import Counter
 
 import pytest
@@ -30,7 +32,10 @@ def test_amounts_count_like_a_frozen_counter(a: dict[str, int], b: dict[str, int
     assert x == {k: v for k, v in a.items() if v} and hash(x) == hash(Amounts(dict(a)))
     assert all(x[n] == a.get(n, 0) for n in ["nvidia.com/gpu", "nowhere.io/z"])
     assert set(x) == {k for k, v in a.items() if v} and bool(x) == any(a.values())
-    assert x.total() == sum(a.values()) and x.only(b) == {k: a.get(k, 0) for k in b}
+    assert x.total() == sum(a.values()) and x.only(b) == {k: a[k] for k in b if a.get(k)}
+    assert copy.deepcopy(x) == x and pickle.loads(pickle.dumps(x)) == x
+    with pytest.raises(TypeError):
+        x["nvidia.com/gpu"] = 1  # type: ignore[index]
 
 
 @given(st.permutations(["nvidia.com/gpu", "amd.com/gpu", "example.com/ib", "rdma/a", "x.io/y"]))

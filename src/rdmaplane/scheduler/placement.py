@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import msgspec
@@ -268,6 +268,15 @@ class RootState:
     devices: Amounts
     free: Amounts
     pool_hcas: Amounts = NONE
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_hash", hash((self.name, self.devices, self.free, self.pool_hcas))
+        )
+
+    def __hash__(self) -> int:  # once: node states are interned, and share their roots
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +287,14 @@ class ZoneState:
     roots: tuple[RootState, ...]
     pool_hcas: Amounts = NONE  # HCAs of each shared pool in this zone
     installed: Amounts | None = None  # every device the plugins registered, unhealthy ones too
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = (self.name, self.capacity, self.free, self.roots, self.pool_hcas, self.installed)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
     def registered(self) -> Amounts:
@@ -372,7 +389,7 @@ class UnitPlacement:
     numa_pairs: int  # ... on the same NUMA zone (includes pcie_pairs)
     needed: int  # pairs a perfect placement would make
     kind: str = "app"  # init | sidecar | app
-    reused: Roots = ()  # devices taken over from the pod's init containers
+    reused: Roots = ()  # devices taken over from the pod's init containers (() for none)
     shared_reused: Amounts = NONE
 
     @property
@@ -410,12 +427,20 @@ class Reusable:
 
     roots: Roots
     shared: Amounts = NONE  # slots of each shared pool
+    holds_devices: bool = field(init=False, repr=False, compare=False)  # on some root
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "holds_devices", any(any(zone) for zone in self.roots))
 
     def count(self, name: str) -> int:
+        if not self.holds_devices:
+            return self.shared[name]
         return self.shared[name] + sum(held[name] for zone in self.roots for held in zone)
 
     def mask(self, name: str) -> int:
         """Zones holding reusable devices of `name` (slots: none, they span the pool)."""
+        if not self.holds_devices:
+            return 0
         return sum(1 << z for z, zone in enumerate(self.roots) if any(h[name] for h in zone))
 
     def after(self, placed: UnitPlacement) -> Reusable:
@@ -423,9 +448,10 @@ class Reusable:
         what it reused away (upstream: add/removeContainerAllocatedResources)."""
         if placed.kind == "init":
             return Reusable(_plus(self.roots, placed.taken, 1), self.shared + placed.shared_taken)
-        if not placed.reused:
+        if not placed.reused and not placed.shared_reused:
             return self
-        return Reusable(_plus(self.roots, placed.reused, -1), self.shared - placed.shared_reused)
+        roots = _plus(self.roots, placed.reused, -1) if placed.reused else self.roots
+        return Reusable(roots, self.shared - placed.shared_reused)
 
 
 def _no_devices(state: NodeState) -> Roots:
@@ -725,7 +751,9 @@ def allocate(
     rooted = state.vocabulary.rooted
     need = {n: unit[n] for n in rooted}
     pairing = _Pairing.of(state.vocabulary, unit)
-    reused = _take_pairs(state, _pools(reusable.roots, rooted), need, (*plan, *rest), pairing)
+    reused: Roots = ()  # nothing, unless earlier init containers left devices to hand on
+    if reusable.holds_devices:
+        reused = _take_pairs(state, _pools(reusable.roots, rooted), need, (*plan, *rest), pairing)
     free = _pools(_free(state), rooted)
     _take_pairs(state, free, need, plan, pairing)  # every aligned device before any other
     taken = _take_pairs(state, free, need, rest, pairing)
@@ -787,13 +815,16 @@ def _shift(state: NodeState, placement: UnitPlacement, sign: int) -> NodeState:
     """Shared slots span every zone of their pool, as the NRT counts them."""
     zones = []
     for z, zone in enumerate(state.zones):
-        roots = tuple(
-            replace(root, free=_moved(root.free, held, sign))
-            for root, held in zip(zone.roots, placement.taken[z], strict=True)
-        )
         moved = Amounts((s, c) for s, c in placement.shared_taken.items() if zone.capacity[s])
         for held in placement.taken[z]:
             moved = moved + held
+        if not moved:  # untouched: the same zone, its hash already known
+            zones.append(zone)
+            continue
+        roots = tuple(
+            replace(root, free=_moved(root.free, held, sign)) if held else root
+            for root, held in zip(zone.roots, placement.taken[z], strict=True)
+        )
         zones.append(replace(zone, roots=roots, free=_moved(zone.free, moved, sign)))
     return replace(state, zones=tuple(zones))
 
