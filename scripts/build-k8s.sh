@@ -6,6 +6,8 @@
 # and two tools from their own modules (go install pkg@version): KWOK (fake nodes with a pod
 # lifecycle) at $kwok_version and Helm (for the chart's tests) at $helm_version, into
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/{kwok,helm}/<tool key>/bin
+# and, on request, the admission harness of tests/kubelet and the node of tests/node (the kubelet
+# from test/k8s/node, containerd v2 and CNI plugins) under .../rdmaplane/{k8s,node}/<key>.
 # Later runs reuse all of them. Progress goes to stderr; the k8s bin dir is the one line on stdout.
 #
 #   scripts/build-k8s.sh                 build if needed, print the k8s bin dir
@@ -15,9 +17,22 @@
 #
 #   scripts/build-k8s.sh kubelet-harness         build the admission harness if needed, print its path
 #   scripts/build-k8s.sh kubelet-harness --path  print its path only (builds nothing)
+#
+#   scripts/build-k8s.sh node            build the node of tests/node if needed, print its bin dir
+#   scripts/build-k8s.sh node --bin-dir  print that bin dir only (builds nothing)
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane"
+log() { printf '[build-k8s %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
+# pinned MODULE_DIR MODULE: the version a go.mod requires of MODULE.
+pinned() { awk -v m="$2" '{ sub(/^require[ \t]+/, "") } $1 == m { print $2; exit }' "$1/go.mod"; }
+# The version stamp upstream's own build gives every Kubernetes binary.
+kube_ldflags() {
+  local version_pkg=k8s.io/component-base/version minor="${1#v1.}"
+  minor="${minor%%.*}"
+  echo "-s -w -X $version_pkg.gitVersion=$1 -X $version_pkg.gitMajor=1 -X $version_pkg.gitMinor=$minor -X $version_pkg.gitTreeState=clean"
+}
 
 # --- the kubelet admission harness (test/k8s/kubelet-harness): its own module, key and binary,
 # so that building it never moves the e2e binaries' key below.
@@ -28,7 +43,7 @@ kubelet_harness() {
   go_version="$(go env GOVERSION)"
   hash="$(cat "$module"/go.mod "$module"/go.sum "$module"/*.go "$module"/*.s | sha256sum | cut -c1-10)"
   key="kubelet-harness_kube-${kube}_${go_version}_${hash}"
-  bin="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/$key/bin/kubelet-harness"
+  bin="$cache/k8s/$key/bin/kubelet-harness"
   if [[ "${1:-}" == "--path" || -x "$bin" ]]; then
     echo "$bin"
     return
@@ -51,34 +66,83 @@ if [[ "${1:-}" == "kubelet-harness" ]]; then
   exit 0
 fi
 
+# --- the node of tests/node, in one folder: the kubelet from test/k8s/node (its own module, the
+# same k8s.io/kubernetes release as the control plane, so the control plane's key stays put),
+# containerd v2 with its runc shim and ctr (Debian's containerd 1.6 has no CDI), and the CNI
+# plugins the node's pod network uses; each tool with `go install pkg@version`.
+containerd_version=v2.4.2
+cni_version=v1.9.1
+node_bins=(kubelet containerd containerd-shim-runc-v2 ctr bridge host-local loopback)
+node() {
+  local module="$root/test/k8s/node"
+  local kube go_version hash key dir
+  kube="$(pinned "$module" k8s.io/kubernetes)"
+  go_version="$(go env GOVERSION)"
+  hash="$(cat "$module/go.mod" "$module/go.sum" | sha256sum | cut -c1-10)"
+  key="kube-${kube}_containerd-${containerd_version}_cni-${cni_version}_${go_version}_${hash}"
+  dir="$cache/node/$key/bin"
+  node_complete() { for b in "${node_bins[@]}"; do [[ -x "$dir/$b" ]] || return 1; done; }
+  if [[ "${1:-}" == "--bin-dir" ]] || node_complete; then
+    echo "$dir"
+    return
+  fi
+  mkdir -p "$(dirname "$dir")"
+  exec 7>"$(dirname "$dir")/build.lock"
+  flock 7 # a parallel build of the same key waits here, then finds the binaries
+  if ! node_complete; then
+    local start=$SECONDS containerd=github.com/containerd/containerd/v2 cni
+    cni=github.com/containernetworking/plugins/plugins
+    log "building the kubelet $kube, containerd $containerd_version and CNI plugins $cni_version"
+    rm -rf "$dir.partial"
+    mkdir -p "$dir.partial"
+    (cd "$module" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+      go build -trimpath -ldflags="$(kube_ldflags "$kube")" -o "$dir.partial/kubelet" \
+      k8s.io/kubernetes/cmd/kubelet)
+    log "built the kubelet in $((SECONDS - start)) s"
+    (cd / && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath" GOBIN="$dir.partial" go install \
+      -ldflags="-s -w -X $containerd/version.Version=$containerd_version" \
+      "$containerd/cmd/containerd@$containerd_version" \
+      "$containerd/cmd/containerd-shim-runc-v2@$containerd_version" \
+      "$containerd/cmd/ctr@$containerd_version")
+    (cd / && CGO_ENABLED=0 GOFLAGS="-buildvcs=false -trimpath" GOBIN="$dir.partial" go install \
+      -ldflags="-s -w" "$cni/main/bridge@$cni_version" "$cni/ipam/host-local@$cni_version" \
+      "$cni/main/loopback@$cni_version")
+    rm -rf "$dir"
+    mv "$dir.partial" "$dir"
+    log "built the node in $((SECONDS - start)) s"
+  fi
+  echo "$dir"
+}
+if [[ "${1:-}" == "node" ]]; then
+  node "${2:-}"
+  exit 0
+fi
+
 module="$root/test/k8s"
 binaries=(kube-apiserver kube-scheduler kube-controller-manager etcd)
 
-pinned() { awk -v m="$1" '{ sub(/^require[ \t]+/, "") } $1 == m { print $2; exit }' "$module/go.mod"; }
-kube_version="$(pinned k8s.io/kubernetes)"
-etcd_version="$(pinned go.etcd.io/etcd/server/v3)"
+kube_version="$(pinned "$module" k8s.io/kubernetes)"
+etcd_version="$(pinned "$module" go.etcd.io/etcd/server/v3)"
 go_version="$(go env GOVERSION)"
 # The hash changes whenever any dependency does, so a re-pin never reuses stale binaries.
 deps_hash="$(cat "$module/go.mod" "$module/go.sum" "$module/cmd/etcd/main.go" | sha256sum | cut -c1-10)"
 key="kube-${kube_version}_etcd-${etcd_version}_${go_version}_${deps_hash}"
-bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/$key/bin"
+bin_dir="$cache/k8s/$key/bin"
 
 # Tools that are their own Go module (go install pkg@version): each key holds only the tool's
 # version and Go's. Helm stamps the Kubernetes minor its client libraries speak (v3.22 is built
 # on 0.37) as its default for `helm template`, as helm's own Makefile does.
 kwok_version=v0.8.0
-kwok_bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/kwok/kwok-${kwok_version}_${go_version}/bin"
+kwok_bin_dir="$cache/kwok/kwok-${kwok_version}_${go_version}/bin"
 helm_version=v3.22.0
 helm_k8s_minor=37
-helm_bin_dir="${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/helm/helm-${helm_version}_${go_version}/bin"
+helm_bin_dir="$cache/helm/helm-${helm_version}_${go_version}/bin"
 
 case "${1:-}" in
   --bin-dir) echo "$bin_dir"; exit 0 ;;
   --kwok-bin-dir) echo "$kwok_bin_dir"; exit 0 ;;
   --helm-bin-dir) echo "$helm_bin_dir"; exit 0 ;;
 esac
-
-log() { printf '[build-k8s %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 
 # build_tool NAME BIN_DIR PKG@VERSION LDFLAGS: `go install` once per key, under its own lock.
 build_tool() {
@@ -131,11 +195,7 @@ log "building kube-apiserver, kube-scheduler, kube-controller-manager $kube_vers
 log "(first build: expect tens of minutes on 2 cores; later runs reuse $bin_dir)"
 log "downloading modules"
 go mod download
-version_pkg=k8s.io/component-base/version
-minor="${kube_version#v1.}"
-minor="${minor%%.*}"
-ldflags="-s -w -X $version_pkg.gitVersion=$kube_version -X $version_pkg.gitMajor=1"
-ldflags+=" -X $version_pkg.gitMinor=$minor -X $version_pkg.gitTreeState=clean"
+ldflags="$(kube_ldflags "$kube_version")"
 for b in "${binaries[@]}"; do
   case "$b" in
     etcd) pkg=./cmd/etcd ;;

@@ -1,21 +1,33 @@
-"""`rdmaplane webhook` as a real process on loopback, for the integration, e2e and bench code."""
+"""`rdmaplane webhook` as a real process on loopback, for the integration, e2e, node and bench
+code; `deployed_webhook` installs it in a test cluster as deploy/webhook/ does."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ssl
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+from lightkube import ApiError, Client, codecs
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
+from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount
 
-from tests.e2e.controlplane import Process, free_port
+from tests.e2e.controlplane import KubeCluster, Process, free_port, poll_until
 
-__all__ = ["WebhookProcess", "free_port", "start_webhook"]
+__all__ = ["WebhookProcess", "deployed_webhook", "free_port", "start_webhook"]
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "webhook"
+NAMESPACE = "rdmaplane"
+SECRET = "rdmaplane-webhook-tls"
+MWC = "rdmaplane-webhook"
 
 
 @dataclass
@@ -69,3 +81,96 @@ def _ready(url: str, ca_file: Path) -> bool:
         context = ssl.create_default_context(cafile=str(ca_file))
         return httpx.get(f"{url}/readyz", verify=context, timeout=2).status_code == 200
     return False
+
+
+def apply_rbac(client: Client) -> None:
+    client.apply(Namespace(metadata=ObjectMeta(name=NAMESPACE)), field_manager="e2e", force=True)
+    for obj in codecs.load_all_yaml((DEPLOY / "rbac.yaml").read_text()):
+        client.apply(obj, field_manager="e2e", force=True)
+    empty_secret(client)
+
+
+def empty_secret(client: Client) -> None:
+    """The Secret as rbac.yaml makes it, without data (an earlier run may have filled it): the
+    webhook may not create it, only fill it."""
+    secret = client.get(Secret, SECRET, namespace=NAMESPACE)
+    secret.data = None
+    client.replace(secret)
+
+
+def webhook_configuration(url: str) -> Any:
+    """deploy/webhook/webhook.yaml as shipped, its clientConfig pointed at `url`."""
+    (mwc,) = codecs.load_all_yaml((DEPLOY / "webhook.yaml").read_text())
+    for hook in mwc.webhooks:
+        hook.clientConfig.service = None
+        hook.clientConfig.url = url
+    return mwc
+
+
+def ca_from_secret(client: Client, path: Path) -> Path | None:
+    """The webhook's CA from its Secret, written to `path`; None while there is none."""
+    try:
+        secret = client.get(Secret, SECRET, namespace=NAMESPACE)
+    except ApiError:
+        return None
+    ca = (secret.data or {}).get("ca.crt")
+    if ca is None:
+        return None  # not filled yet
+    path.write_bytes(base64.b64decode(ca))
+    return path
+
+
+def ca_bundle(client: Client) -> bytes:
+    hooks = client.get(MutatingWebhookConfiguration, MWC).webhooks or []
+    bundles = {h.clientConfig.caBundle for h in hooks}
+    return base64.b64decode(bundles.pop()) if len(bundles) == 1 and None not in bundles else b""
+
+
+@contextlib.contextmanager
+def deployed_webhook(
+    cluster: KubeCluster, config: dict[str, Any] | None = None
+) -> Iterator[tuple[WebhookProcess, Path]]:
+    """The webhook as deploy/webhook/ installs it: its RBAC, the MutatingWebhookConfiguration
+    (pointed at a `rdmaplane webhook` process on loopback, running as the webhook's
+    ServiceAccount with `config` besides its TLS settings), its own CA and serving certificate
+    in the Secret and the caBundle it writes itself. Yields the process and the CA file;
+    removes the configuration at the end."""
+    workdir = cluster.workdir / f"webhook-{uuid.uuid4().hex[:6]}"
+    workdir.mkdir()
+    port = free_port()
+    with cluster.client() as client:
+        apply_rbac(client)
+        client.apply(
+            ServiceAccount(metadata=ObjectMeta(name="default", namespace="kube-system")),
+            field_manager="e2e",
+            force=True,
+        )
+        client.apply(
+            webhook_configuration(f"https://127.0.0.1:{port}/mutate"),
+            field_manager="e2e",
+            force=True,
+        )
+        full = {
+            "apiVersion": "rdmaplane.io/v1alpha1",
+            "kind": "WebhookConfig",
+            **(config or {}),
+            "tls": {
+                "secretName": SECRET,
+                "secretNamespace": NAMESPACE,
+                "webhookConfiguration": MWC,
+                "hosts": ["127.0.0.1"],
+                "certDir": str(workdir / "certs"),
+                "checkInterval": "1s",
+            },
+        }
+        identity = cluster.kubeconfig_for(f"system:serviceaccount:{NAMESPACE}:rdmaplane-webhook")
+        ca_file = workdir / "ca.crt"
+        process = start_webhook(
+            workdir, full, lambda: ca_from_secret(client, ca_file), identity, port
+        )
+        try:
+            poll_until(lambda: ca_bundle(client) == ca_file.read_bytes(), 60, "caBundle written")
+            yield process, ca_file
+        finally:
+            process.stop()
+            client.delete(MutatingWebhookConfiguration, MWC)

@@ -25,10 +25,12 @@ from typing import Any, TypeVar
 import msgspec
 from msgspec import inspect as mi
 
+from rdmaplane.errors import InputError
+
 T = TypeVar("T")
 
 
-class DecodeError(ValueError):
+class DecodeError(InputError):
     """A document that is not what its model says: `path` names the field (empty: the whole
     document), `reason` says what is wrong with it."""
 

@@ -33,13 +33,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import msgspec
 
 from rdmaplane import model
 from rdmaplane.decoding import DecodeError, Quantity, convert
 from rdmaplane.decoding import parse_quantity as parse_quantity  # for the NRT's readers
+from rdmaplane.errors import InputError
 from rdmaplane.resources import DEFAULT, Vocabulary, VocabularyError
 from rdmaplane.resources import GPU as GPU  # the default names, for the NRT's readers
 from rdmaplane.resources import HCA as HCA
@@ -63,8 +64,11 @@ ZONE_NUMA = "Node"
 ZONE_PCIE_ROOT = "PCIeRoot"
 ZONE_HCA = "HCA"
 
-POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
-SCOPES = ("container", "pod")
+# The kubelet's Topology Manager policies and scopes, as the NRT attributes name them.
+TopologyPolicy = Literal["none", "best-effort", "restricted", "single-numa-node"]
+TopologyScope = Literal["container", "pod"]
+POLICIES: tuple[str, ...] = get_args(TopologyPolicy)
+SCOPES: tuple[str, ...] = get_args(TopologyScope)
 
 LABEL_RDMA = "rdmaplane.io/rdma"
 LABEL_LINK_LAYER = "rdmaplane.io/link-layer"
@@ -83,7 +87,7 @@ _LEGACY_POLICIES = {
 }
 
 
-class NrtError(ValueError):
+class NrtError(InputError):
     """A malformed NodeResourceTopology object; the message names the bad field."""
 
 

@@ -16,8 +16,12 @@ vendor (`amd.com/gpu`) is as visible as the defaults.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Literal, get_args
+
+from rdmaplane.errors import InputError
+from rdmaplane.setting import Names, setting
 
 GPU = "nvidia.com/gpu"
 HCA = "rdmaplane.io/hca"
@@ -29,7 +33,7 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 DEFAULT_POOL = {"exclusive": HCA, "shared": HCA_SHARED}  # a pool's name when none is given
 
 
-class VocabularyError(ValueError):
+class VocabularyError(InputError):
     """Resource names that cannot be told apart (a name of two kinds) or read."""
 
 
@@ -40,17 +44,36 @@ def is_extended(name: str) -> bool:
     return "/" in name and "kubernetes.io/" not in name and not name.startswith("requests.")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Vocabulary:
     """The names of the GPU resources and of the HCA pools by mode, each list in the order
-    results list them (GPUs, exclusive pools, shared pools)."""
+    results list them (GPUs, exclusive pools, shared pools). The extender's and the webhook's
+    `resources` settings too (each a name or a list in their files); an NRT whose agent names
+    its own (`rdmaplane.io/resources`) is read by those. (Not slotted: the name → kind index
+    is cached beside the fields.)"""
 
-    gpus: tuple[str, ...] = (GPU,)
-    exclusive: tuple[str, ...] = (HCA,)
-    shared: tuple[str, ...] = (HCA_SHARED,)
-    _kinds: dict[str, Kind] = field(init=False, repr=False, compare=False, hash=False)
+    gpus: Names = setting(
+        (GPU,), "GPUs: a name, or a list (one per GPU vendor)", key="gpu", min_length=1
+    )
+    exclusive: Names = setting(
+        (HCA,),
+        "exclusive HCA pools: a name or a list (the webhook adds the first)",
+        key="hca",
+        min_length=1,
+    )
+    shared: Names = setting(
+        (HCA_SHARED,),
+        "shared pools: a name or a list (the webhook adds the first)",
+        key="hcaShared",
+        min_length=1,
+    )
 
     def __post_init__(self) -> None:
+        self._kinds  # noqa: B018 (checked as it is built)
+
+    @cached_property
+    def _kinds(self) -> dict[str, Kind]:
+        """Each name's kind; refuses a name that is not an extended resource or is of two."""
         kinds: dict[str, Kind] = {}
         for kind, names in zip(KINDS, (self.gpus, self.exclusive, self.shared), strict=True):
             for name in names:
@@ -59,7 +82,7 @@ class Vocabulary:
                 if name in kinds:
                     raise VocabularyError(f"{name} is named as {kinds[name]} and as {kind}")
                 kinds[name] = kind
-        object.__setattr__(self, "_kinds", kinds)
+        return kinds
 
     @classmethod
     def of(cls, gpus: Iterable[str], pools: Iterable[tuple[str, Mode]]) -> Vocabulary:

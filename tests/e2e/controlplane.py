@@ -615,10 +615,10 @@ def launch_extender(
 BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "build-k8s.sh"
 
 
-def build_dir(flag: str) -> Path:
-    """The folder `scripts/build-k8s.sh FLAG` names (`--bin-dir`, `--kwok-bin-dir`); builds
-    nothing."""
-    found = subprocess.run([str(BUILD_SCRIPT), flag], capture_output=True, text=True, check=True)
+def build_dir(*flags: str) -> Path:
+    """The folder `scripts/build-k8s.sh FLAGS` names (`--bin-dir`, `--kwok-bin-dir`, `node
+    --bin-dir`); builds nothing."""
+    found = subprocess.run([str(BUILD_SCRIPT), *flags], capture_output=True, text=True, check=True)
     return Path(found.stdout.strip())
 
 

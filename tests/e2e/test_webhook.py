@@ -26,18 +26,23 @@ from hypothesis import HealthCheck, given, settings
 from lightkube import ApiError, Client, codecs
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
-from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
+from lightkube.resources.core_v1 import Namespace, Pod, Secret
 
 from rdmaplane.kube import sync_client
 from rdmaplane.webhook import inject
+from rdmaplane.webhook.settings import InjectPolicy
 from tests.e2e.controlplane import KubeCluster, poll_until
 from tests.webhook_pods import GPU, HCA, SHARED, admission_review, contains, cpu_pod, gpu_pod, pods
-from tests.webhook_server import WebhookProcess, free_port, start_webhook
-
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "webhook"
-NAMESPACE = "rdmaplane"
-SECRET = "rdmaplane-webhook-tls"
-MWC = "rdmaplane-webhook"
+from tests.webhook_server import (
+    MWC,
+    NAMESPACE,
+    SECRET,
+    WebhookProcess,
+    ca_bundle,
+    ca_from_secret,
+    deployed_webhook,
+    empty_secret,
+)
 
 
 @dataclass
@@ -48,97 +53,22 @@ class Env:
     ca_file: Path
 
 
-def _apply_rbac(client: Client) -> None:
-    client.apply(Namespace(metadata=ObjectMeta(name=NAMESPACE)), field_manager="e2e", force=True)
-    for obj in codecs.load_all_yaml((DEPLOY / "rbac.yaml").read_text()):
-        client.apply(obj, field_manager="e2e", force=True)
-    _empty_secret(client)
-
-
-def _empty_secret(client: Client) -> None:
-    """The Secret as rbac.yaml makes it, without data (an earlier run may have filled it)."""
-    secret = client.get(Secret, SECRET, namespace=NAMESPACE)
-    secret.data = None
-    client.replace(secret)
-
-
-def _webhook_configuration(url: str) -> Any:
-    (mwc,) = codecs.load_all_yaml((DEPLOY / "webhook.yaml").read_text())
-    for hook in mwc.webhooks:
-        hook.clientConfig.service = None
-        hook.clientConfig.url = url
-    return mwc
-
-
-def _ca_from_secret(client: Client, path: Path) -> Path | None:
-    try:
-        secret = client.get(Secret, SECRET, namespace=NAMESPACE)
-    except ApiError:
-        return None
-    ca = (secret.data or {}).get("ca.crt")
-    if ca is None:
-        return None  # not filled yet
-    path.write_bytes(base64.b64decode(ca))
-    return path
-
-
 @pytest.fixture(scope="module")
 def env(kube_cluster: KubeCluster) -> Iterator[Env]:
-    workdir = kube_cluster.workdir / f"webhook-{uuid.uuid4().hex[:6]}"
-    workdir.mkdir()
-    port = free_port()
-    with kube_cluster.client() as client:
-        _apply_rbac(client)
-        client.apply(
-            ServiceAccount(metadata=ObjectMeta(name="default", namespace="kube-system")),
-            field_manager="e2e",
-            force=True,
-        )
-        client.apply(
-            _webhook_configuration(f"https://127.0.0.1:{port}/mutate"),
-            field_manager="e2e",
-            force=True,
-        )
+    config = {"doctor": {"image": "registry.example/rdmaplane:test"}}
+    with deployed_webhook(kube_cluster, config) as (process, ca_file):
         opted_in, plain = (f"wh-{kind}-{uuid.uuid4().hex[:6]}" for kind in ("in", "plain"))
         kube_cluster.create_namespace(opted_in)
         kube_cluster.create_namespace(plain)
-        client.patch(
-            Namespace, opted_in, {"metadata": {"labels": {"rdmaplane.io/inject": "enabled"}}}
-        )
-        config = {
-            "apiVersion": "rdmaplane.io/v1alpha1",
-            "kind": "WebhookConfig",
-            "doctor": {"image": "registry.example/rdmaplane:test"},
-            "tls": {
-                "secretName": SECRET,
-                "secretNamespace": NAMESPACE,
-                "webhookConfiguration": MWC,
-                "hosts": ["127.0.0.1"],
-                "certDir": str(workdir / "certs"),
-                "checkInterval": "1s",
-            },
-        }
-        identity = kube_cluster.kubeconfig_for(
-            f"system:serviceaccount:{NAMESPACE}:rdmaplane-webhook"
-        )
-        ca_file = workdir / "ca.crt"
-        process = start_webhook(
-            workdir, config, lambda: _ca_from_secret(client, ca_file), identity, port
-        )
-        try:
-            poll_until(lambda: _ca_bundle(client) == ca_file.read_bytes(), 60, "caBundle written")
-            yield Env(process, opted_in, plain, ca_file)
-        finally:
-            process.stop()
-            for ns in (opted_in, plain):
-                client.deletecollection(Pod, namespace=ns, grace_period=0)
-            client.delete(MutatingWebhookConfiguration, MWC)
-
-
-def _ca_bundle(client: Client) -> bytes:
-    hooks = client.get(MutatingWebhookConfiguration, MWC).webhooks or []
-    bundles = {h.clientConfig.caBundle for h in hooks}
-    return base64.b64decode(bundles.pop()) if len(bundles) == 1 and None not in bundles else b""
+        with kube_cluster.client() as client:
+            client.patch(
+                Namespace, opted_in, {"metadata": {"labels": {"rdmaplane.io/inject": "enabled"}}}
+            )
+            try:
+                yield Env(process, opted_in, plain, ca_file)
+            finally:
+                for ns in (opted_in, plain):
+                    client.deletecollection(Pod, namespace=ns, grace_period=0)
 
 
 def create(
@@ -225,7 +155,7 @@ def test_the_preview_knows_which_pods_the_api_server_sends(
     deploy/webhook/webhook.yaml's namespaceSelector and matchConditions: the webhook's own
     request counter moves exactly when the rule says the pod is sent."""
     namespace = {"opted_in": env.opted_in, "plain": env.plain}.get(where, where)
-    why = inject.not_sent(obj, namespace, where == "opted_in", inject.Policy())
+    why = inject.not_sent(obj, namespace, where == "opted_in", InjectPolicy())
     before = _calls(env)
     with kube_cluster.client() as client, contextlib.suppress(ApiError):
         create(client, namespace, obj, dry_run=True)  # requests only: refused after admission
@@ -312,8 +242,8 @@ def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
     the new certificate and the API server keeps admitting through it."""
     import asyncio
 
-    from rdmaplane.config.webhook import TlsConfig
     from rdmaplane.kube import async_client
+    from rdmaplane.webhook.settings import Tls
     from rdmaplane.webhook.tls import SecretCerts
 
     identity = kube_cluster.kubeconfig_for(f"system:serviceaccount:{NAMESPACE}:rdmaplane-webhook")
@@ -321,12 +251,12 @@ def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
     async def race(workdir: Path) -> list[str]:
         clients = [async_client(identity) for _ in range(2)]
         tls = [
-            TlsConfig(
-                secretName=SECRET,
-                secretNamespace=NAMESPACE,
-                webhookConfiguration=MWC,
-                hosts=["127.0.0.1"],
-                certDir=workdir / str(i),
+            Tls(
+                secret_name=SECRET,
+                secret_namespace=NAMESPACE,
+                webhook_configuration=MWC,
+                hosts=("127.0.0.1",),
+                cert_dir=workdir / str(i),
             )
             for i in range(2)
         ]
@@ -340,12 +270,12 @@ def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
         return [s.fingerprint for s in served]
 
     with kube_cluster.client() as client:
-        _empty_secret(client)
+        empty_secret(client)
         fingerprints = asyncio.run(race(kube_cluster.workdir / f"race-{uuid.uuid4().hex[:6]}"))
         assert fingerprints[0] == fingerprints[1]
-        new_ca = _ca_from_secret(client, env.ca_file)
+        new_ca = ca_from_secret(client, env.ca_file)
         assert new_ca is not None
-        assert _ca_bundle(client) == env.ca_file.read_bytes()
+        assert ca_bundle(client) == env.ca_file.read_bytes()
 
         def admitted() -> bool:
             try:

@@ -8,6 +8,7 @@ every process of the machine):
     {"ev": "up", "t": ...}                                  kubelet.sock is listening
     {"ev": "registered", "resource": ..., "t": ...}         a plugin registered (or was found)
     {"ev": "list", "resource": ..., "devices": N, "healthy": N, "t": ...}   a ListAndWatch reply
+    {"ev": "refused", "resource": ..., "error": ..., "t": ...}   a Register refused
 
 A restart is what a kubelet restart looks like on the node, compressed to milliseconds: the
 old server and every stream to plugins die, every socket in `device-plugins/` is deleted (the
@@ -19,7 +20,8 @@ sockets in `plugins_registry/` (at start, and whenever one is created, by inotif
 sockets in `plugins_registry/` too (harsher than a kubelet: the plugin must serve again).
 
 It shares no code with the plugin: its own process, its own event loop, only the generated
-stubs of the kubelet's .proto files.
+stubs of the kubelet's .proto files. Like the v1.37.2 kubelet it refuses a second Register from
+a socket it is connected to, and is then stuck the same way (`DeviceManagerRecords`).
 """
 
 from __future__ import annotations
@@ -55,6 +57,46 @@ def dial(socket: Path) -> grpc.aio.Channel:
     )
 
 
+class DeviceManagerRecords:
+    """What the v1.37.2 kubelet keeps per plugin socket path: the device manager's endpoint and
+    the plugin server's client record (`plugin/v1beta1/handler.go`, `devicemanager/manager.go`).
+
+    A Register adds a client record, dials the plugin, then connects the endpoint, refusing one
+    that exists ("device plugin already connected"). Any failure there deregisters every client
+    record of that path, the live one's too, while the endpoint stays: when that stream ends
+    nothing removes the endpoint, so every later Register from the path is refused until the
+    kubelet restarts. A stream that ends with its client record still there removes both."""
+
+    def __init__(self) -> None:
+        self.endpoints: set[str] = set()
+        self.clients: set[str] = set()
+
+    async def register(
+        self, path: str, stub: dp_grpc.DevicePluginStub
+    ) -> tuple[dp.DevicePluginOptions | None, str | None]:
+        """Dial the plugin at `path` (the kubelet's blocking dial waits up to 10 s for the
+        socket), then connect its endpoint: (its options, None) or (None, the refusal)."""
+        self.clients.add(path)
+        try:
+            options = await stub.GetDevicePluginOptions(dp.Empty(), timeout=10, wait_for_ready=True)
+        except grpc.aio.AioRpcError as e:
+            self.clients.discard(path)
+            return None, f"failed to dial device plugin: {e.details()}"
+        if path in self.endpoints:
+            self.clients.discard(path)
+            return None, f"device plugin already connected: {path}"
+        self.endpoints.add(path)
+        return options, None
+
+    def stream_ended(self, path: str) -> None:
+        if path in self.clients:
+            self.deregister(path)
+
+    def deregister(self, path: str) -> None:
+        self.clients.discard(path)
+        self.endpoints.discard(path)
+
+
 class Kubelet(dp_grpc.RegistrationServicer):
     def __init__(self, root: Path, registry: bool) -> None:
         self.plugins_dir = root / "device-plugins"
@@ -62,8 +104,12 @@ class Kubelet(dp_grpc.RegistrationServicer):
         self.registry = registry
         self.server: grpc.aio.Server | None = None
         self.streams: set[asyncio.Task[None]] = set()
+        self.records = DeviceManagerRecords()
+        self.watched: dict[str, int] = {}
 
     async def start(self, wipe_registry: bool = False) -> None:
+        self.records = DeviceManagerRecords()  # a new kubelet knows no plugin
+        self.watched: dict[str, int] = {}  # the plugin watcher's sockets: path -> inode
         self.plugins_dir.mkdir(parents=True, exist_ok=True)
         for folder in (
             (self.plugins_dir, self.registry_dir) if wipe_registry else (self.plugins_dir,)
@@ -92,47 +138,72 @@ class Kubelet(dp_grpc.RegistrationServicer):
             await self.server.stop(None)
             self.server = None
 
-    async def Register(self, request: dp.RegisterRequest, context: object) -> dp.Empty:
+    async def Register(
+        self, request: dp.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> dp.Empty:
         # the device manager dials the plugin before it answers
-        channel = dial(self.plugins_dir / request.endpoint)
-        stub = dp_grpc.DevicePluginStub(channel)
-        await stub.GetDevicePluginOptions(dp.Empty(), timeout=10, wait_for_ready=True)
-        say("registered", resource=request.resource_name)
-        self.follow(request.resource_name, channel)
+        path = self.plugins_dir / request.endpoint
+        refusal = await self.connect(request.resource_name, path)
+        if refusal is not None:
+            await context.abort(grpc.StatusCode.UNKNOWN, refusal)  # a Go error, as it is
         return dp.Empty()
 
+    async def connect(self, resource: str, path: Path) -> str | None:
+        """Dial the plugin, connect its endpoint, follow its ListAndWatch; None, or why not."""
+        channel = dial(path)
+        _, refusal = await self.records.register(str(path), dp_grpc.DevicePluginStub(channel))
+        if refusal is not None:
+            await channel.close()
+            say("refused", resource=resource, error=refusal)
+            return refusal
+        say("registered", resource=resource)
+        self.spawn(self._list_and_watch(resource, channel, self.records, str(path)))
+        return None
+
     def found(self, sock: Path) -> None:
-        """The plugin watcher saw a socket: ask it who it is, connect, notify."""
+        """The plugin watcher saw a socket: ask it who it is, connect, notify. Its cache is keyed
+        by path: a socket seen twice (at start and by inotify) registers once; a new socket at a
+        known path replaces the old registration (DeRegisterPlugin, then RegisterPlugin)."""
         if sock.name.startswith(".") or not sock.is_socket():
             return
+        identity = sock.stat().st_ino
+        if self.watched.get(str(sock)) == identity:
+            return
+        if str(sock) in self.watched:
+            self.records.deregister(str(sock))
+        self.watched[str(sock)] = identity
         self.spawn(self._register_found(sock))
 
     async def _register_found(self, sock: Path) -> None:
         channel = dial(sock)
-        with contextlib.suppress(grpc.aio.AioRpcError):
+        try:
             watcher = reg_grpc.RegistrationStub(channel)
             info = await watcher.GetInfo(reg.InfoRequest(), timeout=10)
+            refusal = await self.connect(info.name, Path(info.endpoint or sock))
             await watcher.NotifyRegistrationStatus(
-                reg.RegistrationStatus(plugin_registered=True), timeout=10
+                reg.RegistrationStatus(plugin_registered=refusal is None, error=refusal or ""),
+                timeout=10,
             )
-            say("registered", resource=info.name)
-            await self._list_and_watch(info.name, channel)
-
-    def follow(self, resource: str, channel: grpc.aio.Channel) -> None:
-        self.spawn(self._list_and_watch(resource, channel))
+        except grpc.aio.AioRpcError:
+            pass
+        finally:
+            await channel.close()
 
     def spawn(self, coro: object) -> None:
         task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
         self.streams.add(task)
         task.add_done_callback(self.streams.discard)
 
-    async def _list_and_watch(self, resource: str, channel: grpc.aio.Channel) -> None:
+    async def _list_and_watch(
+        self, resource: str, channel: grpc.aio.Channel, records: DeviceManagerRecords, path: str
+    ) -> None:
         try:
             with contextlib.suppress(grpc.aio.AioRpcError):
                 async for response in dp_grpc.DevicePluginStub(channel).ListAndWatch(dp.Empty()):
                     healthy = sum(d.health == "Healthy" for d in response.devices)
                     say("list", resource=resource, devices=len(response.devices), healthy=healthy)
         finally:
+            records.stream_ended(path)
             await channel.close()
 
 
@@ -183,6 +254,8 @@ class KubeletProcess:
         self.args = [str(kubelet_dir)] + (["--plugins-registry"] if plugins_registry else [])
         self.proc: asyncio.subprocess.Process | None = None
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.refused: list[dict[str, Any]] = []  # every Register refused, kept apart
+        self.accepted = 0  # registrations the stand-in accepted, all told
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> KubeletProcess:
@@ -210,7 +283,12 @@ class KubeletProcess:
     async def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         while line := await self.proc.stdout.readline():
-            await self.events.put(json.loads(line))
+            event = json.loads(line)
+            if event["ev"] == "refused":
+                self.refused.append(event)
+            elif event["ev"] == "registered":
+                self.accepted += 1
+            await self.events.put(event)
 
     async def next(self, ev: str, within: float, resource: str | None = None) -> dict[str, Any]:
         """The next event `ev` (of `resource`, when given); earlier others are dropped."""

@@ -5,7 +5,9 @@ It does what the kubelet's device manager does with a plugin, no more: serves
 `plugins_registry/` and asks them `GetInfo`), dials the plugin back, keeps reading its
 `ListAndWatch` stream, filters the healthy devices by a NUMA affinity as the Topology Manager
 does before `GetPreferredAllocation`, then calls `Allocate`. `restart()` behaves like a kubelet
-restart: its streams die, every socket in `device-plugins/` is deleted, a new one comes up.
+restart: its streams die, every socket in `device-plugins/` is deleted, a new one comes up. A
+second Register from a connected socket is refused, and sticks, as in the v1.37.2 kubelet
+(`kubelet_process.DeviceManagerRecords`).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from typing import Any
 import grpc
 
 from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.config import AgentConfig, DevicePluginConfig
+from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from tests.integration.kubelet_process import DeviceManagerRecords
 
 
 def device_nodes(sysfs: Path, root: Path) -> Path:
@@ -42,10 +46,10 @@ def device_nodes(sysfs: Path, root: Path) -> Path:
 
 def agent_with_plugin(
     sysfs: Path, short_dir: Path, **extra: Any
-) -> tuple[AgentConfig, EmbeddedPlugin]:
+) -> tuple[AgentSettings, EmbeddedPlugin]:
     """An agent config whose kubelet folder is `short_dir` (unix socket paths are short), and
     the plugin it embeds, with a device node for every HCA of the tree under `short_dir/dev`."""
-    cfg = AgentConfig(
+    cfg = AgentSettings(
         node_name="hgx-h100-017",
         sysfs_root=sysfs,
         kubelet_dir=short_dir,
@@ -54,7 +58,7 @@ def agent_with_plugin(
         **extra,
     )
     dev_root = device_nodes(sysfs, short_dir / "dev")
-    return cfg, EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
+    return cfg, EmbeddedPlugin(PluginSettings(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
 
 
 @dataclass
@@ -84,6 +88,8 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
         self.socket = self.plugins_dir / "kubelet.sock"
         self.plugins: dict[str, Plugin] = {}
         self.registrations: list[dp.RegisterRequest] = []
+        self.refusals: list[str] = []
+        self.records = DeviceManagerRecords()
         self.changed = asyncio.Condition()
         self._server: grpc.aio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -114,14 +120,20 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
         """Go away, wipe device-plugins/ as the kubelet does on start, come back."""
         await self.stop()
         self.plugins.clear()
+        self.records = DeviceManagerRecords()
         for sock in self.plugins_dir.glob("*"):
             sock.unlink()
         await self.start()
 
     # --- Registration service (device-plugins/kubelet.sock)
-    async def Register(self, request: dp.RegisterRequest, context: object) -> dp.Empty:
+    async def Register(
+        self, request: dp.RegisterRequest, context: grpc.aio.ServicerContext
+    ) -> dp.Empty:
         self.registrations.append(request)
-        self._connect(request.resource_name, str(self.plugins_dir / request.endpoint))
+        endpoint = str(self.plugins_dir / request.endpoint)
+        refusal = await self._connect(request.resource_name, endpoint)
+        if refusal is not None:
+            await context.abort(grpc.StatusCode.UNKNOWN, refusal)
         return dp.Empty()
 
     # --- plugin watcher (plugins_registry/)
@@ -135,9 +147,10 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
             watcher = reg_grpc.RegistrationStub(channel)
             info = await watcher.GetInfo(reg.InfoRequest(), timeout=5)
             infos.append(info)
-            self._connect(info.name, info.endpoint or str(sock))
+            refusal = await self._connect(info.name, info.endpoint or str(sock))
             await watcher.NotifyRegistrationStatus(
-                reg.RegistrationStatus(plugin_registered=True), timeout=5
+                reg.RegistrationStatus(plugin_registered=refusal is None, error=refusal or ""),
+                timeout=5,
             )
         return infos
 
@@ -150,20 +163,33 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
     def stub(self, resource: str) -> dp_grpc.DevicePluginStub:
         return dp_grpc.DevicePluginStub(self._channel(self.plugins[resource].endpoint))
 
-    def _connect(self, resource: str, endpoint: str) -> None:
-        plugin = Plugin(resource, endpoint, registered_at=time.perf_counter())
+    async def _connect(self, resource: str, endpoint: str) -> str | None:
+        """Dial the plugin and connect its endpoint, as the device manager does before it
+        answers; then follow its ListAndWatch. None, or the refusal."""
+        stub = dp_grpc.DevicePluginStub(self._channel(endpoint))
+        options, refusal = await self.records.register(endpoint, stub)
+        if refusal is not None:
+            self.refusals.append(refusal)
+            async with self.changed:
+                self.changed.notify_all()
+            return refusal
+        plugin = Plugin(resource, endpoint, options, registered_at=time.perf_counter())
         self.plugins[resource] = plugin
-        task = asyncio.create_task(self._watch(plugin))
+        task = asyncio.create_task(self._watch(plugin, stub, self.records))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return None
 
-    async def _watch(self, plugin: Plugin) -> None:
-        stub = dp_grpc.DevicePluginStub(self._channel(plugin.endpoint))
+    async def _watch(
+        self, plugin: Plugin, stub: dp_grpc.DevicePluginStub, records: DeviceManagerRecords
+    ) -> None:
+        try:
+            await self._list_and_watch(plugin, stub)
+        finally:
+            records.stream_ended(plugin.endpoint)
+
+    async def _list_and_watch(self, plugin: Plugin, stub: dp_grpc.DevicePluginStub) -> None:
         with contextlib.suppress(grpc.aio.AioRpcError):  # the kubelet logs and waits, too
-            # the kubelet dials with WithBlock and a 10 s timeout: it waits for the socket
-            plugin.options = await stub.GetDevicePluginOptions(
-                dp.Empty(), timeout=10, wait_for_ready=True
-            )
             async for response in stub.ListAndWatch(dp.Empty()):
                 plugin.devices = {
                     d.ID: SeenDevice(d.health, tuple(n.ID for n in d.topology.nodes))
@@ -176,7 +202,8 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
                     self.changed.notify_all()
 
     async def wait_for(self, predicate: Callable[[], bool], within: float = 5.0) -> None:
-        """Until `predicate` holds after a ListAndWatch update; TimeoutError after `within` s."""
+        """Until `predicate` holds after a ListAndWatch update or a refusal; TimeoutError after
+        `within` s."""
         async with asyncio.timeout(within), self.changed:
             await self.changed.wait_for(predicate)
 

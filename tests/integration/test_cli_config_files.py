@@ -179,17 +179,18 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_a_manifest_is_checked_document_by_document() -> None:
-    """deploy/device-plugin/daemonset.yaml: a ConfigMap holding the config, then the
-    DaemonSet; the config is checked, the DaemonSet named."""
+    """deploy/device-plugin/daemonset.yaml: a ServiceAccount, a ConfigMap holding the config,
+    then the DaemonSet; the config is checked, the others named."""
     result = runner.invoke(
         app, ["config", "validate", str(REPO / "deploy/device-plugin/daemonset.yaml")]
     )
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].endswith(
-        "document 1, ConfigMap rdmaplane-device-plugin config.yaml: a valid DevicePluginConfig"
+    assert lines[0].endswith("document 1: a ServiceAccount (v1), not a config (left alone)")
+    assert lines[1].endswith(
+        "document 2, ConfigMap rdmaplane-device-plugin config.yaml: a valid DevicePluginConfig"
     )
-    assert lines[1].endswith("document 2: a DaemonSet (apps/v1), not a config (left alone)")
+    assert lines[2].endswith("document 3: a DaemonSet (apps/v1), not a config (left alone)")
 
 
 def test_a_bad_config_inside_a_configmap_is_found(tmp_path: Path) -> None:

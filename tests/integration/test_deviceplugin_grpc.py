@@ -19,11 +19,14 @@ import grpc
 import pytest
 from kubelet_standin import KubeletStandIn, device_nodes
 
-from rdmaplane.config import DevicePluginConfig, parse
+from rdmaplane.config import parse
+from rdmaplane.config.base import validate
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 from rdmaplane.deviceplugin import RdmaDevicePlugin
 from rdmaplane.deviceplugin import plugin as plugin_module
 from rdmaplane.deviceplugin.plugin import poll_topology
 from rdmaplane.deviceplugin.resources import device_id
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import read_node, samples
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.nccl import nccl_env
@@ -53,12 +56,8 @@ def kubelet_dir() -> Iterator[Path]:
 
 
 def make_plugin(config: dict[str, object], kubelet_dir: Path, dev_root: Path) -> RdmaDevicePlugin:
-    cfg = DevicePluginConfig.model_validate(
-        {"health_poll_interval": POLL, "resend_interval": 5, **config}
-    )
-    return RdmaDevicePlugin(
-        cfg.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root), max_backoff=0.2
-    )
+    cfg = validate(PluginSettings, {"healthPollInterval": POLL, "resendInterval": 5, **config})
+    return RdmaDevicePlugin(cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root), max_backoff=0.2)
 
 
 @contextlib.asynccontextmanager
@@ -214,6 +213,27 @@ async def test_waits_for_a_kubelet_that_is_not_there_yet(
             await kubelet.stop()
 
 
+async def test_a_kubelet_holding_a_stale_endpoint_is_asked_once(
+    sysfs: Path, dev_root: Path, kubelet_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A v1.37.2 kubelet that refused a second Register from our socket refuses every later one
+    until it restarts: the plugin asks once and says so (retrying every 0.2 s would only add
+    refusals); the next kubelet start registers."""
+    kubelet = KubeletStandIn(kubelet_dir)
+    plugin = make_plugin({}, kubelet_dir, dev_root)
+    kubelet.records.endpoints.add(str(plugin.servers[0].socket))  # what that refusal left
+    async with running(plugin, sysfs, kubelet):
+        await kubelet.wait_for(lambda: bool(kubelet.refusals), within=10)
+        await asyncio.sleep(10 * 0.2)  # ten of the plugin's retry intervals (max_backoff)
+        assert len(kubelet.registrations) == 1
+        assert kubelet.refusals == [f"device plugin already connected: {plugin.servers[0].socket}"]
+        assert "refuses every later one too, until it restarts: not retrying" in caplog.text
+        assert "rdmaplane.io/hca" not in kubelet.plugins
+        await kubelet.restart()
+        await kubelet.wait_for(lambda: device_count(kubelet) == 9)
+        assert len(kubelet.registrations) == 2 and len(kubelet.refusals) == 1
+
+
 async def test_allocate_returns_exactly_the_allocated_set(
     sysfs: Path, dev_root: Path, kubelet_dir: Path
 ) -> None:
@@ -325,8 +345,8 @@ async def test_shared_pool_from_the_shared_rdma_plugin_config(
             }
         ],
     }
-    cfg = parse(legacy, DevicePluginConfig, "legacy.json")
-    plugin = RdmaDevicePlugin(cfg.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root))
+    cfg = parse(legacy, DEVICE_PLUGIN_CONFIG, "legacy.json")
+    plugin = RdmaDevicePlugin(cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root))
     kubelet = KubeletStandIn(kubelet_dir)
     topo = read_node(str(sysfs))
     async with running(plugin, sysfs, kubelet):
@@ -426,7 +446,7 @@ def test_the_standalone_plugin_serves_as_one_lean_process(
     sysfs: Path, dev_root: Path, kubelet_dir: Path, tmp_path: Path
 ) -> None:
     """The command checks its input, then becomes the serving process (the same PID, no
-    child), which never imports the CLI, the config models or ssl: seen in the import log of
+    child), which never imports the CLI, the validator or ssl: seen in the import log of
     the second interpreter (PYTHONPROFILEIMPORTTIME survives the exec)."""
     config = tmp_path / "dp.yaml"
     config.write_text("apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n")
@@ -452,7 +472,7 @@ async def test_list_is_resent_on_the_periodic_tick(
     sysfs: Path, dev_root: Path, kubelet_dir: Path
 ) -> None:
     kubelet = KubeletStandIn(kubelet_dir)
-    plugin = make_plugin({"resend_interval": 0.1}, kubelet_dir, dev_root)
+    plugin = make_plugin({"resendInterval": 0.1}, kubelet_dir, dev_root)
     async with running(plugin, sysfs, kubelet):
         await kubelet.wait_for(lambda: device_count(kubelet) == 9)
         seen = kubelet.plugins["rdmaplane.io/hca"]

@@ -20,10 +20,13 @@ import pytest
 
 from rdmaplane import nrt
 from rdmaplane.cli.nrt import agent_nrt
-from rdmaplane.config import DevicePluginConfig, SchedulerExtenderConfig, load
+from rdmaplane.config import load
+from rdmaplane.config.base import validate
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 from rdmaplane.discovery import samples
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.scheduler.settings import ExtenderSettings
 from tests import resource_names as names
 from tests.scheduler_helpers import node, pod, serve
 
@@ -43,7 +46,7 @@ def _nrts(tmp_path: Path, renamed: bool) -> list[dict[str, Any]]:
     config = names.plugin_config(
         tmp_path / f"plugin-{renamed}.yaml", names.NAMES if renamed else None
     )
-    plugin = load(config, DevicePluginConfig)
+    plugin = load(config, DEVICE_PLUGIN_CONFIG)
     gpu = names.GPU if renamed else nrt.GPU
     return [
         agent_nrt(samples.read_sample(sample), name, plugin, policy, scope, gpu_resource=gpu)
@@ -57,7 +60,7 @@ def _pods(renamed: bool, prefix: str = "") -> list[dict[str, Any]]:
 
 
 def _cache(nrts: list[dict[str, Any]], pods: list[dict[str, Any]], **config: Any) -> ClusterCache:
-    cache = ClusterCache(SchedulerExtenderConfig.model_validate(config).policy())
+    cache = ClusterCache.configured(validate(ExtenderSettings, config))
     cache.replace("nrt", nrts)
     cache.replace("node", [node(o["metadata"]["name"]) for o in nrts])
     cache.replace("pod", pods)
@@ -79,7 +82,7 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, st
     ]
     both = {"resources": {"gpu": [nrt.GPU, names.GPU], "hca": [nrt.HCA, names.HCA],
                           "hcaShared": [nrt.HCA_SHARED, names.SHARED]}}  # fmt: skip
-    config = SchedulerExtenderConfig()
+    config = ExtenderSettings()
     with (
         serve(create_app(_cache(default, _pods(False)), config)) as a,
         serve(create_app(_cache(renamed, _pods(True)), config)) as b,

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.config import WebhookConfig
+from rdmaplane.config.base import validate
 from rdmaplane.webhook import inject
+from rdmaplane.webhook.settings import InjectPolicy, WebhookSettings
 from tests import resource_names as names
 from tests.webhook_pods import GPU, HCA, SHARED, contains, pods
 
@@ -27,7 +28,7 @@ CLASSES = {
         }
     ]
 }
-POLICY = WebhookConfig.model_validate(CLASSES).policy()
+POLICY = validate(WebhookSettings, CLASSES)
 POLICY_DOCTOR = POLICY
 
 
@@ -49,7 +50,7 @@ def gpu(name: str = "main", n: str = "8", **extra: Any) -> dict[str, Any]:
     return {"name": name, "image": "x", "resources": {"limits": {GPU: n}}, **extra}
 
 
-def applied(obj: dict[str, Any], policy: inject.Policy = POLICY) -> dict[str, Any]:
+def applied(obj: dict[str, Any], policy: InjectPolicy = POLICY) -> dict[str, Any]:
     result = inject.mutate(obj, policy)
     out: dict[str, Any] = jsonpatch.apply_patch(obj, result.patch)
     return out
@@ -235,8 +236,8 @@ def test_patch_applies_keeps_user_fields_and_is_idempotent(obj: dict[str, Any]) 
         assert {m["name"] for m in c.get("volumeMounts", [])} <= set(volumes)
 
 
-def _policy(resources: dict[str, Any], **more: Any) -> inject.Policy:
-    return WebhookConfig.model_validate({"resources": resources, **more}).policy()
+def _policy(resources: dict[str, Any], **more: Any) -> InjectPolicy:
+    return validate(WebhookSettings, {"resources": resources, **more})
 
 
 RENAMED = _policy({"gpu": names.GPU, "hca": names.HCA, "hcaShared": names.SHARED}, **CLASSES)

@@ -6,10 +6,18 @@ The kubelet talks to a device plugin in one of two ways, both served here:
   calls `Registration.Register` on the kubelet's `device-plugins/kubelet.sock`. A starting
   kubelet deletes every socket in that folder, ours included, then listens on a new
   `kubelet.sock`. The rule here: our socket gone means the kubelet restarted, so serve again and
-  register again, always; a new `kubelet.sock` means register again. Both are seen through
-  inotify on the folder, at once, never by comparing inodes or mtimes (a new socket can get the
-  old one's inode and, within one timestamp tick, its mtime). The kubelet then dials in and
-  opens a new ListAndWatch, which starts with the full device list.
+  register again, always; a new `kubelet.sock` means register, unless it is the one already
+  registered with. Both are seen through inotify on the folder, at once. The kubelet then dials
+  in and opens a new ListAndWatch, which starts with the full device list.
+
+  Register exactly once per kubelet start: the v1.37.2 kubelet refuses a second Register from
+  the same socket ("device plugin already connected") and, refusing it, forgets its live client
+  for that socket while keeping the endpoint, so every later Register from that path is refused
+  until it restarts. After a restart the new `kubelet.sock`'s creation is often still queued when
+  our re-served socket has registered already; so a created `kubelet.sock` counts only when its
+  inode is not the one registered with. (A new kubelet can reuse the old inode, but it has
+  deleted our socket too, and that always registers.) A refusal as "already connected" is not
+  retried: it cannot succeed until that kubelet restarts.
 * `plugins-registry`: the plugin serves the DevicePlugin and the plugin watcher's
   `Registration` (`GetInfo`, `NotifyRegistrationStatus`) on `<kubelet-dir>/plugins_registry/
   <name>.sock`; the kubelet finds the socket itself (and again after its restarts); a socket
@@ -48,6 +56,7 @@ from rdmaplane.supervisor import Supervisor
 API_VERSION = "v1beta1"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 KUBELET_SOCKET = "kubelet.sock"
+ALREADY_CONNECTED = "device plugin already connected"  # the kubelet's refusal of a second Register
 log = logging.getLogger("rdmaplane.deviceplugin")
 
 _STATUS = {
@@ -200,6 +209,7 @@ class PoolServer:
         self._served: tuple[int, int] | None = None  # inode of the socket we serve on
         self._supervisor: Supervisor | None = None
         self._waiting_logged = False
+        self._registered_with: tuple[int, int] | None = None  # the kubelet.sock answered
 
     @property
     def task_name(self) -> str:
@@ -266,8 +276,13 @@ class PoolServer:
                     pending, backoff = await self._register_step(backoff)
                 wait = backoff if pending and backoff else self.recheck_interval
                 created = await events.created(wait)
-                if (created is None or KUBELET_SOCKET in created) and not self.watcher_mode:
-                    pending = True  # a new kubelet.sock, or events lost
+                if (created is None or KUBELET_SOCKET in created) and self._new_kubelet():
+                    pending = True  # a kubelet.sock not registered with (or events lost)
+
+    def _new_kubelet(self) -> bool:
+        """Whether `kubelet.sock` is not the one this pool registered with (see the module
+        docstring: a second Register with the same kubelet is refused, and harms)."""
+        return not self.watcher_mode and inode(self.kubelet_socket) != self._registered_with
 
     async def _register_step(self, backoff: float | None) -> tuple[bool, float | None]:
         """One try at registering: (still pending, the next retry delay or None to wait for a
@@ -315,7 +330,17 @@ class PoolServer:
                     timeout=15.0,  # the kubelet dials us back within it (10 s)
                 )
         except grpc.aio.AioRpcError as e:
-            return f"{e.code().name}: {e.details()}"
-        log.info("%s: registered with the kubelet", self.resource_name)
-        self.registrations += 1
+            if ALREADY_CONNECTED not in (e.details() or ""):
+                return f"{e.code().name}: {e.details()}"
+            log.error(
+                "%s: the kubelet refused a second Register from %s (%s); it refuses every"
+                " later one too, until it restarts: not retrying",
+                self.resource_name,
+                self.socket,
+                e.details(),
+            )
+        else:
+            log.info("%s: registered with the kubelet", self.resource_name)
+            self.registrations += 1
+        self._registered_with = inode(self.kubelet_socket)
         return None

@@ -35,27 +35,15 @@ import msgspec
 
 from rdmaplane import nrt as nrtmod
 from rdmaplane.decoding import DecodeError, convert, parse_quantity
+from rdmaplane.errors import InputError
 from rdmaplane.resources import DEFAULT, NONE, Amounts, Vocabulary, is_extended
+from rdmaplane.scheduler.settings import Weights
 
 MAX_MASK_ZONES = 8  # the Topology Manager's own default limit on NUMA nodes
 
 
-class RequestError(ValueError):
+class RequestError(InputError):
     """A pod whose requests cannot be read; the message names the field."""
-
-
-@dataclass(frozen=True)
-class Weights:
-    """How a score is made; every weight is relative to its sibling(s)."""
-
-    alignment: float = 0.8  # alignment term vs. packing term
-    packing: float = 0.2
-    pcie: float = 1.0  # value of a GPU paired with a NIC on its PCIe root ...
-    numa: float = 0.5  # ... with a NIC on its NUMA zone only ...
-    cross: float = 0.0  # ... with a NIC across NUMA zones
-    not_preferred: float = 0.5  # factor when the kubelet does not promise NUMA alignment
-    zone_fill: float = 0.5  # packing: how full the touched NUMA zones end up ...
-    node_fill: float = 0.5  # ... and how full the node ends up
 
 
 @dataclass(frozen=True)
@@ -63,7 +51,7 @@ class Policy:
     """How nodes are scored, and the cluster's resource names: what a node's NRT is read with
     when it does not name its own (`nrt.NodeResourceTopology.vocabulary`)."""
 
-    weights: Weights = Weights()
+    weights: Weights = field(default_factory=Weights)
     vocabulary: Vocabulary = DEFAULT
 
 

@@ -13,12 +13,13 @@ import msgspec
 import orjson
 
 from rdmaplane.decoding import DecodeError, Decoder, convert
+from rdmaplane.errors import InputError
 from rdmaplane.scheduler.placement import Pod
 
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
 
 
-class WireError(ValueError):
+class WireError(InputError):
     """Malformed request (HTTP 400)."""
 
 

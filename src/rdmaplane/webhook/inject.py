@@ -1,9 +1,9 @@
 """What the admission webhook adds to a GPU pod, as a JSONPatch built from the real object.
 
-Pure: a pod (the dict the API server sent) and a `Policy` in, a `Mutation` (RFC 6902 operations
-and admission warnings) out. For every container (and init container) that asks for GPUs (any
-GPU resource of the policy's vocabulary: `nvidia.com/gpu`, `amd.com/gpu`, ...) it adds, unless
-the user already did:
+Pure: a pod (the dict the API server sent) and an `InjectPolicy` in, a `Mutation` (RFC 6902
+operations and admission warnings) out. For every container (and init container) that asks for
+GPUs (any GPU resource of the policy's vocabulary: `nvidia.com/gpu`, `amd.com/gpu`, ...) it
+adds, unless the user already did:
 
 - the RDMA resource: the vocabulary's first exclusive pool x N (`rdmaplane.io/hca`) or one slot
   of its first shared pool (`rdmaplane.io/hca-shared`); a container that names any of its HCA
@@ -25,13 +25,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import msgspec
 
-from rdmaplane import DOCTOR_IMAGE, nrt
+from rdmaplane import nrt
 from rdmaplane.decoding import DecodeError, convert
-from rdmaplane.resources import DEFAULT, Vocabulary
+from rdmaplane.errors import InputError
+from rdmaplane.resources import Mode
+from rdmaplane.webhook.settings import Doctor, FaultNotice, InjectPolicy, NodeClass
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
 DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
@@ -47,78 +49,12 @@ EXEMPT_NAMESPACES: Final = ("kube-system", "rdmaplane")
 # hostPath mounts that hand a container every RDMA device past the device cgroup.
 _DEVICE_DIRS: Final = ("/dev", "/dev/infiniband")
 
-Mode = Literal["exclusive", "shared"]
 Json = Any  # a decoded JSON value
 
 
-class PodError(ValueError):
+class PodError(InputError):
     """A pod this webhook will not admit as it is (an unknown mode annotation); the message
     says what to change."""
-
-
-@dataclass(frozen=True)
-class NodeClass:
-    """HCAs per GPU on one kind of node, chosen for a pod whose nodeSelector holds `selector`."""
-
-    name: str
-    selector: Mapping[str, str]
-    hcas_per_gpu: float = 1.0
-    max_hcas: int = 8
-
-
-@dataclass(frozen=True)
-class Notice:
-    """Where the fault notice's annotations file is mounted, and the variable naming it."""
-
-    volume: str = "podinfo"
-    mount_dir: str = "/etc/podinfo"
-    file: str = "annotations"
-    env: str = "RDMAPLANE_ANNOTATIONS_FILE"
-
-    @property
-    def path(self) -> str:
-        return f"{self.mount_dir.rstrip('/')}/{self.file}"
-
-
-@dataclass(frozen=True)
-class Doctor:
-    """The init container's image and `rdmaplane` arguments (its command is `rdmaplane`,
-    whatever entry point the image has: the doctor image's is `rdmaplane doctor`)."""
-
-    image: str = DOCTOR_IMAGE
-    args: tuple[str, ...] = ("doctor",)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """What the webhook adds; built from the WebhookConfig file. `vocabulary` names at least
-    one GPU resource and one pool of each mode: the first pool of a mode is what it adds."""
-
-    vocabulary: Vocabulary = DEFAULT
-    mode: Mode = "exclusive"  # what `auto` (and a namespace opt-in) means
-    default_class: NodeClass = NodeClass("default", {})
-    classes: tuple[NodeClass, ...] = ()
-    ipc_lock: bool = True
-    shm: bool = True
-    shm_volume: str = "rdmaplane-shm"
-    shm_size_limit: str | None = None  # None: the largest memory limit of the GPU containers
-    notice: Notice | None = Notice()
-    doctor: Doctor | None = None
-
-    def __post_init__(self) -> None:
-        v = self.vocabulary
-        if not (v.gpus and v.exclusive and v.shared):
-            raise ValueError("the webhook needs a GPU resource and a pool of each mode")
-
-    @property
-    def hca(self) -> str:
-        """The exclusive pool it adds."""
-        return self.vocabulary.exclusive[0]
-
-    @property
-    def hca_shared(self) -> str:
-        """The shared pool it adds."""
-        return self.vocabulary.shared[0]
 
 
 @dataclass
@@ -342,7 +278,7 @@ def _now(build: _Builder) -> _Spec:
     return convert(build.obj.get("spec"), _Spec)
 
 
-def mode_of(pod: _Pod, policy: Policy) -> Mode | None:
+def mode_of(pod: _Pod, policy: InjectPolicy) -> Mode | None:
     """The pod's mode: its annotation, else `auto`; None for `off`."""
     value = pod.annotations.get(MODE_ANNOTATION, "auto")
     if value not in MODES:
@@ -356,11 +292,11 @@ def mode_of(pod: _Pod, policy: Policy) -> Mode | None:
     return "exclusive" if value == "exclusive" else "shared"
 
 
-def node_class(pod: _Pod, policy: Policy) -> NodeClass:
+def node_class(pod: _Pod, policy: InjectPolicy) -> NodeClass:
     """The first class whose selector the pod's nodeSelector contains, else the default."""
     selector = (pod.spec.node_selector if pod.spec else None) or {}
-    for cls in policy.classes:
-        if all(selector.get(k) == v for k, v in cls.selector.items()):
+    for cls in policy.node_classes:
+        if all(selector.get(k) == v for k, v in cls.node_selector.items()):
             return cls
     return policy.default_class
 
@@ -393,7 +329,9 @@ def _gpu_containers(spec: _Spec, gpus: Sequence[str]) -> Iterator[_GpuContainer]
 # ------------------------------------------------------------------------------ who is sent
 
 
-def not_sent(pod: Mapping[str, Json], namespace: str, opted_in: bool, policy: Policy) -> str | None:
+def not_sent(
+    pod: Mapping[str, Json], namespace: str, opted_in: bool, policy: InjectPolicy
+) -> str | None:
     """Why the API server would not send `pod` to the webhook, by the deployed webhook
     configuration's namespaceSelector and matchConditions; None when it would. `opted_in`:
     the namespace carries `rdmaplane.io/inject=enabled`."""
@@ -412,7 +350,7 @@ def not_sent(pod: Mapping[str, Json], namespace: str, opted_in: bool, policy: Po
             f"{MODE_ANNOTATION} annotation"
         )
     resources = [c.resources or _Resources() for _, _, c in (read.spec or _Spec()).every()]
-    gpus = policy.vocabulary.gpus
+    gpus = policy.resources.gpus
     if any(set(gpus) & set(r.limits or {}) for r in resources):
         return None
     if any(set(gpus) & set(r.requests or {}) for r in resources):
@@ -426,7 +364,7 @@ def not_sent(pod: Mapping[str, Json], namespace: str, opted_in: bool, policy: Po
 # ------------------------------------------------------------------------------ the mutation
 
 
-def mutate(pod: Mapping[str, Json], policy: Policy) -> Mutation:
+def mutate(pod: Mapping[str, Json], policy: InjectPolicy) -> Mutation:
     """The patch that makes `pod` RDMA-ready, and warnings for what it will not fix.
     Raises `PodError` for a mode annotation it does not know; a pod it cannot read (no Pod the
     API server would take) gets no patch and a warning naming the field."""
@@ -438,7 +376,7 @@ def mutate(pod: Mapping[str, Json], policy: Policy) -> Mutation:
     spec = read.spec or _Spec()
     build = _Builder(pod)
     result = Mutation(warnings=list(_warnings(spec, policy.hca)), pod=build.obj)
-    containers = list(_gpu_containers(spec, policy.vocabulary.gpus))
+    containers = list(_gpu_containers(spec, policy.resources.gpus))
     if mode is None or not containers or read.spec is None:
         return result
     cls = node_class(read, policy)
@@ -452,11 +390,11 @@ def mutate(pod: Mapping[str, Json], policy: Policy) -> Mutation:
         result.warnings += _own_hca_list(c.body, granted, policy)
         if policy.ipc_lock:
             _add_ipc_lock(build, at, c.body)
-        if policy.shm:
+        if policy.shm.enabled:
             _add_shm(build, at, c.body, policy, shm_size)
-        if policy.notice is not None:
-            _add_notice(build, at, c.body, policy.notice, result)
-    if policy.doctor is not None and _wants_doctor(read):
+        if policy.fault_notice.enabled:
+            _add_notice(build, at, c.body, policy.fault_notice, result)
+    if policy.doctor.enabled and _wants_doctor(read):
         largest = max(containers, key=lambda c: c.gpu_count)
         _add_doctor(build, policy.doctor, largest.gpus, rdma)
     result.patch = build.ops
@@ -469,11 +407,11 @@ def _add_rdma(
     c: _GpuContainer,
     mode: Mode,
     cls: NodeClass,
-    policy: Policy,
+    policy: InjectPolicy,
 ) -> dict[str, str]:
     """Add the RDMA resource to limits (and to requests when the GPUs are there too);
     returns the container's RDMA resource as it ends up."""
-    vocabulary = policy.vocabulary
+    vocabulary = policy.resources
     present = c.body.resource_names & {*vocabulary.exclusive, *vocabulary.shared}
     if present:
         return {n: str(c.body.count(n)) for n in sorted(present)}
@@ -489,7 +427,9 @@ def _add_rdma(
     return {name: amount}
 
 
-def _own_hca_list(body: _Container, granted: Mapping[str, str], policy: Policy) -> Iterator[str]:
+def _own_hca_list(
+    body: _Container, granted: Mapping[str, str], policy: InjectPolicy
+) -> Iterator[str]:
     """A container that sets NCCL_IB_HCA itself keeps it (the kubelet puts the container's
     own variables after the device plugin's), so NCCL uses what it names, not the HCAs the
     device plugin grants: right when meant, worth saying when it names fewer than granted."""
@@ -505,7 +445,7 @@ def _own_hca_list(body: _Container, granted: Mapping[str, str], policy: Policy) 
         )
         return
     entries = [e for e in value.lstrip("^=").split(",") if e.strip()]
-    pools = [n for n in policy.vocabulary.exclusive if int(granted.get(n, 0) or 0)]
+    pools = [n for n in policy.resources.exclusive if int(granted.get(n, 0) or 0)]
     hcas = sum(int(granted[n]) for n in pools)
     if not value.startswith("^") and hcas > len(entries):
         yield (
@@ -516,9 +456,9 @@ def _own_hca_list(body: _Container, granted: Mapping[str, str], policy: Policy) 
         )
 
 
-def _size(rdma: Mapping[str, str], policy: Policy) -> int:
+def _size(rdma: Mapping[str, str], policy: InjectPolicy) -> int:
     """Exclusive HCAs before shared slots: which container's RDMA devices the doctor takes."""
-    v = policy.vocabulary
+    v = policy.resources
     exclusive = sum(int(rdma.get(n, 0)) for n in v.exclusive)
     return exclusive * 1000 + sum(int(rdma.get(n, 0)) for n in v.shared)
 
@@ -533,11 +473,11 @@ def _add_ipc_lock(build: _Builder, at: tuple[str | int, ...], body: _Container) 
         build.insert((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
 
 
-def _shm_size(containers: list[_GpuContainer], policy: Policy) -> str | None:
+def _shm_size(containers: list[_GpuContainer], policy: InjectPolicy) -> str | None:
     """The configured size, else the largest memory limit among the GPU containers (a memory
     emptyDir counts against it anyway), else none (the kubelet then sizes it to the pod)."""
-    if policy.shm_size_limit is not None:
-        return policy.shm_size_limit
+    if policy.shm.size_limit is not None:
+        return policy.shm.size_limit
     limits = [
         (q, str(raw))
         for c in containers
@@ -552,7 +492,7 @@ def _add_shm(
     build: _Builder,
     at: tuple[str | int, ...],
     body: _Container,
-    policy: Policy,
+    policy: InjectPolicy,
     size: str | None,
 ) -> None:
     if body.mounts_at(SHM_PATH):
@@ -560,7 +500,7 @@ def _add_shm(
     empty_dir: dict[str, Json] = {"medium": "Memory"}
     if size is not None:
         empty_dir["sizeLimit"] = size
-    name = _volume(build, policy.shm_volume, {"emptyDir": empty_dir})
+    name = _volume(build, policy.shm.volume_name, {"emptyDir": empty_dir})
     build.insert((*at, "volumeMounts"), {"name": name, "mountPath": SHM_PATH})
 
 
@@ -583,7 +523,7 @@ def _add_notice(
     build: _Builder,
     at: tuple[str | int, ...],
     body: _Container,
-    notice: Notice,
+    notice: FaultNotice,
     result: Mutation,
 ) -> None:
     """Mount the annotations file where the fault notice reads it, unless the container already
@@ -591,20 +531,20 @@ def _add_notice(
     mounted = {m.name for m in body.volume_mounts or ()}
     if any(v.name in mounted and v.shows_annotations for v in _now(build).volumes or ()):
         return
-    if body.mounts_at(notice.mount_dir):
+    if body.mounts_at(notice.mount_path):
         result.warnings.append(
-            f"container {body.name[:63]}: {notice.mount_dir} is taken; the fault notice "
+            f"container {body.name[:63]}: {notice.mount_path} is taken; the fault notice "
             "(rdmaplane.io/fault) reaches it by SIGTERM only"
         )
         return
     source = {
         "downwardAPI": {
-            "items": [{"path": notice.file, "fieldRef": {"fieldPath": "metadata.annotations"}}]
+            "items": [{"path": notice.file_name, "fieldRef": {"fieldPath": "metadata.annotations"}}]
         }
     }
-    volume = _volume(build, notice.volume, source)
+    volume = _volume(build, notice.volume_name, source)
     build.insert(
-        (*at, "volumeMounts"), {"name": volume, "mountPath": notice.mount_dir, "readOnly": True}
+        (*at, "volumeMounts"), {"name": volume, "mountPath": notice.mount_path, "readOnly": True}
     )
     if not any(e.name == notice.env for e in body.env or ()):
         build.insert((*at, "env"), {"name": notice.env, "value": notice.path})

@@ -17,13 +17,14 @@ import msgspec
 import orjson
 
 from rdmaplane.decoding import DecodeError, convert
+from rdmaplane.errors import InputError
 from rdmaplane.webhook.inject import Mutation
 
 API_VERSION: Final = "admission.k8s.io/v1"
 POD: Final = ("", "v1", "Pod")
 
 
-class ReviewError(ValueError):
+class ReviewError(InputError):
     """Not an AdmissionReview this webhook can answer; the message says why."""
 
 
