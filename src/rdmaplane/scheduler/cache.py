@@ -109,6 +109,7 @@ class ClusterCache:
         self.synced = dict.fromkeys(KINDS, False)
         self._memo_limit = memo_limit
         self._nrts: dict[str, nrtmod.NodeResourceTopology] = {}
+        self._published: dict[str, pl.NodeState] = {}  # each NRT's state, before bound pods
         self._nrt_errors: dict[str, str] = {}
         self._not_ready: dict[str, str] = {}  # node → RDMAReady=False message
         self._nodes: set[str] = set()
@@ -163,15 +164,18 @@ class ClusterCache:
         self.synced[kind] = True
 
     def _set_nrt(self, obj: Mapping[str, Any]) -> None:
-        name = _named(obj).name
         try:
             topology = nrtmod.from_object(obj)
+            name = topology.name
         except nrtmod.NrtError as exc:
+            name = _named(obj).name
             self._nrts.pop(name, None)
+            self._published.pop(name, None)
             self._nrt_errors[name] = str(exc)
         else:
             self._nrt_errors.pop(name, None)
             self._nrts[name] = topology
+            self._published[name] = pl.node_state(topology, self.policy.vocabulary)
         uplinks = topology.uplinks() if name in self._nrts else ()
         self._rails[name] = tuple(
             sorted({(u.rail, u.switch) for u in uplinks if u.rail is not None})
@@ -181,6 +185,7 @@ class ClusterCache:
 
     def _drop_nrt(self, name: str) -> None:
         self._nrts.pop(name, None)
+        self._published.pop(name, None)
         self._nrt_errors.pop(name, None)
         self._rails.pop(name, None)
         self._relocate(name)
@@ -223,12 +228,12 @@ class ClusterCache:
         self._relocate(name)
 
     def _set_pod(self, obj: Mapping[str, Any]) -> None:
-        key = pod_key(obj)
         try:
             pod = pl.read_pod(obj)
+            key = pod.key
             request: pl.PodRequest | None = pl.pod_request(pod)
-        except pl.RequestError:
-            pod, request = pl.Pod(), None  # admitted by the API server, yet we cannot count it
+        except pl.RequestError:  # admitted by the API server, yet we cannot count it
+            pod, key, request = pl.Pod(), pod_key(obj), None
         node = (pod.spec.node_name if pod.spec else None) or ""
         finished = pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
         wants = request is not None and request.wants_devices and not finished
@@ -298,7 +303,7 @@ class ClusterCache:
             (self._pods[k] for k in self._pods_by_node.get(name, ()) if k not in accounted),
             key=lambda p: (p.created, p.key),
         )
-        state = pl.node_state(topology, self.policy.vocabulary)
+        state = self._published[name]
         self._subtract(name, topology, state, (), ("", ""), pods)
 
     def _add_to(self, name: str, pod: BoundPod) -> None:
