@@ -188,7 +188,7 @@ def test_values_reach_the_components(helm: Path) -> None:
         ("network.topology.example/leaf", "network.topology.example/spine"),
     )
     hook = loaded("webhook.yaml", objects["ConfigMap", "rdmaplane-webhook"]["data"]["webhook.yaml"])
-    assert hook.mode == "shared" and hook.resources.hca == "rdma.example/hca"
+    assert hook.mode == "shared" and hook.hca == "rdma.example/hca"
     mwc = objects["MutatingWebhookConfiguration", "rdmaplane-webhook"]
     assert {w["failurePolicy"] for w in mwc["webhooks"]} == {"Ignore"}
     daemonset = objects["DaemonSet", "rdmaplane-agent"]["spec"]["template"]["spec"]
