@@ -73,7 +73,7 @@ class DoctorConfig(Section):
 
     enabled: bool = Field(default=True, description="honour the annotation")
     image: str = Field(
-        default=_DOCTOR.image, description="an image with rdmaplane (the doctor image)"
+        default=_DOCTOR.image, description="an image with rdmaplane (rdmaplane's own)"
     )
     args: list[str] = Field(
         default_factory=lambda: list(_DOCTOR.args), description="rdmaplane's arguments"

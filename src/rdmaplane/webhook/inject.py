@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from rdmaplane import DOCTOR_IMAGE, nrt
+from rdmaplane import IMAGE, nrt
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
 DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
@@ -77,9 +77,9 @@ class Notice:
 @dataclass(frozen=True)
 class Doctor:
     """The init container's image and `rdmaplane` arguments (its command is `rdmaplane`,
-    whatever entry point the image has: the doctor image's is `rdmaplane doctor`)."""
+    whatever entry point the image has)."""
 
-    image: str = DOCTOR_IMAGE
+    image: str = IMAGE
     args: tuple[str, ...] = ("doctor",)
 
 
@@ -514,7 +514,8 @@ def _add_doctor(
         "command": ["rdmaplane"],
         "args": list(doctor.args),
         "resources": {"limits": limits},
-        "securityContext": {
+        "securityContext": {  # root: a non-root process gets no effective IPC_LOCK
+            "runAsUser": 0,
             "allowPrivilegeEscalation": False,
             "capabilities": {"add": [IPC_LOCK]},
         },
