@@ -69,7 +69,7 @@ async def deployed_agent(
 ) -> AsyncIterator[dict[str, Any]]:  # fmt: skip
     """The agent's DaemonSet, applied; removed at the end with what it wrote on the Node."""
     cluster = node_cluster.cluster
-    nodeaccess.install(cluster)
+    nodeaccess.install(cluster, (nodeaccess.AGENT_RBAC, nodeaccess.OWN_NODE))  # not the DRA's
     objects = as_deployed(node_sample, int(cluster.server.rsplit(":", 1)[1]), free_port())
     label = {"metadata": {"labels": {GPU_NODE_LABEL: "true"}}}
     await kube.patch(Node, real_node.name, label)
@@ -84,6 +84,7 @@ async def deployed_agent(
         )  # fmt: skip
         await pods.until(lambda: _no_agent_pod(kube), "the agent's pod gone")
         await kube.delete(ConfigMap, "rdmaplane-agent", namespace=NAMESPACE)
+        nodeaccess.uninstall(cluster)  # the tier's other agents run with credentials of their own
         with contextlib.suppress(ApiError):  # the next test's agent writes its own
             await kube.delete(NodeResourceTopology, real_node.name)
         gone = {k: None for k in (GPU_NODE_LABEL, *await _labels_of_ours(kube, real_node.name))}
