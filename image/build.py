@@ -16,6 +16,7 @@ and its pinned dependencies, split into the layers the Dockerfile copies.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -340,11 +341,8 @@ def archive_command(out: Path, compress: bool = True) -> oci.Written:
             with tar.open("wb") as f:
                 oci.write_tree_layer(root, layers[layer], f, epoch)
             tars.append(tar)
-        config = oci.Config(
-            user=stage.user, env=stage.env, workdir=stage.workdir, entrypoint=stage.entrypoint,
-            cmd=stage.cmd, labels=stage.labels, history=[c.created_by for c in stage.copies],
-            created=epoch,
-        )  # fmt: skip
+        history = [c.created_by for c in stage.copies]
+        config = dataclasses.replace(stage.settings, history=history, created=epoch)
         written = oci.write_archive(out, name, tars, config, compress)
         log(f"layers packed ({time.monotonic() - started:.1f} s)")
         for layer, tar, size in zip(names, tars, written.layer_sizes, strict=True):

@@ -13,6 +13,8 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
+from image.oci import Config
+
 
 class DockerfileError(ValueError):
     pass
@@ -28,12 +30,7 @@ class Copy:
 class FinalStage:
     base: str  # `scratch`: the layers are all there is
     copies: list[Copy] = field(default_factory=list)
-    user: str = ""
-    env: dict[str, str] = field(default_factory=dict)
-    workdir: str = "/"
-    entrypoint: list[str] = field(default_factory=list)
-    cmd: list[str] = field(default_factory=list)
-    labels: dict[str, str] = field(default_factory=dict)
+    settings: Config = field(default_factory=lambda: Config(workdir="/"))
 
 
 def instructions(text: str) -> list[tuple[int, str, str]]:
@@ -97,17 +94,17 @@ def final_stage(text: str, build_stage: str = "build") -> FinalStage:
                 raise DockerfileError(f"Dockerfile:{n}: COPY must be `--from={build_stage} DIR /`")
             stage.copies.append(Copy(parts[1], f"COPY {args}"))
         elif word == "USER":
-            stage.user = args
+            stage.settings.user = args
         elif word == "ENV":
-            stage.env.update(_pairs(n, word, args))
+            stage.settings.env.update(_pairs(n, word, args))
         elif word == "LABEL":
-            stage.labels.update(_pairs(n, word, args))
+            stage.settings.labels.update(_pairs(n, word, args))
         elif word == "WORKDIR":
-            stage.workdir = args
+            stage.settings.workdir = args
         elif word == "ENTRYPOINT":
-            stage.entrypoint = _exec_form(n, word, args)
+            stage.settings.entrypoint = _exec_form(n, word, args)
         elif word == "CMD":
-            stage.cmd = _exec_form(n, word, args)
+            stage.settings.cmd = _exec_form(n, word, args)
         else:
             raise DockerfileError(
                 f"Dockerfile:{n}: {word} in the final stage: `make image` cannot build it"

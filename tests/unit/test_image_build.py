@@ -85,10 +85,10 @@ def test_not_a_deb_is_refused(tmp_path: Path) -> None:
 def test_the_dockerfile_describes_the_recipes_layers_and_settings() -> None:
     stage = dockerfile.final_stage(build.DOCKERFILE.read_text())
     assert build.layer_sources(stage) == list(build.LAYERS)
-    assert stage.user == f"{build.USER_ID}:{build.USER_ID}"
-    assert stage.entrypoint == ["rdmaplane"]
-    assert stage.env["PATH"].startswith(f"/{build.VENV}/bin:")
-    assert stage.labels["org.opencontainers.image.licenses"] == "Apache-2.0"
+    assert stage.settings.user == f"{build.USER_ID}:{build.USER_ID}"
+    assert stage.settings.entrypoint == ["rdmaplane"]
+    assert stage.settings.env["PATH"].startswith(f"/{build.VENV}/bin:")
+    assert stage.settings.labels["org.opencontainers.image.licenses"] == "Apache-2.0"
 
 
 @pytest.mark.parametrize(
