@@ -72,13 +72,10 @@ def project() -> tuple[str, str]:
 
 
 def source_date_epoch() -> int:
-    """SOURCE_DATE_EPOCH, else the last commit's time, else 0: every file's time in the image."""
-    if value := os.environ.get("SOURCE_DATE_EPOCH"):
-        return int(value)
-    done = subprocess.run(
-        ["git", "-C", str(REPO), "log", "-1", "--format=%ct"], capture_output=True, text=True
-    )
-    return int(done.stdout) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
+    """Every file's time in the image, and its creation time: SOURCE_DATE_EPOCH, else 0 (as
+    ko's and Bazel's images), so a layer's digest follows from its files alone and the lower
+    layers stay the same from one commit to the next."""
+    return int(os.environ.get("SOURCE_DATE_EPOCH") or 0)
 
 
 def log(message: str) -> None:
@@ -304,9 +301,13 @@ def layers_command(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="rdmaplane-image-", dir=out) as tmp:
         root, layers, _, _ = build_root(Path(tmp))
+        epoch = source_date_epoch()  # COPY keeps times: the same as the archive's
         for layer, paths in layers.items():
+            (out / layer).mkdir(exist_ok=True)
             for path in paths:  # parents first: walk() is top-down
                 _move(root, out / layer, path)
+            for path in [*walk(out / layer), "."]:  # after the moves, which touch folders
+                os.utime(out / layer / path, (epoch, epoch), follow_symlinks=False)
 
 
 def _move(root: Path, dest: Path, path: str) -> None:
