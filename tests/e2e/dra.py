@@ -26,9 +26,11 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
-from rdmaplane.config import AgentConfig, DevicePluginConfig, PublishConfig
+from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.dra.driver import DraDriver
+from rdmaplane.dra.settings import DraSettings
 from rdmaplane.faults import Fault
 from rdmaplane.model import NodeTopology
 from tests.e2e.controlplane import KubeCluster, add_ready_node
@@ -135,12 +137,11 @@ async def slice_devices(kube: AsyncClient, node: str) -> dict[str, dict[str, Any
     return out
 
 
-def agent_config(node: str, dev_root: Path | None = None, **dra: object) -> AgentConfig:
-    return AgentConfig(
+def agent_config(node: str, dev_root: Path | None = None) -> AgentSettings:
+    return AgentSettings(
         node_name=node,
         device_plugin_enabled=False,
-        dra={"enabled": True, **dra},
-        publish=PublishConfig(),
+        dra=DraSettings(enabled=True),
         **({"dev_root": dev_root} if dev_root is not None else {}),
     )
 
@@ -149,7 +150,7 @@ def agent_config(node: str, dev_root: Path | None = None, **dra: object) -> Agen
 async def dra_node(
     kube: AsyncClient,
     sample: str,
-    pools: DevicePluginConfig | None = None,
+    pools: PluginSettings | None = None,
     down: tuple[str, ...] = (),
 ) -> AsyncIterator[DraNode]:
     """The sample as a node, its HCAs' device nodes in a folder of their own, the ports of the
@@ -160,7 +161,7 @@ async def dra_node(
     topo = with_ports_down(read_sample(sample), *down)
     await kube.create(cast(ResourceSlice, ResourceSlice.from_dict(gpu_slice(name, topo))))
     dev_root = device_nodes(topo, Path(tempfile.mkdtemp(prefix="rdr-dev-")) / "dev")
-    driver = DraDriver(agent_config(name, dev_root), (pools or DevicePluginConfig()).pools, kube)
+    driver = DraDriver(agent_config(name, dev_root), (pools or PluginSettings()).pools, kube)
     node = DraNode(name, group, topo, driver, dev_root)
     await node.publish()
     try:
@@ -295,10 +296,14 @@ def install_driver_rbac(cluster: KubeCluster) -> Path:
     return cluster.kubeconfig_for(DRIVER_USER)
 
 
+HEALTH_WINDOW = "5s"  # long enough to see a taint come, short enough to see it go
+
+
 def driver_command(workdir: Path, tree: Path, node: str, kubeconfig: Path, poll: str) -> list[str]:
     """`rdmaplane dra-driver` for `node` on `tree` (device nodes in workdir/dev, kubelet folder
     workdir/kubelet, CDI specs workdir/cdi), its config written to workdir/agent.yaml: fast
-    polls, JSON logs, metrics on a free port, the fault hysteresis off (taints at once)."""
+    polls, JSON logs, metrics on a free port, the fault hysteresis off (taints at once), a
+    short health window (`symbol_error` over 10 within it: the port is refused)."""
     config = {
         "apiVersion": "rdmaplane.io/v1alpha1",
         "kind": "AgentConfig",
@@ -311,6 +316,7 @@ def driver_command(workdir: Path, tree: Path, node: str, kubeconfig: Path, poll:
         "logFormat": "json",
         "fabric": {"lldp": "off"},
         "publish": {"backoffInitial": "200ms", "backoffMax": "2s"},
+        "health": {"window": HEALTH_WINDOW, "thresholds": {"symbol_error": 10}},
         "fault": {"fatalAfter": "0s", "clearAfter": "0s"},
         "dra": {"cdiDir": str(workdir / "cdi")},
     }

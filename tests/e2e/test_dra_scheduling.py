@@ -16,7 +16,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from rdmaplane.config import DevicePluginConfig
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.faults import TAINT_KEY, Fault, FaultClass
 from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manager
 from tests.e2e.dra import (
@@ -273,13 +273,13 @@ async def test_a_port_that_goes_down_later_is_allocated_to_no_claim_until_it_is_
 async def test_every_samples_slice_agrees_with_the_device_plugin(
     kube: AsyncClient, sample: str
 ) -> None:
-    config = DevicePluginConfig()
+    config = PluginSettings()
     for down in ((), storage_and_first_compute(SAMPLES[sample])):
         async with dra_node(kube, sample, config, down=down) as node:
             ours = {"spec.nodeName": node.name, "spec.driver": DRIVER}
             stored = [s.to_dict() async for s in kube.list(ResourceSlice, fields=ours)]
             dra = slice_verdicts(stored)
-            plugin = plugin_verdicts(node.topo, config.settings().pools, node.dev_root)
+            plugin = plugin_verdicts(node.topo, config.pools, node.dev_root)
             assert dra == plugin, f"{sample}, down: {', '.join(down) or 'none'}"
 
 

@@ -21,7 +21,10 @@ import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from rdmaplane.config import AgentConfig, PoolConfig, RdmaDeviceConfig, parse
+from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.config import parse
+from rdmaplane.config.dra import RDMA_DEVICE_CONFIG
+from rdmaplane.deviceplugin import settings as plugin_settings
 from rdmaplane.discovery.devnodes import device_nodes
 from rdmaplane.dra import files
 from rdmaplane.dra.checkpoint import PREPARED, STARTED, Checkpoint, Entry
@@ -30,10 +33,11 @@ from rdmaplane.dra.devices import DraDevice, Pool, offer, unusable
 from rdmaplane.dra.kubeletplugin import KubeletPlugin, Outcome
 from rdmaplane.dra.publisher import SlicePublisher
 from rdmaplane.dra.slices import device_taints
-from rdmaplane.faults import Fault, FaultClass, PortKey, Taint
+from rdmaplane.faults import Fault, Taint
 from rdmaplane.model import NodeTopology
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.nrt import Uplink
+from rdmaplane.porthealth import FaultClass, PortKey
 from rdmaplane.selectors import natural_key
 from rdmaplane.supervisor import Supervisor
 from rdmaplane.usability import Unusable
@@ -41,22 +45,21 @@ from rdmaplane.usability import Unusable
 log = logging.getLogger("rdmaplane.dra")
 
 
-def pools_of(configs: Sequence[PoolConfig]) -> list[Pool]:
+def pools_of(configs: Sequence[plugin_settings.Pool]) -> list[Pool]:
     """The device plugin's pools, as the DRA driver offers them (the same ports, same plan)."""
-    return [Pool(p.resource_name, p.selectors.selectors(), p.nccl.settings()) for p in configs]
+    return [Pool(p.resource_name, p.selectors, p.nccl) for p in configs]
 
 
 def read_device_config(parameters: object, where: str) -> NcclSettings | None:
     """An `RdmaDeviceConfig` from a claim's opaque parameters; ConfigError names `where`."""
-    config = parse(parameters, RdmaDeviceConfig, where)
-    return config.nccl.settings() if config.nccl is not None else None
+    return parse(parameters, RDMA_DEVICE_CONFIG, where).nccl
 
 
 class DraDriver:
     def __init__(
         self,
-        config: AgentConfig,
-        pools: Sequence[PoolConfig],
+        config: AgentSettings,
+        pools: Sequence[plugin_settings.Pool],
         kube: AsyncClient | None,
     ) -> None:
         dra = config.dra
@@ -86,6 +89,7 @@ class DraDriver:
         self.devices: dict[str, DraDevice] = {}
         self.taints: dict[str, tuple[Taint, ...]] = {}
         self._faults: dict[PortKey, Fault] = {}
+        self._reported: dict[PortKey, str] = {}  # port → why the agent's health rules refuse it
         self._nodes: frozenset[str] = frozenset()  # what <dev_root>/infiniband holds
         self.stats: Counter[str] = Counter()  # prepared, cached, failed, unprepared
         self._lock = asyncio.Lock()
@@ -97,10 +101,11 @@ class DraDriver:
         topo: NodeTopology,
         faults: Mapping[PortKey, Fault],
         uplinks: Iterable[Uplink] = (),
+        reported: Mapping[PortKey, str] | None = None,
     ) -> None:
         """Take a new topology and the faults of its ports (`offer`, then `taint`)."""
         self.offer(topo, uplinks)
-        self.taint(faults)
+        self.taint(faults, reported)
 
     def offer(self, topo: NodeTopology, uplinks: Iterable[Uplink] = ()) -> None:
         """Offer the ports of a new topology, judged with the device nodes as they are now (the
@@ -110,14 +115,19 @@ class DraDriver:
         self._nodes = device_nodes(self.dev_root)
         self._sync(offer(topo, self.pools, uplinks, self.devices))
 
-    def taint(self, faults: Mapping[PortKey, Fault]) -> None:
-        """Taint the devices of faulty ports as configured, untaint recovered ones."""
+    def taint(
+        self, faults: Mapping[PortKey, Fault], reported: Mapping[PortKey, str] | None = None
+    ) -> None:
+        """Taint the devices of faulty ports as configured, and those of ports the agent's
+        health rules call unhealthy (`reported`: port → why) as ones that cannot be handed out;
+        untaint recovered ones."""
         self._faults = dict(faults)
+        self._reported = dict(reported or {})
         self._sync(self.devices)
 
     def _sync(self, devices: dict[str, DraDevice]) -> None:
         """Republish when the devices or their taints differ from what was handed over."""
-        found = unusable(self.topo, devices, self.pools, self._nodes, self.dev_root)
+        found = unusable(self.topo, devices, self.pools, self._nodes, self.dev_root, self._reported)
         taints = device_taints(devices, self._faults, self.effects, found)
         if devices == self.devices and taints == self.taints:
             return
