@@ -65,16 +65,18 @@ node-deps:
 # in ~/.cache/rdmaplane/image) and PyPI's wheels (constraints.txt), with no registry and no
 # Docker: load it with `ctr images import`, `kind load image-archive`, `docker load` or `podman
 # load` (docs/image.md). Needs root, or user namespaces for unshare, to run the image's own
-# python and ldconfig in it. Measured on the 2-core machine: 50 s cold (empty caches), 18-44 s
-# warm (a source changed), 0.1 s when nothing did.
+# python and ldconfig in it. Measured on the 2-core machine: 35-50 s cold (empty caches),
+# 18-44 s warm (a source changed), 0.1 s when nothing did.
 image: $(IMAGE_ARCHIVE)
 
-$(IMAGE_ARCHIVE): $(IMAGE_INPUTS)
-	$(PYTHON) -m image oci $@
+# The virtualenv's python: pip is there (a system python3 may lack it); order-only, since the
+# archive follows from its inputs alone.
+$(IMAGE_ARCHIVE): $(IMAGE_INPUTS) | $(STAMP)
+	$(BIN)/python -m image oci $@
 
 # Re-resolve image/packages.txt against Debian's current bookworm suites (signatures checked).
-image-lock:
-	$(PYTHON) -m image lock
+image-lock: | $(STAMP)
+	$(BIN)/python -m image lock
 
 # Everything but the tiers that need Go-built upstream binaries or PyTorch: the quick loop.
 test-fast: lint typecheck graphviz

@@ -53,6 +53,10 @@ PASSWD = (
 GROUP = f"root:x:0:\nrdmaplane:x:{USER_ID}:\nnogroup:x:65534:\n"
 NSSWITCH = "passwd: files\ngroup: files\nhosts: files dns\nnetworks: files\n"
 LAYERS = ("debian", "python", "rdmaplane")
+# The pip that installs into the image, pinned: its script wrappers and RECORD files are in the
+# image, so the build machine's own pip (Debian's 23.0 in the Dockerfile, the virtualenv's in
+# `make image`) must not choose them.
+INSTALLER_PIP = "26.3"
 
 
 class BuildError(RuntimeError):
@@ -149,18 +153,16 @@ def debian_root(root: Path, made: debian.Lock) -> None:
 
 
 def wheels(into: Path, python: Python, version: str) -> None:
-    """rdmaplane's wheel from this checkout, its dependencies' wheels for the image, and pip's."""
+    """rdmaplane's wheel from this checkout, its dependencies' wheels for the image, and the
+    installing pip's."""
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     run([*pip, "wheel", "-q", "--no-deps", "-w", str(into), str(REPO)])
     (built,) = into.glob(f"rdmaplane-{version}-*.whl")
-    pip_version = subprocess.run(
-        [*pip, "--version"], capture_output=True, text=True, check=True
-    ).stdout.split()[1]
     platforms = [arg for tag in python.platforms() for arg in ("--platform", tag)]
     abi = "cp" + python.version.replace(".", "")
     run([*pip, "download", "-q", "--only-binary=:all:", *platforms,
          "--python-version", python.version, "--implementation", "cp", "--abi", abi,
-         "-c", str(CONSTRAINTS), "-d", str(into), str(built), f"pip=={pip_version}"])  # fmt: skip
+         "-c", str(CONSTRAINTS), "-d", str(into), str(built), f"pip=={INSTALLER_PIP}"])  # fmt: skip
     shutil.copy(CONSTRAINTS, into / "constraints.txt")
 
 
