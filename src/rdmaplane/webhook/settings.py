@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rdmaplane import DOCTOR_IMAGE, nrt
+from rdmaplane import IMAGE, nrt
 from rdmaplane.setting import Seconds, setting
 from rdmaplane.untrusted import FieldError, SettingsError
 
@@ -71,11 +71,10 @@ class FaultNotice:
 @dataclass(frozen=True, slots=True)
 class Doctor:
     """The init container for pods annotated rdmaplane.io/doctor: "true": its image and
-    `rdmaplane` arguments (its command is `rdmaplane`, whatever entry point the image has: the
-    doctor image's is `rdmaplane doctor`)."""
+    `rdmaplane` arguments (its command is `rdmaplane`, whatever entry point the image has)."""
 
     enabled: bool = setting(True, "honour the annotation")
-    image: str = setting(DOCTOR_IMAGE, "an image with rdmaplane (the doctor image)")
+    image: str = setting(IMAGE, "an image with rdmaplane (rdmaplane's own)")
     args: tuple[str, ...] = setting(("doctor",), "rdmaplane's arguments")
 
 
