@@ -5,6 +5,7 @@ them for the same sample, the DeviceClasses, and claims made from deploy/dra/'s 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from rdmaplane.config import AgentConfig, DevicePluginConfig, PublishConfig
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.dra.driver import DraDriver
 from rdmaplane.faults import Fault
+from rdmaplane.kube import ClaimDict
 from rdmaplane.model import NodeTopology
 from tests.e2e.controlplane import KubeCluster, add_ready_node
 from tests.unit.test_deviceplugin_resources import device_nodes
@@ -122,6 +124,28 @@ class DraNode:
         assert self.driver.publisher is not None
         await self.driver.publisher.publish_once()
 
+    async def write_claim_status(self) -> int:
+        """What the driver's claim watch would do now: the binding conditions of this node's
+        devices written into every claim holding one; the number of claims written."""
+        writer = self.driver.claim_status
+        assert writer is not None and self.driver.kube is not None
+        async for claim in self.driver.kube.list(ClaimDict, namespace="*"):
+            writer.observe("ADDED", claim)
+        return await writer.flush()
+
+    @asynccontextmanager
+    async def claim_status_written(self) -> AsyncIterator[None]:
+        """The driver's claim watch running, as in the agent."""
+        writer = self.driver.claim_status
+        assert writer is not None
+        task = asyncio.create_task(writer.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     def device_of(self, hca: str) -> str:
         return next(n for n, d in self.driver.devices.items() if d.hca == hca)
 
@@ -151,20 +175,32 @@ async def dra_node(
     sample: str,
     pools: DevicePluginConfig | None = None,
     down: tuple[str, ...] = (),
+    *,
+    group: str | None = None,
+    claim_status: bool = True,
+    **dra: object,
 ) -> AsyncIterator[DraNode]:
     """The sample as a node, its HCAs' device nodes in a folder of their own, the ports of the
-    HCAs `down` DOWN/Disabled from the first slice on."""
-    group = uuid.uuid4().hex[:8]
-    name = f"dra-{sample}-{group}"
+    HCAs `down` DOWN/Disabled from the first slice on; `group` (the label pods select) shared
+    with other nodes, or one of its own. `claim_status`: the driver's claim watch runs (pods
+    bind once it set their devices ready); without it the test writes it
+    (`DraNode.write_claim_status`). `dra`: settings of `AgentConfig.dra`."""
+    group = group or uuid.uuid4().hex[:8]
+    name = f"dra-{sample}-{uuid.uuid4().hex[:8]}"
     await add_ready_node(kube, name, {GROUP_LABEL: group}, {})
     topo = with_ports_down(read_sample(sample), *down)
     await kube.create(cast(ResourceSlice, ResourceSlice.from_dict(gpu_slice(name, topo))))
     dev_root = device_nodes(topo, Path(tempfile.mkdtemp(prefix="rdr-dev-")) / "dev")
-    driver = DraDriver(agent_config(name, dev_root), (pools or DevicePluginConfig()).pools, kube)
+    config = agent_config(name, dev_root, **dra)
+    driver = DraDriver(config, (pools or DevicePluginConfig()).pools, kube)
     node = DraNode(name, group, topo, driver, dev_root)
     await node.publish()
     try:
-        yield node
+        if claim_status and driver.claim_status is not None:
+            async with node.claim_status_written():
+                yield node
+        else:
+            yield node
     finally:
         async for s in kube.list(ResourceSlice, fields={"spec.nodeName": name}):
             assert s.metadata is not None and s.metadata.name
@@ -254,6 +290,18 @@ async def allocation(kube: AsyncClient, namespace: str, claim: str) -> list[Mapp
             if results.get("results"):
                 return cast(list[Mapping[str, Any]], results["results"])
             await asyncio.sleep(0.25)
+
+
+async def bound_node(kube: AsyncClient, namespace: str, pod: str) -> str:
+    """The node the pod is bound to, once it is (binding waits for its devices' binding
+    conditions: kube-scheduler looks every 5 s)."""
+
+    async def node() -> str | None:
+        stored = await kube.get(Pod, pod, namespace=namespace)
+        return stored.spec.nodeName if stored.spec else None
+
+    found: str = await until(node, f"{pod} bound")
+    return found
 
 
 async def failed_scheduling_note(

@@ -19,6 +19,8 @@ from rdmaplane.dra.devices import (
     PCIE_ROOT,
     DraDevice,
     Pool,
+    Share,
+    ShareRule,
     device_name,
     offer,
     unusable,
@@ -210,3 +212,16 @@ def with_ports_down(topo: NodeTopology, *names: str) -> NodeTopology:
             h = dataclasses.replace(h, ports=ports)
         hcas.append(h)
     return dataclasses.replace(topo, hcas=tuple(hcas))
+
+
+def test_a_shared_pools_ports_are_shared_by_bandwidth_and_an_exclusive_pools_are_not() -> None:
+    topo = SAMPLES["hgx-h100-roce"]
+    shared = Pool("rdmaplane.io/hca-shared", Selectors(hca_names=("mlx5_[0-3]",)),
+                  share=ShareRule(100, 25))  # fmt: skip
+    devices = offer(topo, [shared, ALL])
+    for device in devices.values():
+        if device.pool == shared.name:
+            assert device.share == Share(400, 100, 25)  # the ports' rate, 400G
+        else:
+            assert device.share is None
+    assert {d.hca for d in devices.values() if d.share} == {f"mlx5_{k}" for k in range(4)}

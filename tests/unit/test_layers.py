@@ -40,6 +40,7 @@ CORE = [
     "rdmaplane.faults",
     "rdmaplane.dra.devices",
     "rdmaplane.dra.slices",
+    "rdmaplane.dra.readiness",
     "rdmaplane.dra.claims",
 ]
 SERVICES = ["agent", "scheduler", "doctor", "webhook"]

@@ -11,9 +11,9 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from rdmaplane.config.base import Kind, Section
+from rdmaplane.config.base import Kind, Seconds, Section
 from rdmaplane.config.deviceplugin import NcclConfig
 
 DEFAULT_DRIVER = "rdma.rdmaplane.io"
@@ -32,6 +32,50 @@ class DraTaintConfig(Section):
         description="port down, HCA gone, fatal counters: NoExecute evicts pods not tolerating it",
     )
     degraded: Effect = Field(default="off", description="error counters over the health thresholds")
+
+
+class DraSharingConfig(Section):
+    """How a port of a shared pool (`mode: shared`) is divided among claims: by its line rate,
+    in Gb/s (the capacity `bandwidth`). A request that names no bandwidth takes `defaultGbps`;
+    one that names some is rounded up to a multiple of `stepGbps`, at most the port's rate."""
+
+    default_gbps: int = Field(
+        default=100, ge=1, le=10_000, description="what a request naming no bandwidth takes"
+    )
+    step_gbps: int = Field(
+        default=25, ge=1, le=10_000, description="shares are multiples of this (also the least)"
+    )
+
+    @model_validator(mode="after")
+    def _default_on_a_step(self) -> DraSharingConfig:
+        if self.default_gbps % self.step_gbps:
+            raise ValueError(
+                f"defaultGbps {self.default_gbps} is not a multiple of stepGbps {self.step_gbps}"
+            )
+        return self
+
+
+class DraHealthConfig(Section):
+    """The kubelet's device health stream (DRAResourceHealth.NodeWatchResources): what the
+    pod's `containerStatuses[].allocatedResourcesStatus` shows."""
+
+    timeout_s: Seconds = Field(
+        default=30.0,
+        ge=1,
+        description="the kubelet shows Unknown when no report came for this long",
+    )
+    resend_s: Seconds = Field(
+        default=10.0, gt=0, description="every device is reported again this often"
+    )
+
+    @model_validator(mode="after")
+    def _resend_within_timeout(self) -> DraHealthConfig:
+        if self.resend_s >= self.timeout_s:
+            raise ValueError(
+                f"resend ({self.resend_s:g}s) must be shorter than timeout "
+                f"({self.timeout_s:g}s), or the kubelet shows Unknown between reports"
+            )
+        return self
 
 
 class DraConfig(Section):
@@ -53,6 +97,17 @@ class DraConfig(Section):
     )
     taints: DraTaintConfig = Field(
         default_factory=DraTaintConfig, description="device taints for faults"
+    )
+    binding_conditions: bool = Field(
+        default=True,
+        description="devices bind to the node and a pod binds once rdmaplane.io/rdma-ready "
+        "is True on its claim (needs DRADeviceBindingConditions)",
+    )
+    health: DraHealthConfig = Field(
+        default_factory=DraHealthConfig, description="the kubelet's device health stream"
+    )
+    sharing: DraSharingConfig = Field(
+        default_factory=DraSharingConfig, description="shares of shared pools' ports"
     )
 
     @field_validator("driver_name")

@@ -43,12 +43,44 @@ AttributeValue = int | str | bool
 
 
 @dataclass(frozen=True, slots=True)
+class ShareRule:
+    """How a shared pool's ports are divided among claims: by line rate, in Gb/s. A request
+    naming no bandwidth takes `default_gbps`; shares are multiples of `step_gbps`."""
+
+    default_gbps: int = 100
+    step_gbps: int = 25
+
+
+@dataclass(frozen=True, slots=True)
 class Pool:
-    """A device plugin pool as DRA uses it: which ports, and the NCCL/GID policy for them."""
+    """A device plugin pool as DRA uses it: which ports, and the NCCL/GID policy for them;
+    `share` for a shared pool (its ports go to several claims, each taking some bandwidth)."""
 
     name: str  # the pool's resource name, e.g. rdmaplane.io/hca
     selectors: Selectors | None = None  # None: the fastest class of ports that are up
     settings: NcclSettings = field(default_factory=NcclSettings)
+    share: ShareRule | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A port offered to several claims: `capacity_gbps` (its rate, down to a whole step) is
+    consumed by their requests, `default_gbps` each unless they name more or less."""
+
+    capacity_gbps: int
+    default_gbps: int
+    step_gbps: int
+
+
+def share_of(port: Port, rule: ShareRule) -> Share | None:
+    """The share policy of one port of a shared pool; None (offered whole) when its rate is
+    unknown or below one step."""
+    if port.rate_gbps is None:
+        return None
+    capacity = int(port.rate_gbps) // rule.step_gbps * rule.step_gbps
+    if capacity < rule.step_gbps:
+        return None
+    return Share(capacity, min(rule.default_gbps, capacity), rule.step_gbps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +92,7 @@ class DraDevice:
     port: int
     pool: str
     attributes: tuple[tuple[str, AttributeValue], ...] = ()  # sorted by name
+    share: Share | None = None  # None: one claim at a time
 
     def attribute(self, name: str) -> AttributeValue | None:
         return next((v for k, v in self.attributes if k == name), None)
@@ -107,7 +140,8 @@ def offer(
         if name in out:  # two software devices whose names differ only in punctuation
             name = f"{name[: MAX_NAME - 9].rstrip('-')}-{_digest(hca.name, port.number)}"
         attributes = _attributes(hca, port, pool, by_hca.get(hca.name))
-        out[name] = DraDevice(name, hca.name, port.number, pool.name, attributes)
+        share = share_of(port, pool.share) if pool.share is not None else None
+        out[name] = DraDevice(name, hca.name, port.number, pool.name, attributes, share)
     return out
 
 
