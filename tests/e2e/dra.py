@@ -27,12 +27,14 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
-from rdmaplane.config import AgentConfig, DevicePluginConfig, PublishConfig
+from rdmaplane.config import API_VERSION, AgentConfig, DevicePluginConfig, PublishConfig, parse
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.dra.driver import DraDriver
+from rdmaplane.dra.slices import BANDWIDTH
 from rdmaplane.faults import Fault
 from rdmaplane.kube import ClaimDict
 from rdmaplane.model import NodeTopology
+from tests.e2e import nodeaccess
 from tests.e2e.controlplane import KubeCluster, add_ready_node
 from tests.unit.test_deviceplugin_resources import device_nodes
 from tests.unit.test_dra_devices import with_ports_down
@@ -281,6 +283,39 @@ def nics(count: int, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return spec
 
 
+# mlx5_0 and mlx5_1 (400G RoCE) shared by bandwidth: 100G a request unless it names more.
+SHARED = parse(
+    {
+        "apiVersion": API_VERSION,
+        "kind": "DevicePluginConfig",
+        "pools": [{"mode": "shared", "selectors": {"hcaNames": ["mlx5_0", "mlx5_1"]}}],
+    },
+    DevicePluginConfig,
+    "shared pools",
+)
+
+
+def shares(*gbps: int | None, distinct: str | None = None) -> dict[str, Any]:
+    """A claim for one share per entry (None: the default bandwidth), on distinct values of
+    the attribute `distinct` when given."""
+    requests = [
+        {
+            "name": f"nic-{k}",
+            "exactly": {
+                "deviceClassName": DRIVER,
+                **({"capacity": {"requests": {BANDWIDTH: f"{g}G"}}} if g else {}),
+            },
+        }
+        for k, g in enumerate(gbps)
+    ]
+    devices: dict[str, Any] = {"requests": requests}
+    if distinct:
+        devices["constraints"] = [
+            {"requests": [r["name"] for r in requests], "distinctAttribute": distinct}
+        ]
+    return {"devices": devices}
+
+
 async def allocation(kube: AsyncClient, namespace: str, claim: str) -> list[Mapping[str, Any]]:
     """The claim's allocated devices, once the scheduler has written them."""
     async with asyncio.timeout(WAIT_S):
@@ -290,6 +325,12 @@ async def allocation(kube: AsyncClient, namespace: str, claim: str) -> list[Mapp
             if results.get("results"):
                 return cast(list[Mapping[str, Any]], results["results"])
             await asyncio.sleep(0.25)
+
+
+async def pending(kube: AsyncClient, namespace: str, pod: str) -> bool:
+    """Not bound to a node (yet)."""
+    stored = await kube.get(Pod, pod, namespace=namespace)
+    return stored.spec is not None and stored.spec.nodeName is None
 
 
 async def bound_node(kube: AsyncClient, namespace: str, pod: str) -> str:
@@ -343,10 +384,22 @@ def install_driver_rbac(cluster: KubeCluster) -> Path:
     return cluster.kubeconfig_for(DRIVER_USER)
 
 
-def driver_command(workdir: Path, tree: Path, node: str, kubeconfig: Path, poll: str) -> list[str]:
+def driver_command(
+    workdir: Path,
+    tree: Path,
+    node: str,
+    kubeconfig: Path,
+    poll: str,
+    *,
+    fault: tuple[str, str] = ("0s", "0s"),
+    pools: Mapping[str, Any] | None = None,
+    health_resend: str = "10s",
+) -> list[str]:
     """`rdmaplane dra-driver` for `node` on `tree` (device nodes in workdir/dev, kubelet folder
     workdir/kubelet, CDI specs workdir/cdi), its config written to workdir/agent.yaml: fast
-    polls, JSON logs, metrics on a free port, the fault hysteresis off (taints at once)."""
+    polls, JSON logs, metrics on a free port, the fault hysteresis `fault` (fatalAfter,
+    clearAfter; off by default: taints at once), the device plugin `pools` when given (a
+    DevicePluginConfig document, to workdir/pools.yaml)."""
     config = {
         "apiVersion": "rdmaplane.io/v1alpha1",
         "kind": "AgentConfig",
@@ -359,12 +412,23 @@ def driver_command(workdir: Path, tree: Path, node: str, kubeconfig: Path, poll:
         "logFormat": "json",
         "fabric": {"lldp": "off"},
         "publish": {"backoffInitial": "200ms", "backoffMax": "2s"},
-        "fault": {"fatalAfter": "0s", "clearAfter": "0s"},
-        "dra": {"cdiDir": str(workdir / "cdi")},
+        "fault": {"fatalAfter": fault[0], "clearAfter": fault[1]},
+        "dra": {"cdiDir": str(workdir / "cdi"), "health": {"resend": health_resend}},
     }
     (workdir / "kubelet").mkdir(exist_ok=True)
     (workdir / "agent.yaml").write_text(yaml.safe_dump(config))
+    extra = []
+    if pools is not None:
+        (workdir / "pools.yaml").write_text(yaml.safe_dump(dict(pools)))
+        extra = ["--device-plugin-config", str(workdir / "pools.yaml")]
     return [
         sys.executable, "-m", "rdmaplane", "dra-driver", "--node-name", node,
-        "--config", str(workdir / "agent.yaml"), "--kubeconfig", str(kubeconfig),
+        "--config", str(workdir / "agent.yaml"), "--kubeconfig", str(kubeconfig), *extra,
     ]  # fmt: skip
+
+
+def driver_kubeconfig_on(cluster: KubeCluster, node: str) -> Path:
+    """The DRA DaemonSet's pod on `node` (created, never run: the node is not real) and its
+    ServiceAccount's token bound to it, as the kubelet mounts it: the API server names the node
+    in it, which the driver's `associated-node:patch` on claims needs."""
+    return nodeaccess.kubeconfig_on(cluster, node, nodeaccess.DRA_DAEMONSET)

@@ -17,7 +17,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from rdmaplane.config import API_VERSION, DevicePluginConfig, parse
+from rdmaplane.config import DevicePluginConfig
 from rdmaplane.dra.devices import PCI_BUS_ID
 from rdmaplane.dra.readiness import FAILED, READY
 from rdmaplane.dra.slices import BANDWIDTH
@@ -26,6 +26,7 @@ from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manag
 from tests.e2e.dra import (
     DRIVER,
     GPU_DRIVER,
+    SHARED,
     DraNode,
     allocation,
     bound_node,
@@ -34,6 +35,8 @@ from tests.e2e.dra import (
     ensure_device_classes,
     failed_scheduling_note,
     nics,
+    pending,
+    shares,
     slice_devices,
     template_pod,
     until,
@@ -104,11 +107,6 @@ def only(*hcas: str) -> dict[str, Any]:
         "count": len(hcas),
     }
     return {"devices": {"requests": [{"name": "nics", "exactly": request}]}}
-
-
-async def pending(kube: AsyncClient, namespace: str, pod: str) -> bool:
-    stored = await kube.get(Pod, pod, namespace=namespace)
-    return stored.spec is not None and stored.spec.nodeName is None
 
 
 async def stays_pending(kube: AsyncClient, namespace: str, pod: str) -> None:
@@ -314,39 +312,6 @@ async def test_a_port_down_between_allocation_and_binding_sends_the_pod_elsewher
             assert await bound_node(kube, namespace, pod) == other.name
         (moved,) = await allocation(kube, namespace, claim)
         assert moved["pool"] == other.name and moved["device"] == other.device_of("mlx5_0")
-
-
-# mlx5_0 and mlx5_1 (400G RoCE) shared by bandwidth: 100G a request unless it names more.
-SHARED = parse(
-    {
-        "apiVersion": API_VERSION,
-        "kind": "DevicePluginConfig",
-        "pools": [{"mode": "shared", "selectors": {"hcaNames": ["mlx5_0", "mlx5_1"]}}],
-    },
-    DevicePluginConfig,
-    "shared pools",
-)
-
-
-def shares(*gbps: int | None, distinct: str | None = None) -> dict[str, Any]:
-    """A claim for one share per entry (None: the default bandwidth), on distinct values of
-    the attribute `distinct` when given."""
-    requests = [
-        {
-            "name": f"nic-{k}",
-            "exactly": {
-                "deviceClassName": DRIVER,
-                **({"capacity": {"requests": {BANDWIDTH: f"{g}G"}}} if g else {}),
-            },
-        }
-        for k, g in enumerate(gbps)
-    ]
-    devices: dict[str, Any] = {"requests": requests}
-    if distinct:
-        devices["constraints"] = [
-            {"requests": [r["name"] for r in requests], "distinctAttribute": distinct}
-        ]
-    return {"devices": devices}
 
 
 async def bound_share(

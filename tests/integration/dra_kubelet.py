@@ -16,7 +16,7 @@ the stream the kubelet's DRA manager keeps open.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -75,6 +75,7 @@ class Prepared:
         tuple[tuple[str, ...], str, str, tuple[str, ...]], ...
     ]  # requests, pool, device, cdi
     error: str
+    shares: tuple[str, ...] = ()  # v1: the share IDs of its devices held as shares
 
 
 class DraKubelet:
@@ -162,6 +163,7 @@ class DraKubelet:
                     for d in r.devices
                 ),
                 r.error,
+                tuple(d.share_id for d in r.devices if d.share_id) if api is v1 else (),
             )
             for uid, r in response.claims.items()
         }
@@ -176,7 +178,7 @@ class DraKubelet:
         )
         return {uid: r.error for uid, r in response.claims.items()}
 
-    async def watch_health(self, service: str | None = None) -> AsyncIterator[list[Health]]:
+    async def watch_health(self, service: str | None = None) -> AsyncGenerator[list[Health], None]:
         """The NodeWatchResources stream of the chosen (or the given) health service."""
         name = service or self.health_service
         assert name, "the plugin advertises no health service"
