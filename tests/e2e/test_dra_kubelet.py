@@ -649,6 +649,7 @@ async def test_taints_clear_themselves_once_the_port_recovered_with_the_agents_h
     assert flapped["fatal"]["timeAdded"] == added
     assert await pending(kube, namespace, waiting)
     node.set_port("mlx5_4", up=True)
+
     async def untainted() -> bool:
         return not await taints()
 

@@ -116,10 +116,12 @@ async def stays_pending(kube: AsyncClient, namespace: str, pod: str) -> None:
     assert await pending(kube, namespace, pod)
 
 
+# gb300-cx8: each ConnectX-8 is on its GPU's root only by its Data Direct function
+@pytest.mark.parametrize("sample", ["hgx-h100-roce", "gb300-cx8"])
 async def test_four_gpus_get_the_nic_on_their_pcie_root(
-    kube: AsyncClient, namespace: str, scheduler: Process
+    kube: AsyncClient, namespace: str, scheduler: Process, sample: str
 ) -> None:
-    async with dra_node(kube, "hgx-h100-roce") as node:
+    async with dra_node(kube, sample) as node:
         pod, claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x4")
 
         got = by_request(await allocation(kube, namespace, claim))
@@ -133,6 +135,10 @@ async def test_four_gpus_get_the_nic_on_their_pcie_root(
             assert where[gpu] == where[nic], (
                 f"pair {k}: {gpu} on {where[gpu]}, {nic} on {where[nic]}"
             )
+            hca = node.topo.hca(node.driver.devices[nic[1]].hca)
+            assert hca is not None and hca.pci is not None
+            if hca.data_direct is not None:  # paired through it, not the NIC's own root
+                assert hca.pci.root != where[gpu] == hca.data_direct.root
         assert len({got[f"gpu-{k}"] for k in range(4)}) == 4
         # bound once the driver said each NIC is ready (its binding condition)
         assert await bound_node(kube, namespace, pod) == node.name

@@ -11,8 +11,10 @@ Names are DNS labels derived from the PCI address (`pci-0000-1a-00-0-p1`): HCA n
 `mlx5_3` can move to another card when cards are added, and an allocation made before a
 reboot must still mean the same NIC after it. Standard attributes (`resource.kubernetes.io/…`)
 follow `k8s.io/dynamic-resource-allocation/deviceattribute`: `pcieRoot` is `pci<domain>:<bus>`,
-the first directory below `/sys/devices`; `numaNode` is left out when the kernel says -1 (a
-value every NUMA-less device shared would pair them all).
+the first directory below `/sys/devices`, of the function the NIC's DMA goes through (on a
+ConnectX-8 with Data Direct that function's: the GPU's root on GB300, not the NIC's own);
+`numaNode` is left out when the kernel says -1 (a value every NUMA-less device shared would
+pair them all).
 """
 
 from __future__ import annotations
@@ -188,8 +190,11 @@ def _attributes(
         "rateGbps": round(port.rate_gbps) if port.rate_gbps is not None else None,
     }
     if hca.pci is not None:
-        found[PCIE_ROOT] = hca.pci.root if _ROOT.match(hca.pci.root) else None
+        root = hca.pcie_root or ""  # of its DMA function: a ConnectX-8's Data Direct one
+        found[PCIE_ROOT] = root if _ROOT.match(root) else None
         found[PCI_BUS_ID] = hca.pci.address if _BDF.match(hca.pci.address) else None
+    if hca.data_direct is not None and _BDF.match(hca.data_direct.address):
+        found["dataDirectBusID"] = hca.data_direct.address
     if hca.numa is not None and hca.numa >= 0:
         found[NUMA_NODE] = found["numaNode"] = hca.numa
     if port.link_layer == LinkLayer.ETHERNET:
