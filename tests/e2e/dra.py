@@ -65,9 +65,12 @@ GPU_CLASS = {
 
 
 def templates() -> dict[str, dict[str, Any]]:
-    """deploy/dra/claim-templates.yaml by name."""
-    docs = yaml.safe_load_all((DRA_DEPLOY / "claim-templates.yaml").read_text())
-    return {d["metadata"]["name"]: d for d in docs}
+    """deploy/dra/claim-templates.yaml's and share-templates.yaml's templates by name."""
+    return {
+        d["metadata"]["name"]: d
+        for file in ("claim-templates.yaml", "share-templates.yaml")
+        for d in yaml.safe_load_all((DRA_DEPLOY / file).read_text())
+    }
 
 
 def gpu_slice(node: str, topo: NodeTopology) -> dict[str, Any]:

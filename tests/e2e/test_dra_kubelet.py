@@ -524,11 +524,13 @@ async def test_a_pod_binds_once_the_driver_set_its_nics_ready_on_its_own_nodes_c
     start_driver: Callable[..., DriverProcess],
     scheduler: Process,
 ) -> None:
-    start_driver()
+    driver = start_driver()
     await published(kube, node)
     pod, name = await claim_pod(kube, namespace, node.group, nics(2))
 
     assert await bound_node(kube, namespace, pod) == node.name
+    figures = await metrics(driver)
+    assert figures["rdmaplane_dra_claim_status_writes_total"] >= 1
     stored = (await kube.get(ResourceClaim, name, namespace=namespace)).to_dict()
     said = conditions(stored)
     allocated = {r["device"] for r in stored["status"]["allocation"]["devices"]["results"]}
@@ -579,13 +581,14 @@ async def next_report(
 async def test_the_health_stream_tells_the_kubelet_a_port_went_down_and_came_back(
     kube: AsyncClient, node: DraHost, start_driver: Callable[..., DriverProcess]
 ) -> None:
-    start_driver(health_resend="1s")
+    driver = start_driver(health_resend="1s")
     kubelet = await registered(node)
     devices = await published(kube, node)
     by_hca = {d["attributes"]["rdmaDevice"]["string"]: n for n, d in devices.items()}
     stream = kubelet.watch_health()
 
     first = await next_report(stream, lambda r: set(r) == set(devices), "every device")
+    assert (await metrics(driver))["rdmaplane_dra_health_streams"] == 1
     assert {(h.pool, h.health) for h in first.values()} == {(node.name, "HEALTHY")}
     assert {h.timeout_s for h in first.values()} == {30}
 

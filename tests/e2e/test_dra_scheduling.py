@@ -18,7 +18,6 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from rdmaplane.config import DevicePluginConfig
-from rdmaplane.dra.devices import PCI_BUS_ID
 from rdmaplane.dra.readiness import FAILED, READY
 from rdmaplane.dra.slices import BANDWIDTH
 from rdmaplane.faults import TAINT_KEY, Fault, FaultClass
@@ -343,14 +342,17 @@ async def test_pods_take_shares_of_a_shared_nic_until_its_bandwidth_is_used(
         for name in shared:
             assert stored[name]["allowMultipleAllocations"] is True
             assert stored[name]["capacity"][BANDWIDTH]["value"] == "400G"
-        # two 300G shares on two distinct NICs: one on each port
-        _, _, wide = await bound_share(kube, namespace, node, shares(300, 300, distinct=PCI_BUS_ID))
+        # deploy/dra's template: two 200G shares on two distinct NICs, one on each port
+        pod, claim = await template_pod(kube, namespace, node, "nic-share-200g-x2-distinct")
+        wide = await allocation(kube, namespace, claim)
+        assert await bound_node(kube, namespace, pod) == node.name
         assert {r["device"] for r in wide} == shared
-        assert all(r["consumedCapacity"] == {BANDWIDTH: "300G"} and r["shareID"] for r in wide)
-        # 100G left on each: two default shares fit, a third waits
-        fits = [await bound_share(kube, namespace, node, shares(None)) for _ in range(2)]
+        assert all(r["consumedCapacity"] == {BANDWIDTH: "200G"} and r["shareID"] for r in wide)
+        # 200G left on each: two 200G shares fit...
+        fits = [await bound_share(kube, namespace, node, shares(200)) for _ in range(2)]
         assert {r["device"] for _, _, (r,) in fits} == shared
-        assert all(r["consumedCapacity"] == {BANDWIDTH: "100G"} for _, _, (r,) in fits)
+        assert all(r["consumedCapacity"] == {BANDWIDTH: "200G"} for _, _, (r,) in fits)
+        # ...and then a default (100G) one waits
         last, last_claim = await claim_pod(kube, namespace, node, shares(None))
         await stays_pending(kube, namespace, last)
 
