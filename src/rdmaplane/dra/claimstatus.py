@@ -30,7 +30,7 @@ from lightkube.resources.resource_v1 import ResourceClaimStatus
 from lightkube.types import PatchType
 
 from rdmaplane.config import PublishConfig
-from rdmaplane.dra.readiness import Readiness, binding_status
+from rdmaplane.dra.readiness import Readiness, binding_status, waiting_results
 from rdmaplane.kube import ClaimDict
 
 log = logging.getLogger("rdmaplane.dra")
@@ -39,16 +39,6 @@ ClaimKey = tuple[str, str]  # namespace, name
 
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def bound_to(claim: Mapping[str, Any], driver: str, pool: str) -> bool:
-    """Is the claim allocated devices of `driver` from `pool` that carry binding conditions?"""
-    allocation = (claim.get("status") or {}).get("allocation") or {}
-    results = (allocation.get("devices") or {}).get("results") or []
-    return any(
-        r.get("driver") == driver and r.get("pool") == pool and r.get("bindingConditions")
-        for r in results
-    )
 
 
 class ClaimStatusWriter:
@@ -84,7 +74,7 @@ class ClaimStatusWriter:
     def observe(self, event: str, claim: Mapping[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED) or a listed claim (ADDED)."""
         key = _key_of(claim)
-        if event == "DELETED" or not bound_to(claim, self.driver, self.pool):
+        if event == "DELETED" or not waiting_results(claim, self.driver, self.pool):
             self.claims.pop(key, None)
             self._dirty.discard(key)
             return

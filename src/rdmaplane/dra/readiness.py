@@ -87,6 +87,17 @@ def gone(device: str) -> Readiness:
     return Readiness(False, False, DEVICE_GONE, f"device {device} is not offered on this node")
 
 
+def waiting_results(claim: Mapping[str, Any], driver: str, pool: str) -> list[Mapping[str, Any]]:
+    """The claim's allocated devices of `driver` from `pool` that carry binding conditions."""
+    status = claim.get("status") or {}
+    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+    return [
+        r
+        for r in results
+        if r.get("driver") == driver and r.get("pool") == pool and r.get("bindingConditions")
+    ]
+
+
 def binding_status(
     claim: Mapping[str, Any],
     *,
@@ -100,12 +111,7 @@ def binding_status(
     when nothing would change. Entries of other drivers and conditions of other types are
     kept as they are."""
     status = claim.get("status") or {}
-    results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-    ours = [
-        r
-        for r in results
-        if r.get("driver") == driver and r.get("pool") == pool and r.get("bindingConditions")
-    ]
+    ours = waiting_results(claim, driver, pool)
     if not ours:
         return None
     generation = (claim.get("metadata") or {}).get("generation")
