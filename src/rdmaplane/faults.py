@@ -1,14 +1,14 @@
 """RDMA fault classes and what to do about them: pure policy, no I/O, time passed in.
 
-Per compute HCA port, each poll yields *symptoms*: `fatal` ones (port not ACTIVE/LinkUp, HCA
-or netdev gone, the node's unified GID index no longer holding an address, a fatal counter such
-as `link_downed` rising) or `degraded` ones (error counters over the warn thresholds). A
-hysteresis turns symptoms into *faults*: fatal only after `fatal_after_s` of persistence,
-cleared only after `clear_after_s` without symptoms, so a flapping port raises one fault, never a
-storm. `pods_hurt` names the pods holding a faulty HCA (a shared slot grants its whole pool, so
-every pod of the pool is hurt), and `decide` says what to do with each pod and when: notice
-first, act (condition + eviction) only after the grace period, within the rate limit, and
-nothing at all while the view is stale.
+Per compute HCA port, each poll's symptoms (`rdmaplane.porthealth`, the one rule table) are
+`fatal` (port not ACTIVE/LinkUp, HCA or netdev gone, the node's unified GID index no longer
+holding an address, a fatal counter such as `link_downed` rising) or `degraded` (error counters
+over the health thresholds). A hysteresis turns them into *faults*: fatal only after
+`fatal_after_s` of persistence, cleared only after `clear_after_s` without symptoms, so a
+flapping port raises one fault, never a storm. `pods_hurt` names the pods holding a faulty HCA
+(a shared slot grants its whole pool, so every pod of the pool is hurt), and `decide` says what
+to do with each pod and when: notice first, act (condition + eviction) only after the grace
+period, within the rate limit, and nothing at all while the view is stale.
 
 The agent feeds this module and carries out its decisions (`rdmaplane.agent.faultaction`).
 """
@@ -19,19 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from rdmaplane.gid import gid_problem
-from rdmaplane.model import LinkLayer, NodeTopology, PortObservation
-
-PortKey = tuple[str, int]  # (hca, port)
+from rdmaplane.model import NodeTopology
+from rdmaplane.porthealth import FaultClass, PortKey, Symptom
 
 ANNOTATION = "rdmaplane.io/fault"
 CONDITION = "RDMAFault"
 TAINT_KEY = "rdmaplane.io/rdma-unhealthy"
-
-
-class FaultClass(StrEnum):
-    FATAL = "fatal"
-    DEGRADED = "degraded"
 
 
 class Action(StrEnum):
@@ -49,16 +42,6 @@ class Action(StrEnum):
 class Symptoms:
     fatal: tuple[str, ...] = ()
     degraded: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class SymptomRules:
-    """`fatal_thresholds[c]`: more than this many increments of counter `c` within the health
-    window is fatal; `degraded_thresholds` likewise for degraded (the health monitor's)."""
-
-    window_s: float
-    fatal_thresholds: Mapping[str, int]
-    degraded_thresholds: Mapping[str, int]
 
 
 def watched_ports(
@@ -91,63 +74,16 @@ def watched_ports(
     return out
 
 
-def symptoms(
-    topo: NodeTopology,
-    watched: Mapping[str, tuple[int, ...]],
-    observations: Iterable[PortObservation],
-    risen: Mapping[PortKey, Mapping[str, int]],
-    gid_index: int | None,
-    rules: SymptomRules,
-) -> dict[PortKey, Symptoms]:
-    """What is wrong with each watched port right now. `risen` holds each port's counter
-    increments within the health window; `gid_index` is the node's unified GID index that pods
-    were started with (None: not uniform, not checked)."""
-    seen = {(o.hca, o.port): o for o in observations}
-    out = {}
-    for hca_name, numbers in watched.items():
-        hca = topo.hca(hca_name)
-        for number in numbers:
-            key = (hca_name, number)
-            if hca is None:
-                out[key] = Symptoms(fatal=(f"{hca_name} is gone",))
-                continue
-            port = hca.port(number)
-            if port is None:
-                out[key] = Symptoms(fatal=(f"{hca_name} port {number} is gone",))
-                continue
-            fatal: list[str] = []
-            obs = seen.get(key)
-            state, phys = (obs.state, obs.phys_state) if obs else (port.state, port.phys_state)
-            if not (obs.is_up if obs else port.is_up):
-                fatal.append(f"port {number} {state.name} ({phys.name})")
-            if port.link_layer == LinkLayer.ETHERNET:
-                if port.netdev is None:
-                    fatal.append(f"port {number} has no netdev")
-                elif gid_index is not None:
-                    gid = next((g for g in port.gids if g.index == gid_index), None)
-                    problem = gid_problem(gid)
-                    if problem is not None:
-                        fatal.append(f"port {number} GID index {gid_index} {problem}")
-            counts = risen.get(key, {})
-            fatal += _over(number, counts, rules.fatal_thresholds, rules.window_s)
-            degraded = _over(
-                number,
-                {c: n for c, n in counts.items() if c not in rules.fatal_thresholds},
-                rules.degraded_thresholds,
-                rules.window_s,
-            )
-            out[key] = Symptoms(tuple(fatal), tuple(degraded))
-    return out
-
-
-def _over(
-    port: int, counts: Mapping[str, int], thresholds: Mapping[str, int], window_s: float
-) -> list[str]:
-    return [
-        f"port {port} {name} +{counts[name]} within {window_s:g} s (max {limit})"
-        for name, limit in sorted(thresholds.items())
-        if counts.get(name, 0) > limit
-    ]
+def classify(found: Mapping[PortKey, Sequence[Symptom]]) -> dict[PortKey, Symptoms]:
+    """The fault classes' view of each port's symptoms: the fatal and the degraded ones' texts
+    (the others are not faults)."""
+    return {
+        key: Symptoms(
+            tuple(s.text for s in symptoms if s.fault == FaultClass.FATAL),
+            tuple(s.text for s in symptoms if s.fault == FaultClass.DEGRADED),
+        )
+        for key, symptoms in found.items()
+    }
 
 
 # ----------------------------------------------------------------- hysteresis
@@ -175,7 +111,7 @@ class FaultRules:
 
 
 @dataclass(frozen=True, slots=True)
-class _PortMemory:
+class _FaultMemory:
     raised: Fault | None = None
     fatal_since: float | None = None  # start of the current run of fatal symptoms
     calm_since: float | None = None  # start of the current run without fatal symptoms
@@ -184,7 +120,7 @@ class _PortMemory:
 
 @dataclass(frozen=True, slots=True)
 class FaultState:
-    ports: Mapping[PortKey, _PortMemory] = field(default_factory=dict)
+    ports: Mapping[PortKey, _FaultMemory] = field(default_factory=dict)
 
     @property
     def faults(self) -> dict[PortKey, Fault]:
@@ -205,12 +141,12 @@ def step(
 ) -> tuple[FaultState, list[FaultChange]]:
     """Fold one poll's symptoms into the state. Ports no longer watched are forgotten (their
     HCA is no longer offered to pods), with a change if they had a fault."""
-    ports: dict[PortKey, _PortMemory] = {}
+    ports: dict[PortKey, _FaultMemory] = {}
     changes = []
     for key in sorted(set(state.ports) | set(found)):
-        before = state.ports.get(key, _PortMemory())
+        before = state.ports.get(key, _FaultMemory())
         if key not in found:
-            after = _PortMemory()
+            after = _FaultMemory()
         else:
             after = _advance(before, key, now, found[key], rules)
             ports[key] = after
@@ -227,8 +163,8 @@ def _news(before: Fault | None, after: Fault | None) -> bool:
 
 
 def _advance(
-    memory: _PortMemory, key: PortKey, now: float, found: Symptoms, rules: FaultRules
-) -> _PortMemory:
+    memory: _FaultMemory, key: PortKey, now: float, found: Symptoms, rules: FaultRules
+) -> _FaultMemory:
     """Fatal after `fatal_after_s` of fatal symptoms; a fatal fault clears (or falls back to
     degraded) after `clear_after_s` without fatal symptoms; degraded is raised at once (its
     counters already span a window) and clears after `clear_after_s` without any symptom."""
@@ -255,7 +191,7 @@ def _advance(
         and now - clean_since >= rules.clear_after_s
     ):
         raised = None
-    return _PortMemory(raised, fatal_since, calm_since, clean_since)
+    return _FaultMemory(raised, fatal_since, calm_since, clean_since)
 
 
 def _run(since: float | None, now: float, holds: bool) -> float | None:

@@ -387,6 +387,9 @@ def install_driver_rbac(cluster: KubeCluster) -> Path:
     return cluster.kubeconfig_for(DRIVER_USER)
 
 
+HEALTH_WINDOW = "5s"  # long enough to see a taint come, short enough to see it go
+
+
 def driver_command(
     workdir: Path,
     tree: Path,
@@ -401,7 +404,8 @@ def driver_command(
     """`rdmaplane dra-driver` for `node` on `tree` (device nodes in workdir/dev, kubelet folder
     workdir/kubelet, CDI specs workdir/cdi), its config written to workdir/agent.yaml: fast
     polls, JSON logs, metrics on a free port, the fault hysteresis `fault` (fatalAfter,
-    clearAfter; off by default: taints at once), the device plugin `pools` when given (a
+    clearAfter; off by default: taints at once), a short health window (`symbol_error` over 10
+    within it: the port is refused), the device plugin `pools` when given (a
     DevicePluginConfig document, to workdir/pools.yaml)."""
     config = {
         "apiVersion": "rdmaplane.io/v1alpha1",
@@ -415,6 +419,7 @@ def driver_command(
         "logFormat": "json",
         "fabric": {"lldp": "off"},
         "publish": {"backoffInitial": "200ms", "backoffMax": "2s"},
+        "health": {"window": HEALTH_WINDOW, "thresholds": {"symbol_error": 10}},
         "fault": {"fatalAfter": fault[0], "clearAfter": fault[1]},
         "dra": {"cdiDir": str(workdir / "cdi"), "health": {"resend": health_resend}},
     }

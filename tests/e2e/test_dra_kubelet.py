@@ -38,6 +38,7 @@ from tests.e2e.dra import (
     DRIVER,
     DRIVER_USER,
     GROUP_LABEL,
+    HEALTH_WINDOW,
     SHARED,
     WAIT_S,
     allocation,
@@ -366,6 +367,45 @@ async def test_a_port_down_taints_its_device_until_it_comes_back(
 
     await until(clear, "taints removed")
     assert set(await slice_devices(kube, node.name)) == set(devices)  # nothing left the pool
+
+
+async def test_rising_error_counters_refuse_any_port_until_they_age_out(
+    kube: AsyncClient,
+    node: DraHost,
+    start_driver: Callable[[], DriverProcess],
+) -> None:
+    """Error counters over the health threshold make a port one that cannot be handed out,
+    whatever its link class, as the device plugin reports such an HCA Unhealthy: the bonded
+    storage port (which the fault classes never judge) and a compute port alike are tainted
+    `ReportedFault:NoSchedule`, the counter named in the log, and untainted once the increments
+    have left the health window."""
+    driver = start_driver()
+    devices = await published(kube, node)
+    by_hca = {d["attributes"]["rdmaDevice"]["string"]: n for n, d in devices.items()}
+    erring = {by_hca[h]: h for h in ("mlx5_bond_0", "mlx5_4")}
+
+    async def tainted() -> dict[str, set[tuple[str, str, str]]]:
+        """The devices with taints, by name, once both erring ones have theirs."""
+        said = {
+            n: {(t["key"], t["value"], t["effect"]) for t in d.get("taints", [])}
+            for n, d in (await slice_devices(kube, node.name)).items()
+        }
+        return {n: s for n, s in said.items() if s} if all(said[n] for n in erring) else {}
+
+    for hca in erring.values():
+        counter = node.tree / "class/infiniband" / hca / "ports/1/counters/symbol_error"
+        counter.write_text("500\n")
+    # Both written together, so refused from the same poll on: one look sees both.
+    refused = {(TAINT_KEY, "ReportedFault", "NoSchedule")}
+    assert await until(tainted, "both tainted") == {n: refused for n in erring}
+    for hca in erring.values():
+        line = f"tainted {TAINT_KEY}=ReportedFault:NoSchedule ({hca}: port 1 symbol_error +500"
+        assert any(line in str(entry.get("msg")) for entry in driver.lines()), hca
+
+    async def clear() -> bool:
+        return not any(d.get("taints") for d in (await slice_devices(kube, node.name)).values())
+
+    await until(clear, f"taints removed once the {HEALTH_WINDOW} window passed")
 
 
 async def _with(found: Awaitable[list[Any]], count: int) -> list[Any]:

@@ -275,6 +275,10 @@ async def _raised(agent: Agent) -> bool:
     return bool(agent.faults.state.faults)
 
 
+async def _holds(agent: Agent, rig: Rig, pod: str) -> bool:
+    return f"{rig.namespace}/{pod}" in {p.key for p in agent.allocations.pods}
+
+
 async def _held(agent: Agent) -> bool:
     return await _metric(agent, "rdmaplane_agent_fault_decisions_total", outcome="held") > 0
 
@@ -288,6 +292,9 @@ async def test_stale_pod_resources_hold_then_the_right_action(chain: RigFactory)
         placed = await placed_on(rig, {rig.a, rig.b})
         victim = next(p for p, n in placed.items() if n == rig.a)
         await add_spare(rig)
+        # The agent knows the victim holds A's devices before PodResources goes away (KWOK marks
+        # it Running on its own clock; the kubelet stand-in and the agent poll on theirs).
+        await eventually(lambda: _holds(agent, rig, victim), CHAIN_S)
 
         # The kubelet restarting: its PodResources socket is gone for a while.
         socket = rig.tree.parent / "kubelet/pod-resources/kubelet.sock"

@@ -23,6 +23,7 @@ from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
 from rdmaplane.config import AgentConfig, DevicePluginConfig
+from rdmaplane.counters import PORT_COUNTERS
 from rdmaplane.discovery import read_node
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
@@ -320,6 +321,25 @@ def test_infiniband_ports_export_no_roce_counters(sample_trees: dict[str, Path])
     sent = families["rdmaplane_port_transmit_bytes"].samples
     assert len(sent) == sum(len(h.ports) for h in topo.hcas)
     assert all(s.name == "rdmaplane_port_transmit_bytes_total" for s in sent)
+
+
+def test_every_counter_with_a_metric_is_exported_as_the_table_says(node: Path):
+    """On a RoCE sample (every counter file there, PMA and hw_counters): one family per counter
+    of the table with a metric, named, helped and scaled as its row says."""
+    (node / "class/infiniband/mlx5_0/ports/1/counters/port_xmit_data").write_text("1000\n")
+    root = str(node)
+    topo = read_node(root)
+    families = {
+        m.name: m
+        for m in NodeCollector(lambda: NodeView(root, topo, {}, None)).collect()
+        if m.type == "counter"
+    }
+    table = {f"rdmaplane_port_{c.metric}": c for c in PORT_COUNTERS if c.metric}
+    assert families.keys() == table.keys()
+    for name, family in families.items():
+        assert family.documentation == table[name].help
+    sent = families["rdmaplane_port_transmit_bytes"].samples
+    assert next(s.value for s in sent if s.labels["hca"] == "mlx5_0") == 4000
 
 
 async def raw_http(port: int, request: bytes) -> bytes:

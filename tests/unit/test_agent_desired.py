@@ -19,10 +19,11 @@ from rdmaplane.agent.desired import (
     rdma_ready,
     topology_annotation,
 )
-from rdmaplane.agent.health import ERRORS_RISING, HcaHealth, Problem
+from rdmaplane.agent.health import HcaHealth
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
 from rdmaplane.model import NetnsMode, NodeTopology
 from rdmaplane.netns import shared_pools_blocked
+from rdmaplane.porthealth import ERRORS_RISING, Symptom
 from rdmaplane.usability import PORT_DOWN
 
 GPU = "nvidia.com/gpu"
@@ -75,7 +76,7 @@ def test_ready_when_all_managed_are_healthy():
 def test_not_ready_names_the_broken_device_and_why():
     health = {
         "mlx5_0": HcaHealth("mlx5_0"),
-        "mlx5_1": HcaHealth("mlx5_1", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),)),
+        "mlx5_1": HcaHealth("mlx5_1", (Symptom(PORT_DOWN, "port 1 DOWN (DISABLED)"),)),
     }
     c = rdma_ready(["mlx5_0", "mlx5_1"], health)
     assert (c.status, c.reason) == (False, "PortDown")
@@ -83,7 +84,7 @@ def test_not_ready_names_the_broken_device_and_why():
 
 
 def test_counter_problem_reason_and_missing_device():
-    errors = HcaHealth("mlx5_0", (Problem(ERRORS_RISING, "port 1 symbol_error +200"),))
+    errors = HcaHealth("mlx5_0", (Symptom(ERRORS_RISING, "port 1 symbol_error +200"),))
     c = rdma_ready(["mlx5_0"], {"mlx5_0": errors})
     assert (c.status, c.reason) == (False, "ErrorCountersRising")
     gone = rdma_ready(["mlx5_0", "mlx5_9"], {"mlx5_0": HcaHealth("mlx5_0")})
@@ -101,7 +102,7 @@ def test_a_gid_mismatch_is_said_without_making_the_node_unready():
     c = rdma_ready(["mlx5_0"], {"mlx5_0": HcaHealth("mlx5_0")}, problem)
     assert (c.status, c.reason) == (True, "GidIndexMismatch")
     assert c.message == f"1 healthy: mlx5_0; {problem}"
-    down = HcaHealth("mlx5_0", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+    down = HcaHealth("mlx5_0", (Symptom(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
     c = rdma_ready(["mlx5_0"], {"mlx5_0": down}, problem)
     assert (c.status, c.reason) == (False, "PortDown") and c.message.endswith(f"; {problem}")
 
@@ -109,7 +110,7 @@ def test_a_gid_mismatch_is_said_without_making_the_node_unready():
 def test_shared_pools_blocked_by_exclusive_mode_come_first():
     problem = shared_pools_blocked(NetnsMode.EXCLUSIVE, [("example.com/shared", ["mlx5_0"])])
     assert problem is not None
-    down = HcaHealth("mlx5_0", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+    down = HcaHealth("mlx5_0", (Symptom(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
     c = rdma_ready(["mlx5_0"], {"mlx5_0": down}, "a gid mismatch", problem)
     assert (c.status, c.reason, c.message) == (False, "NetnsExclusive", problem)
     assert rdma_ready([], {}, None, problem).reason == "NoRdmaDevices"
@@ -158,7 +159,7 @@ def test_a_gid_label_is_what_every_roce_pool_injects(found: list[tuple[bool, int
 
 def test_annotation_is_compact_json_with_numa_and_roots(hgx: NodeTopology):
     health = healthy(hgx)
-    health["mlx5_2"] = HcaHealth("mlx5_2", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+    health["mlx5_2"] = HcaHealth("mlx5_2", (Symptom(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
     text = topology_annotation(hgx, health, gpu_ids(hgx))
     assert " " not in text
     doc = json.loads(text)
@@ -233,7 +234,7 @@ def test_available_follows_allocations_and_health(hgx: NodeTopology):
     )
     other = PodDevices("team", "cpu-only", {})
     health = healthy(hgx)
-    health["mlx5_5"] = HcaHealth("mlx5_5", (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+    health["mlx5_5"] = HcaHealth("mlx5_5", (Symptom(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
     obj = nrt_object(
         "hgx-h100-017",
         hgx,
@@ -346,7 +347,7 @@ def test_zone_counts_add_up(hgx, sick, held_gpus, held_hcas, listed_gpus):
     capacity = all, allocatable = healthy and listed by the kubelet, available = that and free."""
     health = healthy(hgx)
     for name in sick:
-        health[name] = HcaHealth(name, (Problem(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
+        health[name] = HcaHealth(name, (Symptom(PORT_DOWN, "port 1 DOWN (DISABLED)"),))
     address = {h.name: h.pci.address for h in hgx.hcas if h.pci}
     uuid = {g.index: g.uuid for g in hgx.gpus}
     pod = PodDevices(

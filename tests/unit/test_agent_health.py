@@ -7,16 +7,14 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.agent.health import (
-    ERRORS_RISING,
-    HealthState,
-    Rules,
-    step,
-)
+from rdmaplane.agent.health import HealthState, step
 from rdmaplane.model import PhysState, PortObservation, PortState
+from rdmaplane.porthealth import ERRORS_RISING, RuleTable, rule_table
 from rdmaplane.usability import PORT_DOWN
 
-RULES = Rules(window_s=60.0, thresholds={"symbol_error": 10, "link_downed": 0})
+WINDOW_S = 60.0
+THRESHOLDS = {"symbol_error": 10, "link_downed": 0}
+RULES = rule_table(WINDOW_S, THRESHOLDS, {})
 UP = (PortState.ACTIVE, PhysState.LINK_UP)
 DOWN = (PortState.DOWN, PhysState.DISABLED)
 
@@ -25,7 +23,7 @@ def obs(hca: str = "mlx5_0", state: tuple[PortState, PhysState] = UP, **counters
     return PortObservation(hca, 1, state[0], state[1], counters)
 
 
-def run(*polls: tuple[float, list[PortObservation]], rules: Rules = RULES):
+def run(*polls: tuple[float, list[PortObservation]], rules: RuleTable = RULES):
     state, all_transitions = HealthState(), []
     for now, observations in polls:
         state, transitions = step(state, now, observations, rules)
@@ -44,7 +42,7 @@ def test_port_down_and_back():
     state, transitions = run((0, [obs()]), (5, [obs(state=DOWN)]), (10, [obs()]))
     down, up = transitions[1], transitions[2]
     assert [(t.hca, t.before.healthy, t.after.healthy) for t in down] == [("mlx5_0", True, False)]
-    assert down[0].after.problems[0].kind == PORT_DOWN
+    assert down[0].after.problems[0].reason == PORT_DOWN
     assert str(down[0].after.problems[0]) == "port 1 DOWN (DISABLED)"
     assert [(t.before.healthy, t.after.healthy) for t in up] == [(False, True)]
     assert state.hcas["mlx5_0"].healthy
@@ -65,7 +63,7 @@ def test_errors_over_threshold_within_window_then_age_out():
     assert transitions[1] == []
     assert [t.after.healthy for t in transitions[2]] == [False]
     problem = transitions[2][0].after.problems[0]
-    assert problem.kind == ERRORS_RISING
+    assert problem.reason == ERRORS_RISING
     assert "symbol_error +11 within 60 s (max 10)" in str(problem)
     assert [t.after.healthy for t in transitions[3]] == [True]
     assert state.hcas["mlx5_0"].healthy
@@ -113,18 +111,18 @@ def test_one_bad_port_makes_the_hca_unhealthy():
 # ---------------------------------------------------------------- property: brute force
 
 
-def brute_force_unhealthy(history, rules: Rules) -> bool:
+def brute_force_unhealthy(history, window_s: float, thresholds: dict[str, int]) -> bool:
     """Restate the rule from the whole history: down now, or a watched counter rose by more
     than its threshold within the window (increases only; a drop resets the baseline; a poll
     where it could not be read is skipped, the reads around it are compared)."""
     now, last_state, _ = history[-1]
     if last_state != UP:
         return True
-    for name, threshold in rules.thresholds.items():
+    for name, threshold in thresholds.items():
         readable = [(t, c[name]) for t, _, c in history if name in c]
         risen = 0
         for (_, before), (t, after) in itertools.pairwise(readable):
-            if t > now - rules.window_s and after > before:
+            if t > now - window_s and after > before:
                 risen += after - before
         if risen > threshold:
             return True
@@ -157,7 +155,7 @@ def test_matches_brute_force(script):
         counters = {"symbol_error": sym, "link_downed": ld} if readable else {"link_downed": ld}
         history.append((now, port_state, counters))
         state, transitions = step(state, now, [obs(state=port_state, **counters)], RULES)
-        expected_unhealthy = brute_force_unhealthy(history, RULES)
+        expected_unhealthy = brute_force_unhealthy(history, WINDOW_S, THRESHOLDS)
         assert state.hcas["mlx5_0"].healthy is not expected_unhealthy
         flipped = healthy_before is not None and healthy_before == expected_unhealthy
         first_bad = healthy_before is None and expected_unhealthy

@@ -1,8 +1,9 @@
 """The DRA driver's slice and the device plugin agree on every device of every bundled sample:
 a port the plugin reports Unhealthy is tainted NoSchedule in the slice with the same reason,
 and a port it reports Healthy carries no such taint. Both are the real thing (the plugin's
-ResourceManager, the driver as the agent runs it, reading the same device-node folder); the
-slice is the wire form the publisher writes. The device plugin's pool is taken as exclusive,
+ResourceManager, the driver as the agent runs it, reading the same device-node folder, both fed
+the faults the agent's health monitor reports from the same polls); the slice is the wire form
+the publisher writes. The device plugin's pool is taken as exclusive,
 as every DRA device is (one claim's)."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rdmaplane.agent.health import HealthState, reported_by_hca, reported_by_port, step
 from rdmaplane.config import AgentConfig, DevicePluginConfig, load, parse
 from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.deviceplugin.settings import Pool
@@ -22,8 +24,10 @@ from rdmaplane.discovery.samples import names, read_sample
 from rdmaplane.dra.driver import DraDriver
 from rdmaplane.dra.slices import UNUSABLE_EFFECT, slice_objects, taint_object
 from rdmaplane.faults import TAINT_KEY
-from rdmaplane.model import NodeTopology
+from rdmaplane.model import NodeTopology, PortObservation
+from rdmaplane.porthealth import rule_table
 from rdmaplane.selectors import compute_ports
+from rdmaplane.usability import REPORTED_FAULT
 from tests.unit.test_deviceplugin_resources import device_nodes
 from tests.unit.test_dra_devices import with_ports_down
 
@@ -54,25 +58,51 @@ def storage_and_first_compute(topo: NodeTopology) -> tuple[str, ...]:
     return (*(h.name for h in topo.hcas if h.name not in fast), *fast[:1])
 
 
-def variants(topo: NodeTopology) -> dict[str, tuple[NodeTopology, set[str]]]:
+def variants(topo: NodeTopology) -> dict[str, tuple[NodeTopology, set[str], tuple[str, ...]]]:
     """The node as it is; with `storage_and_first_compute` down; with the first HCA's verbs
-    device node missing. (topology, missing device nodes)."""
+    device node missing; with `storage_and_first_compute`'s error counters rising. (topology,
+    missing device nodes, HCAs whose counters rise)."""
     first = topo.hcas[0]
     return {
-        "as is": (topo, set()),
-        "ports down": (with_ports_down(topo, *storage_and_first_compute(topo)), set()),
-        "no device node": (topo, {first.uverbs} if first.uverbs else set()),
+        "as is": (topo, set(), ()),
+        "ports down": (with_ports_down(topo, *storage_and_first_compute(topo)), set(), ()),
+        "no device node": (topo, {first.uverbs} if first.uverbs else set(), ()),
+        "errors rising": (topo, set(), storage_and_first_compute(topo)),
     }
 
 
+def health(topo: NodeTopology, rising: Sequence[str]) -> HealthState:
+    """The agent's health monitor after two polls of every port, `symbol_error` rising by 50
+    between them on the ports of `rising` (the threshold here is 10)."""
+    rules = rule_table(60.0, {"symbol_error": 10}, {})
+    state = HealthState()
+    for now, risen in ((0.0, 0), (5.0, 50)):
+        observations = [
+            PortObservation(
+                h.name,
+                p.number,
+                p.state,
+                p.phys_state,
+                {"symbol_error": risen if h.name in rising else 0},
+            )
+            for h in topo.hcas
+            for p in h.ports
+        ]
+        state, _ = step(state, now, observations, rules)
+    return state
+
+
 def plugin_verdicts(
-    topo: NodeTopology, pools: Sequence[Pool], dev_root: Path
+    topo: NodeTopology,
+    pools: Sequence[Pool],
+    dev_root: Path,
+    faults: Mapping[str, str] | None = None,
 ) -> dict[tuple[str, str], str | None]:
     """(pool, HCA) → None when the device plugin reports the HCA Healthy, else its reason."""
     out: dict[tuple[str, str], str | None] = {}
     for pool in pools:
         manager = ResourceManager(replace(pool, mode="exclusive"), dev_root=str(dev_root))
-        manager.update(topo)
+        manager.update(topo, faults)
         for device in manager.devices:
             (hca,) = device.hcas
             out[(pool.resource_name, hca)] = device.problem.reason if device.problem else None
@@ -112,7 +142,7 @@ def test_slice_and_device_plugin_agree_on_every_device(
     sample: str, config: str, tmp_path: Path
 ) -> None:
     pools = CONFIGS[config].pools
-    for variant, (topo, missing) in variants(SAMPLES[sample]).items():
+    for variant, (topo, missing, rising) in variants(SAMPLES[sample]).items():
         root = device_nodes(topo, tmp_path / variant.replace(" ", "-"))
         for name in missing:
             (root / "infiniband" / name).unlink()
@@ -123,12 +153,17 @@ def test_slice_and_device_plugin_agree_on_every_device(
             dev_root=root,
             kubelet_dir=tmp_path / "kubelet",
         )
+        monitor = health(topo, rising)
         driver = DraDriver(agent, pools, None)
-        driver.update(topo, {})
+        driver.update(topo, {}, reported=reported_by_port(monitor))
 
-        plugin = plugin_verdicts(topo, CONFIGS[config].settings().pools, root)
+        plugin = plugin_verdicts(
+            topo, CONFIGS[config].settings().pools, root, reported_by_hca(monitor)
+        )
         dra = slice_verdicts(published(driver))
 
         assert dra.keys() <= plugin.keys(), f"{variant}: offered by DRA only"
         assert {h for _, h in dra} == {h for _, h in plugin}, f"{variant}: offered by one only"
         assert dra == {k: plugin[k] for k in dra}, variant
+        refused = {h for (_, h), reason in dra.items() if reason == REPORTED_FAULT}
+        assert refused == set(rising) & {h for _, h in dra}, variant

@@ -30,7 +30,7 @@ from rdmaplane.model import Hca, LinkLayer, NodeTopology, PhysState, Port, PortS
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.nrt import Uplink
 from rdmaplane.selectors import Selectors, compute_ports
-from rdmaplane.usability import NO_NCCL_PLAN, NO_VERBS_DEVICE, PORT_DOWN
+from rdmaplane.usability import NO_NCCL_PLAN, NO_VERBS_DEVICE, PORT_DOWN, REPORTED_FAULT
 
 SAMPLES = {name: read_sample(name) for name in names()}
 ALL = Pool("rdmaplane.io/hca", Selectors())  # the device plugin's default pool: every HCA
@@ -186,6 +186,20 @@ def test_a_missing_verbs_device_node_makes_its_port_unusable() -> None:
     found = unusable(topo, devices, [ALL], every_node(topo) - {"uverbs3"}, "/host/dev")
     assert {devices[n].hca: p.reason for n, p in found.items()} == {"mlx5_3": NO_VERBS_DEVICE}
     assert "looked under /host/dev" in next(iter(found.values())).message
+
+
+def test_a_reported_fault_makes_any_port_unusable_with_its_reason() -> None:
+    """Rising error counters (what the agent's health rules call unhealthy) refuse the port
+    whatever its link class: a compute port and the bonded storage port alike."""
+    topo = SAMPLES["hgx-h100-roce"]
+    devices = offer(topo, [ALL])
+    said = "port 1 symbol_error +50 within 60 s (max 10)"
+    reported = {("mlx5_0", 1): said, ("mlx5_bond_0", 1): said, ("mlx5_0", 2): said}
+    found = unusable(topo, devices, [ALL], every_node(topo), "/dev", reported)
+    assert {devices[n].hca: (p.reason, p.message) for n, p in found.items()} == {
+        "mlx5_0": (REPORTED_FAULT, f"mlx5_0: {said}"),
+        "mlx5_bond_0": (REPORTED_FAULT, f"mlx5_bond_0: {said}"),
+    }
 
 
 def test_each_device_is_judged_with_its_own_pools_gid_policy() -> None:

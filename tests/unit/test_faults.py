@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 from rdmaplane import faults as F
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.model import PhysState, PortObservation, PortState
+from rdmaplane.porthealth import FaultClass, PortMemory, judge, rule_table
 
 RULES = F.FaultRules(fatal_after_s=5.0, clear_after_s=60.0)
-SYMPTOM_RULES = F.SymptomRules(
-    window_s=300.0,
+WINDOW_S = 300.0
+SYMPTOM_RULES = rule_table(
+    WINDOW_S,
+    thresholds={"symbol_error": 100, "link_downed": 0},
     fatal_thresholds={"link_downed": 0},
-    degraded_thresholds={"symbol_error": 100, "link_downed": 0},
 )
 FATAL = F.Symptoms(fatal=("port 1 DOWN (DISABLED)",))
 DEGRADED = F.Symptoms(degraded=("port 1 symbol_error +200 within 300 s (max 100)",))
@@ -41,6 +43,24 @@ def run(polls, rules=RULES):
 # ----------------------------------------------------------------- symptoms
 
 
+def symptoms(topo, watched, observations, risen, gid_index):
+    """The fault classes' view of the watched ports, their counters having risen by `risen`
+    (port → counter → increments) within the window."""
+    memory = {
+        key: PortMemory(0.0, {}, tuple((0.0, c, n) for c, n in sorted(counts.items())))
+        for key, counts in risen.items()
+    }
+    found = judge(
+        [(hca, n) for hca, numbers in watched.items() for n in numbers],
+        SYMPTOM_RULES,
+        observations={(o.hca, o.port): o for o in observations},
+        memory=memory,
+        topology=topo,
+        gid_index=gid_index,
+    )
+    return F.classify(found)
+
+
 def obs(hca, up=True, port=1):
     state = (PortState.ACTIVE, PhysState.LINK_UP) if up else (PortState.DOWN, PhysState.DISABLED)
     return PortObservation(hca, port, *state)
@@ -52,16 +72,14 @@ def compute(topo):
 
 def test_healthy_node_has_no_symptoms(hgx):
     watched = F.watched_ports(hgx, ["mlx5_0", "mlx5_1"], [("mlx5_0", 1), ("mlx5_1", 1)], {})
-    found = F.symptoms(hgx, watched, [obs("mlx5_0"), obs("mlx5_1")], {}, 3, SYMPTOM_RULES)
+    found = symptoms(hgx, watched, [obs("mlx5_0"), obs("mlx5_1")], {}, 3)
     assert found == {("mlx5_0", 1): CLEAN, ("mlx5_1", 1): CLEAN}
 
 
 def test_port_down_gone_and_counters(hgx):
     watched = {"mlx5_0": (1,), "mlx5_1": (1,), "mlx5_9": (1,), "mlx5_2": (1, 2)}
     risen = {("mlx5_1", 1): {"link_downed": 1, "symbol_error": 150}}
-    found = F.symptoms(
-        hgx, watched, [obs("mlx5_0", up=False), obs("mlx5_1")], risen, 3, SYMPTOM_RULES
-    )
+    found = symptoms(hgx, watched, [obs("mlx5_0", up=False), obs("mlx5_1")], risen, 3)
     assert found[("mlx5_0", 1)].fatal == ("port 1 DOWN (DISABLED)",)
     assert found[("mlx5_1", 1)] == F.Symptoms(
         fatal=("port 1 link_downed +1 within 300 s (max 0)",),
@@ -86,10 +104,10 @@ def test_gid_index_and_netdev_loss(hgx):
                 dataclasses.replace(h, ports=(changed,)) if h is hca else h for h in hgx.hcas
             ),
         )
-        found = F.symptoms(topo, {"mlx5_0": (1,)}, [obs("mlx5_0")], {}, 3, SYMPTOM_RULES)
+        found = symptoms(topo, {"mlx5_0": (1,)}, [obs("mlx5_0")], {}, 3)
         assert found[KEY].fatal == (expected,)
     # Without a uniform index to keep, the GID table is not judged.
-    assert F.symptoms(hgx, {"mlx5_0": (1,)}, [obs("mlx5_0")], {}, None, SYMPTOM_RULES)[KEY] == CLEAN
+    assert symptoms(hgx, {"mlx5_0": (1,)}, [obs("mlx5_0")], {}, None)[KEY] == CLEAN
 
 
 def test_watched_ports_remember_what_went_down_or_away(hgx):
@@ -110,7 +128,7 @@ def test_watched_ports_remember_what_went_down_or_away(hgx):
 def test_fatal_only_after_persistence_and_since_is_the_start():
     state, changes = run([(0, CLEAN), (1, FATAL), (4, FATAL), (6, FATAL), (7, FATAL)])
     assert [(t, c.before, c.after.cls, c.after.since) for t, c in changes] == [
-        (6, None, F.FaultClass.FATAL, 1)
+        (6, None, FaultClass.FATAL, 1)
     ]
     assert state.faults[KEY].reason == "port 1 DOWN (DISABLED)"
 
@@ -134,9 +152,9 @@ def test_degraded_at_once_escalates_and_falls_back():
     _, changes = run(polls)
     classes = [(t, c.after.cls if c.after else None) for t, c in changes]
     assert classes == [
-        (0, F.FaultClass.DEGRADED),
-        (10, F.FaultClass.FATAL),
-        (80, F.FaultClass.DEGRADED),
+        (0, FaultClass.DEGRADED),
+        (10, FaultClass.FATAL),
+        (80, FaultClass.DEGRADED),
         (260, None),
     ]
 
@@ -148,8 +166,8 @@ def test_fatal_falls_back_to_degraded_while_errors_counted_lately():
     polls = [(0, FATAL), (5, FATAL), (10, DEGRADED), (40, DEGRADED), (70, CLEAN), (131, CLEAN)]
     _, changes = run(polls)
     assert [(now, c.after.cls if c.after else None) for now, c in changes] == [
-        (5, F.FaultClass.FATAL),
-        (70, F.FaultClass.DEGRADED),
+        (5, FaultClass.FATAL),
+        (70, FaultClass.DEGRADED),
         (131, None),
     ]
 
@@ -157,7 +175,7 @@ def test_fatal_falls_back_to_degraded_while_errors_counted_lately():
 def test_a_port_no_longer_watched_is_forgotten():
     state, _ = run([(0, FATAL), (5, FATAL)])
     state, changes = F.step(state, 6, {}, RULES)
-    assert [(c.before.cls, c.after) for c in changes] == [(F.FaultClass.FATAL, None)]
+    assert [(c.before.cls, c.after) for c in changes] == [(FaultClass.FATAL, None)]
     assert state.ports == {}
 
 
@@ -173,7 +191,7 @@ def test_flapping_port_raises_one_fault_never_a_storm(flaps):
         now += gap
         if what == "down":
             falls.append(now)
-        recent = [t for t in falls if now - t < SYMPTOM_RULES.window_s]
+        recent = [t for t in falls if now - t < WINDOW_S]
         found = FATAL if what == "down" or recent else CLEAN
         state, changes = F.step(state, now, {KEY: found}, RULES)
         raised += sum(1 for c in changes if c.after is not None)
@@ -192,7 +210,7 @@ def test_hysteresis_invariants(polls):
         history.append((now, found))
         state, changes = F.step(state, now, {KEY: found}, RULES)
         for change in changes:
-            if change.after is not None and change.after.cls == F.FaultClass.FATAL:
+            if change.after is not None and change.after.cls == FaultClass.FATAL:
                 since = change.after.since
                 assert now - since >= RULES.fatal_after_s
                 assert all(s.fatal for t, s in history if t >= since)
@@ -204,7 +222,7 @@ def test_hysteresis_invariants(polls):
 # ----------------------------------------------------------------- node-wide
 
 
-def fault(hca, cls=F.FaultClass.FATAL, port=1):
+def fault(hca, cls=FaultClass.FATAL, port=1):
     return F.Fault(hca, port, cls, "port 1 DOWN (DISABLED)", 0.0)
 
 
@@ -218,7 +236,7 @@ def test_taint_only_when_every_compute_hca_is_fatal():
     )
     assert F.node_taint(both, hcas, None) is None
     assert F.node_taint({}, [], "NoExecute") is None
-    mixed = {**one, ("mlx5_1", 1): fault("mlx5_1", F.FaultClass.DEGRADED)}
+    mixed = {**one, ("mlx5_1", 1): fault("mlx5_1", FaultClass.DEGRADED)}
     assert F.node_taint(mixed, hcas, "NoExecute") is None
     assert F.node_taint(mixed, hcas, "NoExecute", "NoSchedule").effect == "NoSchedule"
 
@@ -246,7 +264,7 @@ def test_exclusive_device_hurts_its_holder_shared_slot_hurts_the_pool():
 
 
 def test_fatal_faults_come_first():
-    faults = {("mlx5_0", 1): fault("mlx5_0", F.FaultClass.DEGRADED), ("mlx5_1", 1): fault("mlx5_1")}
+    faults = {("mlx5_0", 1): fault("mlx5_0", FaultClass.DEGRADED), ("mlx5_1", 1): fault("mlx5_1")}
     devices = {("r", "x"): ("mlx5_0", "mlx5_1")}
     hurt = F.pods_hurt(faults, devices, {"a/p": {"r": ["x"]}})
     assert [f.hca for f in hurt["a/p"]] == ["mlx5_1", "mlx5_0"]
@@ -280,7 +298,7 @@ def test_notice_then_act_after_grace_once():
 
 
 def test_degraded_is_noticed_never_acted_on():
-    hurt = {"a/p": (fault("mlx5_0", F.FaultClass.DEGRADED),)}
+    hurt = {"a/p": (fault("mlx5_0", FaultClass.DEGRADED),)}
     ledger = F.Ledger()
     verbs = []
     for now in (0, 100, 1000):
@@ -340,7 +358,7 @@ def test_failed_action_is_retried_later():
 
 
 def test_cleared_fault_clears_the_notice_and_a_new_fault_renotifies():
-    ledger = F.Ledger().noticed("a/p", (fault("mlx5_0", F.FaultClass.DEGRADED),), 0)
+    ledger = F.Ledger().noticed("a/p", (fault("mlx5_0", FaultClass.DEGRADED),), 0)
     assert [d.verb for d in F.decide(5, {}, ledger, EVICT)] == [F.Verb.CLEAR]
     decisions = F.decide(5, {"a/p": (fault("mlx5_0"),)}, ledger, EVICT)
     assert [d.verb for d in decisions] == [F.Verb.NOTIFY]

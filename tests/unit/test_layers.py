@@ -20,6 +20,7 @@ CORE = [
     "rdmaplane.selectors",
     "rdmaplane.nrt",
     "rdmaplane.counters",
+    "rdmaplane.porthealth",
     "rdmaplane.netns",
     "rdmaplane.usability",
     "rdmaplane.deviceplugin.alloc",

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane import nrt
-from rdmaplane.agent.health import ERRORS_RISING, HcaHealth
+from rdmaplane.agent.health import HcaHealth
 from rdmaplane.model import Hca, NodeTopology
 from rdmaplane.netns import NETNS_EXCLUSIVE
+from rdmaplane.porthealth import ERRORS_RISING
 from rdmaplane.usability import PORT_DOWN
 
 ANNOTATION_TOPOLOGY = "rdmaplane.io/topology"
@@ -67,7 +68,7 @@ def rdma_ready(
         return Condition(True, reason, f"{len(names)} healthy: {', '.join(names)}{also}")
     parts = [f"{h.hca}: {'; '.join(map(str, h.problems))}" for h in sick]
     parts += [f"{n}: not present" for n in missing]
-    kinds = {p.kind for h in sick for p in h.problems}
+    kinds = {p.reason for h in sick for p in h.problems}
     reason = next((k for k in (PORT_DOWN, ERRORS_RISING) if k in kinds), "DeviceMissing")
     message = f"{len(sick) + len(missing)} of {len(names)} unhealthy: " + " | ".join(parts)
     return Condition(False, reason, message + also)

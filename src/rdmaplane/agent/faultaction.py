@@ -30,12 +30,13 @@ from prometheus_client import Counter, Gauge
 
 from rdmaplane import faults as F
 from rdmaplane.agent.allocation import Allocations
-from rdmaplane.agent.health import HealthState, risen
+from rdmaplane.agent.health import HealthState
 from rdmaplane.agent.inventory import Offered
 from rdmaplane.agent.metrics import AgentMetrics
-from rdmaplane.config.agent import FaultConfig, HealthConfig
+from rdmaplane.config.agent import FaultConfig
 from rdmaplane.gid import plan_node
 from rdmaplane.model import NodeTopology, PortObservation
+from rdmaplane.porthealth import FaultClass, RuleTable, judge
 from rdmaplane.selectors import compute_ports
 
 log = logging.getLogger("rdmaplane.agent.faults")
@@ -103,7 +104,7 @@ class FaultActor:
     def __init__(
         self,
         config: FaultConfig,
-        health: HealthConfig,
+        rules: RuleTable,
         node_name: str,
         kube: AsyncClient | None,
         metrics: AgentMetrics,
@@ -118,9 +119,7 @@ class FaultActor:
         self._view = view
         self._node_event = node_event
         self._clock = clock
-        self.symptom_rules = F.SymptomRules(
-            health.window_s, dict(config.fatal_thresholds), dict(health.thresholds)
-        )
+        self.rules = rules  # the health monitor's: one rule table for both
         self.fault_rules = F.FaultRules(config.fatal_after_s, config.clear_after_s)
         self.decision_rules = F.DecisionRules(
             F.Action(config.action), config.grace_s, config.max_evictions_per_minute
@@ -184,14 +183,19 @@ class FaultActor:
         resources: Iterable[str],
     ) -> None:
         now = self._clock()
-        found = F.symptoms(
-            topo, self._watched, observations, risen(health), self._gid_index, self.symptom_rules
+        found = judge(
+            [(hca, n) for hca, numbers in self._watched.items() for n in numbers],
+            self.rules,
+            observations={(o.hca, o.port): o for o in observations},
+            memory=health.ports,
+            topology=topo,
+            gid_index=self._gid_index,
         )
-        self.state, changes = F.step(self.state, now, found, self.fault_rules)
+        self.state, changes = F.step(self.state, now, F.classify(found), self.fault_rules)
         for change in changes:
             self._report(change)
         faults = self.state.faults
-        for cls in F.FaultClass:
+        for cls in FaultClass:
             self.active.labels(cls.value).set(sum(1 for f in faults.values() if f.cls == cls))
         pods = {p.key: p.devices for p in allocations.pods}
         self._pods = set(pods)
@@ -326,7 +330,7 @@ class FaultActor:
             F.Action.EVICT: f"; evicting in {self.config.grace_s:g} s",
             F.Action.NOTIFY: f"; condition {F.CONDITION} in {self.config.grace_s:g} s",
         }.get(self.decision_rules.action, "")
-        fatal = worst.cls == F.FaultClass.FATAL
+        fatal = worst.cls == FaultClass.FATAL
         message = _describe(faults) + (then if fatal else "")
         await self._pod_event(pod, "Warning", "RDMAFault", message)
         log.warning("fault notice to %s/%s: %s", namespace, name, message, extra={"pod": name})

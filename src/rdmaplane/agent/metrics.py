@@ -1,10 +1,10 @@
 """Prometheus metrics: per-port link and traffic figures read at scrape time, agent self-metrics.
 
 Port counters are read from sysfs when Prometheus scrapes (only the counter files, a few hundred
-small reads on an 8-NIC node), so an agent that nobody scrapes spends nothing on them. The PMA
-data counters `port_xmit_data`/`port_rcv_data` count 4-octet words: they are multiplied by 4.
-Counters the kernel does not expose on a port (`hw_counters` on InfiniBand, say) are left out
-rather than reported as 0.
+small reads on an 8-NIC node), so an agent that nobody scrapes spends nothing on them. Which
+counters are exported, under what name and scale, is `rdmaplane.counters`' table (the PMA data
+counters count 4-octet words: they are multiplied by 4). Counters the kernel does not expose on
+a port (`hw_counters` on InfiniBand, say) are left out rather than reported as 0.
 """
 
 from __future__ import annotations
@@ -19,58 +19,13 @@ from prometheus_client.registry import Collector
 
 from rdmaplane import __version__
 from rdmaplane.agent.health import HcaHealth
+from rdmaplane.counters import PORT_COUNTERS
 from rdmaplane.discovery.probe import counter_files, leading_number, read_small
 from rdmaplane.model import NodeTopology, parse_rate_gbps
 
 PORT_LABELS = ("hca", "port", "netdev", "numa")
 
-# sysfs counter → (metric name without `_total`, help, multiplier)
-COUNTERS: dict[str, tuple[str, str, int]] = {
-    "port_xmit_data": ("transmit_bytes", "Bytes transmitted (PMA port_xmit_data x 4)", 4),
-    "port_rcv_data": ("receive_bytes", "Bytes received (PMA port_rcv_data x 4)", 4),
-    "port_xmit_packets": ("transmit_packets", "Packets transmitted", 1),
-    "port_rcv_packets": ("receive_packets", "Packets received", 1),
-    "symbol_error": ("symbol_errors", "Minor link errors detected on a physical lane", 1),
-    "link_downed": ("link_downed", "Times the link training failed or the link went down", 1),
-    "link_error_recovery": ("link_error_recoveries", "Successful link error recoveries", 1),
-    "port_rcv_errors": ("receive_errors", "Received packets with errors", 1),
-    "port_xmit_discards": ("transmit_discards", "Outbound packets discarded", 1),
-    "port_xmit_wait": ("transmit_wait_ticks", "Ticks with data to send but no credits", 1),
-    "port_rcv_remote_physical_errors": (
-        "receive_remote_physical_errors",
-        "Received packets marked with EBP",
-        1,
-    ),
-    "local_link_integrity_errors": (
-        "local_link_integrity_errors",
-        "Times the local physical error threshold was exceeded",
-        1,
-    ),
-    "excessive_buffer_overrun_errors": (
-        "excessive_buffer_overrun_errors",
-        "Times consecutive flow-control overruns exceeded the threshold",
-        1,
-    ),
-    # mlx5 hw_counters (RoCE congestion control and transport)
-    "np_cnp_sent": ("cnp_sent", "Congestion notification packets sent (notification point)", 1),
-    "rp_cnp_handled": ("cnp_handled", "CNPs handled by the reaction point", 1),
-    "rp_cnp_ignored": ("cnp_ignored", "CNPs ignored by the reaction point", 1),
-    "np_ecn_marked_roce_packets": (
-        "ecn_marked_roce_packets",
-        "RoCE packets received with ECN marking",
-        1,
-    ),
-    "out_of_sequence": ("out_of_sequence_packets", "Out-of-sequence packets received", 1),
-    "packet_seq_err": ("packet_sequence_errors", "NAKs for packet sequence errors received", 1),
-    "local_ack_timeout_err": ("local_ack_timeout_errors", "Local ACK timeouts (QP retries)", 1),
-    "rnr_nak_retry_err": ("rnr_nak_retry_errors", "RNR NAK retries exhausted", 1),
-    "out_of_buffer": ("out_of_buffer_drops", "Drops for lack of receive WQEs", 1),
-    "rx_write_requests": ("receive_write_requests", "RDMA write requests received", 1),
-    "rx_read_requests": ("receive_read_requests", "RDMA read requests received", 1),
-    "rx_atomic_requests": ("receive_atomic_requests", "RDMA atomic requests received", 1),
-    "duplicate_request": ("duplicate_requests", "Duplicate requests received", 1),
-    "implied_nak_seq_err": ("implied_nak_sequence_errors", "Implied NAK sequence errors", 1),
-}
+EXPORTED = {c.name: c for c in PORT_COUNTERS if c.metric is not None}
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,18 +93,17 @@ class NodeCollector(Collector):
                     rate.add_metric(labels, gbps * 1e9 / 8)
                 files = counter_files(view.root, hca.name, port.number, len(hca.ports) == 1)
                 for name, path in sorted(files.items()):
-                    known = COUNTERS.get(name)
+                    known = EXPORTED.get(name)
                     value = leading_number(read_small(path)) if known else None
-                    if known is None or value is None:
+                    if known is None or known.metric is None or value is None:
                         continue
-                    metric, help_text, factor = known
-                    family = counters.get(metric)
+                    family = counters.get(known.metric)
                     if family is None:
                         family = CounterMetricFamily(
-                            f"rdmaplane_port_{metric}", help_text, labels=PORT_LABELS
+                            f"rdmaplane_port_{known.metric}", known.help, labels=PORT_LABELS
                         )
-                        counters[metric] = family
-                    family.add_metric(labels, value * factor)
+                        counters[known.metric] = family
+                    family.add_metric(labels, value * known.scale)
             if hca.name in view.health:
                 healthy.add_metric([hca.name], 1.0 if view.health[hca.name].healthy else 0.0)
         yield from (state, phys, up, rate, *counters.values(), healthy)

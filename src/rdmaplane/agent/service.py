@@ -34,7 +34,13 @@ from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.fabricsource import NOTHING, FabricSource, NodeFabric
 from rdmaplane.agent.faultaction import FaultActor, View
-from rdmaplane.agent.health import ERRORS_RISING, HcaHealth, HealthState, Rules, Transition, step
+from rdmaplane.agent.health import (
+    HealthState,
+    Transition,
+    reported_by_hca,
+    reported_by_port,
+    step,
+)
 from rdmaplane.agent.httpserver import HttpServer, Response
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
 from rdmaplane.agent.kubeletconfig import read_kubelet_topology_manager
@@ -50,6 +56,7 @@ from rdmaplane.discovery.sysfs import hcas_in_other_namespaces
 from rdmaplane.dra.driver import DraDriver
 from rdmaplane.dra.metrics import DraCollector
 from rdmaplane.model import NetnsMode, NodeTopology
+from rdmaplane.porthealth import rule_table
 from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.agent")
@@ -69,17 +76,6 @@ class DevicePlugin(Protocol):
 class AllocationSource(Protocol):
     async def allocations(self) -> Allocations: ...
     async def close(self) -> None: ...
-
-
-def faults(health: Mapping[str, HcaHealth]) -> dict[str, str]:
-    """HCAs unhealthy for rising error counters, with why (the plugin judges port states
-    itself, so those are left out)."""
-    out = {}
-    for name, h in health.items():
-        rising = [p.text for p in h.problems if p.kind == ERRORS_RISING]
-        if rising:
-            out[name] = "; ".join(rising)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +142,13 @@ class Agent:
         self._plugin_fed: tuple[NodeTopology, dict[str, str]] | None = None
         self._published_from: tuple[object, ...] | None = None
         self._allocation_problem: str | None = None
-        self._rules = Rules(config.health.window_s, dict(config.health.thresholds))
-        # The probe reads the health counters and the fault classes' fatal ones.
-        self._counters = sorted({*config.health.thresholds, *config.fault.fatal_thresholds})
+        self._rules = rule_table(
+            config.health.window_s, config.health.thresholds, config.fault.fatal_thresholds
+        )
         self._allocations_at: float | None = None
         self.faults = FaultActor(
             config.fault,
-            config.health,
+            self._rules,
             config.node_name,
             kube,
             self.metrics,
@@ -225,7 +221,7 @@ class Agent:
         started = time.perf_counter()
         settled = await settle(
             lambda: asyncio.to_thread(read_node, self.root, netlink=self.netlink.netns_mode),
-            lambda topo: Probe(self.root, topo, self._counters),
+            lambda topo: Probe(self.root, topo, self._rules.counters),
         )
         self.metrics.discovery_seconds.observe(time.perf_counter() - started)
         self.metrics.discoveries.labels(trigger).inc()
@@ -262,7 +258,7 @@ class Agent:
             self.dra.offer(self.topo, self.node_fabric.uplinks)  # what the fault classes watch
         self._observe_faults(reading)
         if self.dra is not None:
-            self.dra.taint(self.faults.state.faults)
+            self.dra.taint(self.faults.state.faults, reported_by_port(self.health_state))
         self._publish()
 
     def _report(self, t: Transition) -> None:
@@ -319,7 +315,7 @@ class Agent:
     def _feed_plugin(self) -> None:
         if self.plugin is None or self.topo is None:
             return
-        fed = (self.topo, faults(self.health_state.hcas))
+        fed = (self.topo, reported_by_hca(self.health_state))
         if fed != self._plugin_fed:  # the same topology object compares by identity: cheap
             self.plugin.update(*fed)
             self._plugin_fed = fed

@@ -118,9 +118,10 @@ def agent_nrt(
                 topo, node_name, plugin_config, policy, scope, _device_nodes(topo, Path(folder))
             )
     from rdmaplane.agent.allocation import Allocations
-    from rdmaplane.agent.health import HealthState, Rules, step
+    from rdmaplane.agent.health import HealthState, step
     from rdmaplane.agent.inventory import nrt_object, offered_devices
     from rdmaplane.deviceplugin.resources import ResourceManager
+    from rdmaplane.porthealth import rule_table
 
     # the embedded device plugin's decisions, without its gRPC servers
     pools = [ResourceManager(p, dev_root=str(dev_root)) for p in plugin_config.settings().pools]
@@ -129,7 +130,7 @@ def agent_nrt(
     ports = [
         PortObservation(h.name, p.number, p.state, p.phys_state) for h in topo.hcas for p in h.ports
     ]
-    health, _ = step(HealthState(), 0.0, ports, Rules(window_s=60.0, thresholds={}))
+    health, _ = step(HealthState(), 0.0, ports, rule_table(60.0, {}, {}))
     return nrt_object(
         node_name,
         topo,

@@ -11,7 +11,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from rdmaplane.config.base import Kind, Seconds, Section
 from rdmaplane.config.dra import DraConfig
-from rdmaplane.counters import KNOWN_COUNTERS
+from rdmaplane.counters import DEFAULT_FATAL_THRESHOLDS, DEFAULT_THRESHOLDS, KNOWN_COUNTERS
 from rdmaplane.discovery.lldp import DEFAULT_COMMAND as DEFAULT_LLDP_COMMAND
 from rdmaplane.fabric import DEFAULT_TIER_LABELS
 
@@ -19,16 +19,6 @@ Policy = Literal["none", "best-effort", "restricted", "single-numa-node"]
 Scope = Literal["container", "pod"]
 POLICIES: tuple[str, ...] = get_args(Policy)
 SCOPES: tuple[str, ...] = get_args(Scope)
-
-# The counters the health monitor watches by default, and how many increments within the window
-# it tolerates before it calls the HCA unhealthy. `link_downed` counts every time the link fell
-# from LinkUp: one is already a flap.
-DEFAULT_THRESHOLDS = {
-    "link_downed": 0,
-    "symbol_error": 100,
-    "port_rcv_errors": 100,
-    "local_ack_timeout_err": 100,
-}
 
 
 def known_counter_limits(v: dict[str, int]) -> dict[str, int]:
@@ -81,7 +71,7 @@ class FaultConfig(Section):
     )
     max_evictions_per_minute: int = Field(default=4, ge=0, description="the rest wait")
     fatal_thresholds: CounterLimits = Field(
-        default_factory=lambda: {"link_downed": 0},
+        default_factory=lambda: dict(DEFAULT_FATAL_THRESHOLDS),
         description="counter → increments within health.window that are fatal (others: degraded)",
     )
     taint_effect: Literal["NoExecute", "NoSchedule", "PreferNoSchedule"] | None = Field(

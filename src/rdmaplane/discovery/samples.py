@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from rdmaplane.counters import HW, PMA, PORT_COUNTERS
 from rdmaplane.discovery import vpd
 from rdmaplane.discovery.sysfs import IB_CORE, NETNS_PARAMETER, SIDECAR, read_node
 from rdmaplane.discovery.tree import MemoryTree
@@ -84,33 +85,10 @@ PORT_STATES = {"DOWN": "1: DOWN", "INIT": "2: INIT", "ARMED": "3: ARMED", "ACTIV
 PHYS_STATES = {"Polling": "2: Polling", "Disabled": "3: Disabled", "LinkUp": "5: LinkUp"}
 GID_TYPES = {"v1": "IB/RoCE v1", "v2": "RoCE v2"}
 NETNS_MODES = {"shared": "Y", "exclusive": "N", "none": None}
-COUNTERS = [
-    "port_xmit_data",
-    "port_rcv_data",
-    "port_xmit_packets",
-    "port_rcv_packets",
-    "symbol_error",
-    "link_downed",
-    "link_error_recovery",
-    "port_rcv_errors",
-    "port_xmit_discards",
-    "port_xmit_wait",
-    "excessive_buffer_overrun_errors",
-    "local_link_integrity_errors",
-    "port_rcv_remote_physical_errors",
-]
-HW_COUNTERS = [
-    "out_of_sequence",
-    "packet_seq_err",
-    "local_ack_timeout_err",
-    "rnr_nak_retry_err",
-    "np_cnp_sent",
-    "rp_cnp_handled",
-    "np_ecn_marked_roce_packets",
-    "rx_write_requests",
-    "rx_read_requests",
-    "out_of_buffer",
-]
+# Every counter file the kernel shows (`rdmaplane.counters`), 0 unless the spec says otherwise;
+# hw_counters device-wide, and none on InfiniBand ports.
+COUNTERS = [c.name for c in PORT_COUNTERS if c.directory == PMA]
+HW_COUNTERS = [c.name for c in PORT_COUNTERS if c.directory == HW]
 
 
 # The specs are our own package data: libyaml's parser when PyYAML has it (several times faster

@@ -5,7 +5,8 @@ environment policy), so both ways of serving a node offer the same ports with th
 port offered once stays offered while it exists, even when it goes down (it is then tainted,
 see `slices`), so a running pod's device never silently leaves the slice; a port whose HCA
 vanished is dropped. Whether a device can be handed out is the device plugin's rule
-(`rdmaplane.usability`), applied to its one port (`unusable`).
+(`rdmaplane.usability`), applied to its one port (`unusable`), with the faults the agent's
+health rules report for that port.
 
 Names are DNS labels derived from the PCI address (`pci-0000-1a-00-0-p1`): HCA names such as
 `mlx5_3` can move to another card when cards are added, and an allocation made before a
@@ -153,11 +154,13 @@ def unusable(
     pools: Sequence[Pool],
     device_nodes: Collection[str],
     dev_root: str,
+    reported: Mapping[tuple[str, int], str] | None = None,
 ) -> dict[str, Unusable]:
     """Each device (by name) whose port cannot be handed out, and why: `why_unusable` for that
-    one port with its pool's NCCL settings, whatever its link class. A device serves one
-    claim, so the device plugin's shared-pool rule (exclusive netns mode) is not one of them,
-    and error counters are not either: the fault classes judge them (`slices.device_taints`)."""
+    one port with its pool's NCCL settings and the fault `reported[(hca, port)]` (what the agent's
+    rule table calls unhealthy and only it sees: rising error counters), whatever its link
+    class. A device serves one claim, so the device plugin's shared-pool rule (exclusive netns
+    mode) is not one of them."""
     settings = {p.name: p.settings for p in pools}
     out = {}
     for name, device in devices.items():
@@ -172,6 +175,7 @@ def unusable(
             settings[device.pool],
             device_nodes=device_nodes,
             dev_root=dev_root,
+            fault=(reported or {}).get((device.hca, device.port)),
         )
         if problem is not None:
             out[name] = problem

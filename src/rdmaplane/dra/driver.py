@@ -33,10 +33,11 @@ from rdmaplane.dra.kubeletplugin import DeviceHealth, HealthFeed, KubeletPlugin,
 from rdmaplane.dra.publisher import SlicePublisher
 from rdmaplane.dra.readiness import Readiness, readiness
 from rdmaplane.dra.slices import device_taints
-from rdmaplane.faults import Fault, FaultClass, PortKey, Taint
+from rdmaplane.faults import Fault, Taint
 from rdmaplane.model import NodeTopology
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.nrt import Uplink
+from rdmaplane.porthealth import FaultClass, PortKey
 from rdmaplane.selectors import natural_key
 from rdmaplane.supervisor import Supervisor
 from rdmaplane.usability import Unusable
@@ -110,6 +111,7 @@ class DraDriver:
         self.taints: dict[str, tuple[Taint, ...]] = {}
         self.verdicts: dict[str, Readiness] = {}
         self._faults: dict[PortKey, Fault] = {}
+        self._reported: dict[PortKey, str] = {}  # port → why the agent's health rules refuse it
         self._nodes: frozenset[str] = frozenset()  # what <dev_root>/infiniband holds
         self.stats: Counter[str] = Counter()  # prepared, cached, failed, unprepared
         self._lock = asyncio.Lock()
@@ -121,10 +123,11 @@ class DraDriver:
         topo: NodeTopology,
         faults: Mapping[PortKey, Fault],
         uplinks: Iterable[Uplink] = (),
+        reported: Mapping[PortKey, str] | None = None,
     ) -> None:
         """Take a new topology and the faults of its ports (`offer`, then `taint`)."""
         self.offer(topo, uplinks)
-        self.taint(faults)
+        self.taint(faults, reported)
 
     def offer(self, topo: NodeTopology, uplinks: Iterable[Uplink] = ()) -> None:
         """Offer the ports of a new topology, judged with the device nodes as they are now (the
@@ -134,15 +137,20 @@ class DraDriver:
         self._nodes = device_nodes(self.dev_root)
         self._sync(offer(topo, self.pools, uplinks, self.devices))
 
-    def taint(self, faults: Mapping[PortKey, Fault]) -> None:
-        """Taint the devices of faulty ports as configured, untaint recovered ones."""
+    def taint(
+        self, faults: Mapping[PortKey, Fault], reported: Mapping[PortKey, str] | None = None
+    ) -> None:
+        """Taint the devices of faulty ports as configured, and those of ports the agent's
+        health rules call unhealthy (`reported`: port → why) as ones that cannot be handed out;
+        untaint recovered ones."""
         self._faults = dict(faults)
+        self._reported = dict(reported or {})
         self._sync(self.devices)
 
     def _sync(self, devices: dict[str, DraDevice]) -> None:
         """Republish when the devices or their taints differ from what was handed over; tell
         the claims (binding conditions) and the kubelet (health) what each device is now."""
-        found = unusable(self.topo, devices, self.pools, self._nodes, self.dev_root)
+        found = unusable(self.topo, devices, self.pools, self._nodes, self.dev_root, self._reported)
         taints = device_taints(devices, self._faults, self.effects, found)
         self._judge(readiness(self.topo, devices, found, self._faults))
         if devices == self.devices and taints == self.taints:

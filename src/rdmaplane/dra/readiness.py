@@ -13,7 +13,7 @@ One verdict per device feeds three consumers, so they never disagree:
   claim stays allocated (a claim shared by a later pod is judged again then).
 - **health**: what the kubelet shows in `containerStatuses[].allocatedResourcesStatus`:
   Healthy, or Unhealthy with the message, when the port cannot be handed out or has any fault
-  (a degraded port can still be bound to, but its pods are told).
+  (a degraded fault alone can still be bound to, but its pods are told).
 - **taints** stay in `slices` (they keep new claims away; this tells the claims that have it).
 """
 
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.dra.devices import DraDevice
-from rdmaplane.faults import Fault, FaultClass, PortKey
+from rdmaplane.faults import Fault
 from rdmaplane.model import NodeTopology
+from rdmaplane.porthealth import FaultClass, PortKey
 from rdmaplane.usability import Unusable
 
 READY = "rdmaplane.io/rdma-ready"
@@ -36,8 +37,8 @@ DEVICE_GONE = "DeviceGone"  # allocated, but this node no longer offers it
 
 @dataclass(frozen=True, slots=True)
 class Readiness:
-    """One device's verdict. `reason` is a condition reason word (`PortReady`, `PortDown`,
-    `NoNcclPlan`, `NoVerbsDevice`, `FatalFault`, `DegradedFault`, `DeviceGone`)."""
+    """One device's verdict. `reason` is a condition reason word (`PortReady`, a reason of
+    `rdmaplane.usability` such as `PortDown`, `FatalFault`, `DegradedFault`, `DeviceGone`)."""
 
     bindable: bool  # a pod may be bound to a claim holding it
     healthy: bool  # what the kubelet shows

@@ -8,9 +8,10 @@ show its newest generation, so a change is published as a new generation on ever
 A device gets up to two taints, both with the node taint's key `rdmaplane.io/rdma-unhealthy`:
 
 - when its port cannot be handed out (`devices.unusable`: down, no verbs device node, no NCCL
-  plan such as no usable GID), `=<reason>:NoSchedule` (`PortDown`, ...) from the first slice
-  that shows it, whatever the port's link class: what the device plugin's Unhealthy is. No new
-  claim gets the device; the pods using it stay (evicting them is the fault classes' call).
+  plan such as no usable GID, error counters rising), `=<reason>:NoSchedule` (`PortDown`, ...)
+  from the first slice that shows it, whatever the port's link class: what the device plugin's
+  Unhealthy is. No new claim gets the device; the pods using it stay (evicting them is the
+  fault classes' call).
 - when its port has a fault (the fault classes judge compute ports, with their hysteresis),
   `=<class>` with the effect configured for that class; with NoExecute kube-controller-manager
   evicts the pods using it (after the tolerationSeconds their claims allow).
@@ -30,7 +31,8 @@ from typing import Any
 
 from rdmaplane.dra.devices import AttributeValue, DraDevice, Share
 from rdmaplane.dra.readiness import FAILED, READY
-from rdmaplane.faults import TAINT_KEY, Fault, FaultClass, PortKey, Taint
+from rdmaplane.faults import TAINT_KEY, Fault, Taint
+from rdmaplane.porthealth import FaultClass, PortKey
 from rdmaplane.usability import Unusable
 
 API_VERSION = "resource.k8s.io/v1"
