@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))  # the e2e control-plane code lives under tests/
 
 from rdmaplane.agent.allocation import Allocations, PodDevices  # noqa: E402
 from rdmaplane.agent.service import Agent  # noqa: E402
-from rdmaplane.config import AgentConfig, PublishConfig  # noqa: E402
+from rdmaplane.agent.settings import AgentSettings, PublishSettings  # noqa: E402
 from rdmaplane.discovery import read_node, samples  # noqa: E402
 
 SAMPLE = "hgx-h100-roce"
@@ -227,14 +227,14 @@ async def publish_latency(
 
     with cluster.client() as client:  # a node of its own: the idle agent published the other
         client.create(Node(metadata=ObjectMeta(name="hgx-latency")))
-    config = AgentConfig(
+    config = AgentSettings(
         node_name="hgx-latency",
         sysfs_root=root,
         kubelet_dir=kubelet,
         device_plugin_enabled=False,
         metrics_port=0,
         # what one update costs is measured here, not how often they may go
-        publish=PublishConfig(nrt_min_interval_s=0),
+        publish=PublishSettings(nrt_min_interval_s=0),
     )
     kubeconfig = cluster.kubeconfig_for("system:serviceaccount:rdmaplane:rdmaplane-agent")
     agent = Agent(config, kube=async_client(kubeconfig))

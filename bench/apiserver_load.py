@@ -61,7 +61,8 @@ from rdmaplane.agent.metrics import AgentMetrics, NodeView  # noqa: E402
 from rdmaplane.agent.plugin import EmbeddedPlugin  # noqa: E402
 from rdmaplane.agent.publisher import Desired, Publisher  # noqa: E402
 from rdmaplane.agent.service import Agent  # noqa: E402
-from rdmaplane.config import AgentConfig, DevicePluginConfig, PublishConfig  # noqa: E402
+from rdmaplane.agent.settings import AgentSettings, FabricSettings, PublishSettings  # noqa: E402
+from rdmaplane.deviceplugin.settings import PluginSettings  # noqa: E402
 from rdmaplane.discovery import samples  # noqa: E402
 from rdmaplane.kube import load_config  # noqa: E402
 from tests.e2e import fleet  # noqa: E402
@@ -95,20 +96,16 @@ class States:
 async def agent_states(sample: str, policy: str, scope: str) -> States:
     """`Agent.desired()` after the agent's own discovery of the sample's sysfs tree, without a
     pod and with one."""
-    plugin_config = DevicePluginConfig()
-    no_cdi = plugin_config.cdi.model_copy(update={"enabled": False})
-    plugin_config = plugin_config.model_copy(update={"cdi": no_cdi})
+    plugin_config = PluginSettings()  # CDI off, as by default
     with samples.materialised(sample) as tree, tempfile.TemporaryDirectory() as work:
-        config = AgentConfig.model_validate(
-            {
-                "nodeName": "template",
-                "sysfsRoot": str(tree),
-                "kubeletDir": work,
-                "devRoot": "/dev",
-                "topologyManagerPolicy": policy,
-                "topologyManagerScope": scope,
-                "fabric": {"lldp": "off"},
-            }
+        config = AgentSettings(
+            node_name="template",
+            sysfs_root=Path(tree),
+            kubelet_dir=Path(work),
+            dev_root=Path("/dev"),
+            topology_manager_policy=policy,  # type: ignore[arg-type]
+            topology_manager_scope=scope,  # type: ignore[arg-type]
+            fabric=FabricSettings(lldp="off"),
         )
         plugin = EmbeddedPlugin(plugin_config, kubelet_dir=Path(work), dev_root=Path("/dev"))
         agent = Agent(config, plugin=plugin, pools=plugin_config.pools)
@@ -221,7 +218,7 @@ def _no_node() -> NodeView:
 
 @contextlib.asynccontextmanager
 async def publishers(
-    kubeconfig: Path, nodes: Sequence[fleet.FleetNode], config: PublishConfig
+    kubeconfig: Path, nodes: Sequence[fleet.FleetNode], config: PublishSettings
 ) -> Any:
     templates: dict[tuple[str, str, str], States] = {}
     for n in nodes:
@@ -340,8 +337,8 @@ async def at_scale(cluster: KubeCluster, count: int, args: argparse.Namespace) -
         )
     kubeconfig = cluster.kubeconfig_for(AGENT_USER, AGENT_GROUPS)
     configs = [
-        ("as configured", PublishConfig()),
-        ("writeJitter 0", PublishConfig(write_jitter_s=0)),
+        ("as configured", PublishSettings()),
+        ("writeJitter 0", PublishSettings(write_jitter_s=0)),
     ]
     print(f"== {count} agents; NRT bodies {nrt_sizes(nodes)} (PUT: the whole object)")
     async with publishers(kubeconfig, nodes, configs[0][1]) as f:

@@ -57,9 +57,9 @@ import grpc  # noqa: E402
 from kubelet_process import KubeletProcess  # noqa: E402
 from kubelet_standin import device_nodes  # noqa: E402
 
-from rdmaplane.config import DevicePluginConfig  # noqa: E402
 from rdmaplane.deviceplugin.resources import ResourceManager  # noqa: E402
 from rdmaplane.deviceplugin.server import socket_name  # noqa: E402
+from rdmaplane.deviceplugin.settings import PluginSettings  # noqa: E402
 from rdmaplane.discovery import read_node, samples  # noqa: E402
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp  # noqa: E402
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc  # noqa: E402
@@ -453,7 +453,7 @@ def transport_floor(calls: int) -> None:
 def handler_times(topo: NodeTopology, dev_root: str, calls: int) -> None:
     """The plugin's own share: the resource manager in-process, without gRPC. An allocation is
     worked out once per set of HCAs after each update, then reused: both are timed."""
-    manager = ResourceManager(DevicePluginConfig().settings().pools[0], dev_root=dev_root)
+    manager = ResourceManager(PluginSettings().pools[0], dev_root=dev_root)
     manager.update(topo)
     ids = [d.id for d in manager.devices]
 
@@ -521,8 +521,11 @@ SERVING = [
 SSL = [("ssl (what asyncio would load)", "import ssl")]
 CHECKING = [
     ("typer + the command (rdmaplane.cli)", "import rdmaplane.cli"),
-    ("pydantic + DevicePluginConfig", "import rdmaplane.config as c; c.DevicePluginConfig"),
-    ("reading + checking the config", "c.load(CONFIG, c.DevicePluginConfig).settings()"),
+    ("the config layer (DevicePluginConfig)", "import rdmaplane.config.deviceplugin as c"),
+    (
+        "pydantic + reading + checking the file",
+        "import rdmaplane.config as k; k.load(CONFIG, c.DEVICE_PLUGIN_CONFIG)",
+    ),
 ]
 
 

@@ -87,9 +87,9 @@ async def _churn(cache: Any, names: list[str], per_second: float, seed: int) -> 
 def _serve(n: int, seed: int, churn: float, sock: socket.socket, ready: Any) -> None:
     import uvicorn
 
-    from rdmaplane.config import SchedulerExtenderConfig
     from rdmaplane.scheduler.app import create_app
     from rdmaplane.scheduler.cache import ClusterCache
+    from rdmaplane.scheduler.settings import ExtenderSettings
 
     rng = random.Random(seed)
     cache = ClusterCache()
@@ -111,7 +111,7 @@ def _serve(n: int, seed: int, churn: float, sock: socket.socket, ready: Any) -> 
             used += gpus
     cache.replace("pod", pods)
     feed = (lambda c, _: _churn(c, names, churn, seed)) if churn else None
-    app = create_app(cache, SchedulerExtenderConfig(), feed)
+    app = create_app(cache, ExtenderSettings(), feed)
     from rdmaplane.scheduler.serving import server_config
 
     server = uvicorn.Server(server_config(app, log_level="warning", access_log=False))

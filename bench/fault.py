@@ -31,6 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ from lightkube import codecs  # noqa: E402
 from lightkube.models.meta_v1 import ObjectMeta  # noqa: E402
 from lightkube.resources.core_v1 import Namespace, ServiceAccount  # noqa: E402
 
-from rdmaplane.config.agent import FaultConfig  # noqa: E402
+from rdmaplane.agent.settings import FaultSettings  # noqa: E402
 from rdmaplane.discovery import read_node, samples  # noqa: E402
 from tests.e2e import faultrig, nodeaccess  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
@@ -71,7 +72,7 @@ def has(kind: str) -> Any:
     }[kind]
 
 
-async def one_run(cluster: KubeCluster, url: str, fault: FaultConfig) -> dict[str, float]:
+async def one_run(cluster: KubeCluster, url: str, fault: FaultSettings) -> dict[str, float]:
     namespace = f"bench-{time.monotonic_ns() % 10**8}"
     with cluster.client() as client:
         client.create(Namespace(metadata=ObjectMeta(name=namespace)))
@@ -118,7 +119,7 @@ async def one_run(cluster: KubeCluster, url: str, fault: FaultConfig) -> dict[st
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def report(runs: list[dict[str, float]], fault: FaultConfig) -> None:
+def report(runs: list[dict[str, float]], fault: FaultSettings) -> None:
     print(
         f"fault chain, {len(runs)} runs (fatalAfter {fault.fatal_after_s:g} s, graceSeconds "
         f"{fault.grace_s:g} s, agent poll {POLL_S:g} s); median [min-max] seconds"
@@ -141,10 +142,7 @@ def main() -> None:
     parser.add_argument("--fatal-after", type=float, default=1.0)
     parser.add_argument("--grace", type=float, default=2.0)
     args = parser.parse_args()
-    fault = FaultConfig.model_validate(
-        {**faultrig.FAULT.model_dump(by_alias=True), "fatalAfter": args.fatal_after,
-         "graceSeconds": args.grace}
-    )  # fmt: skip
+    fault = replace(faultrig.FAULT, fatal_after_s=args.fatal_after, grace_s=args.grace)
     bin_dir, kwok_bin = build_dir("--bin-dir"), build_dir("--kwok-bin-dir") / "kwok"
     missing = [str(p) for p in (bin_dir / "kube-controller-manager", kwok_bin) if not p.is_file()]
     if missing:

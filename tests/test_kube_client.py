@@ -6,9 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lightkube import ConfigError
 
-from rdmaplane.kube import load_config
+from rdmaplane.kube import KubeconfigError, load_config
 
 
 def test_kubeconfig_file_is_used_when_given(tmp_path: Path) -> None:
@@ -33,12 +32,12 @@ def test_kubeconfig_file_is_used_when_given(tmp_path: Path) -> None:
 
 
 def test_missing_kubeconfig_is_named(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"kubeconfig .*nowhere does not exist"):
+    with pytest.raises(KubeconfigError, match=r"kubeconfig .*nowhere does not exist"):
         load_config(tmp_path / "nowhere")
 
 
 def test_without_kubeconfig_outside_a_pod_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
 
-    with pytest.raises(ConfigError, match="not running in a pod with a service account"):
+    with pytest.raises(KubeconfigError, match="not running in a pod with a service account"):
         load_config(None)

@@ -25,6 +25,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rdmaplane.errors import InputError
+
 API_VERSION = "rdmaplane.io/v1alpha1"
 KIND = "Fabric"
 
@@ -53,7 +55,7 @@ _LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)
 _DNS_LABEL = re.compile(r"[^a-z0-9-]+")
 
 
-class FabricError(ValueError):
+class FabricError(InputError):
     """A fabric description that cannot be right; the message names where and what."""
 
 
@@ -176,10 +178,10 @@ def scheme_of(
 
 @dataclass(frozen=True, slots=True)
 class Switch:
-    name: str
-    tier: int
+    name: str = field(metadata={"min_length": 1})
+    tier: int = field(metadata={"ge": 0, "lt": MAX_TIERS})
     parent: str | None = None
-    rail: int | None = None
+    rail: int | None = field(default=None, metadata={"ge": 0})
     group: str | None = None
 
 
@@ -187,12 +189,12 @@ class Switch:
 class Link:
     """A cable: a node's HCA port (or the whole node, `hca` "") into a tier-0 switch port."""
 
-    node: str
-    switch: str
+    node: str = field(metadata={"min_length": 1})
+    switch: str = field(metadata={"min_length": 1})
     hca: str = ""
-    port: int = 1
+    port: int = field(default=1, metadata={"ge": 1})
     switch_port: str = ""
-    rail: int | None = None
+    rail: int | None = field(default=None, metadata={"ge": 0})
 
 
 @dataclass(frozen=True)

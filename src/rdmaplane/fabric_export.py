@@ -13,13 +13,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rdmaplane.errors import InputError
 from rdmaplane.fabric import HOSTNAME_LABEL, Tree, object_name
 
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 VOLCANO_API_VERSION = "topology.volcano.sh/v1alpha1"
 
 
-class ExportError(ValueError):
+class ExportError(InputError):
     """Nothing sensible to export (no tiers known, too few label keys for the tiers)."""
 
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from rdmaplane.model import Gid, GidType, Hca, LinkLayer, NodeTopology, Port
 from rdmaplane.selectors import Selectors, compute_ports, port_key
+from rdmaplane.setting import setting
 from rdmaplane.untrusted import FieldError
 
 AF_INET = 4
@@ -52,9 +53,11 @@ _LINK_LOCAL_TOP_BITS = 0xFE80 >> 6  # fe80::/10
 class GidPolicy:
     """NCCL's knobs for automatic GID selection."""
 
-    family: int = AF_INET  # NCCL_IB_ADDR_FAMILY: 4 = AF_INET, 6 = AF_INET6
-    cidr: str | None = None  # NCCL_IB_ADDR_RANGE, e.g. "10.99.0.0/16"
-    roce_version: int = 2  # NCCL_IB_ROCE_VERSION_NUM
+    family: int = setting(AF_INET, "NCCL_IB_ADDR_FAMILY: 4 or 6", key="addrFamily")
+    roce_version: int = setting(2, "NCCL_IB_ROCE_VERSION_NUM")
+    cidr: str | None = setting(
+        None, "NCCL_IB_ADDR_RANGE, a CIDR of the family; null: any", key="addrRange"
+    )
 
     def __post_init__(self) -> None:
         if self.family not in (AF_INET, AF_INET6):

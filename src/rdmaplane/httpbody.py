@@ -6,8 +6,10 @@ from __future__ import annotations
 from starlette.requests import ClientDisconnect, Request
 from starlette.types import Receive, Scope
 
+from rdmaplane.errors import InputError
 
-class BodyTooLarge(ValueError):
+
+class BodyTooLarge(InputError):
     """The body is larger than the service accepts (answer 413 and close the connection:
     the rest of the body may still be on its way)."""
 

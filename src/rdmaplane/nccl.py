@@ -10,9 +10,9 @@ Pure. The rules, and the NCCL behaviour behind each (NCCL's `env.rst` and `net_i
   (NCCL takes one number for all HCAs). Otherwise the address-based selection NCCL ≥ 2.21 does
   on its own, steered by `NCCL_IB_ROCE_VERSION_NUM`, `NCCL_IB_ADDR_FAMILY` (`AF_INET` or
   `AF_INET6`) and `NCCL_IB_ADDR_RANGE` when a CIDR is set. Older NCCL defaults to index 0, so a
-  target older than 2.21 without one common index is a `PlanError`.
+  target older than 2.21 without one common index is a `NcclPlanError`.
 - InfiniBand-only sets get nothing GID-related (NCCL uses index 0 on IB ports).
-- A set mixing InfiniBand and RoCE ports is a `PlanError`: NCCL cannot use them as one (the
+- A set mixing InfiniBand and RoCE ports is a `NcclPlanError`: NCCL cannot use them as one (the
   doctor's `nccl-env` check and its NCCL log rule `mixed-link-layers` say the same).
 - `NCCL_SOCKET_IFNAME` (the bootstrap / out-of-band interface) when known; `NCCL_IB_TC` and
   `NCCL_IB_SL` when configured; `UCX_NET_DEVICES=mlx5_0:1,…` (UCX names devices `hca:port`).
@@ -32,11 +32,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from rdmaplane.errors import RdmaplaneError
 from rdmaplane.gid import AF_INET, GidPolicy, NodeGidPlan, plan_node
 from rdmaplane.model import Hca, LinkLayer, NetdevKind, NodeTopology, Port
 from rdmaplane.selectors import natural_key
+from rdmaplane.setting import setting
 from rdmaplane.untrusted import FieldError
 
 AUTO_GID_SINCE = (2, 21)  # NCCL_IB_GID_INDEX defaults to -1 (automatic) from 2.21 on
@@ -48,20 +50,24 @@ _VIRTUAL_PREFIXES = (
 )  # fmt: skip
 
 
-class PlanError(ValueError):
+class NcclPlanError(RdmaplaneError):
     """No environment can be given for this set, and why (e.g. NCCL < 2.21 with GID indexes
     that differ between ports)."""
 
 
 @dataclass(frozen=True)
 class NcclSettings:
-    """What the environment plan is for: GID policy, target NCCL, and optional knobs."""
+    """What the environment plan is for: optional knobs, GID policy and target NCCL (a pool's
+    `nccl` section in a DevicePluginConfig, a claim's RdmaDeviceConfig)."""
 
-    gid_policy: GidPolicy = field(default_factory=GidPolicy)
-    nccl_version: str | None = None  # target, e.g. "2.18"; None = 2.21 or later
-    socket_ifname: str | None = None  # NCCL_SOCKET_IFNAME verbatim, e.g. "=eth0" or "^docker"
-    ib_tc: int | None = None  # NCCL_IB_TC, 0–255
-    ib_sl: int | None = None  # NCCL_IB_SL, 0–15
+    # NCCL_SOCKET_IFNAME verbatim, e.g. "=eth0" or "^docker"
+    socket_ifname: str | None = setting(None, "NCCL_SOCKET_IFNAME, verbatim")
+    ib_tc: int | None = setting(None, "NCCL_IB_TC (0-255)", key="trafficClass", ge=0, le=255)
+    ib_sl: int | None = setting(None, "NCCL_IB_SL (0-15)", key="serviceLevel", ge=0, le=15)
+    gid_policy: GidPolicy = setting(factory=GidPolicy, doc="GID selection", key="gid")
+    nccl_version: str | None = setting(  # target, e.g. "2.18"; None = 2.21 or later
+        None, "the NCCL the pods run; before 2.21 the GID index must be one number"
+    )
 
     def __post_init__(self) -> None:
         if self.nccl_version is not None:
@@ -92,20 +98,20 @@ def nccl_env(
     ports: Sequence[tuple[Hca, Port]],
     settings: NcclSettings = NcclSettings(),
 ) -> dict[str, str]:
-    """The environment for exactly these ports (see the module docstring); PlanError if none
+    """The environment for exactly these ports (see the module docstring); NcclPlanError if none
     can be right."""
     if not ports:
-        raise PlanError("no HCA ports given: nothing to point NCCL at")
+        raise NcclPlanError("no HCA ports given: nothing to point NCCL at")
     for hca, _ in ports:
         if _NAME_BREAKERS.search(hca.name):
-            raise PlanError(f"HCA name {hca.name!r} cannot be written into NCCL_IB_HCA")
+            raise NcclPlanError(f"HCA name {hca.name!r} cannot be written into NCCL_IB_HCA")
     mix = link_layer_mix(ports)
     if mix is not None:
-        raise PlanError(mix)
+        raise NcclPlanError(mix)
     try:
         plan = plan_node(topo, ports, settings.gid_policy)
     except ValueError as e:
-        raise PlanError(str(e)) from e
+        raise NcclPlanError(str(e)) from e
     devices = ",".join(c.name for c in plan.choices)
     env = {"NCCL_IB_HCA": f"={devices}"}
     env.update(_gid_env(plan, settings))
@@ -160,10 +166,10 @@ def _gid_env(plan: NodeGidPlan, settings: NcclSettings) -> dict[str, str]:
     broken = [c for c in plan.divergent if c.index is None]
     if broken:
         why = "; ".join(f"{c.name}: {c.reason}" for c in broken)
-        raise PlanError(f"no usable GID on {why}; leave these ports out of the set")
+        raise NcclPlanError(f"no usable GID on {why}; leave these ports out of the set")
     if not settings.auto_gid:
         why = ", ".join(f"{c.name} → {c.index}" for c in plan.roce_choices)
-        raise PlanError(
+        raise NcclPlanError(
             f"NCCL {settings.nccl_version} needs one NCCL_IB_GID_INDEX for all HCAs, but the "
             f"GID indexes differ ({why}); use NCCL ≥ 2.21 or give the ports the same GID layout"
         )

@@ -28,9 +28,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
-from typing import Any
+from typing import Any, Literal, get_args
 
 from rdmaplane import model
+from rdmaplane.errors import InputError
 from rdmaplane.selectors import compute_ports
 
 API_VERSION = "topology.node.k8s.io/v1alpha2"
@@ -53,8 +54,11 @@ ZONE_NUMA = "Node"
 ZONE_PCIE_ROOT = "PCIeRoot"
 ZONE_HCA = "HCA"
 
-POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
-SCOPES = ("container", "pod")
+# The kubelet's Topology Manager policies and scopes, as the NRT attributes name them.
+TopologyPolicy = Literal["none", "best-effort", "restricted", "single-numa-node"]
+TopologyScope = Literal["container", "pod"]
+POLICIES: tuple[str, ...] = get_args(TopologyPolicy)
+SCOPES: tuple[str, ...] = get_args(TopologyScope)
 
 LABEL_RDMA = "rdmaplane.io/rdma"
 LABEL_LINK_LAYER = "rdmaplane.io/link-layer"
@@ -73,7 +77,7 @@ _LEGACY_POLICIES = {
 }
 
 
-class NrtError(ValueError):
+class NrtError(InputError):
     """A malformed NodeResourceTopology object; the message names the bad field."""
 
 

@@ -15,12 +15,15 @@ Pure. Two ways to say it:
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
+from rdmaplane.setting import key_of, setting
+from rdmaplane.untrusted import FieldError
 
 _LINK_TYPES = {
     "ether": LinkLayer.ETHERNET,
@@ -29,15 +32,6 @@ _LINK_TYPES = {
     "roce": LinkLayer.ETHERNET,
     "infiniband": LinkLayer.INFINIBAND,
     "ib": LinkLayer.INFINIBAND,
-}
-
-_CONFIG_KEYS = {
-    "vendors": "vendors",
-    "deviceIDs": "device_ids",
-    "drivers": "drivers",
-    "ifNames": "if_names",
-    "linkTypes": "link_types",
-    "hcaNames": "hca_names",
 }
 
 
@@ -67,37 +61,28 @@ class Selectors:
     `infiniband` (also `ethernet`, `eth`, `roce`, `ib`).
     """
 
-    vendors: tuple[str, ...] = ()
-    device_ids: tuple[str, ...] = ()
-    drivers: tuple[str, ...] = ()
-    if_names: tuple[str, ...] = ()
-    link_types: tuple[str, ...] = ()
-    hca_names: tuple[str, ...] = ()
+    vendors: tuple[str, ...] = setting((), 'PCI vendor IDs, e.g. ["15b3"]')
+    device_ids: tuple[str, ...] = setting(
+        (), 'PCI device IDs, with or without 0x, e.g. ["1021"]', key="deviceIDs"
+    )
+    drivers: tuple[str, ...] = setting((), 'kernel drivers, e.g. ["mlx5_core"]')
+    if_names: tuple[str, ...] = setting(
+        (), "the port's netdev, or a netdev of the HCA's PCI function"
+    )
+    link_types: tuple[str, ...] = setting((), "ether, infiniband")
+    hca_names: tuple[str, ...] = setting((), 'patterns like "mlx5_*"')
 
     def __post_init__(self) -> None:
         for lt in self.link_types:
             if lt.lower() not in _LINK_TYPES:
-                raise ValueError(
-                    f"selectors.linkTypes: {lt!r} is not one of {', '.join(sorted(_LINK_TYPES))}"
+                raise FieldError(
+                    "link_types", f"{lt!r} is not one of {', '.join(sorted(_LINK_TYPES))}"
                 )
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, object], where: str = "selectors") -> Selectors:
-        """From the device plugin's JSON spelling (`deviceIDs`, `ifNames`, …, plus `hcaNames`);
-        ValueError naming the bad key."""
-        values: dict[str, tuple[str, ...]] = {}
-        for key, value in config.items():
-            if key not in _CONFIG_KEYS:
-                raise ValueError(f"{where}: unknown key {key!r} (known: {', '.join(_CONFIG_KEYS)})")
-            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"{where}.{key}: expected a list of strings")
-            values[_CONFIG_KEYS[key]] = tuple(value)
-        return cls(**values)
 
     def to_config(self) -> dict[str, list[str]]:
         """The selectors given, in the config's spelling (`{"deviceIDs": ["1021"]}`): what a
         log line names."""
-        chosen = ((key, getattr(self, name)) for key, name in _CONFIG_KEYS.items())
+        chosen = ((key_of(f), getattr(self, f.name)) for f in dataclasses.fields(self))
         return {key: list(values) for key, values in chosen if values}
 
     def mismatch(self, topo: NodeTopology, hca: Hca, port: Port) -> str | None:

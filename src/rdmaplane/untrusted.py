@@ -4,15 +4,22 @@ wrong with it, and text made safe for a terminal. Pure: the file reading is `doc
 
 from __future__ import annotations
 
+from rdmaplane.errors import InputError
 
-class DocumentError(ValueError):
+
+class DocumentError(InputError):
     """A document that cannot be used; the message names the source and the problem."""
 
 
-class FieldError(ValueError):
-    """A setting whose value cannot be used: `field` names it as the code does (`ib_tc`),
-    `reason` says why. Each front end names the field its own way: the CLI by the flag the
-    user typed (`--ib-tc`), a config file by its key (`trafficClass`)."""
+class SettingsError(InputError):
+    """Settings that cannot be used together; the message says which and why."""
+
+
+class FieldError(SettingsError):
+    """A setting whose value cannot be used: `field` names it as the code does (`ib_tc`, or
+    a path into a section: `dra.enabled`), `reason` says why. Each front end names the field
+    its own way: the CLI by the flag the user typed (`--ib-tc`), a config file by its key
+    (`trafficClass`)."""
 
     def __init__(self, field: str, reason: str) -> None:
         super().__init__(f"{field}: {reason}")

@@ -16,7 +16,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from rdmaplane.model import Hca, NetnsMode, NodeTopology, Port
-from rdmaplane.nccl import NcclSettings, PlanError, nccl_env
+from rdmaplane.nccl import NcclPlanError, NcclSettings, nccl_env
 from rdmaplane.netns import NETNS_EXCLUSIVE, device_blocked
 
 DEV_DIR = "/dev/infiniband"  # where a container finds the device nodes it is given
@@ -76,7 +76,7 @@ def why_unusable(
         return Unusable(PORT_DOWN, f"{name}: no port ACTIVE and LinkUp ({states})")
     try:
         nccl_env(topo, [(hca, p) for p in up], settings)
-    except PlanError as e:
+    except NcclPlanError as e:
         return Unusable(NO_NCCL_PLAN, f"{plan_failure([hca])}: {e}")
     return None
 

@@ -319,7 +319,7 @@ def test_a_group_option_a_command_cannot_use_is_refused(args, said):
 
 
 def test_doctor_job_and_the_webhook_run_the_same_image():
-    from rdmaplane.config import WebhookConfig
+    from rdmaplane.webhook.settings import Doctor
 
     code, out, _ = run("doctor", "job", "gpu-1", "gpu-2")
     images = {
@@ -328,4 +328,4 @@ def test_doctor_job_and_the_webhook_run_the_same_image():
         if doc["kind"] == "Job"
         for c in doc["spec"]["template"]["spec"]["containers"]
     }
-    assert code == 0 and images == {WebhookConfig().doctor.image}
+    assert code == 0 and images == {Doctor().image}

@@ -176,9 +176,9 @@ def test_plan_defaults_and_errors(sample_nodes):
     assert perf.plan(roce, {}, hcas=["mlx5_0"], gid_index=5).targets[0].gid_index == 5
     ib = perf.plan(sample_nodes["hgx-h200-ib"], {}, hcas=["mlx5_10"]).targets
     assert ib[0].gid_index is None and ib[0].line_rate_gbps == 400.0
-    with pytest.raises(perf.PlanError, match="no such HCA"):
+    with pytest.raises(perf.PerfPlanError, match="no such HCA"):
         perf.plan(roce, {}, hcas=["mlx5_42"])
-    with pytest.raises(perf.PlanError, match="no RoCE v2 IPv4 GID"):
+    with pytest.raises(perf.PerfPlanError, match="no RoCE v2 IPv4 GID"):
         perf.plan(sample_nodes["degraded"], {}, hcas=["mlx5_3"])
 
 
@@ -188,9 +188,9 @@ def test_plan_tests_only_the_hcas_the_pod_has(sample_nodes):
         "mlx5_3"
     ]
     assert [t.hca for t in perf.plan(roce, {}, usable={"mlx5_bond_0"}).targets] == ["mlx5_bond_0"]
-    with pytest.raises(perf.PlanError, match="no HCA with an ACTIVE port"):
+    with pytest.raises(perf.PerfPlanError, match="no HCA with an ACTIVE port"):
         perf.plan(roce, {}, usable=set())  # no device node at all: nothing, not everything
-    with pytest.raises(perf.PlanError, match="no /dev/infiniband device node for it"):
+    with pytest.raises(perf.PerfPlanError, match="no /dev/infiniband device node for it"):
         perf.plan(roce, {}, hcas=["mlx5_5"], usable={"mlx5_3"})
 
 

@@ -27,9 +27,13 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
-from rdmaplane.config import API_VERSION, AgentConfig, DevicePluginConfig, PublishConfig, parse
+from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.config import API_VERSION, parse
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.dra.driver import DraDriver
+from rdmaplane.dra.settings import DraSettings
 from rdmaplane.dra.slices import BANDWIDTH
 from rdmaplane.faults import Fault
 from rdmaplane.kube import ClaimDict
@@ -164,12 +168,11 @@ async def slice_devices(kube: AsyncClient, node: str) -> dict[str, dict[str, Any
     return out
 
 
-def agent_config(node: str, dev_root: Path | None = None, **dra: object) -> AgentConfig:
-    return AgentConfig(
+def agent_config(node: str, dev_root: Path | None = None, **dra: Any) -> AgentSettings:
+    return AgentSettings(
         node_name=node,
         device_plugin_enabled=False,
-        dra={"enabled": True, **dra},
-        publish=PublishConfig(),
+        dra=DraSettings(enabled=True, **dra),
         **({"dev_root": dev_root} if dev_root is not None else {}),
     )
 
@@ -178,7 +181,7 @@ def agent_config(node: str, dev_root: Path | None = None, **dra: object) -> Agen
 async def dra_node(
     kube: AsyncClient,
     sample: str,
-    pools: DevicePluginConfig | None = None,
+    pools: PluginSettings | None = None,
     down: tuple[str, ...] = (),
     *,
     group: str | None = None,
@@ -197,7 +200,7 @@ async def dra_node(
     await kube.create(cast(ResourceSlice, ResourceSlice.from_dict(gpu_slice(name, topo))))
     dev_root = device_nodes(topo, Path(tempfile.mkdtemp(prefix="rdr-dev-")) / "dev")
     config = agent_config(name, dev_root, **dra)
-    driver = DraDriver(config, (pools or DevicePluginConfig()).pools, kube)
+    driver = DraDriver(config, (pools or PluginSettings()).pools, kube)
     node = DraNode(name, group, topo, driver, dev_root)
     await node.publish()
     try:
@@ -287,15 +290,12 @@ def nics(count: int, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
 
 
 # mlx5_0 and mlx5_1 (400G RoCE) shared by bandwidth: 100G a request unless it names more.
-SHARED = parse(
-    {
-        "apiVersion": API_VERSION,
-        "kind": "DevicePluginConfig",
-        "pools": [{"mode": "shared", "selectors": {"hcaNames": ["mlx5_0", "mlx5_1"]}}],
-    },
-    DevicePluginConfig,
-    "shared pools",
-)
+SHARED_POOLS = {
+    "apiVersion": API_VERSION,
+    "kind": "DevicePluginConfig",
+    "pools": [{"mode": "shared", "selectors": {"hcaNames": ["mlx5_0", "mlx5_1"]}}],
+}
+SHARED = parse(SHARED_POOLS, DEVICE_PLUGIN_CONFIG, "shared pools")
 
 
 def shares(*gbps: int | None, distinct: str | None = None) -> dict[str, Any]:

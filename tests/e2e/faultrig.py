@@ -30,8 +30,7 @@ from lightkube.types import CascadeType
 
 from rdmaplane import nrt
 from rdmaplane.agent.service import Agent
-from rdmaplane.config import SchedulerExtenderConfig
-from rdmaplane.config.agent import FaultConfig, PublishConfig
+from rdmaplane.agent.settings import FaultSettings, PublishSettings
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
@@ -39,6 +38,7 @@ from rdmaplane.model import NodeTopology
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
+from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_kwok_node
 from tests.e2e.test_agent import GPU, HCA, Lister, eventually, running_agent
@@ -48,10 +48,8 @@ from tests.scheduler_helpers import serve
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_JOB = REPO / "examples" / "indexed-job.yaml"
 # Short fault timings: the Job controller's own 10 s pod-recreation backoff dominates anyway.
-FAULT = FaultConfig.model_validate(
-    {"fatalAfter": "1s", "clearAfter": "4s", "graceSeconds": "2s", "maxEvictionsPerMinute": 4}
-)
-PUBLISH = PublishConfig(backoff_initial_s=0.2, backoff_max_s=1.0)
+FAULT = FaultSettings(fatal_after_s=1.0, clear_after_s=4.0, grace_s=2.0, max_evictions_per_minute=4)
+PUBLISH = PublishSettings(backoff_initial_s=0.2, backoff_max_s=1.0)
 CHAIN_S = 120.0  # generous: the machine is shared and loaded
 SAMPLE = "hgx-h100-roce"
 NOTICE = "rdmaplane.io/fault"
@@ -262,7 +260,7 @@ def serve_extender(cluster: KubeCluster) -> Iterator[str]:
     """The rdmaplane scheduler extender for `cluster`, on loopback; its URL."""
     app = create_app(
         ClusterCache(),
-        SchedulerExtenderConfig(),
+        ExtenderSettings(),
         lambda c, restarted: watch_all(c, lambda: make_client(cluster.kubeconfig), restarted),
     )
     with serve(app) as url:

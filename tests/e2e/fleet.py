@@ -26,7 +26,7 @@ from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane import nrt
 from rdmaplane.cli.nrt import agent_nrt
-from rdmaplane.config import DevicePluginConfig
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import samples
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.scheduler import placement as pl
@@ -67,7 +67,7 @@ def pick(rng: random.Random, mix: Sequence[tuple[T, float]]) -> T:
 def _template(sample: str, policy: str, scope: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The agent's NRT for the sample (named "template") and its node labels."""
     topo = samples.read_sample(sample)
-    obj = agent_nrt(topo, "template", DevicePluginConfig(), policy, scope)
+    obj = agent_nrt(topo, "template", PluginSettings(), policy, scope)
     return obj, nrt.node_labels(topo)
 
 

@@ -29,7 +29,9 @@ from rdmaplane import nrt
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
-from rdmaplane.config import AgentConfig, DevicePluginConfig, PublishConfig
+from rdmaplane.agent.settings import AgentSettings, PublishSettings
+from rdmaplane.config.base import validate
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.kube import NodeResourceTopology, async_client
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
@@ -128,10 +130,10 @@ async def running_agent(
     node_name: str,
     tree: Path,
     workdir: Path,
-    plugin_config: DevicePluginConfig | None = None,
+    plugin_config: PluginSettings | None = None,
     **config: Any,
 ) -> AsyncIterator[Agent]:
-    cfg = AgentConfig(
+    cfg = AgentSettings(
         node_name=node_name,
         sysfs_root=tree,
         kubelet_dir=workdir / "kubelet",
@@ -144,7 +146,7 @@ async def running_agent(
     )
     if not (cfg.dev_root / "infiniband").exists():  # the HCAs' device nodes, or none is healthy
         device_nodes(tree, cfg.dev_root)
-    plugin_config = plugin_config or DevicePluginConfig()
+    plugin_config = plugin_config or PluginSettings()
     plugin = EmbeddedPlugin(plugin_config, kubelet_dir=cfg.kubelet_dir, dev_root=cfg.dev_root)
     agent = Agent(
         cfg,
@@ -319,7 +321,8 @@ async def test_pools_injecting_different_gid_indexes_are_a_warning(
     """Two pools over the same HCAs whose GID policies give different NCCL_IB_GID_INDEX: no
     gid-index label (it would be true for one pool only), RDMAReady says why, an Event too."""
     name = await create_node(kube)
-    pools = DevicePluginConfig(pools=[{}, {"mode": "shared", "nccl": {"gid": {"roceVersion": 1}}}])
+    shared_v1 = {"mode": "shared", "nccl": {"gid": {"roceVersion": 1}}}
+    pools = validate(PluginSettings, {"pools": [{}, shared_v1]})
 
     async def warned() -> list[tuple[str, str]] | None:
         seen = await events(kube, name)
@@ -368,7 +371,7 @@ async def test_available_follows_pod_resources(
         return topology if (z.available(GPU), z.available(HCA)) == (gpus, hcas) else None
 
     # NRT updates leave at most every nrtMinInterval, each after a jitter: short ones here
-    publish = PublishConfig(nrt_min_interval_s=2.0, write_jitter_s=0.5)
+    publish = PublishSettings(nrt_min_interval_s=2.0, write_jitter_s=0.5)
     async with running_agent(agent_kubeconfig, name, tree, workdir, publish=publish):
         await eventually(lambda: node1_free(4, 4))
         kubelet.hold("ml", "trainer", GPU, [topo.gpus[4].uuid, topo.gpus[5].uuid])

@@ -39,7 +39,7 @@ from tests.e2e.dra import (
     DRIVER_USER,
     GROUP_LABEL,
     HEALTH_WINDOW,
-    SHARED,
+    SHARED_POOLS,
     WAIT_S,
     allocation,
     bound_node,
@@ -710,7 +710,7 @@ async def test_shares_of_shared_nics_get_the_environment_of_their_own_nics(
     start_driver: Callable[..., DriverProcess],
     scheduler: Process,
 ) -> None:
-    start_driver(pools=SHARED.model_dump(mode="json", by_alias=True))
+    start_driver(pools=SHARED_POOLS)
     kubelet = await registered(node)
     devices = await published(kube, node)
     assert {d["attributes"]["rdmaDevice"]["string"] for d in devices.values()} == {

@@ -17,7 +17,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from rdmaplane.config import DevicePluginConfig
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.dra.readiness import FAILED, READY
 from rdmaplane.dra.slices import BANDWIDTH
 from rdmaplane.faults import TAINT_KEY, Fault, FaultClass
@@ -368,13 +368,13 @@ async def test_pods_take_shares_of_a_shared_nic_until_its_bandwidth_is_used(
 async def test_every_samples_slice_agrees_with_the_device_plugin(
     kube: AsyncClient, sample: str
 ) -> None:
-    config = DevicePluginConfig()
+    config = PluginSettings()
     for down in ((), storage_and_first_compute(SAMPLES[sample])):
         async with dra_node(kube, sample, config, down=down) as node:
             ours = {"spec.nodeName": node.name, "spec.driver": DRIVER}
             stored = [s.to_dict() async for s in kube.list(ResourceSlice, fields=ours)]
             dra = slice_verdicts(stored)
-            plugin = plugin_verdicts(node.topo, config.settings().pools, node.dev_root)
+            plugin = plugin_verdicts(node.topo, config.pools, node.dev_root)
             assert dra == plugin, f"{sample}, down: {', '.join(down) or 'none'}"
 
 

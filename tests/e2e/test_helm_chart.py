@@ -20,14 +20,11 @@ from lightkube import Client, codecs
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
-from rdmaplane.config import (
-    AgentConfig,
-    DevicePluginConfig,
-    Kind,
-    SchedulerExtenderConfig,
-    WebhookConfig,
-    parse,
-)
+from rdmaplane.config import Kind, parse
+from rdmaplane.config.agent import AGENT_CONFIG
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
+from rdmaplane.config.webhook import WEBHOOK_CONFIG
 from tests.e2e.controlplane import KubeCluster, poll_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,11 +60,11 @@ create_namespaced_resource("monitoring.coreos.com", "v1", "PodMonitor", "podmoni
 
 
 # ConfigMap keys that hold rdmaplane configs: compared as the components load them.
-CONFIG_KINDS: dict[str, type[Kind]] = {
-    "agent.yaml": AgentConfig,
-    "device-plugin.yaml": DevicePluginConfig,
-    "config.yaml": SchedulerExtenderConfig,
-    "webhook.yaml": WebhookConfig,
+CONFIG_KINDS: dict[str, Kind[Any]] = {
+    "agent.yaml": AGENT_CONFIG,
+    "device-plugin.yaml": DEVICE_PLUGIN_CONFIG,
+    "config.yaml": SCHEDULER_EXTENDER_CONFIG,
+    "webhook.yaml": WEBHOOK_CONFIG,
 }
 
 
@@ -175,23 +172,23 @@ def test_values_reach_the_components(helm: Path) -> None:
     agent_cm = objects["ConfigMap", "rdmaplane-agent"]["data"]
     agent = loaded("agent.yaml", agent_cm["agent.yaml"])
     assert (agent.fault.action, agent.fault.max_evictions_per_minute) == ("notify", 1)
-    assert agent.fabric.tier_labels == [
+    assert agent.fabric.tier_labels == (
         "network.topology.example/leaf",
         "network.topology.example/spine",
-    ]  # type: ignore[attr-defined]
+    )
     plugin = loaded("device-plugin.yaml", agent_cm["device-plugin.yaml"])
-    gids = [p.nccl.gid for p in plugin.pools]  # type: ignore[attr-defined]
-    assert (gids[0].addr_range, gids[1].addr_family) == ("10.20.0.0/16", 6)
+    gids = [p.nccl.gid_policy for p in plugin.pools]
+    assert (gids[0].cidr, gids[1].family) == ("10.20.0.0/16", 6)
     extender_ns = objects["Deployment", "rdmaplane-scheduler-extender"]["metadata"]["namespace"]
     assert extender_ns == "rdmaplane-scheduling"
     extender = loaded(
         "config.yaml", objects["ConfigMap", "rdmaplane-scheduler-extender"]["data"]["config.yaml"]
     )
-    assert extender.fabric.tier_labels == [
-        ["network.topology.example/leaf", "network.topology.example/spine"]
-    ]  # type: ignore[attr-defined]
+    assert extender.fabric.tier_labels == (
+        ("network.topology.example/leaf", "network.topology.example/spine"),
+    )
     hook = loaded("webhook.yaml", objects["ConfigMap", "rdmaplane-webhook"]["data"]["webhook.yaml"])
-    assert hook.mode == "shared" and hook.resources.hca == "rdma.example/hca"  # type: ignore[attr-defined]
+    assert hook.mode == "shared" and hook.resources.hca == "rdma.example/hca"
     mwc = objects["MutatingWebhookConfiguration", "rdmaplane-webhook"]
     assert {w["failurePolicy"] for w in mwc["webhooks"]} == {"Ignore"}
     daemonset = objects["DaemonSet", "rdmaplane-agent"]["spec"]["template"]["spec"]

@@ -18,7 +18,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
 from rdmaplane import nrt
-from rdmaplane.config import DevicePluginConfig
+from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.discovery.sysfs import NETNS_PARAMETER
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from tests.e2e.controlplane import Process, add_ready_node
@@ -34,7 +34,7 @@ from tests.e2e.test_agent import (  # noqa: F401 (fixtures)
 from tests.e2e.test_scheduler_extender import _scheduler_config, extender  # noqa: F401
 from tests.scheduler_helpers import pod
 
-POOLS = DevicePluginConfig(pools=[{}, {"mode": "shared", "slots": 16}])
+POOLS = PluginSettings(pools=(Pool(), Pool(mode="shared", slots=16)))
 
 
 async def _filtered_out(url: str, body: dict[str, Any], node: str) -> str | None:

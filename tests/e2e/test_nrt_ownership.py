@@ -20,7 +20,7 @@ from lightkube.resources.core_v1 import Event, Node
 
 from rdmaplane import nrt
 from rdmaplane.agent.publisher import Publisher
-from rdmaplane.config import PublishConfig
+from rdmaplane.agent.settings import PublishSettings
 from rdmaplane.kube import NodeResourceTopology, async_client
 from rdmaplane.scheduler.layouts import layout
 from tests.e2e.controlplane import KubeCluster, launch_controller_manager
@@ -29,7 +29,7 @@ from tests.e2e.test_publisher import _desired, _publishing
 
 NFD = "nfd-topology-updater"  # the field manager NFD's topology-updater writes as
 NFD_ATTRIBUTE = {"name": "nodeTopologyPodsFingerprint", "value": "pfp0v0010123456789abcdef"}
-RESYNC = PublishConfig(resync_interval_s=1.0, backoff_initial_s=0.2, backoff_max_s=1.0)
+RESYNC = PublishSettings(resync_interval_s=1.0, backoff_initial_s=0.2, backoff_max_s=1.0)
 
 
 @pytest.fixture(scope="module")

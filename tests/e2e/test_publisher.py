@@ -29,7 +29,7 @@ from rdmaplane import nrt
 from rdmaplane.agent.desired import Condition
 from rdmaplane.agent.metrics import AgentMetrics, NodeView
 from rdmaplane.agent.publisher import Desired, Publisher
-from rdmaplane.config import PublishConfig
+from rdmaplane.agent.settings import PublishSettings
 from rdmaplane.kube import NodeResourceTopology, async_client
 from rdmaplane.scheduler.layouts import layout
 from tests.e2e.controlplane import KubeCluster
@@ -81,7 +81,7 @@ async def _condition_is(kube: AsyncClient, node: str, status: str) -> bool:
 
 @contextlib.asynccontextmanager
 async def _publishing(
-    kubeconfig: Path, node: str, config: PublishConfig, first: Desired
+    kubeconfig: Path, node: str, config: PublishSettings, first: Desired
 ) -> AsyncIterator[Publisher]:
     """A publisher for `node`, running, its first state written."""
     metrics = AgentMetrics(lambda: NodeView("", None, {}, None))
@@ -115,8 +115,8 @@ def agent_kubeconfig(kube_cluster: KubeCluster, nrt_crd: object) -> Path:
 @pytest.mark.parametrize(
     ("config", "holding"),
     [
-        (PublishConfig(nrt_min_interval_s=3600.0, write_jitter_s=0.0), "NRT update held back"),
-        (PublishConfig(nrt_min_interval_s=0.0, write_jitter_s=3600.0), "NRT-only change"),
+        (PublishSettings(nrt_min_interval_s=3600.0, write_jitter_s=0.0), "NRT update held back"),
+        (PublishSettings(nrt_min_interval_s=0.0, write_jitter_s=3600.0), "NRT-only change"),
     ],
     ids=["nrtMinInterval", "writeJitter"],
 )
@@ -125,7 +125,7 @@ async def test_an_nrt_change_waits_until_the_condition_changes(
     node: str,
     agent_kubeconfig: Path,
     caplog: pytest.LogCaptureFixture,
-    config: PublishConfig,
+    config: PublishSettings,
     holding: str,
 ) -> None:
     """A pod started (the NRT alone changes): held back for an hour, by the minimum interval
@@ -269,7 +269,7 @@ async def test_a_429_is_retried_with_the_same_state_and_is_no_failure(
     def throttles() -> int:
         return sum("asked to slow down (429" in r.getMessage() for r in caplog.records)
 
-    config = PublishConfig(backoff_initial_s=0.2, backoff_max_s=1.0, write_jitter_s=0.0)
+    config = PublishSettings(backoff_initial_s=0.2, backoff_max_s=1.0, write_jitter_s=0.0)
     longest = max(config.backoff_max_s, RETRY_AFTER_S)  # any wait of the publisher's
     ready = True
     async with _publishing(throttled_kubeconfig, node, config, _desired(node)) as publisher:

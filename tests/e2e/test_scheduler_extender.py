@@ -24,11 +24,11 @@ from typer.testing import CliRunner
 
 from rdmaplane import nrt
 from rdmaplane.cli import app
-from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
+from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node, free_port, launch_extender
 from tests.scheduler_helpers import pod, serve
@@ -43,7 +43,7 @@ def extender(kube_cluster: KubeCluster, nrt_crd: type[NodeResourceTopology]) -> 
     kubeconfig = kube_cluster.kubeconfig
     app = create_app(
         cache,
-        SchedulerExtenderConfig(),
+        ExtenderSettings(),
         lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted),
     )
     with serve(app) as url:

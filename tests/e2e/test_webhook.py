@@ -30,6 +30,7 @@ from lightkube.resources.core_v1 import Namespace, Pod, Secret
 
 from rdmaplane.kube import sync_client
 from rdmaplane.webhook import inject
+from rdmaplane.webhook.settings import InjectPolicy
 from tests.e2e.controlplane import KubeCluster, poll_until
 from tests.webhook_pods import GPU, HCA, SHARED, admission_review, contains, cpu_pod, gpu_pod, pods
 from tests.webhook_server import (
@@ -154,7 +155,7 @@ def test_the_preview_knows_which_pods_the_api_server_sends(
     deploy/webhook/webhook.yaml's namespaceSelector and matchConditions: the webhook's own
     request counter moves exactly when the rule says the pod is sent."""
     namespace = {"opted_in": env.opted_in, "plain": env.plain}.get(where, where)
-    why = inject.not_sent(obj, namespace, where == "opted_in", inject.Policy())
+    why = inject.not_sent(obj, namespace, where == "opted_in", InjectPolicy())
     before = _calls(env)
     with kube_cluster.client() as client, contextlib.suppress(ApiError):
         create(client, namespace, obj, dry_run=True)  # requests only: refused after admission
@@ -241,8 +242,8 @@ def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
     the new certificate and the API server keeps admitting through it."""
     import asyncio
 
-    from rdmaplane.config.webhook import TlsConfig
     from rdmaplane.kube import async_client
+    from rdmaplane.webhook.settings import Tls
     from rdmaplane.webhook.tls import SecretCerts
 
     identity = kube_cluster.kubeconfig_for(f"system:serviceaccount:{NAMESPACE}:rdmaplane-webhook")
@@ -250,12 +251,12 @@ def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
     async def race(workdir: Path) -> list[str]:
         clients = [async_client(identity) for _ in range(2)]
         tls = [
-            TlsConfig(
-                secretName=SECRET,
-                secretNamespace=NAMESPACE,
-                webhookConfiguration=MWC,
-                hosts=["127.0.0.1"],
-                certDir=workdir / str(i),
+            Tls(
+                secret_name=SECRET,
+                secret_namespace=NAMESPACE,
+                webhook_configuration=MWC,
+                hosts=("127.0.0.1",),
+                cert_dir=workdir / str(i),
             )
             for i in range(2)
         ]

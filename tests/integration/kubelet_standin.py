@@ -23,7 +23,8 @@ from typing import Any
 import grpc
 
 from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.config import AgentConfig, DevicePluginConfig
+from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
@@ -45,10 +46,10 @@ def device_nodes(sysfs: Path, root: Path) -> Path:
 
 def agent_with_plugin(
     sysfs: Path, short_dir: Path, **extra: Any
-) -> tuple[AgentConfig, EmbeddedPlugin]:
+) -> tuple[AgentSettings, EmbeddedPlugin]:
     """An agent config whose kubelet folder is `short_dir` (unix socket paths are short), and
     the plugin it embeds, with a device node for every HCA of the tree under `short_dir/dev`."""
-    cfg = AgentConfig(
+    cfg = AgentSettings(
         node_name="hgx-h100-017",
         sysfs_root=sysfs,
         kubelet_dir=short_dir,
@@ -57,7 +58,7 @@ def agent_with_plugin(
         **extra,
     )
     dev_root = device_nodes(sysfs, short_dir / "dev")
-    return cfg, EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
+    return cfg, EmbeddedPlugin(PluginSettings(), kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
 
 
 @dataclass

@@ -16,7 +16,7 @@ import pytest
 from rdmaplane import nrt
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.service import Agent
-from rdmaplane.config import DevicePluginConfig
+from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.discovery.rdma_netlink import RdmaNetlink
 from rdmaplane.discovery.sysfs import NETNS_PARAMETER
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
@@ -26,7 +26,7 @@ from tests.integration.kubelet_standin import device_nodes
 from tests.integration.test_agent_service import Running, config, next_health, until
 from tests.rdma_kernel import SYS_SET_SHARED, FakeKernel, ack, error_reply
 
-SHARED_POOL = DevicePluginConfig(pools=[{}, {"mode": "shared"}]).pools
+SHARED_POOL = (Pool(), Pool(mode="shared"))
 
 
 def exclusive_tree(sample_trees: dict[str, Path], tmp_path: Path, name: str) -> Path:
@@ -78,7 +78,7 @@ async def test_the_embedded_plugin_holds_shared_slots_back_while_exclusive(
     HCAs Healthy; both Healthy once the node shares."""
     cfg = config(node, short_dir)
     dev_root = device_nodes(node, short_dir / "dev")
-    plugin_config = DevicePluginConfig(pools=[{}, {"mode": "shared", "slots": 4}])
+    plugin_config = PluginSettings(pools=(Pool(), Pool(mode="shared", slots=4)))
     plugin = EmbeddedPlugin(plugin_config, kubelet_dir=cfg.kubelet_dir, dev_root=dev_root)
     async with Running(Agent(cfg, plugin=plugin, pools=plugin_config.pools)):
         sockets = sorted((cfg.kubelet_dir / "device-plugins").glob("rdmaplane-*.sock"))

@@ -22,8 +22,10 @@ from rdmaplane.agent.metrics import NodeCollector, NodeView
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
-from rdmaplane.config import AgentConfig, DevicePluginConfig
+from rdmaplane.agent.settings import AgentSettings, HealthSettings
+from rdmaplane.config.base import validate
 from rdmaplane.counters import PORT_COUNTERS
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import read_node
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
@@ -40,14 +42,14 @@ def node(sample_trees: dict[str, Path], tmp_path: Path) -> Path:
     return Path(shutil.copytree(sample_trees["hgx-h100-roce"], tmp_path / "sys", symlinks=True))
 
 
-def config(node: Path, tmp_path: Path, **extra) -> AgentConfig:
+def config(node: Path, tmp_path: Path, **extra) -> AgentSettings:
     kubelet = tmp_path / "kubelet"
     kubelet.mkdir(exist_ok=True)
     (kubelet / "config.yaml").write_text(
         "kind: KubeletConfiguration\ntopologyManagerPolicy: single-numa-node\n"
         "topologyManagerScope: pod\n"
     )
-    return AgentConfig(
+    return AgentSettings(
         node_name="hgx-h100-017",
         sysfs_root=node,
         kubelet_dir=kubelet,
@@ -173,7 +175,7 @@ async def test_gid_label_comes_from_the_pools_and_a_mismatch_is_said(
     """The gid-index label is the NCCL_IB_GID_INDEX the plugin's pools inject; pools whose GID
     policies give different indexes drop it, say why in RDMAReady and log a warning."""
     v1 = {"resourceName": "example.com/hca-v1", "nccl": {"gid": {"roceVersion": 1}}}
-    pools = DevicePluginConfig(pools=[{}, v1]).pools
+    pools = validate(PluginSettings, {"pools": [{}, v1]}).pools
     caplog.set_level(logging.INFO, logger="rdmaplane")
     agent = Agent(config(node, tmp_path), pools=pools[:1])  # as with --no-device-plugin
     await agent.discover("start")
@@ -193,7 +195,7 @@ async def test_gid_label_comes_from_the_pools_and_a_mismatch_is_said(
 
 async def test_rising_error_counters_make_the_hca_unhealthy(node: Path, tmp_path: Path):
     counter = node / "class/infiniband/mlx5_6/ports/1/counters/symbol_error"
-    cfg = config(node, tmp_path, health={"window_s": 60, "thresholds": {"symbol_error": 10}})
+    cfg = config(node, tmp_path, health=HealthSettings(60, {"symbol_error": 10}))
     async with Running(Agent(cfg)) as run:
         counter.write_text("5\n")
         await asyncio.sleep(POLL_S * 3)
@@ -264,7 +266,7 @@ async def test_available_follows_pod_resources(
         await server.stop(None)
 
 
-def with_plugin(node: Path, short_dir: Path, **extra) -> tuple[AgentConfig, EmbeddedPlugin]:
+def with_plugin(node: Path, short_dir: Path, **extra) -> tuple[AgentSettings, EmbeddedPlugin]:
     return agent_with_plugin(node, short_dir, poll_interval_s=POLL_S, **extra)
 
 
@@ -274,9 +276,7 @@ async def test_rising_errors_reach_the_device_plugin(
     """The embedded plugin learns of counter-based ill health from the agent (it sees port
     states itself): ListAndWatch turns the HCA Unhealthy, Allocate refuses it naming the counter,
     and it turns Healthy again once it recovers."""
-    cfg, plugin = with_plugin(
-        node, short_dir, health={"window_s": 1.0, "thresholds": {"symbol_error": 10}}
-    )
+    cfg, plugin = with_plugin(node, short_dir, health=HealthSettings(1.0, {"symbol_error": 10}))
     mlx5_2 = sample_nodes["hgx-h100-roce"].hca("mlx5_2").pci.address
     counter = node / "class/infiniband/mlx5_2/ports/1/counters/symbol_error"
     async with Running(Agent(cfg, plugin=plugin)):

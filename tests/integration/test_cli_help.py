@@ -101,7 +101,7 @@ def test_repeatable_flags_stay_repeatable() -> None:
 
 def test_config_defaults_names_every_kind() -> None:
     """The help names the kinds without loading them (pydantic); this keeps it whole."""
-    from rdmaplane.config.base import KIND_MODULES
+    from rdmaplane.config.kinds import KINDS
 
     shown = " ".join(runner.invoke(app, ["config", "defaults", "--help"]).stdout.split())
-    assert all(kind in shown for kind in KIND_MODULES), shown
+    assert all(kind in shown for kind in KINDS), shown

@@ -12,8 +12,9 @@ from typer.testing import CliRunner
 from rdmaplane import nrt
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.service import Agent
+from rdmaplane.agent.settings import AgentSettings
 from rdmaplane.cli import app
-from rdmaplane.config import AgentConfig, DevicePluginConfig
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import samples
 from tests.integration.kubelet_standin import device_nodes
 from tests.scheduler_helpers import pod
@@ -33,7 +34,7 @@ async def test_the_nrt_is_the_one_the_agent_publishes(
     """The agent itself, after its first discovery of the same tree (no pod, no API server),
     against the command; single-numa-node/pod to see the flags reach the object."""
     tree = sample_trees[name]
-    config = AgentConfig(
+    config = AgentSettings(
         node_name="n1",
         sysfs_root=tree,
         kubelet_dir=tmp_path,
@@ -42,7 +43,7 @@ async def test_the_nrt_is_the_one_the_agent_publishes(
         metrics_port=0,
     )
     dev = device_nodes(tree, tmp_path / "dev")  # as on its node: the command assumes so too
-    plugin = EmbeddedPlugin(DevicePluginConfig(), kubelet_dir=tmp_path, dev_root=dev)
+    plugin = EmbeddedPlugin(PluginSettings(), kubelet_dir=tmp_path, dev_root=dev)
     agent = Agent(config, plugin=plugin)
     await agent.discover("start")
     published = agent.desired().nrt

@@ -9,30 +9,28 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from rdmaplane.config import (
-    AgentConfig,
-    DevicePluginConfig,
-    Kind,
-    SchedulerExtenderConfig,
-    WebhookConfig,
-    load,
-)
+from rdmaplane.config import Kind, load
+from rdmaplane.config.agent import AGENT_CONFIG
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
+from rdmaplane.config.webhook import WEBHOOK_CONFIG
+from rdmaplane.scheduler.settings import ExtenderSettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-EMBEDDED: dict[tuple[str, str], type[Kind]] = {
-    ("agent/daemonset.yaml", "agent.yaml"): AgentConfig,
-    ("agent/daemonset.yaml", "device-plugin.yaml"): DevicePluginConfig,
-    ("device-plugin/daemonset.yaml", "config.yaml"): DevicePluginConfig,
-    ("dra/daemonset.yaml", "agent.yaml"): AgentConfig,
-    ("dra/daemonset.yaml", "device-plugin.yaml"): DevicePluginConfig,
-    ("scheduler/extender.yaml", "config.yaml"): SchedulerExtenderConfig,
-    ("webhook/deployment.yaml", "webhook.yaml"): WebhookConfig,
+EMBEDDED: dict[tuple[str, str], Kind[Any]] = {
+    ("agent/daemonset.yaml", "agent.yaml"): AGENT_CONFIG,
+    ("agent/daemonset.yaml", "device-plugin.yaml"): DEVICE_PLUGIN_CONFIG,
+    ("device-plugin/daemonset.yaml", "config.yaml"): DEVICE_PLUGIN_CONFIG,
+    ("dra/daemonset.yaml", "agent.yaml"): AGENT_CONFIG,
+    ("dra/daemonset.yaml", "device-plugin.yaml"): DEVICE_PLUGIN_CONFIG,
+    ("scheduler/extender.yaml", "config.yaml"): SCHEDULER_EXTENDER_CONFIG,
+    ("webhook/deployment.yaml", "webhook.yaml"): WEBHOOK_CONFIG,
 }
-FILES: dict[str, type[Kind]] = {
-    "device-plugin/config-exclusive.yaml": DevicePluginConfig,
-    "device-plugin/config-shared.yaml": DevicePluginConfig,
-    "device-plugin/config-from-shared-rdma-plugin.json": DevicePluginConfig,
-    "scheduler/extender-config.yaml": SchedulerExtenderConfig,
+FILES: dict[str, Kind[Any]] = {
+    "device-plugin/config-exclusive.yaml": DEVICE_PLUGIN_CONFIG,
+    "device-plugin/config-shared.yaml": DEVICE_PLUGIN_CONFIG,
+    "device-plugin/config-from-shared-rdma-plugin.json": DEVICE_PLUGIN_CONFIG,
+    "scheduler/extender-config.yaml": SCHEDULER_EXTENDER_CONFIG,
 }
 
 
@@ -79,7 +77,7 @@ def test_config_file_loads(name: str) -> None:
 def test_the_extender_example_is_the_defaults() -> None:
     """It says so in its first line."""
     path = DEPLOY / "scheduler" / "extender-config.yaml"
-    assert load(path, SchedulerExtenderConfig) == SchedulerExtenderConfig()
+    assert load(path, SCHEDULER_EXTENDER_CONFIG) == ExtenderSettings()
 
 
 def test_kustomization_is_the_default_install() -> None:
@@ -156,7 +154,7 @@ def test_the_device_plugin_probes_the_socket_its_config_serves(tmp_path: Path) -
 
     path = tmp_path / "config.yaml"
     path.write_text(embedded()[("device-plugin/daemonset.yaml", "config.yaml")])
-    (pool,) = cast(DevicePluginConfig, load(path, DevicePluginConfig)).pools
+    (pool,) = load(path, DEVICE_PLUGIN_CONFIG).pools
     docs = yaml.safe_load_all((DEPLOY / "device-plugin" / "daemonset.yaml").read_text())
     (ds,) = [d for d in docs if d["kind"] == "DaemonSet"]
     (container,) = ds["spec"]["template"]["spec"]["containers"]

@@ -19,11 +19,14 @@ import grpc
 import pytest
 from kubelet_standin import KubeletStandIn, device_nodes
 
-from rdmaplane.config import DevicePluginConfig, parse
+from rdmaplane.config import parse
+from rdmaplane.config.base import validate
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 from rdmaplane.deviceplugin import RdmaDevicePlugin
 from rdmaplane.deviceplugin import plugin as plugin_module
 from rdmaplane.deviceplugin.plugin import poll_topology
 from rdmaplane.deviceplugin.resources import device_id
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import read_node, samples
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.nccl import nccl_env
@@ -53,12 +56,8 @@ def kubelet_dir() -> Iterator[Path]:
 
 
 def make_plugin(config: dict[str, object], kubelet_dir: Path, dev_root: Path) -> RdmaDevicePlugin:
-    cfg = DevicePluginConfig.model_validate(
-        {"health_poll_interval": POLL, "resend_interval": 5, **config}
-    )
-    return RdmaDevicePlugin(
-        cfg.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root), max_backoff=0.2
-    )
+    cfg = validate(PluginSettings, {"healthPollInterval": POLL, "resendInterval": 5, **config})
+    return RdmaDevicePlugin(cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root), max_backoff=0.2)
 
 
 @contextlib.asynccontextmanager
@@ -346,8 +345,8 @@ async def test_shared_pool_from_the_shared_rdma_plugin_config(
             }
         ],
     }
-    cfg = parse(legacy, DevicePluginConfig, "legacy.json")
-    plugin = RdmaDevicePlugin(cfg.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root))
+    cfg = parse(legacy, DEVICE_PLUGIN_CONFIG, "legacy.json")
+    plugin = RdmaDevicePlugin(cfg, kubelet_dir=kubelet_dir, dev_root=str(dev_root))
     kubelet = KubeletStandIn(kubelet_dir)
     topo = read_node(str(sysfs))
     async with running(plugin, sysfs, kubelet):
@@ -447,7 +446,7 @@ def test_the_standalone_plugin_serves_as_one_lean_process(
     sysfs: Path, dev_root: Path, kubelet_dir: Path, tmp_path: Path
 ) -> None:
     """The command checks its input, then becomes the serving process (the same PID, no
-    child), which never imports the CLI, the config models or ssl: seen in the import log of
+    child), which never imports the CLI, the validator or ssl: seen in the import log of
     the second interpreter (PYTHONPROFILEIMPORTTIME survives the exec)."""
     config = tmp_path / "dp.yaml"
     config.write_text("apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n")
@@ -473,7 +472,7 @@ async def test_list_is_resent_on_the_periodic_tick(
     sysfs: Path, dev_root: Path, kubelet_dir: Path
 ) -> None:
     kubelet = KubeletStandIn(kubelet_dir)
-    plugin = make_plugin({"resend_interval": 0.1}, kubelet_dir, dev_root)
+    plugin = make_plugin({"resendInterval": 0.1}, kubelet_dir, dev_root)
     async with running(plugin, sysfs, kubelet):
         await kubelet.wait_for(lambda: device_count(kubelet) == 9)
         seen = kubelet.plugins["rdmaplane.io/hca"]

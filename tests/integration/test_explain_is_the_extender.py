@@ -18,7 +18,8 @@ from typer.testing import CliRunner
 
 from rdmaplane import nrt
 from rdmaplane.cli import app
-from rdmaplane.config import SchedulerExtenderConfig
+from rdmaplane.config import parse
+from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
@@ -85,8 +86,8 @@ def test_explain_placement_is_filter_then_prioritize(
     explained = json.loads(result.stdout)
     rows = {r["node"]: r for r in explained["nodes"]}
 
-    cfg = SchedulerExtenderConfig.model_validate(config)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
+    cfg = parse(config, SCHEDULER_EXTENDER_CONFIG, "config.yaml")
+    cache = ClusterCache.configured(cfg)
     cache.replace("nrt", list(yaml.safe_load_all(files["nrt"].read_text())))
     cache.replace("node", yaml.safe_load(files["nodes"].read_text())["items"])
     cache.replace("pod", [yaml.safe_load(files["pods"].read_text())])

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.debugaccess import LoopbackDebug, is_loopback
+from rdmaplane.scheduler.settings import ExtenderSettings
 from tests.integration.test_scheduler_http import _cluster
 from tests.scheduler_helpers import pod, serve
 
@@ -32,7 +32,7 @@ async def _get(app: LoopbackDebug, client: str, path: str) -> httpx.Response:
 
 
 def _served(remote: bool) -> LoopbackDebug:
-    return LoopbackDebug(create_app(_cluster(), SchedulerExtenderConfig()), remote=remote)
+    return LoopbackDebug(create_app(_cluster(), ExtenderSettings()), remote=remote)
 
 
 @pytest.mark.parametrize("client", LOCAL)

@@ -18,7 +18,7 @@ from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.fabricsource import NOTHING, FabricSource
 from rdmaplane.agent.inventory import nrt_object
-from rdmaplane.config.agent import FabricConfig
+from rdmaplane.agent.settings import FabricSettings
 from rdmaplane.discovery import lldp
 from rdmaplane.model import NodeTopology
 from tests.fabrics import rail_optimised
@@ -100,7 +100,7 @@ def test_the_agent_publishes_lldp_neighbours(
     tmp_path: Path, sample_nodes: dict[str, NodeTopology]
 ) -> None:
     topo = sample_nodes["hgx-h100-roce"]
-    source = FabricSource(FabricConfig(lldpCommand=hgx_lldp(tmp_path)), "gpu-7")
+    source = FabricSource(FabricSettings(lldp_command=tuple(hgx_lldp(tmp_path))), "gpu-7")
     got = source.read(topo)
     assert got.source == "lldp"
     tier0 = fab.collapse(f"su0-rail{i}" for i in range(8))
@@ -129,7 +129,7 @@ def test_the_fabric_file_names_the_higher_tiers(
     doc = rail_optimised(units=2, per_unit=4, rails=8)
     path = tmp_path / "fabric.yaml"
     path.write_text(yaml.safe_dump(doc))
-    config = FabricConfig(file=path, lldp="off", tierLabels=["example.com/t0", "example.com/t1"])
+    config = FabricSettings(file=path, lldp="off", tier_labels=("example.com/t0", "example.com/t1"))
     got = FabricSource(config, "gpu-005").read(sample_nodes["hgx-h100-roce"])
     assert got.source == "file"
     assert got.labels["example.com/t0"] == "su1"
@@ -138,9 +138,9 @@ def test_the_fabric_file_names_the_higher_tiers(
 
 
 def test_no_source_owns_no_label(sample_nodes: dict[str, NodeTopology]) -> None:
-    source = FabricSource(FabricConfig(lldp="off"), "n")
+    source = FabricSource(FabricSettings(lldp="off"), "n")
     assert source.read(sample_nodes["hgx-h100-roce"]) is NOTHING and source.owned_keys == ()
-    none_here = FabricSource(FabricConfig(lldpCommand=["no-such-lldpcli"]), "n")
+    none_here = FabricSource(FabricSettings(lldp_command=("no-such-lldpcli",)), "n")
     assert none_here.owned_keys == ()  # topograph's labels stay untouched
 
 
@@ -149,7 +149,7 @@ def test_a_broken_fabric_file_falls_back_to_lldp(
 ) -> None:
     path = tmp_path / "fabric.yaml"
     path.write_text("kind: Fabric\nswitches: []\n")
-    config = FabricConfig(file=path, lldpCommand=hgx_lldp(tmp_path))
+    config = FabricSettings(file=path, lldp_command=tuple(hgx_lldp(tmp_path)))
     got = FabricSource(config, "gpu-7").read(sample_nodes["hgx-h100-roce"])
     assert got.source == "lldp"
     assert f"{path}: apiVersion: Field required; trying LLDP" in caplog.text

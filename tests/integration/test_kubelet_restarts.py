@@ -20,8 +20,8 @@ from kubelet_process import KubeletProcess
 from kubelet_standin import agent_with_plugin, device_nodes
 
 from rdmaplane.agent.service import Agent
-from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin import RdmaDevicePlugin
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import read_node
 
 HOUR = 3600.0
@@ -45,9 +45,9 @@ async def test_every_instant_restart_is_followed_by_registration_and_a_full_list
 ) -> None:
     sysfs = sample_trees["hgx-h100-roce"]
     topo = read_node(str(sysfs))
-    config = DevicePluginConfig.model_validate({"registration": registration})
+    config = PluginSettings(registration=registration)
     plugin = RdmaDevicePlugin(
-        config.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root), recheck_interval=HOUR
+        config, kubelet_dir=kubelet_dir, dev_root=str(dev_root), recheck_interval=HOUR
     )
     plugin.update(topo)
     watcher = registration == "plugins-registry"

@@ -15,10 +15,10 @@ import orjson
 import pytest
 
 from rdmaplane import nrt
-from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import layout
+from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.scheduler.watch import make_client, watch_all
 from tests.scheduler_helpers import node, pod, serve, unreachable_kubeconfig
 
@@ -40,9 +40,7 @@ def _cluster() -> ClusterCache:
 
 @pytest.fixture
 def url() -> Iterator[str]:
-    with serve(
-        create_app(_cluster(), SchedulerExtenderConfig(max_request_bytes=64 * 1024))
-    ) as base:
+    with serve(create_app(_cluster(), ExtenderSettings(max_request_bytes=64 * 1024))) as base:
         yield base
 
 
@@ -202,7 +200,7 @@ def test_unexpected_fault_is_a_503_with_a_message() -> None:
         raise KeyError("zone")
 
     cache.verdicts = broken  # type: ignore[method-assign]
-    with serve(create_app(cache, SchedulerExtenderConfig())) as base:
+    with serve(create_app(cache, ExtenderSettings())) as base:
         reply = _call(base, "filter", {"Pod": pod("p", 1, 1), "NodeNames": ["paired"]})
         assert reply.status_code == 503 and "internal error: KeyError" in reply.json()["Error"]
 
@@ -235,7 +233,7 @@ def test_serves_without_a_cluster(tmp_path: Path) -> None:
     cache = ClusterCache()
     app = create_app(
         cache,
-        SchedulerExtenderConfig(),
+        ExtenderSettings(),
         lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted),
     )
     with serve(app) as base:
@@ -284,7 +282,7 @@ def test_a_watch_task_that_dies_is_restarted_and_healthz_fails_meanwhile() -> No
             raise RuntimeError("unexpected fault injected by the test")
         await asyncio.Event().wait()
 
-    app = create_app(_cluster(), SchedulerExtenderConfig(), watcher)
+    app = create_app(_cluster(), ExtenderSettings(), watcher)
     app.state.tasks.backoff_initial_s, app.state.tasks.backoff_max_s = 0.05, 0.2
     with serve(app) as base:
         health = _until(base, 503)

@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 
 from rdmaplane import logs
 from rdmaplane.cli import app
-from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin import RdmaDevicePlugin
+from rdmaplane.deviceplugin.settings import CdiSettings, PluginSettings
 from rdmaplane.model import NodeTopology
 from tests.scheduler_helpers import unreachable_kubeconfig
 
@@ -188,8 +188,8 @@ def test_a_missing_cdi_folder_is_created_and_said(
     sample_nodes: dict[str, NodeTopology], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     spec_dir = tmp_path / "run" / "cdi"
-    cfg = DevicePluginConfig.model_validate({"cdi": {"enabled": True, "specDir": str(spec_dir)}})
+    cfg = PluginSettings(cdi=CdiSettings(enabled=True, spec_dir=str(spec_dir)))
     caplog.set_level(logging.INFO, logger="rdmaplane")
-    RdmaDevicePlugin(cfg.settings(), kubelet_dir=tmp_path).update(sample_nodes["hgx-h100-roce"])
+    RdmaDevicePlugin(cfg, kubelet_dir=tmp_path).update(sample_nodes["hgx-h100-roce"])
     assert (spec_dir / "rdmaplane.io-hca.json").is_file()
     assert f"created the CDI spec folder {spec_dir}" in caplog.messages

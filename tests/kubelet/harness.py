@@ -43,11 +43,11 @@ from rdmaplane.agent.allocation import Allocations, merge_containers
 from rdmaplane.agent.health import HcaHealth
 from rdmaplane.agent.inventory import gpu_ids, nrt_object
 from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.config.deviceplugin import DevicePluginConfig, PoolConfig, SelectorConfig
+from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.discovery import samples
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
-from rdmaplane.selectors import compute_ports
+from rdmaplane.selectors import Selectors, compute_ports
 from tests.integration.kubelet_standin import device_nodes
 from tests.kubelet.gpu_plugin import RESOURCE as GPU
 from tests.kubelet.gpu_plugin import Gpu, GpuPluginStandIn
@@ -129,14 +129,14 @@ def sample_node(name: str) -> Iterator[SampleNode]:
         yield SampleNode(name, root, read_node(str(root)))
 
 
-def plugin_config(topology: NodeTopology, shared_slots: int) -> DevicePluginConfig:
+def plugin_config(topology: NodeTopology, shared_slots: int) -> PluginSettings:
     """Both pools over the compute HCAs (the fastest class that is up), as a site's selectors
     would pick them; the storage and front-end NICs stay out."""
-    compute = SelectorConfig(hca_names=sorted({h.name for h, _ in compute_ports(topology)}))
-    return DevicePluginConfig(
+    compute = Selectors(hca_names=tuple(sorted({h.name for h, _ in compute_ports(topology)})))
+    return PluginSettings(
         pools=[
-            PoolConfig(selectors=compute),
-            PoolConfig(mode="shared", slots=shared_slots, selectors=compute),
+            Pool(selectors=compute),
+            Pool(mode="shared", slots=shared_slots, selectors=compute),
         ],
         resend_interval=3600,
     )

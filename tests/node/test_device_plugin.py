@@ -19,8 +19,9 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from rdmaplane.config import DevicePluginConfig
+from rdmaplane.config.base import validate
 from rdmaplane.deviceplugin.resources import device_id
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import read_node
 from rdmaplane.model import Hca, NodeTopology
 from rdmaplane.nccl import nccl_env
@@ -55,7 +56,7 @@ def device_files(hcas: list[Hca]) -> set[str]:
 
 def expected_env(topo: NodeTopology, hcas: list[Hca], config: dict[str, Any]) -> dict[str, str]:
     """The environment our plugin plans for exactly `hcas` (rdmaplane.nccl) and RDMAPLANE_HCAS."""
-    pool = DevicePluginConfig.model_validate(config).settings().pools[0]
+    pool = validate(PluginSettings, config).pools[0]
     ports = [(h, p) for h, p in compute_ports(topo, Selectors()) if h in hcas]
     return {**nccl_env(topo, ports, pool.nccl), "RDMAPLANE_HCAS": ",".join(h.name for h in hcas)}
 

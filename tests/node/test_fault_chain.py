@@ -29,8 +29,8 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType
 
-from rdmaplane.config import DevicePluginConfig
-from rdmaplane.config.agent import FaultConfig, PublishConfig
+from rdmaplane.agent.settings import FaultSettings, PublishSettings
+from rdmaplane.deviceplugin.settings import PluginSettings
 from tests.e2e.test_agent import install_rbac, running_agent
 from tests.node import pods
 from tests.node.conftest import NodeCluster
@@ -45,8 +45,8 @@ EXAMPLE_JOB = REPO / "examples" / "indexed-job.yaml"
 TRAIN = REPO / "examples" / "train"
 NOTICE = "rdmaplane.io/fault"
 # the notice first (the kubelet refreshes the file within a second), the eviction after
-FAULT = FaultConfig.model_validate(
-    {"fatalAfter": "1s", "clearAfter": "60s", "graceSeconds": "8s", "maxEvictionsPerMinute": 4}
+FAULT = FaultSettings(
+    fatal_after_s=1.0, clear_after_s=60.0, grace_s=8.0, max_evictions_per_minute=4
 )
 # times the notice's arrival in the file; leaves at SIGTERM (as PID 1 it has no default action)
 WATCH = (
@@ -152,10 +152,10 @@ async def test_a_port_down_restarts_the_job_from_its_checkpoint_on_healthy_hcas(
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     kubeconfig = install_rbac(node_cluster.cluster)
-    publish = PublishConfig(backoff_initial_s=0.2, backoff_max_s=1.0)
+    publish = PublishSettings(backoff_initial_s=0.2, backoff_max_s=1.0)
     async with running_agent(
         kubeconfig, real_node.name, agent_tree, real_node.workdir,
-        DevicePluginConfig(), fault=FAULT, publish=publish,
+        PluginSettings(), fault=FAULT, publish=publish,
     ):  # fmt: skip
         await wait_allocatable(kube, real_node, {HCA: 9})
         await kube.create(codecs.from_dict(training_job("train", real_node, checkpoints)),

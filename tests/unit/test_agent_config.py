@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from rdmaplane.agent.kubeletconfig import read_kubelet_topology_manager
-from rdmaplane.config import AgentConfig, ConfigError, load
+from rdmaplane.agent.settings import AgentSettings, HealthSettings
+from rdmaplane.config import ConfigError, load
+from rdmaplane.config.agent import AGENT_CONFIG
 from rdmaplane.counters import KNOWN_COUNTERS
 
 HEAD = "apiVersion: rdmaplane.io/v1alpha1\nkind: AgentConfig\n"
@@ -22,15 +24,15 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_defaults_and_overrides(tmp_path: Path):
     cfg = load(
         write(tmp_path, "nodeName: n1\npollInterval: 2s\nrediscoverInterval: 90\n"),
-        AgentConfig,
+        AGENT_CONFIG,
         poll_interval_s=None,
     )
     assert (cfg.node_name, cfg.poll_interval_s, cfg.allocation_interval_s) == ("n1", 2.0, 30.0)
     assert cfg.rediscover_interval_s == 90.0  # a plain number is seconds
     assert cfg.pod_resources_socket == Path("/var/lib/kubelet/pod-resources/kubelet.sock")
     assert cfg.kubelet_config_path == Path("/var/lib/kubelet/config.yaml")
-    assert load(None, AgentConfig, node_name="n2", metrics_port=1234).metrics_port == 1234
-    assert load(write(tmp_path, "metricsPort: 1\n"), AgentConfig, metrics_port=2).metrics_port == 2
+    assert load(None, AGENT_CONFIG, node_name="n2", metrics_port=1234).metrics_port == 1234
+    assert load(write(tmp_path, "metricsPort: 1\n"), AGENT_CONFIG, metrics_port=2).metrics_port == 2
     assert cfg.health.thresholds["link_downed"] == 0
 
 
@@ -58,23 +60,23 @@ def test_defaults_and_overrides(tmp_path: Path):
 def test_errors_name_the_key(tmp_path: Path, text: str, message: str):
     path = write(tmp_path, text)
     with pytest.raises(ConfigError) as err:
-        load(path, AgentConfig)
+        load(path, AGENT_CONFIG)
     assert str(err.value).startswith(f"{path}: ")
     assert message in str(err.value)
 
 
 @pytest.mark.parametrize("address", ["0.0.0.0", "::", "127.0.0.1", "fe80::1"])
 def test_metrics_address_is_an_ip(address: str):
-    assert AgentConfig(metrics_address=address).metrics_address == address
+    assert AgentSettings(metrics_address=address).metrics_address == address
 
 
 def test_every_known_counter_can_have_a_threshold():
-    assert AgentConfig(health={"thresholds": dict.fromkeys(KNOWN_COUNTERS, 1)})
+    assert AgentSettings(health=HealthSettings(thresholds=dict.fromkeys(KNOWN_COUNTERS, 1)))
 
 
 def test_missing_file(tmp_path: Path):
     with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read: No such file"):
-        load(tmp_path / "nope.yaml", AgentConfig, node_name="n")
+        load(tmp_path / "nope.yaml", AGENT_CONFIG, node_name="n")
 
 
 def test_kubelet_topology_manager(tmp_path: Path):

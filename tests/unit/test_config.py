@@ -1,9 +1,14 @@
 """The config package's shared rules: versioned kinds, camelCase keys, errors that name the key,
-defaults documented from the models (the docs' YAML blocks are checked against them)."""
+defaults documented from the settings dataclasses (the docs' YAML blocks are checked against
+them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import subprocess
+import sys
+import typing
 from pathlib import Path
 from typing import Literal
 
@@ -11,24 +16,24 @@ import pytest
 import yaml
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import Field
 from typer.testing import CliRunner
 
 from rdmaplane.cli import app
-from rdmaplane.config import (
-    API_VERSION,
-    KINDS,
-    AgentConfig,
-    ConfigError,
-    DevicePluginConfig,
-    Kind,
-    SchedulerExtenderConfig,
-    Section,
-    load,
-    parse,
-    render_defaults,
+from rdmaplane.config import API_VERSION, ConfigError, Kind, load, parse, render_defaults
+from rdmaplane.config.agent import AGENT_CONFIG
+from rdmaplane.config.base import adapter, dataclass_in, item_type
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
+from rdmaplane.config.kinds import KINDS
+from rdmaplane.setting import (
+    Seconds,
+    doc_of,
+    format_duration,
+    key_for,
+    key_of,
+    parse_duration,
+    setting,
 )
-from rdmaplane.config.base import Seconds, format_duration, key_for, parse_duration, section_type
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]
@@ -73,15 +78,15 @@ def test_durations_written_read_back(millis: int) -> None:
     assert text == "0s" or not text.startswith("0")
 
 
-def fields_of(model: type[Section]) -> list[tuple[str, str, object]]:
-    """(model, key, description) of every field, nested sections included."""
+def fields_of(settings: type[object]) -> list[tuple[str, str, str]]:
+    """(class, key, description) of every field, nested sections included."""
     out = []
-    for name, field in model.model_fields.items():
-        out.append((model.__name__, field.alias or name, field.description))
-        inner = section_type(field.annotation) or section_type(
-            next(iter(getattr(field.annotation, "__args__", ())), None)
-        )
-        if inner is not None and inner is not model:
+    hints = typing.get_type_hints(settings)
+    for field in dataclasses.fields(settings):  # type: ignore[arg-type]
+        out.append((settings.__name__, key_of(field), doc_of(field)))
+        annotation = hints[field.name]
+        inner = dataclass_in(annotation) or dataclass_in(item_type(annotation))
+        if inner is not None and inner is not settings:
             out += fields_of(inner)
     return out
 
@@ -89,17 +94,32 @@ def fields_of(model: type[Section]) -> list[tuple[str, str, object]]:
 @pytest.mark.parametrize("kind", sorted(KINDS), ids=str)
 def test_every_key_is_camel_case_and_explained(kind: str) -> None:
     """Keys follow one style, and `render_defaults` (the docs) says what each one is for."""
-    for model, key, description in fields_of(KINDS[kind]):
+    for model, key, description in fields_of(KINDS[kind].settings):
         assert re.fullmatch(r"[a-z][A-Za-z0-9]*", key), f"{model}.{key} is not camelCase"
-        assert description or key == "kind", f"{model}.{key} has no description"
+        assert description, f"{model}.{key} has no description"
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS), ids=str)
 def test_rendered_defaults_load_back_as_the_defaults(kind: str) -> None:
-    cls = KINDS[kind]
-    doc = yaml.safe_load(render_defaults(cls))
-    assert doc == cls().model_dump(mode="json", by_alias=True)
-    assert parse(doc, cls, "defaults") == cls()
+    k = KINDS[kind]
+    doc = yaml.safe_load(render_defaults(k))
+    dumped = adapter(k.settings).dump_python(k.settings(), mode="json", by_alias=True)
+    assert doc == {"apiVersion": API_VERSION, "kind": kind, **dumped}
+    assert parse(doc, k, "defaults") == k.settings()
+
+
+def test_no_file_is_the_defaults_without_the_validator() -> None:
+    """A command given no config file gets the dataclasses' own defaults, and pydantic is not
+    even imported for it (start-up time: bench/cli.py)."""
+    assert load(None, AGENT_CONFIG) == AGENT_CONFIG.settings()
+    assert load(None, AGENT_CONFIG, node_name="n").node_name == "n"
+    code = (
+        "import sys; from rdmaplane.config import load; "
+        "from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG as K; "
+        "load(None, K); print(sorted(m for m in sys.modules if m.startswith('pydantic')))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout == "[]\n"
 
 
 def doc_blocks() -> list[tuple[str, str]]:
@@ -118,18 +138,18 @@ def test_config_blocks_in_the_docs_load(where: str, text: str) -> None:
     """Every example loads as its kind; a defaults block is exactly what the model renders."""
     kind = KINDS[yaml.safe_load(text)["kind"]]
     parse(yaml.safe_load(text), kind, where)
-    if text.startswith(f"# {kind.__name__} defaults"):
+    if text.startswith(f"# {kind.name} defaults"):
         assert text == render_defaults(kind), (
-            f"{where}: the {kind.__name__} defaults block is stale; replace it with the output "
-            f"of `rdmaplane config defaults {kind.__name__}`:\n{render_defaults(kind)}"
+            f"{where}: the {kind.name} defaults block is stale; replace it with the output "
+            f"of `rdmaplane config defaults {kind.name}`:\n{render_defaults(kind)}"
         )
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS), ids=str)
 def test_each_kind_has_its_defaults_in_its_docs(kind: str) -> None:
-    cls = KINDS[kind]
-    blocks = BLOCK.findall((REPO / cls.docs).read_text())
-    assert render_defaults(cls) in blocks, f"{cls.docs} lacks `rdmaplane config defaults {kind}`"
+    k = KINDS[kind]
+    blocks = BLOCK.findall((REPO / k.docs).read_text())
+    assert render_defaults(k) in blocks, f"{k.docs} lacks `rdmaplane config defaults {kind}`"
 
 
 UNVERSIONED = "no apiVersion/kind: add `apiVersion: {v}` and `kind: {k}` at the top (keys are "
@@ -141,26 +161,26 @@ UNVERSIONED += "camelCase; see {d})"
     [
         (
             "weights: {alignment: 1}\n",
-            SchedulerExtenderConfig,
+            SCHEDULER_EXTENDER_CONFIG,
             UNVERSIONED.format(
-                v=API_VERSION, k="SchedulerExtenderConfig", d=SchedulerExtenderConfig.docs
+                v=API_VERSION, k="SchedulerExtenderConfig", d=SCHEDULER_EXTENDER_CONFIG.docs
             ),
         ),
         (
             "nodeName: n\n",
-            AgentConfig,
-            UNVERSIONED.format(v=API_VERSION, k="AgentConfig", d=AgentConfig.docs),
+            AGENT_CONFIG,
+            UNVERSIONED.format(v=API_VERSION, k="AgentConfig", d=AGENT_CONFIG.docs),
         ),
         (
             f"apiVersion: {API_VERSION}\nkind: DevicePluginConfig\n",
-            AgentConfig,
+            AGENT_CONFIG,
             "kind: 'DevicePluginConfig'; expected AgentConfig (a DevicePluginConfig is read by "
             "rdmaplane device-plugin --config, or the agent's devicePluginConfig)",
         ),
     ],
 )
 def test_a_file_says_what_it_lacks_or_what_reads_it(
-    content: str, kind: type[Kind], message: str, tmp_path: Path
+    content: str, kind: Kind[object], message: str, tmp_path: Path
 ) -> None:
     path = tmp_path / "c.yaml"
     path.write_text(content)
@@ -189,7 +209,7 @@ def test_shapes_that_are_no_config(content: str, message: str, tmp_path: Path) -
     path = tmp_path / "c.yaml"
     path.write_text(content)
     with pytest.raises(ConfigError) as e:
-        load(path, AgentConfig)
+        load(path, AGENT_CONFIG)
     assert str(e.value).startswith(f"{path}: ") and message in str(e.value)
     assert "\n" not in str(e.value)
 
@@ -203,7 +223,7 @@ def test_every_problem_is_named_at_once() -> None:
         "metricsPort": 70000,
     }
     with pytest.raises(ConfigError) as e:
-        parse(doc, AgentConfig, "a.yaml")
+        parse(doc, AGENT_CONFIG, "a.yaml")
     assert str(e.value) == (
         "a.yaml: metricsPort: Input should be less than or equal to 65535; "
         "health.window_s: unknown key (did you mean window?); "
@@ -211,29 +231,34 @@ def test_every_problem_is_named_at_once() -> None:
     )
 
 
-def test_a_new_kind_is_one_class() -> None:
-    """What docs/configuration.md promises: a kind and a section are classes, nothing else."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    burst_s: Seconds = setting(1.0, "how long a burst may last", gt=0)
 
-    class LimitsConfig(Section):
-        burst_s: Seconds = Field(default=1.0, gt=0, description="how long a burst may last")
 
-    class WidgetConfig(Kind):
-        docs = "docs/widget.md"
-        read_by = "rdmaplane widget --config"
-        kind: Literal["WidgetConfig"] = "WidgetConfig"
-        limits: LimitsConfig = Field(default_factory=LimitsConfig, description="limits")
+@dataclasses.dataclass(frozen=True, slots=True)
+class WidgetSettings:
+    limits: Limits = setting(factory=Limits, doc="limits")
+    mode: Literal["a", "b"] = setting("a", "a or b")
 
+
+def test_a_new_kind_is_a_dataclass_and_one_line() -> None:
+    """What docs/configuration.md promises: settings are a frozen dataclass of `setting`s,
+    a kind is one `Kind` naming it; loading, the errors and the defaults follow."""
+    widget = Kind("WidgetConfig", WidgetSettings, "docs/widget.md", "rdmaplane widget --config")
+    KINDS["WidgetConfig"] = widget
     try:
-        assert KINDS["WidgetConfig"] is WidgetConfig
         doc = {"apiVersion": API_VERSION, "kind": "WidgetConfig", "limits": {"burst": "1m30s"}}
-        assert parse(doc, WidgetConfig, "w.yaml").limits.burst_s == 90
+        assert parse(doc, widget, "w.yaml") == WidgetSettings(Limits(90.0))
         with pytest.raises(
             ConfigError, match=r"limits.burstTime: unknown key \(did you mean burst"
         ):
-            parse({**doc, "limits": {"burstTime": 2}}, WidgetConfig, "w.yaml")
+            parse({**doc, "limits": {"burstTime": 2}}, widget, "w.yaml")
+        with pytest.raises(ConfigError, match=r"limits.burst: Input should be greater than 0"):
+            parse({**doc, "limits": {"burst": "0s"}}, widget, "w.yaml")
         with pytest.raises(ConfigError, match=r"a WidgetConfig is read by rdmaplane widget"):
-            parse(doc, AgentConfig, "w.yaml")
-        assert "  burst: 1s  # how long a burst may last\n" in render_defaults(WidgetConfig)
+            parse(doc, AGENT_CONFIG, "w.yaml")
+        assert "  burst: 1s  # how long a burst may last\n" in render_defaults(widget)
     finally:
         del KINDS["WidgetConfig"]
 
@@ -243,7 +268,7 @@ runner = CliRunner()
 
 def test_cli_defaults_prints_what_the_docs_show() -> None:
     result = runner.invoke(app, ["config", "defaults", "DevicePluginConfig"])
-    assert result.exit_code == 0 and result.output == render_defaults(DevicePluginConfig)
+    assert result.exit_code == 0 and result.output == render_defaults(DEVICE_PLUGIN_CONFIG)
     result = runner.invoke(app, ["config", "defaults", "Nonsense"])
     assert result.exit_code == 2 and "unknown kind 'Nonsense'" in result.output
 

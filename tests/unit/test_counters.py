@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rdmaplane.config import AgentConfig
+from rdmaplane.agent.settings import AgentSettings
 from rdmaplane.counters import (
     DEFAULT_FATAL_THRESHOLDS,
     DEFAULT_THRESHOLDS,
@@ -40,7 +40,7 @@ def test_the_table_holds_together() -> None:
 
 
 def test_the_config_defaults_come_from_the_table() -> None:
-    config = AgentConfig()
+    config = AgentSettings()
     assert config.health.thresholds == DEFAULT_THRESHOLDS
     assert config.fault.fatal_thresholds == DEFAULT_FATAL_THRESHOLDS == {"link_downed": 0}
     assert DEFAULT_THRESHOLDS == {

@@ -11,20 +11,22 @@ import pytest
 from typer.testing import CliRunner
 
 from rdmaplane.cli import app
-from rdmaplane.config import API_VERSION, ConfigError, DevicePluginConfig, load, parse
+from rdmaplane.config import API_VERSION, ConfigError, load, parse
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.deviceplugin.settings import PluginSettings
 
 HEAD = {"apiVersion": API_VERSION, "kind": "DevicePluginConfig"}
 
 
-def parse_config(doc: object, source: str = "config") -> DevicePluginConfig:
+def parse_config(doc: object, source: str = "config") -> PluginSettings:
     """A native document (apiVersion and kind added) or a configList one, as a file says it."""
     if isinstance(doc, dict) and "configList" not in doc:
         doc = {**HEAD, **doc}
-    return parse(doc, DevicePluginConfig, source)
+    return parse(doc, DEVICE_PLUGIN_CONFIG, source)
 
 
-def load_config(path: Path) -> DevicePluginConfig:
-    return load(path, DevicePluginConfig)
+def load_config(path: Path) -> PluginSettings:
+    return load(path, DEVICE_PLUGIN_CONFIG)
 
 
 LEGACY = {
@@ -62,13 +64,13 @@ def test_reads_the_shared_rdma_plugin_config() -> None:
     cfg = parse_config(LEGACY)
     a, b = cfg.pools
     assert (a.resource_name, a.mode, a.slots) == ("rdma/hca_shared_devices_a", "shared", 1000)
-    assert a.selectors.vendors == ["15b3"] and a.selectors.device_ids == ["1017"]
-    assert a.selectors.drivers == ["mlx5_core"] and a.selectors.link_types == ["ether"]
-    assert a.selectors.if_names == ["ens1f0"]
+    assert a.selectors.vendors == ("15b3",) and a.selectors.device_ids == ("1017",)
+    assert a.selectors.drivers == ("mlx5_core",) and a.selectors.link_types == ("ether",)
+    assert a.selectors.if_names == ("ens1f0",)
     assert (b.resource_name, b.slots, b.selectors.if_names) == (
         "rdma/hca_shared_devices_b",
         500,
-        ["ib0", "ib1"],
+        ("ib0", "ib1"),
     )
     assert cfg.health_poll_interval == 300
 
@@ -77,7 +79,7 @@ def test_native_nccl_settings_reach_the_plan() -> None:
     cfg = parse_config(
         {"pools": [{"nccl": {"socketIfname": "eth0", "trafficClass": 106, "serviceLevel": 3}}]}
     )
-    settings = cfg.pools[0].nccl.settings()
+    settings = cfg.pools[0].nccl
     assert (settings.socket_ifname, settings.ib_tc, settings.ib_sl) == ("eth0", 106, 3)
 
 
@@ -89,9 +91,15 @@ def test_native_nccl_settings_reach_the_plan() -> None:
             {"pools": [{"selectors": {"vendor": ["15b3"]}}]},
             "pools[0].selectors.vendor: unknown key (did you mean vendors?)",
         ),
-        ({"pools": [{"selectors": {"linkTypes": ["fddi"]}}]}, "linkTypes: 'fddi' is not one of"),
-        ({"pools": [{"resourceName": "hca"}]}, "resourceName 'hca' is not an extended resource"),
-        ({"pools": [{}, {}]}, "'rdmaplane.io/hca' is used by more than one pool"),
+        (
+            {"pools": [{"selectors": {"linkTypes": ["fddi"]}}]},
+            "pools[0].selectors.linkTypes: 'fddi' is not one of",
+        ),
+        (
+            {"pools": [{"resourceName": "hca"}]},
+            "pools[0].resourceName: 'hca' is not an extended resource name",
+        ),
+        ({"pools": [{}, {}]}, "pools: resourceName 'rdmaplane.io/hca' is used by more than one"),
         (
             {"healthPollInterval": 0},
             "healthPollInterval: Input should be greater than 0",
@@ -101,7 +109,7 @@ def test_native_nccl_settings_reach_the_plan() -> None:
         ({"pools": [{"nccl": {"serviceLevel": 16}}]}, "pools[0].nccl.serviceLevel"),
         (
             {"pools": [{"nccl": {"ncclVersion": "latest"}}]},
-            "pools[0].nccl: ncclVersion: 'latest' is not a version like 2.21",
+            "pools[0].nccl.ncclVersion: 'latest' is not a version like 2.21",
         ),
         ({"configList": [{"resourceName": "a"}]}, "configList[0].rdmaHcaMax: Field required"),
         ({"configList": [{"resourceName": "a", "rdmaHcaMax": 0}]}, "configList[0].rdmaHcaMax"),

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.config import DevicePluginConfig
+from rdmaplane.config.base import validate
 from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
+from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.model import Hca, NetnsMode, NodeTopology, PhysState, PortState
 from rdmaplane.netns import NETNS_EXCLUSIVE
 from rdmaplane.usability import (
@@ -43,8 +44,7 @@ def dev(hgx: NodeTopology, tmp_path: Path) -> Path:
 
 
 def manager(pool: dict[str, object], dev_root: Path | str) -> ResourceManager:
-    config = DevicePluginConfig(pools=[pool])
-    return ResourceManager(config.settings().pools[0], dev_root=str(dev_root))
+    return ResourceManager(validate(Pool, pool), dev_root=str(dev_root))
 
 
 def down(topo: NodeTopology, name: str) -> NodeTopology:

@@ -17,11 +17,14 @@ import pytest
 import yaml
 
 from rdmaplane.agent.health import HealthState, reported_by_hca, reported_by_port, step
-from rdmaplane.config import AgentConfig, DevicePluginConfig, load, parse
+from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.config import load, parse
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 from rdmaplane.deviceplugin.resources import ResourceManager
-from rdmaplane.deviceplugin.settings import Pool
+from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.discovery.samples import names, read_sample
 from rdmaplane.dra.driver import DraDriver
+from rdmaplane.dra.settings import DraSettings
 from rdmaplane.dra.slices import UNUSABLE_EFFECT, slice_objects, taint_object
 from rdmaplane.faults import TAINT_KEY
 from rdmaplane.model import NodeTopology, PortObservation
@@ -36,18 +39,18 @@ SAMPLES = {name: read_sample(name) for name in names()}
 ADDED = "2026-01-02T03:04:05Z"
 
 
-def _dra_deploy_pools() -> DevicePluginConfig:
+def _dra_deploy_pools() -> PluginSettings:
     docs = yaml.safe_load_all((DEPLOY / "dra" / "daemonset.yaml").read_text())
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     text = config_map["data"]["device-plugin.yaml"]
-    return parse(yaml.safe_load(text), DevicePluginConfig, "deploy/dra/daemonset.yaml")
+    return parse(yaml.safe_load(text), DEVICE_PLUGIN_CONFIG, "deploy/dra/daemonset.yaml")
 
 
 CONFIGS = {
-    "default": DevicePluginConfig(),
+    "default": PluginSettings(),
     "deploy/dra": _dra_deploy_pools(),
-    "config-exclusive": load(DEPLOY / "device-plugin/config-exclusive.yaml", DevicePluginConfig),
-    "config-shared": load(DEPLOY / "device-plugin/config-shared.yaml", DevicePluginConfig),
+    "config-exclusive": load(DEPLOY / "device-plugin/config-exclusive.yaml", DEVICE_PLUGIN_CONFIG),
+    "config-shared": load(DEPLOY / "device-plugin/config-shared.yaml", DEVICE_PLUGIN_CONFIG),
 }
 
 
@@ -146,10 +149,10 @@ def test_slice_and_device_plugin_agree_on_every_device(
         root = device_nodes(topo, tmp_path / variant.replace(" ", "-"))
         for name in missing:
             (root / "infiniband" / name).unlink()
-        agent = AgentConfig(
+        agent = AgentSettings(
             node_name="node-a",
             device_plugin_enabled=False,
-            dra={"enabled": True},
+            dra=DraSettings(enabled=True),
             dev_root=root,
             kubelet_dir=tmp_path / "kubelet",
         )
@@ -157,9 +160,7 @@ def test_slice_and_device_plugin_agree_on_every_device(
         driver = DraDriver(agent, pools, None)
         driver.update(topo, {}, reported=reported_by_port(monitor))
 
-        plugin = plugin_verdicts(
-            topo, CONFIGS[config].settings().pools, root, reported_by_hca(monitor)
-        )
+        plugin = plugin_verdicts(topo, CONFIGS[config].pools, root, reported_by_hca(monitor))
         dra = slice_verdicts(published(driver))
 
         assert dra.keys() <= plugin.keys(), f"{variant}: offered by DRA only"

@@ -20,11 +20,11 @@ from rdmaplane.dra.devices import (
     DraDevice,
     Pool,
     Share,
-    ShareRule,
     device_name,
     offer,
     unusable,
 )
+from rdmaplane.dra.settings import DraSharing
 from rdmaplane.gid import GidPolicy, select_gid
 from rdmaplane.model import Hca, LinkLayer, NodeTopology, PhysState, Port, PortState
 from rdmaplane.nccl import NcclSettings
@@ -231,7 +231,7 @@ def with_ports_down(topo: NodeTopology, *names: str) -> NodeTopology:
 def test_a_shared_pools_ports_are_shared_by_bandwidth_and_an_exclusive_pools_are_not() -> None:
     topo = SAMPLES["hgx-h100-roce"]
     shared = Pool("rdmaplane.io/hca-shared", Selectors(hca_names=("mlx5_[0-3]",)),
-                  share=ShareRule(100, 25))  # fmt: skip
+                  share=DraSharing(100, 25))  # fmt: skip
     devices = offer(topo, [shared, ALL])
     for device in devices.values():
         if device.pool == shared.name:

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.dra.devices import DraDevice, ShareRule, share_of
+from rdmaplane.dra.devices import DraDevice, share_of
+from rdmaplane.dra.settings import DraSharing
 from rdmaplane.dra.slices import (
     BANDWIDTH,
     MAX_DEVICES,
@@ -197,7 +198,7 @@ def test_a_shared_port_publishes_its_rate_as_capacity_the_api_accepts(
     rate: int, step: int, defaults: int
 ) -> None:
     port = Port(1, PortState.ACTIVE, PhysState.LINK_UP, LinkLayer.ETHERNET, rate_gbps=float(rate))
-    share = share_of(port, ShareRule(step * defaults, step))
+    share = share_of(port, DraSharing(step * defaults, step))
     if rate < step:
         assert share is None  # offered whole
         return

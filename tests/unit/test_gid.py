@@ -171,7 +171,8 @@ def tables(draw: st.DrawFn, *, einval: bool) -> list[E]:
 @st.composite
 def policies(draw: st.DrawFn) -> GidPolicy:
     family = draw(st.sampled_from([4, 6]))
-    return GidPolicy(family, draw(st.sampled_from(RANGES[family])), draw(st.sampled_from([1, 2])))
+    cidr, roce = draw(st.sampled_from(RANGES[family])), draw(st.sampled_from([1, 2]))
+    return GidPolicy(family=family, cidr=cidr, roce_version=roce)
 
 
 def brute_force(entries: list[E], policy: GidPolicy) -> int | None:

@@ -16,6 +16,7 @@ from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.layouts import hgx_uplinks, layout
+from rdmaplane.scheduler.settings import FabricScoring
 from tests.fabrics import leaf_spine, rail_optimised
 from tests.scheduler_helpers import pod
 
@@ -46,7 +47,7 @@ def job_pod(name: str, labels: dict[str, str], node: str = "", ns: str = "jobs")
 
 
 def place(
-    cache: ClusterCache, obj: dict[str, Any], weights: ja.FabricWeights = ja.FabricWeights()
+    cache: ClusterCache, obj: dict[str, Any], weights: FabricScoring = FabricScoring()
 ) -> str:
     """Score every node as the extender would, bind the pod to the best one."""
     names = sorted(cache.locations)
@@ -114,7 +115,7 @@ def test_without_the_fabric_term_the_same_job_spreads() -> None:
         names = sorted(cache.locations)
         request = pl.pod_request(obj)
         verdicts = cache.verdicts(names, request)
-        scores, _ = cache.job_scores(obj, names, request, verdicts, ja.FabricWeights(0, 1))
+        scores, _ = cache.job_scores(obj, names, request, verdicts, FabricScoring(0, 1))
         top = max(s for s, v in zip(scores, verdicts, strict=True) if v.fits)
         tied = [n for n, s, v in zip(names, scores, verdicts, strict=True) if v.fits and s == top]
         chosen = rng.choice(tied)
@@ -179,20 +180,20 @@ def test_pods_without_a_group_keep_their_node_local_score() -> None:
     names = sorted(cache.locations)
     request = pl.pod_request(obj)
     verdicts = cache.verdicts(names, request)
-    scores, terms = cache.job_scores(obj, names, request, verdicts, ja.FabricWeights())
+    scores, terms = cache.job_scores(obj, names, request, verdicts, FabricScoring())
     assert terms is None and scores == [v.score for v in verdicts]
 
 
 @pytest.mark.parametrize(
     ("local", "term", "weights", "score"),
     [
-        (10, 1.0, ja.FabricWeights(), 10),
-        (10, 0.0, ja.FabricWeights(), 5),
-        (8, 0.5, ja.FabricWeights(1, 0), 5),
-        (8, 0.5, ja.FabricWeights(0, 0), 8),
+        (10, 1.0, FabricScoring(), 10),
+        (10, 0.0, FabricScoring(), 5),
+        (8, 0.5, FabricScoring(1, 0), 5),
+        (8, 0.5, FabricScoring(0, 0), 8),
     ],
 )
-def test_compose(local: int, term: float, weights: ja.FabricWeights, score: int) -> None:
+def test_compose(local: int, term: float, weights: FabricScoring, score: int) -> None:
     assert ja.compose(local, term, weights) == score
 
 

@@ -1,4 +1,5 @@
-"""The shape of the code: a pure core, adapters, services that never import each other."""
+"""The shape of the code: a pure core, the components' settings, a config layer that reads
+files into them, adapters, services that never import each other."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ CORE = [
     "rdmaplane.agent.allocation",
     "rdmaplane.agent.inventory",
     "rdmaplane.untrusted",
+    "rdmaplane.errors",
+    "rdmaplane.setting",
     "rdmaplane.workloads",
     "rdmaplane.fabric",
     "rdmaplane.fabric_export",
@@ -43,6 +46,16 @@ CORE = [
     "rdmaplane.dra.slices",
     "rdmaplane.dra.readiness",
     "rdmaplane.dra.claims",
+]
+# Each component's settings, defined once (frozen dataclasses): the core and the stdlib's value
+# types (a `Path` setting) only, never I/O, so the core reads them and the config layer fills
+# them without importing a service.
+SETTINGS = [
+    "rdmaplane.deviceplugin.settings",
+    "rdmaplane.agent.settings",
+    "rdmaplane.dra.settings",
+    "rdmaplane.scheduler.settings",
+    "rdmaplane.webhook.settings",
 ]
 SERVICES = ["agent", "scheduler", "doctor", "webhook"]
 IO_MODULES = {
@@ -104,9 +117,36 @@ def test_core_does_no_io(name: str) -> None:
     assert path.exists(), f"{name} is listed as core but does not exist: update CORE"
     found = imports(path)
     bad = {m for m in found if m.split(".")[0] in IO_MODULES}
-    bad |= {m for m in found if m.startswith("rdmaplane") and m != "rdmaplane" and m not in CORE}
+    bad |= {m for m in found if _ours(m) and m not in CORE and m not in SETTINGS}
     assert not bad, f"{name} imports {bad}"
     assert not calls_open(path)
+
+
+def _ours(module: str) -> bool:
+    return module.startswith("rdmaplane") and module != "rdmaplane"
+
+
+@pytest.mark.parametrize("name", SETTINGS)
+def test_settings_import_only_the_core(name: str) -> None:
+    import sys
+
+    path = module_path(name)
+    found = imports(path)
+    bad = {m for m in found if _ours(m) and m not in CORE and m not in SETTINGS}
+    foreign = {m for m in found if m.split(".")[0] not in {*sys.stdlib_module_names, "rdmaplane"}}
+    bad |= foreign
+    bad |= {m for m in found if m.split(".")[0] in IO_MODULES - {"pathlib"}}
+    assert not bad, f"{name} imports {bad}"
+    assert not calls_open(path)
+
+
+def test_the_config_layer_imports_no_service() -> None:
+    """`rdmaplane.config` reads files into the settings: it imports them, the core and the
+    document reader, never a service or an adapter (which import it)."""
+    allowed = {*CORE, *SETTINGS, "rdmaplane.documents"}
+    for path in (SRC / "config").rglob("*.py"):
+        ours = {m for m in imports(path) if _ours(m) and not m.startswith("rdmaplane.config")}
+        assert ours <= allowed, f"{path.relative_to(SRC)} imports {ours - allowed}"
 
 
 def test_core_is_held_to_mypy_strict() -> None:

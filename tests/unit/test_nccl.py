@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from rdmaplane.gid import GidPolicy
 from rdmaplane.model import Hca, NodeTopology, Port
 from rdmaplane.nccl import (
+    NcclPlanError,
     NcclSettings,
-    PlanError,
     default_socket_ifname,
     nccl_env,
     parse_nccl_version,
@@ -121,7 +121,7 @@ def test_old_nccl_without_one_index_is_an_error_that_says_why(
 ) -> None:
     topo = sample_nodes["degraded"]
     with pytest.raises(
-        PlanError, match=r"NCCL 2\.18 needs one NCCL_IB_GID_INDEX.*mlx5_0:1 → 5, mlx5_4:1 → 7"
+        NcclPlanError, match=r"NCCL 2\.18 needs one NCCL_IB_GID_INDEX.*mlx5_0:1 → 5, mlx5_4:1 → 7"
     ):
         nccl_env(topo, pick(topo, "mlx5_0", "mlx5_4"), NcclSettings(nccl_version="2.18"))
     # one index is fine for old NCCL too
@@ -133,9 +133,9 @@ def test_old_nccl_without_one_index_is_an_error_that_says_why(
 
 def test_a_port_without_usable_gid_is_refused(sample_nodes: dict[str, NodeTopology]) -> None:
     topo = sample_nodes["degraded"]
-    with pytest.raises(PlanError, match="no usable GID on mlx5_3:1: only link-local GIDs"):
+    with pytest.raises(NcclPlanError, match="no usable GID on mlx5_3:1: only link-local GIDs"):
         nccl_env(topo, pick(topo, "mlx5_0", "mlx5_3"))
-    with pytest.raises(PlanError, match="mlx5_4:1: no IPv6 GID"):
+    with pytest.raises(NcclPlanError, match="mlx5_4:1: no IPv6 GID"):
         nccl_env(topo, pick(topo, "mlx5_0", "mlx5_4"), NcclSettings(gid_policy=GidPolicy(family=6)))
 
 
@@ -153,7 +153,7 @@ def test_mixed_infiniband_and_roce_set_is_refused(sample_nodes: dict[str, NodeTo
     link type using NCCL_IB_HCA"): no environment for such a set, as the doctor's nccl-env
     check and its NCCL log rule say."""
     topo = sample_nodes["hgx-h200-ib"]
-    with pytest.raises(PlanError, match=r"InfiniBand mlx5_0:1; RoCE mlx5_1:1, mlx5_2:1"):
+    with pytest.raises(NcclPlanError, match=r"InfiniBand mlx5_0:1; RoCE mlx5_1:1, mlx5_2:1"):
         nccl_env(topo, pick(topo, "mlx5_0", "mlx5_1", "mlx5_2"))
     env = nccl_env(topo, pick(topo, "mlx5_1", "mlx5_2"))
     assert env["NCCL_IB_GID_INDEX"] == "3" and env["MC_GID_INDEX"] == "3"
@@ -203,14 +203,14 @@ def test_versions() -> None:
 
 def test_empty_set_and_unwritable_names_are_refused() -> None:
     topo = node(hca("mlx5,0", port(standard())))
-    with pytest.raises(PlanError, match="no HCA ports"):
+    with pytest.raises(NcclPlanError, match="no HCA ports"):
         nccl_env(topo, [])
-    with pytest.raises(PlanError, match="cannot be written into NCCL_IB_HCA"):
+    with pytest.raises(NcclPlanError, match="cannot be written into NCCL_IB_HCA"):
         nccl_env(topo, every_port(topo))
 
 
 def test_ports_of_another_node_are_refused(sample_nodes: dict[str, NodeTopology]) -> None:
-    with pytest.raises(PlanError, match="is not an HCA of"):
+    with pytest.raises(NcclPlanError, match="is not an HCA of"):
         nccl_env(sample_nodes["hgx-h100-roce"], compute_ports(sample_nodes["hgx-h200-ib"]))
 
 
@@ -225,7 +225,7 @@ def test_env_names_exactly_the_set_and_is_byte_stable(
         st.lists(st.sampled_from(ports), min_size=1, unique_by=lambda hp: hp[0].name)
     )
     if len({p.link_layer for _, p in chosen}) > 1:
-        with pytest.raises(PlanError, match="InfiniBand and RoCE ports together"):
+        with pytest.raises(NcclPlanError, match="InfiniBand and RoCE ports together"):
             nccl_env(topo, chosen)
         return
     env = nccl_env(topo, chosen)

@@ -10,6 +10,7 @@ from gidtables import hca, node, port, standard
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rdmaplane.config.base import ConfigError, validate
 from rdmaplane.model import LinkLayer, NodeTopology
 from rdmaplane.selectors import Selectors, classify_ports, compute_ports, natural_key
 
@@ -117,21 +118,21 @@ def test_selected_down_port_stays_and_says_so(sample_nodes: dict[str, NodeTopolo
 
 
 def test_unknown_link_type_is_refused() -> None:
-    with pytest.raises(ValueError, match="linkTypes: 'token-ring'"):
+    with pytest.raises(ValueError, match="link_types: 'token-ring'"):
         Selectors(link_types=("token-ring",))
 
 
 def test_from_device_plugin_config(sample_nodes: dict[str, NodeTopology]) -> None:
     config = {"vendors": ["15b3"], "deviceIDs": ["1021"], "linkTypes": ["infiniband"]}
-    sel = Selectors.from_config(config)
+    sel = validate(Selectors, config)
     assert sel == Selectors(vendors=("15b3",), device_ids=("1021",), link_types=("infiniband",))
     assert names(compute_ports(sample_nodes["hgx-h200-ib"], sel)) == names(
         compute_ports(sample_nodes["hgx-h200-ib"])
     )
-    with pytest.raises(ValueError, match="selectors: unknown key 'devices'"):
-        Selectors.from_config({"devices": ["ib0"]})
-    with pytest.raises(ValueError, match=r"resourceList\[0\].selectors.vendors: expected a list"):
-        Selectors.from_config({"vendors": "15b3"}, where="resourceList[0].selectors")
+    with pytest.raises(ConfigError, match=r"^devices: unknown key \(did you mean deviceIDs\?\)"):
+        validate(Selectors, {"devices": ["ib0"]})
+    with pytest.raises(ConfigError, match=r"^s: vendors: Input should be a valid list"):
+        validate(Selectors, {"vendors": "15b3"}, "s: ")
 
 
 _VALUES = st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple)
@@ -150,5 +151,5 @@ _VALUES = st.lists(st.text(min_size=1, max_size=8), max_size=3).map(tuple)
 )
 def test_to_config_names_exactly_the_selectors_given(sel: Selectors) -> None:
     said = sel.to_config()
-    assert Selectors.from_config(said) == sel
+    assert validate(Selectors, said) == sel
     assert all(said.values())  # empty ones, matching everything, are left out

@@ -10,11 +10,13 @@ import jsonpatch
 import pytest
 from hypothesis import given, settings
 
-from rdmaplane.config import WebhookConfig
+from rdmaplane.config.base import validate
 from rdmaplane.webhook import inject
+from rdmaplane.webhook.settings import InjectPolicy, WebhookSettings
 from tests.webhook_pods import GPU, HCA, SHARED, contains, pods
 
-POLICY = WebhookConfig.model_validate(
+POLICY = validate(
+    WebhookSettings,
     {
         "nodeClasses": [
             {
@@ -24,8 +26,8 @@ POLICY = WebhookConfig.model_validate(
                 "maxHcas": 4,
             }
         ]
-    }
-).policy()
+    },
+)
 POLICY_DOCTOR = POLICY
 
 
@@ -47,7 +49,7 @@ def gpu(name: str = "main", n: str = "8", **extra: Any) -> dict[str, Any]:
     return {"name": name, "image": "x", "resources": {"limits": {GPU: n}}, **extra}
 
 
-def applied(obj: dict[str, Any], policy: inject.Policy = POLICY) -> dict[str, Any]:
+def applied(obj: dict[str, Any], policy: InjectPolicy = POLICY) -> dict[str, Any]:
     result = inject.mutate(obj, policy)
     out: dict[str, Any] = jsonpatch.apply_patch(obj, result.patch)
     return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
-from rdmaplane.config.agent import FabricConfig
+from rdmaplane.agent.settings import FabricSettings
 from rdmaplane.config.fabric import fabric_from_document
 from rdmaplane.discovery import lldp
 from rdmaplane.documents import DocumentError, read_document
@@ -38,7 +38,7 @@ NOTHING = NodeFabric({}, (), "")
 
 
 class FabricSource:
-    def __init__(self, config: FabricConfig, node: str) -> None:
+    def __init__(self, config: FabricSettings, node: str) -> None:
         self.config = config
         self.node = node
         self._problem: str | None = None

@@ -33,7 +33,7 @@ from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.health import HealthState
 from rdmaplane.agent.inventory import Offered
 from rdmaplane.agent.metrics import AgentMetrics
-from rdmaplane.config.agent import FaultConfig
+from rdmaplane.agent.settings import FaultSettings
 from rdmaplane.gid import plan_node
 from rdmaplane.model import NodeTopology, PortObservation
 from rdmaplane.porthealth import FaultClass, RuleTable, judge
@@ -103,7 +103,7 @@ class _Skip(Exception):
 class FaultActor:
     def __init__(
         self,
-        config: FaultConfig,
+        config: FaultSettings,
         rules: RuleTable,
         node_name: str,
         kube: AsyncClient | None,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rdmaplane.config.agent import POLICIES, SCOPES
 from rdmaplane.documents import DocumentError, read_document
+from rdmaplane.nrt import POLICIES, SCOPES
 
 
 def read_kubelet_topology_manager(path: Path) -> tuple[str, str, str | None]:

@@ -10,8 +10,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from rdmaplane.agent.inventory import Offered, offered_devices
-from rdmaplane.config import DevicePluginConfig
 from rdmaplane.deviceplugin.plugin import RdmaDevicePlugin
+from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.model import NodeTopology
 from rdmaplane.supervisor import Supervisor
 
@@ -19,10 +19,8 @@ from rdmaplane.supervisor import Supervisor
 class EmbeddedPlugin:
     """`RdmaDevicePlugin` serving the kubelet from inside the agent; no discovery of its own."""
 
-    def __init__(self, config: DevicePluginConfig, *, kubelet_dir: Path, dev_root: Path) -> None:
-        self.plugin = RdmaDevicePlugin(
-            config.settings(), kubelet_dir=kubelet_dir, dev_root=str(dev_root)
-        )
+    def __init__(self, settings: PluginSettings, *, kubelet_dir: Path, dev_root: Path) -> None:
+        self.plugin = RdmaDevicePlugin(settings, kubelet_dir=kubelet_dir, dev_root=str(dev_root))
 
     @property
     def resources(self) -> list[str]:

@@ -8,10 +8,11 @@ from pathlib import Path
 import grpc
 
 from rdmaplane.agent.allocation import Allocations, merge_containers
+from rdmaplane.errors import RdmaplaneError
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2, api_pb2_grpc
 
 
-class PodResourcesError(RuntimeError):
+class PodResourcesError(RdmaplaneError):
     """The kubelet's PodResources socket did not answer; the message says which and why."""
 
 

@@ -43,7 +43,7 @@ from lightkube.types import PatchType
 from rdmaplane import nrt
 from rdmaplane.agent.desired import CONDITION_TYPE, Condition
 from rdmaplane.agent.metrics import AgentMetrics
-from rdmaplane.config import PublishConfig
+from rdmaplane.agent.settings import PublishSettings
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.kube.client import FIELD_MANAGER
 
@@ -96,7 +96,7 @@ class Publisher:
         self,
         client: AsyncClient,
         node_name: str,
-        config: PublishConfig,
+        config: PublishSettings,
         metrics: AgentMetrics,
     ) -> None:
         self.client = client

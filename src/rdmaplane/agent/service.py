@@ -47,8 +47,9 @@ from rdmaplane.agent.kubeletconfig import read_kubelet_topology_manager
 from rdmaplane.agent.metrics import AgentMetrics, NodeView
 from rdmaplane.agent.podresources import PodResourcesError
 from rdmaplane.agent.publisher import Desired, Publisher
-from rdmaplane.config import AgentConfig, DevicePluginConfig, PoolConfig
+from rdmaplane.agent.settings import AgentSettings
 from rdmaplane.deviceplugin.resources import ResourceManager
+from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.discovery import read_node
 from rdmaplane.discovery.probe import Probe, Reading, settle
 from rdmaplane.discovery.rdma_netlink import NetlinkError, RdmaNetlink
@@ -100,12 +101,12 @@ NETNS_REFUSALS = {
 class Agent:
     def __init__(
         self,
-        config: AgentConfig,
+        config: AgentSettings,
         *,
         kube: AsyncClient | None = None,
         plugin: DevicePlugin | None = None,
         allocation_source: AllocationSource | None = None,
-        pools: Sequence[PoolConfig] | None = None,
+        pools: Sequence[Pool] | None = None,
         netlink: RdmaNetlink | None = None,
         dra: DraDriver | None = None,
     ) -> None:
@@ -114,8 +115,8 @@ class Agent:
         # the device plugin's pools (also when another process serves them): their GID policy
         # gives the NCCL_IB_GID_INDEX pods get, and so the node's gid-index label; shared ones
         # need shared RDMA netns mode
-        self.pools = list(pools if pools is not None else DevicePluginConfig().pools)
-        self._pool_managers = [ResourceManager(p.pool()) for p in self.pools]
+        self.pools = list(pools if pools is not None else PluginSettings().pools)
+        self._pool_managers = [ResourceManager(p) for p in self.pools]
         self._facts: tuple[NodeTopology, PoolFacts] | None = None
         self._gid_problem: str | None = None
         self._netns_problem: str | None = None

@@ -21,6 +21,7 @@ from typer.core import TyperGroup, TyperOption
 from typer.models import CommandInfo, TyperInfo
 
 from rdmaplane import __version__
+from rdmaplane.errors import InputError, RdmaplaneError
 
 # click's exceptions, from wherever this typer takes click (newer releases vendor it)
 _errors: Any = importlib.import_module(typer.BadParameter.__module__)
@@ -113,7 +114,9 @@ def _whole_summaries(group: Any) -> None:
 class _Rdmaplane(TyperGroup):
     """The root group: commands loaded on use; a bad flag or argument, or a flag given twice,
     is one `error:` line naming it, like every other bad input, instead of click's usage box
-    (the usage is one `--help` away)."""
+    (the usage is one `--help` away). The exit codes, in one place: 2 for bad input (a usage
+    error, any `InputError` a command lets through), 1 for any other `RdmaplaneError`, a
+    command's own `fail(message, code)` otherwise."""
 
     def list_commands(self, ctx: Any) -> list[str]:
         return list(COMMANDS)
@@ -152,6 +155,10 @@ class _Rdmaplane(TyperGroup):
             _exit(e.format_message(), e.exit_code)
         except typer.Abort:
             _exit("aborted", 1)
+        except InputError as e:  # a file, flag or document that cannot be used
+            _exit(str(e), 2)
+        except RdmaplaneError as e:  # work that could not be done with good input
+            _exit(str(e), 1)
         sys.exit(result if isinstance(result, int) else 0)
 
 

@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,7 +16,6 @@ import typer
 from rdmaplane.cli.common import (
     LogFormatOption,
     VerboseOption,
-    config_file,
     existing_dir,
     fail,
     start_logging,
@@ -24,7 +24,8 @@ from rdmaplane.cli.common import (
 if TYPE_CHECKING:
     from rdmaplane.agent.plugin import EmbeddedPlugin
     from rdmaplane.agent.service import Agent
-    from rdmaplane.config import AgentConfig, DevicePluginConfig
+    from rdmaplane.agent.settings import AgentSettings
+    from rdmaplane.deviceplugin.settings import PluginSettings
 
 log = logging.getLogger("rdmaplane.agent")
 
@@ -114,10 +115,17 @@ def agent(
     flags = (node_name, sysfs_root, kubelet_dir, kubeconfig, device_plugin_config, metrics_port)
     cfg = configured(config, *flags, log_format)
     if no_publish:
-        cfg = cfg.model_copy(update={"publish": cfg.publish.model_copy(update={"enabled": False})})
+        if cfg.dra.enabled:
+            fail(dra_needs_the_api_server(config))
+        cfg = replace(cfg, publish=replace(cfg.publish, enabled=False))
     if no_device_plugin:
-        cfg = cfg.model_copy(update={"device_plugin_enabled": False})
+        cfg = replace(cfg, device_plugin_enabled=False)
     serve(cfg, verbose, config)
+
+
+def dra_needs_the_api_server(source: Path | None) -> str:
+    where = f"{source}: " if source else ""
+    return f"{where}dra.enabled: the DRA driver needs the API server (no --no-publish)"
 
 
 def configured(
@@ -130,14 +138,15 @@ def configured(
     metrics_port: int | None,
     log_format: str | None,
     **more: object,
-) -> AgentConfig:
+) -> AgentSettings:
     """The AgentConfig of the file (or the defaults) with the flags that were given on top."""
     # the agent's stack (gRPC, lightkube, prometheus) loads only when the command runs
-    from rdmaplane.config import AgentConfig
+    from rdmaplane.config import load
+    from rdmaplane.config.agent import AGENT_CONFIG
 
-    return config_file(
+    return load(
         config,
-        AgentConfig,
+        AGENT_CONFIG,
         node_name=node_name,
         sysfs_root=sysfs_root,
         kubelet_dir=kubelet_dir,
@@ -149,34 +158,27 @@ def configured(
     )
 
 
-def serve(cfg: AgentConfig, verbose: bool, source: Path | None) -> None:
+def serve(cfg: AgentSettings, verbose: bool, source: Path | None) -> None:
     """Run the agent as `cfg` (read from `source`) says: with the device plugin, the DRA
     driver, or neither."""
-    from lightkube import ConfigError as KubeConfigError
-
     from rdmaplane.agent.podresources import PodResourcesClient
     from rdmaplane.agent.service import Agent
-    from rdmaplane.config import DevicePluginConfig
+    from rdmaplane.config import load
+    from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
     from rdmaplane.dra.driver import DraDriver
     from rdmaplane.kube import async_client
-    from rdmaplane.kubelet.sockets import ServeError
 
     where = f"{source}: " if source else ""
     if not cfg.node_name:
         fail(f"{where}nodeName: required (--node-name or $NODE_NAME)")
-    if cfg.dra.enabled and not cfg.publish.enabled:
-        fail(f"{where}dra.enabled: the DRA driver needs the API server (no --no-publish)")
     # The pools are read with the plugin off too: they say which GID index the node label names,
     # and which ports the DRA driver offers with which plan.
-    plugin_config = config_file(cfg.device_plugin_config, DevicePluginConfig)
+    plugin_config = load(cfg.device_plugin_config, DEVICE_PLUGIN_CONFIG)
     existing_dir("--sysfs-root", cfg.sysfs_root)
     if cfg.device_plugin_enabled or cfg.dra.enabled:
         existing_dir("--kubelet-dir", cfg.kubelet_dir)
     start_logging(cfg.log_format, verbose, cfg.log_level)
-    try:
-        kube = async_client(cfg.kubeconfig) if cfg.publish.enabled else None
-    except KubeConfigError as e:
-        fail(str(e))
+    kube = async_client(cfg.kubeconfig) if cfg.publish.enabled else None
     plugin = _plugin(cfg, plugin_config)
     dra = DraDriver(cfg, plugin_config.pools, kube) if cfg.dra.enabled else None
     resources = [cfg.gpu_resource, *(plugin.resources if plugin else [])]
@@ -191,11 +193,11 @@ def serve(cfg: AgentConfig, verbose: bool, source: Path | None) -> None:
     )
     try:
         asyncio.run(_serve(service))
-    except (ServeError, OSError) as e:  # a kubelet folder or the port unusable
+    except OSError as e:  # the metrics port unusable (a kubelet folder: ServeError, exit 1)
         fail(str(e), code=1)
 
 
-def _plugin(cfg: AgentConfig, plugin_config: DevicePluginConfig) -> EmbeddedPlugin | None:
+def _plugin(cfg: AgentSettings, plugin_config: PluginSettings) -> EmbeddedPlugin | None:
     from rdmaplane.agent.plugin import EmbeddedPlugin
 
     if not cfg.device_plugin_enabled:

@@ -1,5 +1,5 @@
 """What the commands share: the three node sources, error reporting, and the options of the
-long-running services (logging, config files)."""
+long-running services (logging)."""
 
 from __future__ import annotations
 
@@ -8,20 +8,17 @@ import sys
 from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from rdmaplane.config import Kind
     from rdmaplane.model import NodeTopology
 
     console: Console  # stdout
     err_console: Console  # stderr
-
-K = TypeVar("K", bound="Kind")
 
 
 def _console(stderr: bool = False) -> Console:
@@ -99,14 +96,11 @@ def say_error(message: str) -> None:
 
 def load(sysfs_root: str | None, snapshot: str | None, sample: str | None) -> NodeTopology:
     """The node from the one source given (this machine's /sys without one), its reader's
-    warnings said on stderr; exit 2 when the source is unusable (discovery loads only for the
-    commands that read a node)."""
-    from rdmaplane.discovery import NodeSourceError, load_node
+    warnings said on stderr; `NodeSourceError` (exit 2) when the source is unusable (discovery
+    loads only for the commands that read a node)."""
+    from rdmaplane.discovery import load_node
 
-    try:
-        topo = load_node(sysfs_root=sysfs_root, snapshot_file=snapshot, sample=sample)
-    except NodeSourceError as e:
-        fail(str(e))
+    topo = load_node(sysfs_root=sysfs_root, snapshot_file=snapshot, sample=sample)
     say_warnings(topo)
     return topo
 
@@ -152,15 +146,11 @@ def read_objects(paths: Iterable[Path], kind: str) -> list[dict[str, Any]]:
     """The Kubernetes objects of `kind` in files (one per YAML document, the items of a List,
     or a YAML list of them), read like every document; exit 2 naming the file and the object
     when one lacks the envelope every reader of it relies on."""
-    from rdmaplane.documents import DocumentError, read_documents
+    from rdmaplane.documents import read_documents
 
     found: list[dict[str, Any]] = []
     for path in paths:
-        try:
-            docs = read_documents(path)
-        except DocumentError as e:
-            fail(str(e))
-        for i, doc in enumerate(docs):
+        for i, doc in enumerate(read_documents(path)):
             items = doc.get("items") if isinstance(doc, dict) else doc
             batch = items if isinstance(items, list) else [doc]
             for j, obj in enumerate(batch):
@@ -229,18 +219,6 @@ def start_logging(fmt: str | None, verbose: bool, level: str = "INFO") -> None:
     from rdmaplane import logs
 
     logs.configure(*log_options(fmt, verbose, level))
-
-
-def config_file(path: str | Path | None, kind: type[K], **overrides: object) -> K:
-    """A config file of `kind` (None: its defaults) with flags on top; exit 2 naming the file
-    and the key when it cannot be used (the config models load only for the commands that
-    read one)."""
-    from rdmaplane.config import ConfigError, load
-
-    try:
-        return load(path, kind, **overrides)
-    except ConfigError as e:
-        fail(str(e))
 
 
 def existing_dir(flag: str, path: str | Path) -> None:

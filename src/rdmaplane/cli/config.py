@@ -19,9 +19,9 @@ config_app = typer.Typer(
 
 
 def _kinds_help() -> str:
-    from rdmaplane.config.base import KIND_MODULES
+    from rdmaplane.config.kinds import KINDS
 
-    return ", ".join(KIND_MODULES)
+    return ", ".join(KINDS)
 
 
 @config_app.command("defaults")
@@ -36,7 +36,8 @@ def defaults(
     ],
 ) -> None:
     """Print KIND's defaults as a config file, every key explained (what the docs show)."""
-    from rdmaplane.config import KINDS, render_defaults
+    from rdmaplane.config import render_defaults
+    from rdmaplane.config.kinds import KINDS
 
     if kind not in KINDS:
         fail(f"unknown kind {kind!r}; one of {', '.join(sorted(KINDS))}")
@@ -85,7 +86,7 @@ def validate(
                 bad += 1
                 say_error(str(e))
             else:
-                console.print(f"{where}: a valid {kind.__name__}", markup=False, soft_wrap=True)
+                console.print(f"{where}: a valid {kind.name}", markup=False, soft_wrap=True)
     raise typer.Exit(2 if bad else 0)
 
 
@@ -125,7 +126,8 @@ def _what(obj: dict[str, Any]) -> str:
 def _may_be_config(doc: dict[str, Any]) -> bool:
     """One of our kinds, our apiVersion, the shared plugin's configList, or no envelope at all
     (loading then says what to add)."""
-    from rdmaplane.config import API_VERSION, KINDS
+    from rdmaplane.config import API_VERSION
+    from rdmaplane.config.kinds import KINDS
 
     version, kind = doc.get("apiVersion"), doc.get("kind")
     return (
@@ -136,15 +138,17 @@ def _may_be_config(doc: dict[str, Any]) -> bool:
     )
 
 
-def _kind_of(doc: object, source: str) -> type[Kind]:
+def _kind_of(doc: object, source: str) -> Kind[Any]:
     """The kind a document says it is (a bare configList: the device plugin's; no mapping at
     all: any kind, loading says what is wrong with the shape)."""
-    from rdmaplane.config import KINDS, ConfigError, DevicePluginConfig
+    from rdmaplane.config import ConfigError
+    from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+    from rdmaplane.config.kinds import KINDS
 
     named = doc.get("kind") if isinstance(doc, dict) else None
     if named in KINDS:
         return KINDS[str(named)]
     if not isinstance(doc, dict) or ("configList" in doc and named is None):
-        return DevicePluginConfig
+        return DEVICE_PLUGIN_CONFIG
     said = "missing" if named is None else repr(named)
     raise ConfigError(f"{source}: kind: {said}; one of {', '.join(sorted(KINDS))}")

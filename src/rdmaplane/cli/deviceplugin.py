@@ -9,7 +9,6 @@ import typer
 from rdmaplane.cli.common import (
     LogFormatOption,
     VerboseOption,
-    config_file,
     existing_dir,
     log_options,
 )
@@ -48,13 +47,14 @@ def device_plugin(
 ) -> None:
     """Run the kubelet device plugin for this node's RDMA NICs until SIGTERM."""
     # Check everything here, then become the lean serving process (one process: see
-    # rdmaplane.deviceplugin.serve); nothing of the CLI or the config models stays loaded.
-    from rdmaplane.config.deviceplugin import DevicePluginConfig
+    # rdmaplane.deviceplugin.serve); nothing of the CLI or the validator stays loaded.
+    from rdmaplane.config import load
+    from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
     from rdmaplane.deviceplugin.serve import exec_standalone
     from rdmaplane.deviceplugin.settings import Standalone
 
-    cfg = config_file(config, DevicePluginConfig)
+    settings = load(config, DEVICE_PLUGIN_CONFIG)
     existing_dir("--sysfs-root", sysfs_root)
     existing_dir("--kubelet-dir", kubelet_dir)
     fmt, level = log_options(log_format, verbose)
-    exec_standalone(Standalone(cfg.settings(), sysfs_root, kubelet_dir, dev_root, fmt, level))
+    exec_standalone(Standalone(settings, sysfs_root, kubelet_dir, dev_root, fmt, level))

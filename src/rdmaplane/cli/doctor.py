@@ -367,16 +367,13 @@ def perf_cmd(
     say_warnings(node.topo)
     if not node.usable:
         _finish("perf", [checks.devices(host, node)], output_kind, {"role": _role(client)})
-    try:
-        plan = perf.plan(
-            node.topo,
-            _env(),
-            hcas=hca or None,
-            gid_index=gid_index,
-            usable={h.name for h in node.usable},
-        )
-    except perf.PlanError as e:
-        fail(str(e))
+    plan = perf.plan(
+        node.topo,
+        _env(),
+        hcas=hca or None,
+        gid_index=gid_index,
+        usable={h.name for h in node.usable},
+    )
     if port + 2 * len(plan.targets) > 65535:
         fail(f"--port {port}: {2 * len(plan.targets) + 1} ports from it pass 65535")
     options = perf.Options(
@@ -505,10 +502,7 @@ def job_cmd(
         fail(f"--hcas {hcas}: a pod needs at least 1 HCA")
     if duration < 1:
         fail(f"--duration {duration}: must be at least 1 second")
-    try:
-        pairs = pairing.cover_pairs(nodes)
-    except ValueError as e:
-        fail(str(e))
+    pairs = pairing.cover_pairs(nodes)
     docs = pairing.manifests(pairs, image=image, namespace=namespace, hcas=hcas, duration=duration)
     for p in pairs:
         err_console.print(f"# round {p.round}: {p.server} (server) ⇄ {p.client} (client)")
@@ -528,10 +522,7 @@ def report_cmd(
 
     _, output_kind = _group_options(ctx, "report", output=output)
     texts = [(f, _read_input(f)) for f in files]
-    try:
-        merged = report.merge(texts)
-    except report.ReportError as e:
-        fail(str(e))
+    merged = report.merge(texts)
     if output_kind == "json":
         console.print_json(json.dumps(jsonable(merged)))
     else:

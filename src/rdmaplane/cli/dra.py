@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -15,9 +16,10 @@ from rdmaplane.cli.agent import (
     NodeNameOption,
     SysfsDirOption,
     configured,
+    dra_needs_the_api_server,
     serve,
 )
-from rdmaplane.cli.common import LogFormatOption, VerboseOption
+from rdmaplane.cli.common import LogFormatOption, VerboseOption, fail
 
 
 def dra_driver(
@@ -44,5 +46,7 @@ def dra_driver(
     Never with the device plugin: a node's HCAs are offered one way or the other."""
     flags = (node_name, sysfs_root, kubelet_dir, kubeconfig, device_plugin_config, metrics_port)
     cfg = configured(config, *flags, log_format, device_plugin_enabled=False)
-    cfg = cfg.model_copy(update={"dra": cfg.dra.model_copy(update={"enabled": True})})
+    if not cfg.publish.enabled:
+        fail(dra_needs_the_api_server(config))
+    cfg = replace(cfg, dra=replace(cfg.dra, enabled=True))
     serve(cfg, verbose, config)

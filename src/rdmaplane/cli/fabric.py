@@ -74,30 +74,28 @@ def load_view(
     kubeconfig: Path | None,
     tier_labels: list[str],
 ) -> View:
-    """The fabric from exactly one kind of source; `fail` (exit 2) on bad input."""
+    """The fabric from exactly one kind of source; an `InputError` (exit 2) on bad input."""
+    from rdmaplane.cli.scheduler import list_cluster
     from rdmaplane.config.fabric import fabric_from_document
-    from rdmaplane.documents import DocumentError, read_document
+    from rdmaplane.documents import read_document
     from rdmaplane.scheduler.cache import ClusterCache
 
     given = [bool(fabric_file), bool(nodes or nrts), kubeconfig is not None]
     if sum(given) != 1:
         fail("give one source: --fabric-file, --nodes/--nrt files, or --kubeconfig")
-    try:
-        if fabric_file is not None:
-            doc = read_document(fabric_file)
-            where = fabric_from_document(doc, str(fabric_file)).locations()
-            pods_given = read_objects(pods, "Pod")
-            return View(where, tuple(tier_labels) or fab.DEFAULT_TIER_LABELS, pods_given)
-        if kubeconfig is not None:
-            listed = _cluster(kubeconfig)
-        else:
-            listed = {
-                "node": read_objects(nodes, "Node"),
-                "nrt": read_objects(nrts, "NodeResourceTopology"),
-                "pod": read_objects(pods, "Pod"),
-            }
-    except (DocumentError, fab.FabricError) as exc:
-        fail(str(exc))
+    if fabric_file is not None:
+        doc = read_document(fabric_file)
+        where = fabric_from_document(doc, str(fabric_file)).locations()
+        pods_given = read_objects(pods, "Pod")
+        return View(where, tuple(tier_labels) or fab.DEFAULT_TIER_LABELS, pods_given)
+    if kubeconfig is not None:
+        listed = list_cluster(kubeconfig)
+    else:
+        listed = {
+            "node": read_objects(nodes, "Node"),
+            "nrt": read_objects(nrts, "NodeResourceTopology"),
+            "pod": read_objects(pods, "Pod"),
+        }
     schemes = [tuple(tier_labels)] if tier_labels else fab.DEFAULT_LABEL_SCHEMES
     cache = ClusterCache(tier_schemes=schemes)
     cache.replace("node", listed["node"])
@@ -123,15 +121,6 @@ def resolved(view: View) -> tuple[dict[str, fab.Location], fab.Tree]:
 def _labels(node: dict[str, Any]) -> dict[str, str]:
     labels = (node.get("metadata") or {}).get("labels") or {}
     return {k: v for k, v in labels.items() if isinstance(v, str)}
-
-
-def _cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
-    from rdmaplane.cli.scheduler import ClusterError, list_cluster
-
-    try:
-        return list_cluster(kubeconfig)
-    except ClusterError as exc:  # bad kubeconfig (2), unreachable or refusing server (1)
-        fail(str(exc), exc.code)
 
 
 class Output(StrEnum):
@@ -315,17 +304,14 @@ def export(
         fail(f"--name {name!r}: not a Kubernetes object name (a-z, 0-9, '-', '.'; 253 at most)")
     import yaml
 
-    from rdmaplane.fabric_export import ExportError, kueue_topology, volcano_hypernodes
+    from rdmaplane.fabric_export import kueue_topology, volcano_hypernodes
 
     view = load_view(fabric_file, nodes, nrt, [], kubeconfig, tier_label)
     _, shape = resolved(view)
-    try:
-        if kueue:
-            if view.tier_keys is None:
-                fail("the nodes carry no single tier label scheme: name it with --tier-label")
-            docs = [kueue_topology(name, view.tier_keys, shape.depth, api_version)]
-        else:
-            docs = volcano_hypernodes(shape)
-    except ExportError as exc:
-        fail(str(exc))
+    if kueue:
+        if view.tier_keys is None:
+            fail("the nodes carry no single tier label scheme: name it with --tier-label")
+        docs = [kueue_topology(name, view.tier_keys, shape.depth, api_version)]
+    else:
+        docs = volcano_hypernodes(shape)
     typer.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)

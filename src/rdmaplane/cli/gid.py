@@ -158,7 +158,7 @@ def env(
 
     Exit 1 when no environment can be right for them (InfiniBand and RoCE ports together, GID
     indexes an older NCCL cannot handle), 2 on bad input."""
-    from rdmaplane.nccl import NcclSettings, PlanError, default_socket_ifname, nccl_env
+    from rdmaplane.nccl import NcclSettings, default_socket_ifname, nccl_env
 
     policy = _policy(family, addr_range, roce_version)
     topo = load_rdma_node(sysfs_root, snapshot, sample)
@@ -175,11 +175,7 @@ def env(
         )
     except FieldError as e:
         _bad_flag(e)
-    try:
-        variables = nccl_env(topo, ports, settings)
-    except PlanError as e:
-        fail(str(e), code=1)
-    typer.echo(render_env(variables, output), nl=False)
+    typer.echo(render_env(nccl_env(topo, ports, settings), output), nl=False)
 
 
 def render_env(variables: dict[str, str], output: EnvFormat) -> str:
@@ -372,13 +368,10 @@ def audit_command(
 
 
 def _read_node_document(path: str) -> NodeTopology:
-    from rdmaplane.documents import DocumentError, read_document
+    from rdmaplane.documents import read_document
     from rdmaplane.serialize import from_document
 
-    try:
-        topo = from_document(read_document(path), where=path)
-    except DocumentError as e:
-        fail(str(e))
+    topo = from_document(read_document(path), where=path)
     say_warnings(topo)
     if not topo.hcas:
         fail(f"no RDMA device in node document {path}", code=1)

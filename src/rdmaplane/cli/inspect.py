@@ -323,8 +323,6 @@ def materialize(
 
     try:
         samples.materialise(name, dest)
-    except samples.SampleError as e:
-        fail(str(e))
     except OSError as e:
         fail(f"cannot write {dest}: {e.strerror or e}", code=1)
     where = escape(str(dest))

@@ -21,7 +21,6 @@ from rdmaplane.cli.common import (
     SampleOption,
     SnapshotOption,
     SysfsRootOption,
-    config_file,
     existing_dir,
     fail,
     load_rdma_node,
@@ -29,7 +28,7 @@ from rdmaplane.cli.common import (
 from rdmaplane.model import NodeTopology, PortObservation
 
 if TYPE_CHECKING:
-    from rdmaplane.config import DevicePluginConfig
+    from rdmaplane.deviceplugin.settings import PluginSettings
 
 
 class Format(StrEnum):
@@ -84,9 +83,10 @@ def nrt_command(
     Feed it to `rdmaplane explain-placement POD --nrt FILE`. Exit 1 when the node has no
     RDMA device, 2 on bad input.
     """
-    from rdmaplane.config import DevicePluginConfig
+    from rdmaplane.config import load
+    from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 
-    plugin_config = config_file(device_plugin_config, DevicePluginConfig)
+    plugin_config = load(device_plugin_config, DEVICE_PLUGIN_CONFIG)
     topo = load_rdma_node(sysfs_root, snapshot, sample)
     name = node_name or topo.hostname
     if not name:
@@ -105,7 +105,7 @@ def nrt_command(
 def agent_nrt(
     topo: NodeTopology,
     node_name: str,
-    plugin_config: DevicePluginConfig,
+    plugin_config: PluginSettings,
     policy: str,
     scope: str,
     dev_root: Path | None = None,
@@ -124,7 +124,7 @@ def agent_nrt(
     from rdmaplane.porthealth import rule_table
 
     # the embedded device plugin's decisions, without its gRPC servers
-    pools = [ResourceManager(p, dev_root=str(dev_root)) for p in plugin_config.settings().pools]
+    pools = [ResourceManager(p, dev_root=str(dev_root)) for p in plugin_config.pools]
     for pool in pools:
         pool.update(topo, {})
     ports = [

@@ -13,11 +13,11 @@ import typer
 from rdmaplane.cli.common import (
     LogFormatOption,
     VerboseOption,
-    config_file,
     fail,
     read_objects,
     start_logging,
 )
+from rdmaplane.errors import RdmaplaneError
 
 app = typer.Typer()
 ConfigOption = Annotated[
@@ -62,9 +62,9 @@ def scheduler_extender(
 ) -> None:
     """Serve /filter and /prioritize for kube-scheduler (see docs/scheduler-extender.md)."""
     import uvicorn
-    from lightkube import ConfigError as KubeConfigError
 
-    from rdmaplane.config import SchedulerExtenderConfig
+    from rdmaplane.config import load
+    from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
     from rdmaplane.kube import load_config
     from rdmaplane.scheduler.app import create_app
     from rdmaplane.scheduler.cache import ClusterCache
@@ -72,14 +72,11 @@ def scheduler_extender(
     from rdmaplane.scheduler.serving import server_config
     from rdmaplane.scheduler.watch import make_client, watch_all
 
-    cfg = config_file(config, SchedulerExtenderConfig)
+    cfg = load(config, SCHEDULER_EXTENDER_CONFIG)
     tls = _tls_options(tls_cert_file, tls_key_file)
-    try:
-        load_config(kubeconfig)  # none outside a pod: say so now, not in every watch retry
-    except KubeConfigError as exc:
-        fail(str(exc))
+    load_config(kubeconfig)  # none outside a pod: say so now, not in every watch retry
     start_logging(log_format, verbose)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
+    cache = ClusterCache.configured(cfg)
     application = create_app(
         cache, cfg, lambda c, restarted: watch_all(c, lambda: make_client(kubeconfig), restarted)
     )
@@ -151,13 +148,14 @@ def explain_placement(
     included), as kube-scheduler calls them. Put FILE first: --nrt/--nodes/--pods take every
     file that follows them. Exit 1 when a pod fits nowhere (or the cluster cannot be read), 2
     on bad input."""
-    from rdmaplane.config import SchedulerExtenderConfig
+    from rdmaplane.config import load
+    from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
     from rdmaplane.scheduler import placement as pl
     from rdmaplane.scheduler.cache import ClusterCache
     from rdmaplane.scheduler.decisions import Decisions
 
-    cfg = config_file(config, SchedulerExtenderConfig)
-    cache = ClusterCache(cfg.policy(), cfg.memo_entries, cfg.fabric.tier_labels)
+    cfg = load(config, SCHEDULER_EXTENDER_CONFIG)
+    cache = ClusterCache.configured(cfg)
     templates = _pod_templates(pod)
     for label, candidate in templates:  # a pod that cannot be read: said before the nodes are
         try:
@@ -165,10 +163,7 @@ def explain_placement(
         except pl.RequestError as exc:
             fail(f"{pod}: {label}: {exc}")
     if kubeconfig is not None:
-        try:
-            listed = list_cluster(kubeconfig)
-        except ClusterError as exc:
-            fail(str(exc), exc.code)
+        listed = list_cluster(kubeconfig)
     elif nrt or nodes:
         listed = {
             "nrt": read_objects(nrt, "NodeResourceTopology"),
@@ -180,7 +175,7 @@ def explain_placement(
     for kind, objs in listed.items():
         cache.replace(kind, objs)
     names = sorted({_name(o) for objs in (listed["nrt"], listed["node"]) for o in objs})
-    decide = Decisions(cache, cfg.fabric.weights())
+    decide = Decisions(cache, cfg.fabric)
     explained = [{"pod": label, **decide.explain(c, names)} for label, c in templates]
     if output is Output.json:
         typer.echo(json.dumps(explained[0] if len(explained) == 1 else explained, indent=2))
@@ -220,13 +215,10 @@ def _print_table(explained: dict[str, Any]) -> None:
 def _pod_templates(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(label, pod) for every pod template of the file's objects (other objects skipped); exit
     2 when there is none."""
-    from rdmaplane.documents import DocumentError, manifest_objects, read_documents
+    from rdmaplane.documents import manifest_objects, read_documents
     from rdmaplane.workloads import label, manifest_templates, pod_of
 
-    try:
-        found = manifest_templates(manifest_objects(read_documents(path), str(path)), str(path))
-    except DocumentError as exc:
-        fail(str(exc))
+    found = manifest_templates(manifest_objects(read_documents(path), str(path)), str(path))
     return [(f"{label(obj)} {t.pointer}".rstrip(), pod_of(obj, t)) for obj, ts in found for t in ts]
 
 
@@ -234,28 +226,21 @@ def _name(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["name"])
 
 
-class ClusterError(Exception):
-    """The cluster cannot be read: `code` 2 for an unusable kubeconfig, 1 when the API server
-    cannot be reached or refuses; the message is one line."""
-
-    def __init__(self, message: str, code: int) -> None:
-        super().__init__(message)
-        self.code = code
+class ClusterError(RdmaplaneError):
+    """The API server cannot be reached or refuses (exit 1); the message is one line."""
 
 
 def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
-    """NRTs, nodes and bound pods from the cluster, or `ClusterError`."""
+    """NRTs, nodes and bound pods from the cluster; `KubeconfigError` for an unusable
+    kubeconfig, `ClusterError` when the server cannot be read."""
     import httpx2  # lightkube's transport: its errors are what an unreachable server raises
-    from lightkube import ApiError, ConfigError, operators
+    from lightkube import ApiError, operators
     from lightkube.resources.core_v1 import Node, Pod
 
     from rdmaplane.kube import NodeResourceTopology, sync_client
     from rdmaplane.scheduler.watch import as_dict
 
-    try:
-        client = sync_client(kubeconfig)
-    except ConfigError as exc:
-        raise ClusterError(str(exc), 2) from None
+    client = sync_client(kubeconfig)
     bound: dict[str, Any] = {"spec.nodeName": operators.not_equal("")}
     try:
         return {
@@ -264,6 +249,6 @@ def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
             "pod": [as_dict(o) for o in client.list(Pod, namespace="*", fields=bound)],
         }
     except ApiError as exc:
-        raise ClusterError(f"the API server refused: {exc.status.message or exc}", 1) from None
+        raise ClusterError(f"the API server refused: {exc.status.message or exc}") from None
     except (httpx2.HTTPError, OSError) as exc:
-        raise ClusterError(f"cannot reach the API server of {kubeconfig}: {exc}", 1) from None
+        raise ClusterError(f"cannot reach the API server of {kubeconfig}: {exc}") from None

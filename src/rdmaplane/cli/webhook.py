@@ -15,7 +15,6 @@ import typer
 from rdmaplane.cli.common import (
     LogFormatOption,
     VerboseOption,
-    config_file,
     fail,
     start_logging,
 )
@@ -47,18 +46,14 @@ def webhook(
     """Serve the mutating admission webhook over HTTPS (see docs/webhook.md): GPU pods in
     opted-in namespaces, or annotated rdmaplane.io/rdma, get the RDMA resource, IPC_LOCK,
     /dev/shm and the fault-notice volume."""
-    from lightkube import ConfigError as KubeConfigError
-
-    from rdmaplane.config import WebhookConfig
+    from rdmaplane.config import load
+    from rdmaplane.config.webhook import WEBHOOK_CONFIG
     from rdmaplane.kube import load_config
     from rdmaplane.webhook.service import serve
 
-    cfg = config_file(config, WebhookConfig)
+    cfg = load(config, WEBHOOK_CONFIG)
     if not cfg.tls.from_files:  # its own certificate: it needs the API server
-        try:
-            load_config(kubeconfig)  # none outside a pod: say so now, not in every retry
-        except KubeConfigError as exc:
-            fail(str(exc))
+        load_config(kubeconfig)  # none outside a pod: say so now, not in every retry
     start_logging(log_format, verbose)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(cfg, host, port, kubeconfig, access_log=verbose))
@@ -109,18 +104,15 @@ def inject_command(
     why. Exit 1 when the webhook would refuse a pod."""
     import copy
 
-    from rdmaplane.config import WebhookConfig
-    from rdmaplane.documents import DocumentError, manifest_objects, read_documents
+    from rdmaplane.config import load
+    from rdmaplane.config.webhook import WEBHOOK_CONFIG
+    from rdmaplane.documents import manifest_objects, read_documents
     from rdmaplane.webhook.inject import PodError, mutate, not_sent
     from rdmaplane.workloads import label, manifest_templates
 
-    cfg = config_file(config, WebhookConfig)
-    policy = cfg.policy()
-    try:
-        docs = copy.deepcopy(read_documents(file))
-        templates = manifest_templates(manifest_objects(docs, str(file)), str(file))
-    except DocumentError as exc:
-        fail(str(exc))
+    policy = load(config, WEBHOOK_CONFIG)
+    docs = copy.deepcopy(read_documents(file))
+    templates = manifest_templates(manifest_objects(docs, str(file)), str(file))
     patches: dict[str, dict[str, Any]] = {}
     for obj, found in templates:
         ns = namespace or _meta(obj).get("namespace") or "default"

@@ -1,175 +1,85 @@
 """What every rdmaplane config file shares: a versioned kind, camelCase keys, strict checks.
 
-A config file is one `Kind` (`apiVersion: rdmaplane.io/v1alpha1`, `kind: AgentConfig` …) made of
-`Section`s. Python code uses the snake_case attribute names; files use camelCase keys, derived
-from the attribute names by `key_for`. Durations are written as Kubernetes component configs
-write them (`5s`, `1m30s`, `500ms`; a plain number is seconds) and held as float seconds in
-attributes named `..._s` (`poll_interval_s` ↔ `pollInterval: 5s`, type `Seconds`). Unknown keys
-are errors (a typo must never fall back to a default silently), and every error names the file
-and the key, with the key it probably meant when the key is unknown.
+A config file is one `Kind` (`apiVersion: rdmaplane.io/v1alpha1`, `kind: AgentConfig` …) whose
+content is validated straight into its component's frozen settings dataclass: each setting is
+defined once, there (`rdmaplane.setting`), with its default, limits and description; this
+layer only reads files into them. Unknown keys are errors (a typo must never fall back to a
+default silently), and every error names the file and the key, with the key it probably meant
+when the key is unknown.
 
-Adding a section to a kind is one `Section` class and one field on the kind; adding a kind is
-one `Kind` subclass in a module of this package, named in `KIND_MODULES` (and in `__init__`'s
-TYPE_CHECKING imports, for the type checker): loading, the error wording, `rdmaplane config
-defaults|validate` and the docs test pick it up.
-
-Models are built lazily (`defer_build`): pydantic builds a model's validator when it first
-validates, not when the class is created, so the models a command never uses (the shared RDMA
-plugin's format when the file is native, the kinds of other commands) cost it nothing.
+The validator (pydantic's `TypeAdapter` over the dataclasses) is built when a file is first
+read: a command given no file gets the dataclasses' defaults without loading pydantic.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
-import importlib
 import json
-import re
 import types
-from collections.abc import Mapping, Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Final, Literal, TypeVar, Union, get_args, get_origin
-
-import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    ValidationError,
-)
-from pydantic.alias_generators import to_camel
+from typing import Any, Final, Generic, TypeVar, Union
 
 from rdmaplane.documents import DocumentError, read_document
+from rdmaplane.errors import InputError
+from rdmaplane.setting import doc_of, key_for, key_of
+from rdmaplane.untrusted import FieldError
 
 API_VERSION: Final = "rdmaplane.io/v1alpha1"
+T = TypeVar("T")
+Loc = tuple[int | str, ...]
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config that cannot be used; the one-line message names the file and the key."""
 
 
-def key_for(name: str) -> str:
-    """The file's key for an attribute: `node_name` → `nodeName`, `poll_interval_s` →
-    `pollInterval` (the unit is in the value: `5s`)."""
-    return to_camel(name.removesuffix("_s"))
+@dataclass(frozen=True)
+class Kind(Generic[T]):
+    """A kind of config file: its `name` (the file's `kind:`), the settings dataclass it is
+    read into, where its keys are explained (`docs`) and what reads it (`read_by`).
+    `older_format`, when a kind reads one, turns a file without apiVersion/kind into the
+    versioned shape (the device plugin reads the shared RDMA plugin's `configList`)."""
 
+    name: str
+    settings: type[T]
+    docs: str
+    read_by: str
+    older_format: Callable[[Mapping[str, object], str], dict[str, object]] | None = None
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_S = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    def unversioned(self, doc: Mapping[str, object], source: str) -> dict[str, object]:
+        """A file without apiVersion/kind, in the versioned shape; else an error saying what
+        to add."""
+        if self.older_format is not None:
+            return self.older_format(doc, source)
+        raise ConfigError(self.lacks_version(source))
 
-
-def parse_duration(value: object) -> object:
-    """`1m30s`, `500ms`, `5s` (Go's duration syntax, as Kubernetes configs use it) → seconds;
-    numbers are seconds already; anything else is left for the float check to refuse."""
-    if not isinstance(value, str):
-        return value
-    text = value.strip()
-    parts = _DURATION.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"{value!r} is not a duration (e.g. 5s, 1m30s, 500ms, or seconds)")
-    return sum(float(n) * _UNIT_S[u] for n, u in parts)
-
-
-def format_duration(seconds: float) -> str:
-    """The shortest duration string for `seconds`: 600 → `10m`, 90 → `1m30s`, 0.05 → `50ms`."""
-    millis = round(seconds * 1000)
-    if millis == 0:
-        return "0s"
-    out = ""
-    for unit, size in (("h", 3_600_000), ("m", 60_000), ("s", 1000), ("ms", 1)):
-        count, millis = divmod(millis, size)
-        out += f"{count}{unit}" if count else ""
-    return out
-
-
-Seconds = Annotated[
-    float,
-    BeforeValidator(parse_duration),
-    PlainSerializer(format_duration, return_type=str, when_used="json"),
-]
-
-
-class Section(BaseModel):
-    """A part of a config file: camelCase keys in files, snake_case names in code."""
-
-    model_config = ConfigDict(
-        alias_generator=key_for,
-        validate_by_name=True,  # code may say AgentConfig(node_name=...); files may not
-        validate_by_alias=True,
-        extra="forbid",
-        frozen=True,
-        defer_build=True,
-        allow_inf_nan=False,  # `.inf`, `.nan`, `1e400`: never a setting, always a mistake
-    )
-
-
-# The module of each kind: imported when the kind is first asked for.
-KIND_MODULES: Final = {
-    "AgentConfig": "rdmaplane.config.agent",
-    "DevicePluginConfig": "rdmaplane.config.deviceplugin",
-    "SchedulerExtenderConfig": "rdmaplane.config.extender",
-    "WebhookConfig": "rdmaplane.config.webhook",
-    "RdmaDeviceConfig": "rdmaplane.config.dra",
-}
-KINDS: dict[str, type[Kind]] = {}  # every kind defined so far, by name
-
-
-def kind_named(name: str) -> type[Kind] | None:
-    """The kind called `name`, imported if need be; None when there is none."""
-    if name not in KINDS and name in KIND_MODULES:
-        importlib.import_module(KIND_MODULES[name])
-    return KINDS.get(name)
-
-
-def all_kinds() -> dict[str, type[Kind]]:
-    """`KINDS`, with every kind of `KIND_MODULES` imported."""
-    for module in KIND_MODULES.values():
-        importlib.import_module(module)
-    return KINDS
-
-
-class Kind(Section):
-    """The top level of a config file. Subclasses declare `kind: Literal["X"] = "X"`."""
-
-    api_version: Literal["rdmaplane.io/v1alpha1"] = Field(
-        default=API_VERSION, alias="apiVersion", description="the only version so far"
-    )
-    # Set by every subclass: where its keys are explained, and what reads the file.
-    docs: ClassVar[str] = ""
-    read_by: ClassVar[str] = ""
-
-    @classmethod
-    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
-        super().__pydantic_init_subclass__(**kwargs)
-        KINDS[str(cls.model_fields["kind"].default)] = cls
-
-    @classmethod
-    def unversioned(cls, doc: Mapping[str, object], source: str) -> dict[str, object]:
-        """A file without apiVersion/kind, in the versioned shape; by default an error saying
-        what to add. A kind that reads an older format (the device plugin) overrides this."""
-        raise ConfigError(
+    def lacks_version(self, source: str) -> str:
+        return (
             f"{source}: no apiVersion/kind: add `apiVersion: {API_VERSION}` and "
-            f"`kind: {cls.__name__}` at the top (keys are camelCase; see {cls.docs})"
+            f"`kind: {self.name}` at the top (keys are camelCase; see {self.docs})"
         )
 
 
-K = TypeVar("K", bound=Kind)
-
-
-def load(path: str | Path | None, kind: type[K], **overrides: object) -> K:
+def load(path: str | Path | None, kind: Kind[T], **overrides: object) -> T:
     """The config in the file at `path` (None: the defaults), with `overrides` (attribute
     name → value, e.g. CLI flags; None values are ignored) on top."""
+    given = {name: value for name, value in overrides.items() if value is not None}
     if path is None:
-        return parse({"apiVersion": API_VERSION, "kind": kind.__name__}, kind, "", **overrides)
+        if not given:
+            return kind.settings()
+        return parse({"apiVersion": API_VERSION, "kind": kind.name}, kind, "", **given)
     try:
         doc = read_document(path)
     except DocumentError as e:
         raise ConfigError(str(e)) from None
-    return parse(doc, kind, str(path), **overrides)
+    return parse(doc, kind, str(path), **given)
 
 
-def parse(doc: object, kind: type[K], source: str, **overrides: object) -> K:
+def parse(doc: object, kind: Kind[T], source: str, **overrides: object) -> T:
     """Validate a parsed document as `kind`; `ConfigError` names `source` and every bad key."""
     prefix = f"{source}: " if source else ""
     if doc is None:
@@ -180,37 +90,79 @@ def parse(doc: object, kind: type[K], source: str, **overrides: object) -> K:
     if "apiVersion" not in doc and "kind" not in doc:
         doc = kind.unversioned(doc, source or "configuration")
     _check_version(doc, kind, prefix)
-    data = dict(doc)
+    data = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+    keys = {f.name: key_of(f) for f in dataclasses.fields(kind.settings)}  # type: ignore[arg-type]
     for name, value in overrides.items():
         if value is not None:
-            data[kind.model_fields[name].alias or name] = value
-    return validate(kind, data, prefix)
+            data[keys[name]] = value
+    return validate(kind.settings, data, prefix)
 
+
+_WHAT = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def _check_version(doc: Mapping[str, object], kind: Kind[Any], prefix: str) -> None:
+    version, name = doc.get("apiVersion"), doc.get("kind")
+    if version != API_VERSION:
+        said = "missing" if version is None else f"{version!r} is not supported"
+        raise ConfigError(f"{prefix}apiVersion: {said}; use {API_VERSION}")
+    if name != kind.name:
+        from rdmaplane.config.kinds import KINDS  # every kind, for the hint only
+
+        other = KINDS.get(str(name))
+        hint = f" (a {name} is read by {other.read_by})" if other else ""
+        said = "missing" if name is None else f"{name!r}"
+        raise ConfigError(f"{prefix}kind: {said}; expected {kind.name}{hint}")
+
+
+# ------------------------------------------------------------------------------- validation
 
 MAX_ROUNDS = 8  # a section nests a few deep; each round reaches one level of checks further
-M = TypeVar("M", bound=BaseModel)
+_CONFIG: Final = {
+    "alias_generator": key_for,
+    "validate_by_name": False,  # files use the keys, never the attribute names
+    "validate_by_alias": True,
+    "extra": "forbid",
+    "allow_inf_nan": False,  # `.inf`, `.nan`, `1e400`: never a setting, always a mistake
+}
 
 
-def validate(model: type[M], data: dict[str, object], prefix: str = "") -> M:
-    """`data` validated as `model`, or `ConfigError` with every problem at once. pydantic runs
-    a section's cross-field checks only once its own fields are valid, so each round leaves
-    out the keys that failed (their defaults stand in; a required one left out is not a new
-    problem) and validates again, until no new problem shows."""
+_ADAPTERS: dict[type[Any], Any] = {}
+
+
+def adapter(settings: type[Any]) -> Any:
+    """pydantic's validator of a settings dataclass, built on first use. (`X | None`: a
+    dataclass given alone would refuse the config that the nested ones inherit.)"""
+    if settings not in _ADAPTERS:
+        from pydantic import TypeAdapter
+
+        _ADAPTERS[settings] = TypeAdapter(settings | None, config=_CONFIG)  # type: ignore[arg-type]
+    return _ADAPTERS[settings]
+
+
+def validate(settings: type[T], data: Mapping[str, object], prefix: str = "") -> T:
+    """`data` validated as `settings`, or `ConfigError` with every problem at once. A
+    section's own checks (`__post_init__`) run only once its fields are valid, so each round
+    leaves out the keys that failed (their defaults stand in; a required one left out is not a
+    new problem) and validates again, until no new problem shows."""
+    from pydantic import ValidationError
+
     problems: list[str] = []
-    removed: set[tuple[int | str, ...]] = set()
-    current = data
+    removed: set[Loc] = set()
+    current = dict(data)
     for _ in range(MAX_ROUNDS):
         try:
-            result = model.model_validate(current, by_alias=True, by_name=False)
+            result: T = adapter(settings).validate_python(current)
         except ValidationError as e:
             errors = [
                 err
                 for err in e.errors(include_url=False)
                 if not (err["type"] == "missing" and _under(err["loc"], removed))
             ]
-            found = [p for p in problems_of(errors, model) if p not in problems]
+            judged = [_problem(settings, err) for err in errors]
+            found = [p for p in dict.fromkeys(p for p, _ in judged) if p not in problems]
             problems += found
-            paths = {_key_path(err["loc"]) for err in errors}
+            paths = {path for _, path in judged}
             if not found or paths <= removed:
                 break
             removed |= paths
@@ -222,7 +174,48 @@ def validate(model: type[M], data: dict[str, object], prefix: str = "") -> M:
     raise ConfigError(prefix + "; ".join(problems))
 
 
-def _key_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
+_MESSAGES = {  # pydantic's words where they would name our classes or say tuple
+    "dataclass_type": "Input should be a valid dictionary",
+    "tuple_type": "Input should be a valid list",
+}
+
+
+def _problem(settings: type[Any], error: Any) -> tuple[str, Loc]:
+    """(`key.path: what is wrong`, the key path it is at) of one of pydantic's errors. A
+    check that names its field (`FieldError`) is at that field's key."""
+    loc: Loc = tuple(error["loc"])
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, FieldError):
+        loc, message = loc + _keys(settings, loc, cause.field), cause.reason
+    elif error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
+        message = "unknown key" + _did_you_mean(settings, loc)
+    else:
+        message = _MESSAGES.get(error["type"], str(error["msg"]).removeprefix("Value error, "))
+        if message.startswith("Tuple "):  # a list in the file, held as a tuple
+            message = "List " + message.removeprefix("Tuple ")
+    return (f"{where(loc)}: {message}" if loc else message), _key_path(loc)
+
+
+def where(loc: Loc) -> str:
+    """`pools[0].nccl.gid`: a key path as the errors write it."""
+    return "".join(
+        f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p)) for i, p in enumerate(loc)
+    )
+
+
+def _keys(settings: type[Any], loc: Loc, field: str) -> Loc:
+    """The file's keys of an attribute path (`dra.enabled`) below the section at `loc`."""
+    section, keys = settings_at(settings, loc), list[str]()
+    for name in field.split("."):
+        found = next((f for f in _fields(section) if f.name == name), None)
+        if section is None or found is None:
+            return (*keys, *field.split(".")[len(keys) :])
+        keys.append(key_of(found))
+        section = dataclass_in(_hints(section)[name])
+    return tuple(keys)
+
+
+def _key_path(loc: Loc) -> Loc:
     """The key an error's location is at (a list item's: the list's)."""
     path = list(loc)
     while path and isinstance(path[-1], int):
@@ -230,11 +223,11 @@ def _key_path(loc: tuple[int | str, ...]) -> tuple[int | str, ...]:
     return tuple(path)
 
 
-def _under(loc: tuple[int | str, ...], paths: set[tuple[int | str, ...]]) -> bool:
+def _under(loc: Loc, paths: set[Loc]) -> bool:
     return any(loc[: len(p)] == p for p in paths)
 
 
-def _without(data: dict[str, object], paths: set[tuple[int | str, ...]]) -> dict[str, object]:
+def _without(data: dict[str, object], paths: set[Loc]) -> dict[str, object]:
     """`data` less the key at each path."""
     out: dict[str, object] = json.loads(json.dumps(data, default=str))
     for path in paths:
@@ -254,49 +247,12 @@ def _child(node: object, part: int | str) -> object:
     return None
 
 
-_WHAT = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
-
-
-def _check_version(doc: Mapping[str, object], kind: type[Kind], prefix: str) -> None:
-    version, name = doc.get("apiVersion"), doc.get("kind")
-    if version != API_VERSION:
-        said = "missing" if version is None else f"{version!r} is not supported"
-        raise ConfigError(f"{prefix}apiVersion: {said}; use {API_VERSION}")
-    if name != kind.__name__:
-        other = kind_named(str(name))
-        hint = f" (a {name} is read by {other.read_by})" if other and other.read_by else ""
-        said = "missing" if name is None else f"{name!r}"
-        raise ConfigError(f"{prefix}kind: {said}; expected {kind.__name__}{hint}")
-
-
-def describe(error: ValidationError, model: type[BaseModel]) -> str:
-    """Every problem of a validation error as `key.path: what is wrong`, on one line."""
-    return "; ".join(problems_of(error.errors(include_url=False), model))
-
-
-def problems_of(errors: Sequence[Any], model: type[BaseModel]) -> list[str]:
-    """Each problem of pydantic's error list as `key.path: what is wrong`, once."""
-    parts = []
-    for e in errors:
-        loc = e["loc"]
-        where = "".join(
-            f"[{p}]" if isinstance(p, int) else (f".{p}" if i else str(p))
-            for i, p in enumerate(loc)
-        )
-        if e["type"] == "extra_forbidden":
-            message = "unknown key" + _did_you_mean(model, loc)
-        else:
-            message = str(e["msg"]).removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return list(dict.fromkeys(parts))
-
-
-def _did_you_mean(model: type[BaseModel], loc: Sequence[int | str]) -> str:
+def _did_you_mean(settings: type[Any], loc: Sequence[int | str]) -> str:
     """` (did you mean nodeName?)` for an unknown key, when a known one is near."""
-    section = _model_at(model, loc[:-1])
+    section = settings_at(settings, loc[:-1])
     if section is None or not isinstance(loc[-1], str):
         return ""
-    keys = [f.alias or n for n, f in section.model_fields.items()]
+    keys = [key_of(f) for f in _fields(section)]
     unknown = loc[-1]
     near = [key_for(unknown)] if key_for(unknown) in keys else []  # snake_case of a key
     near = near or sorted(  # a unit spelled into the key (`window`), or a part left out
@@ -308,63 +264,81 @@ def _did_you_mean(model: type[BaseModel], loc: Sequence[int | str]) -> str:
     return f" (did you mean {near[0]}?)" if near else ""
 
 
-def _model_at(model: type[BaseModel], loc: Sequence[int | str]) -> type[BaseModel] | None:
-    """The section class at `loc` inside `model`, following fields and list items."""
-    current: object = model
+# ---------------------------------------------------------------------- the dataclasses' shape
+
+
+def settings_at(settings: type[Any], loc: Sequence[int | str]) -> type[Any] | None:
+    """The settings dataclass at `loc` inside `settings`, following fields and list items."""
+    current: object = settings
     for part in loc:
         if isinstance(part, int):
-            current = _item_type(current)
+            current = item_type(current)
             continue
-        section = section_type(current)
+        section = dataclass_in(current)
         if section is None:
             return None
-        field = next((f for n, f in section.model_fields.items() if (f.alias or n) == part), None)
+        field = next((f for f in _fields(section) if key_of(f) == part), None)
         if field is None:
             return None
-        current = field.annotation
-    return section_type(current)
+        current = _hints(section)[field.name]
+    return dataclass_in(current)
 
 
-def section_type(annotation: object) -> type[BaseModel] | None:
-    """The model class an annotation holds (`X`, `X | None`), else None."""
-    for candidate in (annotation, *_optional_args(annotation)):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+def _fields(section: type[Any] | None) -> tuple[dataclasses.Field[Any], ...]:
+    return dataclasses.fields(section) if section is not None else ()
+
+
+def _hints(section: type[Any]) -> dict[str, Any]:
+    return typing.get_type_hints(section)
+
+
+def dataclass_in(annotation: object) -> type[Any] | None:
+    """The dataclass an annotation holds (`X`, `X | None`), else None."""
+    for candidate in (annotation, *_union_args(annotation)):
+        if isinstance(candidate, type) and dataclasses.is_dataclass(candidate):
             return candidate
     return None
 
 
-def _item_type(annotation: object) -> object:
-    for candidate in (annotation, *_optional_args(annotation)):
-        if get_origin(candidate) in (list, tuple, Sequence):
-            return get_args(candidate)[0]
+def item_type(annotation: object) -> object:
+    """What a list setting (`tuple[X, ...]`, `X | None` of one) holds."""
+    for candidate in (annotation, *_union_args(annotation)):
+        if typing.get_origin(candidate) in (list, tuple, Sequence):
+            return typing.get_args(candidate)[0]
     return None
 
 
-def _optional_args(annotation: object) -> tuple[object, ...]:
-    if get_origin(annotation) in (Union, types.UnionType):
-        return get_args(annotation)
+def _union_args(annotation: object) -> tuple[object, ...]:
+    if typing.get_origin(annotation) in (Union, types.UnionType):
+        return typing.get_args(annotation)
     return ()
 
 
 # ----------------------------------------------------------------------------- documented defaults
 
 
-def render_defaults(kind: type[Kind]) -> str:
+def render_defaults(kind: Kind[Any]) -> str:
     """The kind's defaults as a YAML file, each key with its description as a comment: what
     the docs show (a test keeps the docs equal to this) and `rdmaplane config defaults` prints."""
-    data = kind().model_dump(mode="json", by_alias=True)
-    lines = [f"# {kind.__name__} defaults (rdmaplane config defaults {kind.__name__})"]
-    return "\n".join([*lines, *_emit(kind, data, 0)]) + "\n"
+    data = adapter(kind.settings).dump_python(kind.settings(), mode="json", by_alias=True)
+    lines = [
+        f"# {kind.name} defaults (rdmaplane config defaults {kind.name})",
+        f"apiVersion: {API_VERSION}  # the only version so far",
+        f"kind: {kind.name}",
+    ]
+    return "\n".join([*lines, *_emit(kind.settings, data, 0)]) + "\n"
 
 
-def _emit(model: type[BaseModel], data: Mapping[str, Any], indent: int) -> list[str]:
+def _emit(settings: type[Any], data: Mapping[str, Any], indent: int) -> list[str]:
     lines: list[str] = []
     pad = " " * indent
-    for name, field in model.model_fields.items():
-        key = field.alias or name
+    hints = _hints(settings)
+    for field in dataclasses.fields(settings):
+        key, doc = key_of(field), doc_of(field)
         value = data[key]
-        comment = f"  # {field.description}" if field.description else ""
-        section, item = section_type(field.annotation), section_type(_item_type(field.annotation))
+        comment = f"  # {doc}" if doc else ""
+        annotation = hints[field.name]
+        section, item = dataclass_in(annotation), dataclass_in(item_type(annotation))
         if section is not None and isinstance(value, dict):
             lines += [f"{pad}{key}:{comment}", *_emit(section, value, indent + 2)]
         elif item is not None and isinstance(value, list) and value:
@@ -382,6 +356,8 @@ def _emit(model: type[BaseModel], data: Mapping[str, Any], indent: int) -> list[
 
 
 def _scalar(value: object) -> str:
+    import yaml
+
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -1,5 +1,5 @@
 """The operator's fabric file (`apiVersion: rdmaplane.io/v1alpha1`, `kind: Fabric`;
-docs/fabric.md): its schema, read into the fabric model (`rdmaplane.fabric`).
+docs/fabric.md), read straight into the fabric model's `Switch` and `Link` (`rdmaplane.fabric`).
 
 Checked as every config file is: camelCase keys, unknown keys refused with the key probably
 meant (`switchs` → `switches`), every problem at once, naming the key. What the schema cannot
@@ -8,41 +8,25 @@ say (parents one tier up, no loop, links into tier-0 switches) `fabric.build_fab
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from pydantic import Field
-
-from rdmaplane.config.base import ConfigError, Section, validate
-from rdmaplane.fabric import MAX_TIERS, Fabric, FabricError, Link, Switch, build_fabric
-
-
-class SwitchDoc(Section):
-    name: Annotated[str, Field(min_length=1)]
-    tier: Annotated[int, Field(ge=0, lt=MAX_TIERS)]
-    parent: str | None = None
-    rail: Annotated[int, Field(ge=0)] | None = None
-    group: str | None = None
+from rdmaplane.config.base import ConfigError, validate
+from rdmaplane.fabric import Fabric, FabricError, Link, Switch, build_fabric
 
 
-class NodeDoc(Section):
-    name: Annotated[str, Field(min_length=1)]
+@dataclass(frozen=True, slots=True)
+class NodeDoc:
+    name: str = field(metadata={"min_length": 1})
 
 
-class LinkDoc(Section):
-    node: Annotated[str, Field(min_length=1)]
-    switch: Annotated[str, Field(min_length=1)]
-    hca: str = ""
-    port: Annotated[int, Field(ge=1)] = 1
-    switch_port: str = ""
-    rail: Annotated[int, Field(ge=0)] | None = None
-
-
-class FabricDoc(Section):
-    api_version: Literal["rdmaplane.io/v1alpha1"] = Field(alias="apiVersion")
+@dataclass(frozen=True, slots=True)
+class FabricDoc:
+    api_version: Literal["rdmaplane.io/v1alpha1"] = field(metadata={"alias": "apiVersion"})
     kind: Literal["Fabric"]
-    switches: list[SwitchDoc]
-    nodes: list[NodeDoc | str] = []
-    links: list[LinkDoc] = []
+    switches: tuple[Switch, ...]
+    nodes: tuple[NodeDoc | str, ...] = ()
+    links: tuple[Link, ...] = ()
 
 
 def fabric_from_document(doc: Any, where: str = "fabric file") -> Fabric:
@@ -54,7 +38,5 @@ def fabric_from_document(doc: Any, where: str = "fabric file") -> Fabric:
         parsed = validate(FabricDoc, doc, f"{where}: ")
     except ConfigError as e:
         raise FabricError(str(e)) from None
-    switches = [Switch(s.name, s.tier, s.parent, s.rail, s.group) for s in parsed.switches]
     nodes = [n if isinstance(n, str) else n.name for n in parsed.nodes]
-    links = [Link(x.node, x.switch, x.hca, x.port, x.switch_port, x.rail) for x in parsed.links]
-    return build_fabric(switches, links, nodes, where)
+    return build_fabric(list(parsed.switches), list(parsed.links), nodes, where)

@@ -1,6 +1,6 @@
 """Kubelet device plugin for RDMA NICs (see docs/device-plugin.md).
 
-It runs on `settings.PluginSettings` (from `rdmaplane.config.DevicePluginConfig.settings()`);
+It runs on `settings.PluginSettings` (read from a DevicePluginConfig file by `rdmaplane.config`);
 `resources` turns a topology into devices and allocations, `server` speaks the kubelet's gRPC
 APIs for one pool, `plugin` ties the pools together, `serve` is the standalone plugin's process.
 

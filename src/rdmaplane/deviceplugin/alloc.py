@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
+from rdmaplane.errors import InputError
+
 NumaKey = int | None
 RootKey = tuple[NumaKey, str]
 
@@ -44,7 +46,7 @@ class Candidate:
         return (self.numa, self.pcie_root if self.pcie_root else f"device:{self.id}")
 
 
-class AllocationRequestError(ValueError):
+class AllocationRequestError(InputError):
     """The request cannot be answered: unknown IDs, or a size that does not fit."""
 
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from rdmaplane.deviceplugin.alloc import Candidate, preferred_allocation
 from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.discovery.devnodes import device_nodes
+from rdmaplane.errors import RdmaplaneError
 from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
-from rdmaplane.nccl import PlanError, nccl_env
+from rdmaplane.nccl import NcclPlanError, nccl_env
 from rdmaplane.selectors import compute_ports
 from rdmaplane.usability import (
     DEV_DIR,
@@ -56,7 +57,7 @@ class ContainerAllocation:
     cdi_devices: tuple[str, ...] = ()
 
 
-class AllocateError(Exception):
+class AllocateError(RdmaplaneError):
     """An allocation the plugin refuses; `kind` picks the gRPC status."""
 
     def __init__(self, kind: str, message: str) -> None:
@@ -257,7 +258,7 @@ class ResourceManager:
         ports = [(m.hca, p) for m in members for p in m.up_ports]
         try:
             envs = dict(nccl_env(self.topo, ports, self.pool.nccl))
-        except PlanError as e:
+        except NcclPlanError as e:
             raise AllocateError("plan", f"{plan_failure([m.hca for m in members])}: {e}") from e
         return envs
 

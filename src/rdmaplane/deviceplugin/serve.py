@@ -2,7 +2,7 @@
 its command line and config file are checked.
 
 The plugin runs for months on every node, so what it holds in memory counts. The CLI (typer,
-click) and the config models (pydantic, with errors naming the key) are needed for a few
+click) and the config validator (pydantic, with errors naming the key) are needed for a few
 hundred milliseconds at the start and would stay resident for good, ~25 MB. So the command
 checks everything, then replaces itself (`os.execv`: the same process, one at a time, no
 child) with `python -m rdmaplane.deviceplugin.serve FD`, handing over the checked

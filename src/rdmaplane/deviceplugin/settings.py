@@ -1,21 +1,30 @@
-"""What the device plugin runs on: its pools and how it serves them, as plain checked data.
+"""What the device plugin runs on: its pools and how it serves them, defined once.
 
-The config file is read and validated by `rdmaplane.config.DevicePluginConfig` (pydantic, with
-errors naming the key); `DevicePluginConfig.settings()` turns it into these. The plugin itself
-never sees the pydantic models: the standalone plugin's serving process does not load pydantic
-at all (see `rdmaplane.deviceplugin.serve`), and everything here is already checked.
+These frozen dataclasses are the `DevicePluginConfig` file's schema too: `rdmaplane.config`
+reads the file straight into them (keys, defaults, limits and descriptions come from the
+fields, see `rdmaplane.setting`). The plugin never sees the validator: the standalone plugin's
+serving process does not load pydantic at all (see `rdmaplane.deviceplugin.serve`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 from typing import Literal
 
+from rdmaplane import nrt
 from rdmaplane.nccl import NcclSettings
 from rdmaplane.selectors import Selectors
+from rdmaplane.setting import Seconds, setting
+from rdmaplane.untrusted import FieldError
 
 Mode = Literal["exclusive", "shared"]
 Registration = Literal["kubelet", "plugins-registry"]
+
+RESOURCE_NAME = re.compile(
+    r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+DEFAULT_RESOURCE: dict[str, str] = {"exclusive": nrt.HCA, "shared": nrt.HCA_SHARED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,11 +33,25 @@ class Pool:
     whether a device is one HCA (exclusive) or one of `slots` slots granting them all
     (shared), `nccl` is what the environment handed to pods is planned for."""
 
-    resource_name: str
-    mode: Mode = "exclusive"
-    slots: int = 100
-    selectors: Selectors = field(default_factory=Selectors)
-    nccl: NcclSettings = field(default_factory=NcclSettings)
+    resource_name: str = setting(
+        "", "domain/name, unique; empty: rdmaplane.io/hca or rdmaplane.io/hca-shared"
+    )
+    mode: Mode = setting(
+        "exclusive", "exclusive: one device per HCA; shared: slots granting them all"
+    )
+    slots: int = setting(100, "shared: pods that may share the pool", ge=1, le=100_000)
+    selectors: Selectors = setting(factory=Selectors, doc="default: all")
+    nccl: NcclSettings = setting(factory=NcclSettings, doc="environment for pods")
+
+    def __post_init__(self) -> None:
+        if not self.resource_name:
+            object.__setattr__(self, "resource_name", DEFAULT_RESOURCE[self.mode])
+        if not RESOURCE_NAME.match(self.resource_name):
+            raise FieldError(
+                "resource_name",
+                f"{self.resource_name!r} is not an extended resource name like "
+                "'rdmaplane.io/hca' (domain/name)",
+            )
 
     @property
     def shared(self) -> bool:
@@ -36,14 +59,37 @@ class Pool:
 
 
 @dataclass(frozen=True, slots=True)
-class PluginSettings:
-    """Every pool of one plugin; `cdi_spec_dir` None when CDI is off."""
+class CdiSettings:
+    """Container Device Interface: answer Allocate with CDI names and write the spec."""
 
-    pools: tuple[Pool, ...]
-    registration: Registration = "kubelet"
-    resend_interval: float = 60.0
-    health_poll_interval: float = 5.0
-    cdi_spec_dir: str | None = None
+    enabled: bool = setting(False, "answer with CDI device names, write a CDI spec")
+    spec_dir: str = setting("/var/run/cdi", "where the spec goes (created if missing)")
+
+
+@dataclass(frozen=True, slots=True)
+class PluginSettings:
+    """The kubelet device plugin's pools and how it serves them (`DevicePluginConfig`)."""
+
+    health_poll_interval: Seconds = setting(
+        5.0, "between sysfs probes (health, hot-plug); standalone only", gt=0
+    )
+    resend_interval: Seconds = setting(60.0, "between unconditional ListAndWatch re-sends", gt=0)
+    registration: Registration = setting(
+        "kubelet", "kubelet (device-plugins/kubelet.sock) or plugins-registry"
+    )
+    cdi: CdiSettings = setting(factory=CdiSettings, doc="CDI")
+    pools: tuple[Pool, ...] = setting((Pool(),), "one extended resource each", min_length=1)
+
+    def __post_init__(self) -> None:
+        names = [p.resource_name for p in self.pools]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup:
+            raise FieldError("pools", f"resourceName {dup!r} is used by more than one pool")
+
+    @property
+    def cdi_spec_dir(self) -> str | None:
+        """Where the CDI spec goes; None when CDI is off."""
+        return self.cdi.spec_dir if self.cdi.enabled else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 
 from rdmaplane.discovery.sysfs import read_node
+from rdmaplane.errors import InputError
 from rdmaplane.model import NodeTopology
 
 __all__ = ["NodeSourceError", "load_node", "read_node"]
 
 
-class NodeSourceError(ValueError):
+class NodeSourceError(InputError):
     """The node to read was named wrongly (several sources, missing directory, bad sample)."""
 
 

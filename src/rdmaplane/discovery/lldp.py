@@ -25,8 +25,6 @@ from rdmaplane.fabric import Link
 from rdmaplane.model import NodeTopology
 from rdmaplane.selectors import compute_ports
 
-DEFAULT_COMMAND = ("lldpcli", "-f", "json", "show", "neighbors")
-
 
 @dataclass(frozen=True, slots=True)
 class Neighbor:
@@ -37,9 +35,10 @@ class Neighbor:
 
 
 def read_neighbors(
-    command: Sequence[str] = DEFAULT_COMMAND, timeout: float = 10.0
+    command: Sequence[str], timeout: float = 10.0
 ) -> tuple[dict[str, Neighbor], str | None]:
-    """Run lldpcli; (neighbours by local interface, why there are none or None)."""
+    """Run lldpcli as `command` says (the agent's `fabric.lldpCommand`); (neighbours by local
+    interface, why there are none or None)."""
     if not command or shutil.which(command[0]) is None:
         return {}, f"{command[0] if command else 'lldpcli'} not found"
     try:

@@ -24,6 +24,7 @@ import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from rdmaplane.errors import RdmaplaneError
 from rdmaplane.model import NetnsMode
 
 log = logging.getLogger("rdmaplane.discovery.netlink")
@@ -66,7 +67,7 @@ def u8_attribute(kind: int, value: int) -> bytes:
     return ATTRIBUTE.pack(ATTRIBUTE.size + 1, kind) + bytes([value]) + bytes(3)
 
 
-class NetlinkError(OSError):
+class NetlinkError(RdmaplaneError, OSError):
     """The kernel (or the socket) refused; `errno` says why."""
 
 

@@ -35,6 +35,7 @@ from rdmaplane.counters import HW, PMA, PORT_COUNTERS
 from rdmaplane.discovery import vpd
 from rdmaplane.discovery.sysfs import IB_CORE, NETNS_PARAMETER, SIDECAR, read_node
 from rdmaplane.discovery.tree import MemoryTree
+from rdmaplane.errors import InputError
 from rdmaplane.model import DATA_DIRECT_DEVICE, NodeTopology
 
 CARDS: dict[str, dict[str, str]] = {
@@ -96,7 +97,7 @@ HW_COUNTERS = [c.name for c in PORT_COUNTERS if c.directory == HW]
 _SPEC_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class SampleError(ValueError):
+class SampleError(InputError):
     """A sample name that does not exist or a spec that does not hold together."""
 
 

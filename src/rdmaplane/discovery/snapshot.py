@@ -23,13 +23,14 @@ from typing import Any
 
 from rdmaplane.discovery.sysfs import SIDECAR, Recording, read_node
 from rdmaplane.discovery.tree import MAX_LINKS, MemoryTree
+from rdmaplane.errors import InputError
 from rdmaplane.model import Gpu, NodeTopology
 
 MAX_MEMBERS = 200_000
 MAX_BYTES = 64 << 20
 
 
-class SnapshotError(ValueError):
+class SnapshotError(InputError):
     """A snapshot that cannot be read: not a tar.gz, too large, or with unsafe members."""
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.errors import InputError
 from rdmaplane.workloads import with_template
 
 APP = "rdmaplane-doctor"
@@ -22,11 +23,15 @@ class Pair:
     round: int  # pairs of one round run at the same time
 
 
+class PairingError(InputError):
+    """Nodes that cannot be paired (fewer than two distinct ones)."""
+
+
 def cover_pairs(nodes: list[str]) -> list[Pair]:
-    """Raises ValueError when fewer than two distinct nodes are given."""
+    """Raises `PairingError` when fewer than two distinct nodes are given."""
     names = sorted(set(nodes))
     if len(names) < 2:
-        raise ValueError(f"need at least two distinct nodes, got {len(names)}")
+        raise PairingError(f"need at least two distinct nodes, got {len(names)}")
     pairs = [Pair(names[i], names[i + 1], 0) for i in range(0, len(names) - 1, 2)]
     if len(names) % 2:
         pairs.append(Pair(names[-1], names[0], 1))

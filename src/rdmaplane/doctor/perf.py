@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from rdmaplane.doctor import failures, judge, parse_perftest
 from rdmaplane.doctor.verdict import Finding, ParseError, Status
+from rdmaplane.errors import InputError
 from rdmaplane.gid import select_gid
 from rdmaplane.model import Hca, LinkLayer, NodeTopology
 
@@ -27,8 +28,8 @@ CONNECT_REFUSED = ("Couldn't connect to", "Unable to open file descriptor for so
 TCP_CHUNK = 1 << 20
 
 
-class PlanError(ValueError):
-    """The node cannot run the test as asked (unknown HCA, no usable GID)."""
+class PerfPlanError(InputError):
+    """The node cannot run the perftest as asked (unknown HCA, no usable GID)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +163,7 @@ def plan(
             mine = [h for h in topo.hcas if h.name in usable and any(p.is_up for p in h.ports)]
             chosen = [h for h in chosen if h.name in usable] or mine
     if not chosen:
-        raise PlanError("no HCA with an ACTIVE port to test")
+        raise PerfPlanError("no HCA with an ACTIVE port to test")
     env_index = env.get("NCCL_IB_GID_INDEX", "").strip()
     wanted = gid_index if gid_index is not None else _int(env_index)
     return Plan([_target(hca, wanted) for hca in chosen], notes)
@@ -172,21 +173,21 @@ def _given(topo: NodeTopology, name: str, usable: set[str] | None) -> Hca:
     hca = topo.hca(name)
     if hca is None:
         known = ", ".join(h.name for h in topo.hcas) or "none"
-        raise PlanError(f"--hca {name}: no such HCA (have: {known})")
+        raise PerfPlanError(f"--hca {name}: no such HCA (have: {known})")
     if usable is not None and name not in usable:
-        raise PlanError(f"--hca {name}: this pod has no /dev/infiniband device node for it")
+        raise PerfPlanError(f"--hca {name}: this pod has no /dev/infiniband device node for it")
     return hca
 
 
 def _target(hca: Hca, wanted: int | None) -> Target:
     port = next((p for p in hca.ports if p.is_up), hca.ports[0] if hca.ports else None)
     if port is None:
-        raise PlanError(f"{hca.name} has no port")
+        raise PerfPlanError(f"{hca.name} has no port")
     index: int | None = None
     if port.link_layer == LinkLayer.ETHERNET:
         index = wanted if wanted is not None and wanted >= 0 else select_gid(hca, port).index
         if index is None:
-            raise PlanError(f"{hca.name}:{port.number} has no RoCE v2 IPv4 GID")
+            raise PerfPlanError(f"{hca.name}:{port.number} has no RoCE v2 IPv4 GID")
     return Target(hca.name, port.number, port.link_layer, index, port.rate_gbps)
 
 

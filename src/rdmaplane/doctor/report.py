@@ -12,11 +12,12 @@ from typing import Any
 
 from rdmaplane.doctor.verdict import Status, worst
 from rdmaplane.documents import MAX_DEPTH, DocumentError, check_depth
+from rdmaplane.errors import InputError
 
 SCHEMA = "rdmaplane.io/doctor/v1"
 
 
-class ReportError(ValueError):
+class ReportError(InputError):
     """An input that holds no doctor document, named with its source."""
 
 

@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.errors import InputError
+
 _LAUNCHER = re.compile(r"^\s*(?:\[\d+,\d+\]<(?:stdout|stderr)>:\s?|\d+:\s)")
 
 
@@ -41,7 +43,7 @@ def exit_code(status: Status) -> int:
     return 1 if status == Status.FAIL else 0
 
 
-class ParseError(ValueError):
+class ParseError(InputError):
     """Text that is not the output it was said to be; names the line that gave up."""
 
     def __init__(self, what: str, reason: str, line_no: int | None = None, line: str = "") -> None:

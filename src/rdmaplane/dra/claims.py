@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.dra.devices import DraDevice
+from rdmaplane.errors import InputError
 from rdmaplane.model import Hca, NodeTopology, Port
-from rdmaplane.nccl import NcclSettings, PlanError, nccl_env
+from rdmaplane.nccl import NcclPlanError, NcclSettings, nccl_env
 from rdmaplane.usability import DEV_DIR
 
 CDI_CLASS = "claim"
@@ -40,7 +41,7 @@ CDI_VERSION = "0.5.0"  # the lowest that allows device names starting with a dig
 ReadConfig = Callable[[object, str], NcclSettings | None]
 
 
-class ClaimError(ValueError):
+class ClaimError(InputError):
     """This claim cannot be prepared on this node, and why (one line naming the claim)."""
 
 
@@ -120,7 +121,7 @@ def prepare(
     ports = list(dict.fromkeys((a.hca, a.port) for a in allocated))  # two shares: one port
     try:
         env = nccl_env(topo, ports, settings)
-    except PlanError as e:
+    except NcclPlanError as e:
         raise ClaimError(f"claim {ref}: no NCCL plan for its devices: {e}") from None
     vendor = cdi_vendor(driver)
     cdi_devices = [_cdi_device(a, ref, present) for a in allocated]

@@ -29,7 +29,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaimStatus
 from lightkube.types import PatchType
 
-from rdmaplane.config import PublishConfig
+from rdmaplane.agent.settings import PublishSettings
 from rdmaplane.dra.readiness import Readiness, binding_status, waiting_results
 from rdmaplane.kube import ClaimDict
 
@@ -47,7 +47,7 @@ class ClaimStatusWriter:
         client: AsyncClient,
         driver: str,
         pool: str,
-        config: PublishConfig,
+        config: PublishSettings,
         *,
         clock: Callable[[], str] = now_rfc3339,
     ) -> None:

@@ -25,6 +25,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rdmaplane.dra.settings import DraSharing
 from rdmaplane.gid import select_gid
 from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
 from rdmaplane.nccl import NcclSettings
@@ -46,15 +47,6 @@ AttributeValue = int | str | bool
 
 
 @dataclass(frozen=True, slots=True)
-class ShareRule:
-    """How a shared pool's ports are divided among claims: by line rate, in Gb/s. A request
-    naming no bandwidth takes `default_gbps`; shares are multiples of `step_gbps`."""
-
-    default_gbps: int = 100
-    step_gbps: int = 25
-
-
-@dataclass(frozen=True, slots=True)
 class Pool:
     """A device plugin pool as DRA uses it: which ports, and the NCCL/GID policy for them;
     `share` for a shared pool (its ports go to several claims, each taking some bandwidth)."""
@@ -62,7 +54,7 @@ class Pool:
     name: str  # the pool's resource name, e.g. rdmaplane.io/hca
     selectors: Selectors | None = None  # None: the fastest class of ports that are up
     settings: NcclSettings = field(default_factory=NcclSettings)
-    share: ShareRule | None = None
+    share: DraSharing | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +67,7 @@ class Share:
     step_gbps: int
 
 
-def share_of(port: Port, rule: ShareRule) -> Share | None:
+def share_of(port: Port, rule: DraSharing) -> Share | None:
     """The share policy of one port of a shared pool; None (offered whole) when its rate is
     unknown or below one step."""
     if port.rate_gbps is None:

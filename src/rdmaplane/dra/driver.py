@@ -21,17 +21,20 @@ import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim
 
-from rdmaplane.config import AgentConfig, PoolConfig, RdmaDeviceConfig, parse
-from rdmaplane.config.dra import DraSharingConfig
+from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.config import parse
+from rdmaplane.config.dra import RDMA_DEVICE_CONFIG
+from rdmaplane.deviceplugin import settings as plugin_settings
 from rdmaplane.discovery.devnodes import device_nodes
 from rdmaplane.dra import files
 from rdmaplane.dra.checkpoint import PREPARED, STARTED, Checkpoint, Entry
 from rdmaplane.dra.claims import ClaimError, ClaimRef, PreparedClaim, prepare, spec_name
 from rdmaplane.dra.claimstatus import ClaimStatusWriter
-from rdmaplane.dra.devices import DraDevice, Pool, ShareRule, offer, unusable
+from rdmaplane.dra.devices import DraDevice, Pool, offer, unusable
 from rdmaplane.dra.kubeletplugin import DeviceHealth, HealthFeed, KubeletPlugin, Outcome
 from rdmaplane.dra.publisher import SlicePublisher
 from rdmaplane.dra.readiness import Readiness, readiness
+from rdmaplane.dra.settings import DraSharing
 from rdmaplane.dra.slices import device_taints
 from rdmaplane.faults import Fault, Taint
 from rdmaplane.model import NodeTopology
@@ -45,32 +48,24 @@ from rdmaplane.usability import Unusable
 log = logging.getLogger("rdmaplane.dra")
 
 
-def pools_of(configs: Sequence[PoolConfig], sharing: DraSharingConfig) -> list[Pool]:
+def pools_of(configs: Sequence[plugin_settings.Pool], sharing: DraSharing) -> list[Pool]:
     """The device plugin's pools, as the DRA driver offers them (the same ports, same plan);
     a shared pool's ports go to several claims, each taking a share of the port's rate."""
-    rule = ShareRule(sharing.default_gbps, sharing.step_gbps)
     return [
-        Pool(
-            p.resource_name,
-            p.selectors.selectors(),
-            p.nccl.settings(),
-            rule if p.mode == "shared" else None,
-        )
-        for p in configs
+        Pool(p.resource_name, p.selectors, p.nccl, sharing if p.shared else None) for p in configs
     ]
 
 
 def read_device_config(parameters: object, where: str) -> NcclSettings | None:
     """An `RdmaDeviceConfig` from a claim's opaque parameters; ConfigError names `where`."""
-    config = parse(parameters, RdmaDeviceConfig, where)
-    return config.nccl.settings() if config.nccl is not None else None
+    return parse(parameters, RDMA_DEVICE_CONFIG, where).nccl
 
 
 class DraDriver:
     def __init__(
         self,
-        config: AgentConfig,
-        pools: Sequence[PoolConfig],
+        config: AgentSettings,
+        pools: Sequence[plugin_settings.Pool],
         kube: AsyncClient | None,
     ) -> None:
         dra = config.dra

@@ -24,7 +24,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
-from rdmaplane.config import PublishConfig
+from rdmaplane.agent.settings import PublishSettings
 from rdmaplane.dra.devices import DraDevice
 from rdmaplane.dra.slices import (
     generation_of,
@@ -48,7 +48,7 @@ class SlicePublisher:
         client: AsyncClient,
         driver: str,
         node: str,
-        config: PublishConfig,
+        config: PublishSettings,
         *,
         clock: Callable[[], str] = now_rfc3339,
         on_write: Callable[[], None] = lambda: None,

@@ -25,6 +25,8 @@ from pathlib import Path
 import grpc
 from asyncinotify import Event, Inotify, Mask
 
+from rdmaplane.errors import RdmaplaneError
+
 log = logging.getLogger("rdmaplane.kubelet")
 
 # What happens in a socket folder that can concern us: sockets appearing and going, the folder
@@ -36,7 +38,7 @@ _CREATED = Mask.CREATE | Mask.MOVED_TO
 _serial = itertools.count()
 
 
-class ServeError(RuntimeError):
+class ServeError(RdmaplaneError):
     """A socket cannot be created (kubelet folder missing, not writable, path too long, …)."""
 
 

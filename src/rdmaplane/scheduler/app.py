@@ -31,12 +31,12 @@ from prometheus_client import (
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rdmaplane.config import SchedulerExtenderConfig
 from rdmaplane.httpbody import BodyTooLarge, read_asgi_body
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
 from rdmaplane.scheduler.decisions import Decisions
+from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.scheduler")
@@ -118,7 +118,7 @@ def _synced(cache: ClusterCache, kind: str) -> float:
 
 
 def create_app(
-    cache: ClusterCache, config: SchedulerExtenderConfig, watcher: Watcher | None = None
+    cache: ClusterCache, config: ExtenderSettings, watcher: Watcher | None = None
 ) -> FastAPI:
     metrics = Metrics(cache)
 
@@ -170,7 +170,7 @@ def create_app(
         metrics.count(verb, status, time.perf_counter() - start)
         return status, content, headers
 
-    decide = Decisions(cache, config.fabric.weights())
+    decide = Decisions(cache, config.fabric)
     passed_nodes, failed_nodes, unresolvable_nodes = (
         metrics.nodes.labels(o) for o in ("passed", "failed", "unresolvable")
     )
@@ -265,7 +265,7 @@ class DecisionRoutes:
         app: ASGIApp,
         decisions: Mapping[str, tuple[str, Callable[[wire.ExtenderArgs], bytes]]],
         handle: Handler,
-        config: SchedulerExtenderConfig,
+        config: ExtenderSettings,
     ) -> None:
         self.app = app
         self.decisions = decisions

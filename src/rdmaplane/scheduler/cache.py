@@ -23,6 +23,7 @@ from rdmaplane import fabric as fab
 from rdmaplane import nrt as nrtmod
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
+from rdmaplane.scheduler.settings import ExtenderSettings, FabricScoring
 
 KINDS = ("nrt", "node", "pod")
 REASON_PREFIX = "rdmaplane: "
@@ -89,6 +90,12 @@ class ClusterCache:
         self._members: dict[str, dict[str, str]] = {}  # group → {pod key: node or ""}
         self._readers: dict[str, dict[str, str]] = {}  # group → {pending reader: its group}
         self._reads: dict[str, str] = {}  # pending reader's key → the group it reads
+
+    @classmethod
+    def configured(cls, settings: ExtenderSettings) -> ClusterCache:
+        """The cache as the extender's settings say: its policy, memo size, label schemes."""
+        policy = pl.Policy(settings.weights, settings.resources)
+        return cls(policy, settings.memo_entries, settings.fabric.tier_labels)
 
     # ---- feeding -------------------------------------------------------------------------------
 
@@ -426,7 +433,7 @@ class ClusterCache:
         names: Sequence[str],
         request: pl.PodRequest,
         verdicts: Sequence[pl.Verdict],
-        weights: ja.FabricWeights,
+        weights: FabricScoring,
     ) -> tuple[list[int], list[float] | None]:
         """The scores kube-scheduler gets: node-local, with the pod's fabric term composed in
         when it has one (and that term per node, for explaining)."""

@@ -18,6 +18,7 @@ from typing import Any
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.scheduler.settings import FabricScoring
 
 _FITS = attrgetter("fits")
 _REASON = attrgetter("reason")
@@ -48,7 +49,7 @@ class Scored:
 
 
 class Decisions:
-    def __init__(self, cache: ClusterCache, weights: ja.FabricWeights) -> None:
+    def __init__(self, cache: ClusterCache, weights: FabricScoring) -> None:
         self.cache = cache
         self.weights = weights
         # The last filter call's pod (by UID), the nodes it passed and their verdicts: the

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.fabric import Location, closeness
+from rdmaplane.scheduler.settings import FabricScoring
 
 GROUP_LABEL = "rdmaplane.io/group"
 KV_PEERS = "rdmaplane.io/kv-peers"
@@ -48,14 +49,6 @@ GROUP_LABELS = (
     "batch.kubernetes.io/job-name",
 )
 MAX_SLOTS = 16  # copies of a pod counted per node when the job's size is unknown
-
-
-@dataclass(frozen=True)
-class FabricWeights:
-    """How much the fabric counts against the node-local score (both relative)."""
-
-    fabric: float = 0.5
-    node: float = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +156,10 @@ def _room_terms(
     return terms
 
 
-def compose(local: int, term: float, weights: FabricWeights) -> int:
+def compose(local: int, term: float, weights: FabricScoring) -> int:
     """The node's score: its node-local score (0–10) weighed against the fabric term (0–1)."""
-    total = weights.node + weights.fabric
+    total = weights.node_local + weights.weight
     if total <= 0:
         return local
-    score = round(10 * (weights.node * local / 10 + weights.fabric * term) / total)
+    score = round(10 * (weights.node_local * local / 10 + weights.weight * term) / total)
     return max(0, min(10, score))

@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rdmaplane import nrt as nrtmod
+from rdmaplane.errors import InputError
+from rdmaplane.scheduler.settings import ResourceNames, Weights
 
 Vec = tuple[int, int, int]  # (GPUs, exclusive HCAs, shared slots)
 ZERO: Vec = (0, 0, 0)
@@ -39,38 +41,14 @@ ZERO: Vec = (0, 0, 0)
 MAX_MASK_ZONES = 8  # the Topology Manager's own default limit on NUMA nodes
 
 
-class RequestError(ValueError):
+class RequestError(InputError):
     """A pod whose requests cannot be read; the message names the field."""
 
 
 @dataclass(frozen=True)
-class ResourceNames:
-    gpu: str = nrtmod.GPU
-    hca: str = nrtmod.HCA
-    hca_shared: str = nrtmod.HCA_SHARED
-
-    def as_tuple(self) -> tuple[str, str, str]:
-        return (self.gpu, self.hca, self.hca_shared)
-
-
-@dataclass(frozen=True)
-class Weights:
-    """How a score is made; every weight is relative to its sibling(s)."""
-
-    alignment: float = 0.8  # alignment term vs. packing term
-    packing: float = 0.2
-    pcie: float = 1.0  # value of a GPU paired with a NIC on its PCIe root ...
-    numa: float = 0.5  # ... with a NIC on its NUMA zone only ...
-    cross: float = 0.0  # ... with a NIC across NUMA zones
-    not_preferred: float = 0.5  # factor when the kubelet does not promise NUMA alignment
-    zone_fill: float = 0.5  # packing: how full the touched NUMA zones end up ...
-    node_fill: float = 0.5  # ... and how full the node ends up
-
-
-@dataclass(frozen=True)
 class Policy:
-    weights: Weights = Weights()
-    names: ResourceNames = ResourceNames()
+    weights: Weights = field(default_factory=Weights)
+    names: ResourceNames = field(default_factory=ResourceNames)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,10 +10,12 @@ from typing import Any
 
 import orjson
 
+from rdmaplane.errors import InputError
+
 MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
 
 
-class WireError(ValueError):
+class WireError(InputError):
     """Malformed request (HTTP 400)."""
 
 

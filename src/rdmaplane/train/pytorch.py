@@ -87,7 +87,7 @@ def init_distributed(backend: str = "gloo", timeout_s: float = 1800.0) -> None:
 
 
 def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
+    return bool(dist.is_available() and dist.is_initialized())
 
 
 def any_rank(flag: bool, group: Any = None) -> bool:

@@ -24,6 +24,7 @@ from prometheus_client import (
 from rdmaplane.documents import DocumentError, check_depth
 from rdmaplane.httpbody import BodyTooLarge, read_body
 from rdmaplane.webhook import inject, review
+from rdmaplane.webhook.settings import InjectPolicy
 
 log = logging.getLogger("rdmaplane.webhook")
 
@@ -55,7 +56,7 @@ class Metrics:
 
 
 def create_app(
-    policy: inject.Policy, max_request_bytes: int, ready: Callable[[], str | None]
+    policy: InjectPolicy, max_request_bytes: int, ready: Callable[[], str | None]
 ) -> FastAPI:
     """`ready()` returns None when the webhook can serve, else why not (no certificate yet,
     caBundle not written)."""

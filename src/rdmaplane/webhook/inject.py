@@ -1,8 +1,8 @@
 """What the admission webhook adds to a GPU pod, as a JSONPatch built from the real object.
 
-Pure: a pod (the dict the API server sent) and a `Policy` in, a `Mutation` (RFC 6902 operations
-and admission warnings) out. For every container (and init container) that asks for GPUs it
-adds, unless the user already did:
+Pure: a pod (the dict the API server sent) and an `InjectPolicy` in, a `Mutation` (RFC 6902
+operations and admission warnings) out. For every container (and init container) that asks for
+GPUs it adds, unless the user already did:
 
 - the RDMA resource: `rdmaplane.io/hca` x N (exclusive) or one `rdmaplane.io/hca-shared` slot;
   a container that names either resource keeps exactly what the user wrote;
@@ -23,9 +23,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final
 
-from rdmaplane import DOCTOR_IMAGE, nrt
+from rdmaplane import nrt
+from rdmaplane.errors import InputError
+from rdmaplane.webhook.settings import Doctor, FaultNotice, InjectPolicy, Mode, NodeClass
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
 DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
@@ -41,64 +43,12 @@ EXEMPT_NAMESPACES: Final = ("kube-system", "rdmaplane")
 # hostPath mounts that hand a container every RDMA device past the device cgroup.
 _DEVICE_DIRS: Final = ("/dev", "/dev/infiniband")
 
-Mode = Literal["exclusive", "shared"]
 Json = Any  # a decoded JSON value
 
 
-class PodError(ValueError):
+class PodError(InputError):
     """A pod this webhook will not admit as it is (an unknown mode annotation); the message
     says what to change."""
-
-
-@dataclass(frozen=True)
-class NodeClass:
-    """HCAs per GPU on one kind of node, chosen for a pod whose nodeSelector holds `selector`."""
-
-    name: str
-    selector: Mapping[str, str]
-    hcas_per_gpu: float = 1.0
-    max_hcas: int = 8
-
-
-@dataclass(frozen=True)
-class Notice:
-    """Where the fault notice's annotations file is mounted, and the variable naming it."""
-
-    volume: str = "podinfo"
-    mount_dir: str = "/etc/podinfo"
-    file: str = "annotations"
-    env: str = "RDMAPLANE_ANNOTATIONS_FILE"
-
-    @property
-    def path(self) -> str:
-        return f"{self.mount_dir.rstrip('/')}/{self.file}"
-
-
-@dataclass(frozen=True)
-class Doctor:
-    """The init container's image and `rdmaplane` arguments (its command is `rdmaplane`,
-    whatever entry point the image has: the doctor image's is `rdmaplane doctor`)."""
-
-    image: str = DOCTOR_IMAGE
-    args: tuple[str, ...] = ("doctor",)
-
-
-@dataclass(frozen=True)
-class Policy:
-    """What the webhook adds; built from the WebhookConfig file."""
-
-    gpu: str = nrt.GPU
-    hca: str = nrt.HCA
-    hca_shared: str = nrt.HCA_SHARED
-    mode: Mode = "exclusive"  # what `auto` (and a namespace opt-in) means
-    default_class: NodeClass = NodeClass("default", {})
-    classes: tuple[NodeClass, ...] = ()
-    ipc_lock: bool = True
-    shm: bool = True
-    shm_volume: str = "rdmaplane-shm"
-    shm_size_limit: str | None = None  # None: the largest memory limit of the GPU containers
-    notice: Notice | None = Notice()
-    doctor: Doctor | None = None
 
 
 @dataclass
@@ -192,7 +142,7 @@ def _list(value: Json) -> list[Json]:
     return value if isinstance(value, list) else []
 
 
-def mode_of(pod: Mapping[str, Json], policy: Policy) -> Mode | None:
+def mode_of(pod: Mapping[str, Json], policy: InjectPolicy) -> Mode | None:
     """The pod's mode: its annotation, else `auto`; None for `off`."""
     annotations = _map(_map(pod.get("metadata")).get("annotations"))
     value = annotations.get(MODE_ANNOTATION, "auto")
@@ -220,11 +170,11 @@ def _names(resources: Mapping[str, Json]) -> set[str]:
     return {*_map(resources.get("limits")), *_map(resources.get("requests"))}
 
 
-def node_class(pod: Mapping[str, Json], policy: Policy) -> NodeClass:
+def node_class(pod: Mapping[str, Json], policy: InjectPolicy) -> NodeClass:
     """The first class whose selector the pod's nodeSelector contains, else the default."""
     selector = _map(_map(pod.get("spec")).get("nodeSelector"))
-    for cls in policy.classes:
-        if all(selector.get(k) == v for k, v in cls.selector.items()):
+    for cls in policy.node_classes:
+        if all(selector.get(k) == v for k, v in cls.node_selector.items()):
             return cls
     return policy.default_class
 
@@ -255,7 +205,9 @@ def _gpu_containers(spec: Mapping[str, Json], gpu: str) -> Iterator[_Container]:
 # ------------------------------------------------------------------------------ who is sent
 
 
-def not_sent(pod: Mapping[str, Json], namespace: str, opted_in: bool, policy: Policy) -> str | None:
+def not_sent(
+    pod: Mapping[str, Json], namespace: str, opted_in: bool, policy: InjectPolicy
+) -> str | None:
     """Why the API server would not send `pod` to the webhook, by the deployed webhook
     configuration's namespaceSelector and matchConditions; None when it would. `opted_in`:
     the namespace carries `rdmaplane.io/inject=enabled`."""
@@ -272,27 +224,27 @@ def not_sent(pod: Mapping[str, Json], namespace: str, opted_in: bool, policy: Po
     spec = _map(pod.get("spec"))
     bodies = [_map(c) for kind in ("initContainers", "containers") for c in _list(spec.get(kind))]
     resources = [_map(b.get("resources")) for b in bodies]
-    if any(policy.gpu in _map(r.get("limits")) for r in resources):
+    if any(policy.resources.gpu in _map(r.get("limits")) for r in resources):
         return None
-    if any(policy.gpu in _map(r.get("requests")) for r in resources):
+    if any(policy.resources.gpu in _map(r.get("requests")) for r in resources):
         return (
-            f"its {policy.gpu} is in requests only: the webhook is called for GPUs in limits "
-            "(and the API server refuses an extended resource without a limit)"
+            f"its {policy.resources.gpu} is in requests only: the webhook is called for GPUs in "
+            "limits (and the API server refuses an extended resource without a limit)"
         )
-    return f"no container asks for {policy.gpu} (limits)"
+    return f"no container asks for {policy.resources.gpu} (limits)"
 
 
 # ------------------------------------------------------------------------------ the mutation
 
 
-def mutate(pod: Mapping[str, Json], policy: Policy) -> Mutation:
+def mutate(pod: Mapping[str, Json], policy: InjectPolicy) -> Mutation:
     """The patch that makes `pod` RDMA-ready, and warnings for what it will not fix.
     Raises `PodError` for a mode annotation it does not know."""
     mode = mode_of(pod, policy)
     spec = _map(pod.get("spec"))
     build = _Builder(pod)
     result = Mutation(warnings=list(_warnings(spec)), pod=build.obj)
-    containers = list(_gpu_containers(spec, policy.gpu))
+    containers = list(_gpu_containers(spec, policy.resources.gpu))
     if mode is None or not containers or not isinstance(pod.get("spec"), Mapping):
         return result
     cls = node_class(pod, policy)
@@ -306,11 +258,11 @@ def mutate(pod: Mapping[str, Json], policy: Policy) -> Mutation:
         result.warnings += _own_hca_list(c.body, granted, policy)
         if policy.ipc_lock:
             _add_ipc_lock(build, at, c.body)
-        if policy.shm:
+        if policy.shm.enabled:
             _add_shm(build, at, c.body, policy, shm_size)
-        if policy.notice is not None:
-            _add_notice(build, at, c.body, policy.notice, result)
-    if policy.doctor is not None and _wants_doctor(pod):
+        if policy.fault_notice.enabled:
+            _add_notice(build, at, c.body, policy.fault_notice, result)
+    if policy.doctor.enabled and _wants_doctor(pod):
         _add_doctor(build, policy, policy.doctor, max(c.gpus for c in containers), rdma)
     result.patch = build.ops
     return result
@@ -322,27 +274,27 @@ def _add_rdma(
     c: _Container,
     mode: Mode,
     cls: NodeClass,
-    policy: Policy,
+    policy: InjectPolicy,
 ) -> dict[str, str]:
     """Add the RDMA resource to limits (and to requests when the GPUs are there too);
     returns the container's RDMA resource as it ends up."""
     resources = _map(c.body.get("resources"))
-    present = _names(resources) & {policy.hca, policy.hca_shared}
+    present = _names(resources) & {policy.resources.hca, policy.resources.hca_shared}
     if present:
         return {n: str(_count(resources, n)) for n in sorted(present)}
     name, amount = (
-        (policy.hca, str(hcas_for(c.gpus, cls)))
+        (policy.resources.hca, str(hcas_for(c.gpus, cls)))
         if mode == "exclusive"
-        else (policy.hca_shared, "1")
+        else (policy.resources.hca_shared, "1")
     )
     build.ensure((*at, "resources", "limits", name), amount)
-    if policy.gpu in _map(resources.get("requests")):
+    if policy.resources.gpu in _map(resources.get("requests")):
         build.ensure((*at, "resources", "requests", name), amount)
     return {name: amount}
 
 
 def _own_hca_list(
-    body: Mapping[str, Json], granted: Mapping[str, str], policy: Policy
+    body: Mapping[str, Json], granted: Mapping[str, str], policy: InjectPolicy
 ) -> Iterator[str]:
     """A container that sets NCCL_IB_HCA itself keeps it (the kubelet puts the container's
     own variables after the device plugin's), so NCCL uses what it names, not the HCAs the
@@ -361,18 +313,20 @@ def _own_hca_list(
         )
         return
     entries = [e for e in value.lstrip("^=").split(",") if e.strip()]
-    hcas = int(granted.get(policy.hca, 0) or 0)
+    hcas = int(granted.get(policy.resources.hca, 0) or 0)
     if not value.startswith("^") and hcas > len(entries):
         yield (
             f"container {name} sets NCCL_IB_HCA={value[:80]} ({len(entries)} HCA(s)) and is "
-            f"given {hcas} {policy.hca}: NCCL uses only those it names, and only if they are "
-            "among the granted ones; leave NCCL_IB_HCA to the device plugin, which sets it to "
-            "the HCAs granted"
+            f"given {hcas} {policy.resources.hca}: NCCL uses only those it names, and only if "
+            "they are among the granted ones; leave NCCL_IB_HCA to the device plugin, which sets "
+            "it to the HCAs granted"
         )
 
 
-def _size(rdma: Mapping[str, str], policy: Policy) -> int:
-    return int(rdma.get(policy.hca, 0)) * 1000 + int(rdma.get(policy.hca_shared, 0))
+def _size(rdma: Mapping[str, str], policy: InjectPolicy) -> int:
+    return int(rdma.get(policy.resources.hca, 0)) * 1000 + int(
+        rdma.get(policy.resources.hca_shared, 0)
+    )
 
 
 def _add_ipc_lock(build: _Builder, at: tuple[str | int, ...], body: Mapping[str, Json]) -> None:
@@ -395,11 +349,11 @@ def _mounts_at(body: Mapping[str, Json], path: str) -> bool:
     )
 
 
-def _shm_size(containers: list[_Container], policy: Policy) -> str | None:
+def _shm_size(containers: list[_Container], policy: InjectPolicy) -> str | None:
     """The configured size, else the largest memory limit among the GPU containers (a memory
     emptyDir counts against it anyway), else none (the kubelet then sizes it to the pod)."""
-    if policy.shm_size_limit is not None:
-        return policy.shm_size_limit
+    if policy.shm.size_limit is not None:
+        return policy.shm.size_limit
     limits = [
         (q, str(raw))
         for c in containers
@@ -414,7 +368,7 @@ def _add_shm(
     build: _Builder,
     at: tuple[str | int, ...],
     body: Mapping[str, Json],
-    policy: Policy,
+    policy: InjectPolicy,
     size: str | None,
 ) -> None:
     if _mounts_at(body, SHM_PATH):
@@ -422,7 +376,7 @@ def _add_shm(
     empty_dir: dict[str, Json] = {"medium": "Memory"}
     if size is not None:
         empty_dir["sizeLimit"] = size
-    name = _volume(build, policy.shm_volume, {"emptyDir": empty_dir})
+    name = _volume(build, policy.shm.volume_name, {"emptyDir": empty_dir})
     build.insert((*at, "volumeMounts"), {"name": name, "mountPath": SHM_PATH})
 
 
@@ -465,7 +419,7 @@ def _add_notice(
     build: _Builder,
     at: tuple[str | int, ...],
     body: Mapping[str, Json],
-    notice: Notice,
+    notice: FaultNotice,
     result: Mutation,
 ) -> None:
     """Mount the annotations file where the fault notice reads it, unless the container already
@@ -474,20 +428,20 @@ def _add_notice(
     if mounted & _annotation_volumes(_map(build.obj["spec"])):
         return
     name = str(body.get("name", ""))
-    if _mounts_at(body, notice.mount_dir):
+    if _mounts_at(body, notice.mount_path):
         result.warnings.append(
-            f"container {name[:63]}: {notice.mount_dir} is taken; the fault notice "
+            f"container {name[:63]}: {notice.mount_path} is taken; the fault notice "
             "(rdmaplane.io/fault) reaches it by SIGTERM only"
         )
         return
     source = {
         "downwardAPI": {
-            "items": [{"path": notice.file, "fieldRef": {"fieldPath": "metadata.annotations"}}]
+            "items": [{"path": notice.file_name, "fieldRef": {"fieldPath": "metadata.annotations"}}]
         }
     }
-    volume = _volume(build, notice.volume, source)
+    volume = _volume(build, notice.volume_name, source)
     build.insert(
-        (*at, "volumeMounts"), {"name": volume, "mountPath": notice.mount_dir, "readOnly": True}
+        (*at, "volumeMounts"), {"name": volume, "mountPath": notice.mount_path, "readOnly": True}
     )
     if not any(_map(e).get("name") == notice.env for e in _list(body.get("env"))):
         build.insert((*at, "env"), {"name": notice.env, "value": notice.path})
@@ -499,7 +453,7 @@ def _wants_doctor(pod: Mapping[str, Json]) -> bool:
 
 
 def _add_doctor(
-    build: _Builder, policy: Policy, doctor: Doctor, gpus: int, rdma: Mapping[str, str]
+    build: _Builder, policy: InjectPolicy, doctor: Doctor, gpus: int, rdma: Mapping[str, str]
 ) -> None:
     """`rdmaplane doctor` as the first init container, with the largest container's GPUs and
     RDMA devices (the kubelet hands them on to the app containers), IPC_LOCK and /dev/shm."""
@@ -507,7 +461,7 @@ def _add_doctor(
     inits = _list(spec.get("initContainers"))
     if any(_map(c).get("name") == DOCTOR_CONTAINER for c in inits):
         return
-    limits = {policy.gpu: str(gpus), **rdma}
+    limits = {policy.resources.gpu: str(gpus), **rdma}
     container: dict[str, Json] = {
         "name": DOCTOR_CONTAINER,
         "image": doctor.image,

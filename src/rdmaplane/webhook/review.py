@@ -15,13 +15,14 @@ from typing import Any, Final
 
 import orjson
 
+from rdmaplane.errors import InputError
 from rdmaplane.webhook.inject import Mutation
 
 API_VERSION: Final = "admission.k8s.io/v1"
 POD: Final = {"group": "", "version": "v1", "kind": "Pod"}
 
 
-class ReviewError(ValueError):
+class ReviewError(InputError):
     """Not an AdmissionReview this webhook can answer; the message says why."""
 
 

@@ -17,9 +17,9 @@ from typing import Protocol
 
 import uvicorn
 
-from rdmaplane.config import WebhookConfig
 from rdmaplane.kube import async_client
 from rdmaplane.webhook.app import create_app
+from rdmaplane.webhook.settings import WebhookSettings
 from rdmaplane.webhook.tls import FileCerts, SecretCerts, Served, TlsError
 
 log = logging.getLogger("rdmaplane.webhook")
@@ -69,7 +69,7 @@ async def _keep_fresh(
 
 
 async def serve(
-    config: WebhookConfig, host: str, port: int, kubeconfig: Path | None, access_log: bool
+    config: WebhookSettings, host: str, port: int, kubeconfig: Path | None, access_log: bool
 ) -> None:
     state = _State()
     tls = config.tls
@@ -83,7 +83,7 @@ async def serve(
     try:
         served = await _first(source, state)
         state.problem = None
-        app = create_app(config.policy(), config.max_request_bytes, state.ready)
+        app = create_app(config, config.max_request_bytes, state.ready)
         server_config = uvicorn.Config(
             app,
             host=host,

@@ -29,8 +29,9 @@ from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfigur
 from lightkube.resources.core_v1 import Secret
 
 from rdmaplane.atomicfile import write_atomically
-from rdmaplane.config.webhook import TlsConfig
+from rdmaplane.errors import RdmaplaneError
 from rdmaplane.webhook import certs
+from rdmaplane.webhook.settings import Tls
 
 log = logging.getLogger("rdmaplane.webhook.tls")
 CONFLICT_RETRIES = 5
@@ -43,7 +44,7 @@ class Served:
     fingerprint: str
 
 
-class TlsError(RuntimeError):
+class TlsError(RdmaplaneError):
     """The certificate cannot be had right now; the message says why (the service retries)."""
 
 
@@ -67,7 +68,7 @@ class SecretCerts:
     def __init__(
         self,
         client: AsyncClient,
-        tls: TlsConfig,
+        tls: Tls,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     ) -> None:
         self.client, self.tls, self.clock = client, tls, clock
