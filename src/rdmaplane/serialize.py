@@ -91,6 +91,7 @@ def _hca(h: Hca) -> dict[str, Any]:
         "numa": h.numa,
         "pcie_root": h.pcie_root,
         "pci_device": _pci(h.pci) if h.pci else None,
+        "data_direct": _pci(h.data_direct) if h.data_direct else None,
         "node_type": h.node_type,
         "node_guid": h.node_guid,
         "sys_image_guid": h.sys_image_guid,
@@ -243,7 +244,7 @@ def _read_nvlinks(r: _Fields, g: dict[str, Any], at: str) -> tuple[tuple[str, in
 
 
 def _read_hca(r: _Fields, h: dict[str, Any], at: str) -> Hca:
-    pci = h.get("pci_device")
+    pci, dma = h.get("pci_device"), h.get("data_direct")
     return Hca(
         name=r.text(h, "name", at),
         pci=_read_pci(r, r.obj(pci, f"{at}.pci_device"), f"{at}.pci_device") if pci else None,
@@ -258,6 +259,9 @@ def _read_hca(r: _Fields, h: dict[str, Any], at: str) -> Hca:
         board_id=r.opt_str(h, "board_id", at),
         uverbs=r.opt_str(h, "uverbs", at),
         parent_netdev=r.opt_str(h, "parent_netdev", at),
+        data_direct=(
+            _read_pci(r, r.obj(dma, f"{at}.data_direct"), f"{at}.data_direct") if dma else None
+        ),
     )
 
 
