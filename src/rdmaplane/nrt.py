@@ -268,7 +268,7 @@ def devices_from_topology(
     chosen = set(hcas) if hcas is not None else {h.name for h, _ in compute_ports(topology)}
     devices = [Device(GPU, _numa(g.pci.numa), g.pci.root) for g in topology.gpus]
     devices += [
-        Device(HCA, _numa(h.pci.numa), h.pci.root)
+        Device(HCA, _numa(h.pci.numa), h.pcie_root)
         for h in topology.hcas
         if h.pci and h.name in chosen
     ]

@@ -149,6 +149,7 @@ class _HcaDoc(_Doc, rename={"address": "pci", "pci": "pci_device"}):
     numa: int | None = None
     pcie_root: str | None = None
     pci: _PciDoc | None = None
+    data_direct: _PciDoc | None = None  # ConnectX-8's Data Direct function
     node_type: str | None = None
     node_guid: str | None = None
     sys_image_guid: str | None = None
@@ -256,6 +257,7 @@ def _hca_doc(h: Hca) -> _HcaDoc:
         numa=h.numa,
         pcie_root=h.pcie_root,
         pci=_doc(h.pci, _PciDoc) if h.pci else None,
+        data_direct=_doc(h.data_direct, _PciDoc) if h.data_direct else None,
         ports=[_port_doc(p) for p in h.ports],
     )
 
@@ -330,8 +332,9 @@ class _Reader:
 
     def hca(self, h: _HcaDoc, at: str) -> Hca:
         pci = self.pci(h.pci, f"{at}.pci_device") if h.pci else None
+        dma = self.pci(h.data_direct, f"{at}.data_direct") if h.data_direct else None
         ports = tuple(self.port(p, f"{at}.ports[{i}]") for i, p in enumerate(h.ports))
-        return _model(h, Hca, pci=pci, ports=ports)
+        return _model(h, Hca, pci=pci, data_direct=dma, ports=ports)
 
     def port(self, p: _PortDoc, at: str) -> Port:
         return _model(

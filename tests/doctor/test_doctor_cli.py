@@ -271,7 +271,7 @@ def test_job_default_image_is_this_release() -> None:
         for d in yaml.safe_load_all(out)
         if d["kind"] == "Job"
     }
-    assert images == {f"ghcr.io/rdmaplane/doctor:{__version__}"}
+    assert images == {f"ghcr.io/rdmaplane/rdmaplane:{__version__}"}
 
 
 @pytest.mark.parametrize(

@@ -46,6 +46,7 @@ CORE = [
     "rdmaplane.faults",
     "rdmaplane.dra.devices",
     "rdmaplane.dra.slices",
+    "rdmaplane.dra.readiness",
     "rdmaplane.dra.claims",
 ]
 # Each component's settings, defined once (frozen dataclasses): the core and the stdlib's value

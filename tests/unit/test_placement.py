@@ -374,3 +374,27 @@ def test_naming_a_resource_with_no_healthy_device_is_refused_even_with_zero(poli
     assert pl.evaluate(state, pl.pod_request(_pod({nrt.GPU: 2}))).fits
     healthy = _state("hgx", policy)
     assert pl.evaluate(healthy, pl.pod_request(_pod({nrt.HCA: 0}))) == pl.PASS_THROUGH
+
+
+def test_a_gb300_pairs_each_gpu_with_its_connectx8_by_the_data_direct_root() -> None:
+    """The extender's PCIe score reads the NRT's PCIe-root zones: a ConnectX-8 sits in the
+    zone of its Data Direct function's root, the GPU's, though its own function is elsewhere."""
+    from rdmaplane.discovery.samples import read_sample
+
+    topo = read_sample("gb300-cx8")
+    state = pl.node_state(
+        nrt.build("gb300", nrt.devices_from_topology(topo), policy="single-numa-node")
+    )
+    verdict = pl.evaluate(state, _gpus_nics(2, 2))
+    assert verdict.fits and verdict.alignment == "pcie"
+    own_roots = [
+        nrt.Device(d.resource, d.numa, h.pci.root if h is not None and h.pci else d.pcie_root)
+        for d, h in zip(
+            nrt.devices_from_topology(topo),
+            [None] * len(topo.gpus) + [topo.hca(f"mlx5_{k}") for k in range(4)],
+            strict=True,
+        )
+    ]  # the same node paired by each NIC's own function: NUMA pairs only
+    by_own = pl.evaluate(pl.node_state(nrt.build("own", own_roots, policy="single-numa-node")),
+                         _gpus_nics(2, 2))  # fmt: skip
+    assert by_own.alignment == "numa" and verdict.score > by_own.score

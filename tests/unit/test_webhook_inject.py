@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdmaplane import IMAGE
 from rdmaplane.config.base import validate
 from rdmaplane.webhook import inject
 from rdmaplane.webhook.settings import InjectPolicy, WebhookSettings
@@ -191,6 +192,9 @@ def test_doctor_goes_first_with_the_largest_rdma_request() -> None:
     assert doctor["name"] == "rdmaplane-doctor"
     assert doctor["resources"]["limits"] == {GPU: "4", HCA: "4"}
     assert doctor["volumeMounts"][0]["mountPath"] == "/dev/shm"
+    assert doctor["image"] == IMAGE  # rdmaplane's own, whose default user is not root:
+    assert doctor["securityContext"]["runAsUser"] == 0  # IPC_LOCK is effective for root alone
+    assert doctor["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
     assert out["spec"]["initContainers"][1]["name"] == "setup"
 
 

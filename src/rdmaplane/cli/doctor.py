@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from rdmaplane import DOCTOR_IMAGE
+from rdmaplane import IMAGE
 from rdmaplane.cli.common import fail, say_warnings
 from rdmaplane.resources import HCA, is_extended
 
@@ -475,7 +475,7 @@ def job_cmd(
     ],
     image: Annotated[
         str, typer.Option(metavar="IMAGE", help="Image with rdmaplane and perftest.")
-    ] = DOCTOR_IMAGE,
+    ] = IMAGE,
     namespace: Annotated[
         str, typer.Option(metavar="NAMESPACE", help="Namespace of the Jobs.")
     ] = "rdmaplane-doctor",

@@ -101,7 +101,9 @@ def _job(
     peer: str | None,
 ) -> dict[str, Any]:
     role = "--server" if peer is None else f"--client {peer}"
-    wait = f"sleep {ROUND_DELAY_S}; " if pair.round else ""
+    # The wait is Python's, not sleep(1): an image with rdmaplane has Python, not always
+    # coreutils (rdmaplane's own has none).
+    wait = f"python3 -c 'import time; time.sleep({ROUND_DELAY_S})'; " if pair.round else ""
     # Both outputs are printed whatever the first says; the pod's exit status is the worse of
     # the two (1 for a FAIL), so the Job fails when RDMA does not work.
     script = (

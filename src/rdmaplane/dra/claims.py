@@ -5,8 +5,9 @@ driver and pool it got, per request, and carries the opaque configuration of the
 DeviceClasses. For this driver's devices the answer is one CDI spec per claim, written as a
 *transient* spec (`<vendor>-<class>_<claim UID>`, as the CDI library names them):
 
-- one CDI device per allocated device, named `<claim UID>-<device>`, holding its HCA's verbs
-  device node (`/dev/infiniband/uverbsN`) and its port's `umadN`;
+- one CDI device per allocated device, named `<claim UID>-<device>` (and `-<share ID>` for a
+  share of a shared port), holding its HCA's verbs device node (`/dev/infiniband/uverbsN`) and
+  its port's `umadN`;
 - the spec's own edits, applied once to every container that gets any of the claim's devices:
   `/dev/infiniband/rdma_cm` and the NCCL/UCX environment of exactly the claim's devices (the
   same plan the device plugin's Allocate makes: `nccl.nccl_env`).
@@ -63,6 +64,7 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    share_id: str | None = None  # the allocation's share of a device several claims hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,7 @@ class _Allocated:
     device: DraDevice
     hca: Hca
     port: Port
+    share_id: str | None
 
 
 # The ResourceClaim as this driver reads it (resource.k8s.io/v1; every other field skipped).
@@ -105,6 +108,7 @@ class _Result(msgspec.Struct, frozen=True):
     driver: str = ""
     pool: str = ""
     device: str = ""
+    share_id: str | None = msgspec.field(default=None, name="shareID")
 
 
 class _Opaque(msgspec.Struct, frozen=True):
@@ -174,7 +178,7 @@ def prepare(
     if not allocated:
         return PreparedClaim(ref, (), name, None)
     settings = _settings(listed.config or (), ref, driver, allocated, pool_settings, read_config)
-    ports = [(a.hca, a.port) for a in allocated]
+    ports = list(dict.fromkeys((a.hca, a.port) for a in allocated))  # two shares: one port
     try:
         env = nccl_env(topo, ports, settings)
     except NcclPlanError as e:
@@ -196,6 +200,7 @@ def prepare(
             pool,
             a.device.name,
             (f"{vendor}/{CDI_CLASS}={d['name']}",),
+            a.share_id,
         )
         for a, d in zip(allocated, cdi_devices, strict=True)
     )
@@ -222,7 +227,7 @@ def _allocated(
         raise ClaimError(
             f"claim {ref}: device {name} (request {request}) is not on this node any more"
         )
-    return _Allocated(request, device, hca, port)
+    return _Allocated(request, device, hca, port, result.share_id or None)
 
 
 def _settings(
@@ -273,7 +278,7 @@ def _cdi_device(a: _Allocated, ref: ClaimRef, present: Callable[[str], bool]) ->
         raise ClaimError(f"claim {ref}: {a.hca.name} has no verbs device node ({missing})")
     names = [a.hca.uverbs, *([a.port.umad] if a.port.umad else [])]
     return {
-        "name": f"{ref.uid}-{a.device.name}",
+        "name": "-".join(filter(None, (ref.uid, a.device.name, a.share_id))),
         "containerEdits": {"deviceNodes": _nodes(names, present)},
     }
 

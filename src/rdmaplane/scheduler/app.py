@@ -187,7 +187,7 @@ def create_app(
         return wire.filter_result(args, found.passed, failed, unresolvable)
 
     def do_prioritize(args: wire.ExtenderArgs) -> bytes:
-        scored = decide.prioritize(args.pod, args.node_names)
+        scored = decide.answer_prioritize(args.pod, args.node_names)
         return wire.priorities(zip(args.node_names, scored.scores, strict=True))
 
     def do_explain(args: wire.ExtenderArgs) -> bytes:

@@ -9,12 +9,16 @@ touches only dict lookups for nodes that did not change.
 
 For job-aware scoring it also keeps each node's place on the fabric (tier ids from its labels,
 per-HCA rails from the NRT's HCA zones) and the members of every pod group it has seen, bound or
-still pending, with the node each is bound to.
+still pending, with the node each is bound to. Like kube-scheduler's own cache, it *assumes* a
+job's pod on the node it scored best (`assume`) until the watch shows where the pod was bound:
+a job's pods are scored back to back, each before its predecessors' binds reach the watch, and
+without the assumption each would be scored as if it were the job's first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
@@ -103,9 +107,13 @@ class ClusterCache:
         policy: pl.Policy = pl.Policy(),
         memo_limit: int = 200_000,
         tier_schemes: Sequence[Sequence[str]] = fab.DEFAULT_LABEL_SCHEMES,
+        assume_for_s: float = FabricScoring().assume_for_s,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
         self.tier_schemes = tier_schemes
+        self._assume_for_s = assume_for_s
+        self._clock = clock
         self.synced = dict.fromkeys(KINDS, False)
         self._memo_limit = memo_limit
         self._nrts: dict[str, nrtmod.NodeResourceTopology] = {}
@@ -128,12 +136,15 @@ class ClusterCache:
         self._members: dict[str, dict[str, str]] = {}  # group → {pod key: node or ""}
         self._readers: dict[str, dict[str, str]] = {}  # group → {pending reader: its group}
         self._reads: dict[str, str] = {}  # pending reader's key → the group it reads
+        self._assumed: dict[str, dict[str, tuple[str, float]]] = {}  # group → {key: (node, until)}
+        self._assumed_in: dict[str, str] = {}  # assumed pod's key → its group
 
     @classmethod
     def configured(cls, settings: ExtenderSettings) -> ClusterCache:
         """The cache as the extender's settings say: its policy, memo size, label schemes."""
         policy = pl.Policy(settings.weights, settings.resources)
-        return cls(policy, settings.memo_entries, settings.fabric.tier_labels)
+        fabric = settings.fabric
+        return cls(policy, settings.memo_entries, fabric.tier_labels, fabric.assume_for_s)
 
     # ---- feeding -------------------------------------------------------------------------------
 
@@ -253,6 +264,8 @@ class ClusterCache:
 
     def _track_group(self, key: str, group: str | None, node: str) -> None:
         """Keep the pod's group membership (bound or pending) in step with the pod."""
+        if node or not group:  # bound, or gone: the watch knows better than an assumption
+            self._unassume(key)
         was = self._group_of.get(key)
         if was == ((group, node) if group else None):
             return
@@ -265,6 +278,38 @@ class ClusterCache:
         if group:
             self._group_of[key] = (group, node)
             self._members.setdefault(group, {})[key] = node
+
+    def assume(self, pod: pl.Pod | Mapping[str, Any], node: str) -> None:
+        """Count a pending pod of a group at `node` (the node it scored best) for its peers'
+        scores, until its bind is watched or `assume_for_s` passes (kube-scheduler chose
+        another node, or could not bind)."""
+        group = ja.pod_group(pod).group
+        key = pod_key(pod)
+        if not group or self._group_of.get(key, ("", ""))[1]:
+            return
+        self._unassume(key)
+        self._assumed.setdefault(group, {})[key] = (node, self._clock() + self._assume_for_s)
+        self._assumed_in[key] = group
+
+    def _unassume(self, key: str) -> None:
+        group = self._assumed_in.pop(key, None)
+        if group is not None:
+            assumed = self._assumed[group]
+            del assumed[key]
+            if not assumed:
+                del self._assumed[group]
+
+    def _placed(self, group: str | None) -> dict[str, str]:
+        """The group's pods with the node each is bound to, or assumed on ("" if neither);
+        assumptions past their time are dropped here."""
+        members = dict(self._members.get(group or "", {}))
+        now = self._clock()
+        for key, (node, until) in list(self._assumed.get(group or "", {}).items()):
+            if until <= now:
+                self._unassume(key)
+            elif not members.get(key):
+                members[key] = node
+        return members
 
     def _track_reader(self, key: str, kv_peers: str | None, group: str | None) -> None:
         """Pending pods that read another group's KV cache, by that group: its first pod makes
@@ -458,8 +503,8 @@ class ClusterCache:
         if group.group is None and group.kv_peers is None:
             return None
         me = pod_key(pod)
-        own = {k: n for k, n in self._members.get(group.group or "", {}).items() if k != me}
-        kv = self._members.get(group.kv_peers or "", {}) if group.kv_peers != group.group else {}
+        own = {k: n for k, n in self._placed(group.group).items() if k != me}
+        kv = self._placed(group.kv_peers) if group.kv_peers != group.group else {}
         bound = [n for n in own.values() if n]
         peers = tuple(bound + [n for k, n in kv.items() if n and k != me])
         known = len(own) + 1

@@ -91,6 +91,16 @@ class Decisions:
         scores, terms = self.cache.job_scores(pod, names, request, found, self.weights)
         return Scored(request, found, scores, terms)
 
+    def answer_prioritize(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Scored:
+        """`prioritize` as kube-scheduler is told it; a pod of a job is then assumed on its
+        best node (`ClusterCache.assume`), so the job's next pod, scored before this one's
+        bind reaches the watch, is scored with it. Explaining assumes nothing."""
+        scored = self.prioritize(pod, names)
+        if scored.terms is not None and names:
+            best = max(range(len(names)), key=scored.scores.__getitem__)
+            self.cache.assume(pod, names[best])
+        return scored
+
     def explain(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> dict[str, Any]:
         """Filter `names`, prioritize those that passed: one row per node, best first."""
         pod = pl.read_pod(pod)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from rdmaplane.fabric import DEFAULT_LABEL_SCHEMES
 from rdmaplane.resources import Vocabulary
-from rdmaplane.setting import setting
+from rdmaplane.setting import Seconds, setting
 from rdmaplane.untrusted import SettingsError
 
 
@@ -49,6 +49,9 @@ class FabricScoring:
         DEFAULT_LABEL_SCHEMES,
         "label schemes, each closest tier first; a node takes the one it has most of",
         min_length=1,
+    )
+    assume_for_s: Seconds = setting(
+        30.0, "a job's pod counts at the node it scored best until its bind is watched", gt=0
     )
 
 

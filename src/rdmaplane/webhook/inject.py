@@ -569,7 +569,8 @@ def _add_doctor(
         "command": ["rdmaplane"],
         "args": list(doctor.args),
         "resources": {"limits": limits},
-        "securityContext": {
+        "securityContext": {  # root: a non-root process gets no effective IPC_LOCK
+            "runAsUser": 0,
             "allowPrivilegeEscalation": False,
             "capabilities": {"add": [IPC_LOCK]},
         },

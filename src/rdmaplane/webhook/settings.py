@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rdmaplane import DOCTOR_IMAGE, nrt
+from rdmaplane import IMAGE, nrt
 from rdmaplane.resources import Mode, Vocabulary
 from rdmaplane.setting import Seconds, setting
 from rdmaplane.untrusted import FieldError, SettingsError
@@ -60,11 +60,10 @@ class FaultNotice:
 @dataclass(frozen=True, slots=True)
 class Doctor:
     """The init container for pods annotated rdmaplane.io/doctor: "true": its image and
-    `rdmaplane` arguments (its command is `rdmaplane`, whatever entry point the image has: the
-    doctor image's is `rdmaplane doctor`)."""
+    `rdmaplane` arguments (its command is `rdmaplane`, whatever entry point the image has)."""
 
     enabled: bool = setting(True, "honour the annotation")
-    image: str = setting(DOCTOR_IMAGE, "an image with rdmaplane (the doctor image)")
+    image: str = setting(IMAGE, "an image with rdmaplane (rdmaplane's own)")
     args: tuple[str, ...] = setting(("doctor",), "rdmaplane's arguments")
 
 
