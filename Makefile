@@ -11,9 +11,14 @@ SAMPLE ?= hgx-h100-roce
 K8S_BIN = $(shell scripts/build-k8s.sh --bin-dir)
 KUBELET_HARNESS = $(shell scripts/build-k8s.sh kubelet-harness --path)
 NODE_BIN = $(shell scripts/build-k8s.sh node --bin-dir)
-LINT_DIRS := $(wildcard src tests bench examples)
+LINT_DIRS := $(wildcard src tests bench examples image)
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+# The image of every component (Dockerfile), built without a registry: an OCI archive.
+IMAGE_ARCHIVE := dist/rdmaplane-$(VERSION).oci.tar
+IMAGE_INPUTS := Dockerfile constraints.txt pyproject.toml README.md image/packages.txt \
+  image/debian.lock $(wildcard image/*.py) $(shell find src -type f -not -path '*/__pycache__/*')
 
-.PHONY: demo test test-fast lint typecheck bench clean k8s-bins graphviz torch node-deps
+.PHONY: demo test test-fast lint typecheck bench clean k8s-bins graphviz torch node-deps image image-lock
 
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +61,23 @@ node-deps:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(NODE_PACKAGES) >/dev/null; } || \
 	  { echo "The node tests need Debian's $(NODE_PACKAGES): apt-get install them" >&2; exit 1; }
 
+# The image as an OCI archive, from Debian's packages (image/debian.lock, hashes checked; cached
+# in ~/.cache/rdmaplane/image) and PyPI's wheels (constraints.txt), with no registry and no
+# Docker: load it with `ctr images import`, `kind load image-archive`, `docker load` or `podman
+# load` (docs/image.md). Needs root, or user namespaces for unshare, to run the image's own
+# python and ldconfig in it. Measured on the 2-core machine: 35-50 s cold (empty caches),
+# 18-44 s warm (a source changed), 0.1 s when nothing did.
+image: $(IMAGE_ARCHIVE)
+
+# The virtualenv's python: pip is there (a system python3 may lack it); order-only, since the
+# archive follows from its inputs alone.
+$(IMAGE_ARCHIVE): $(IMAGE_INPUTS) | $(STAMP)
+	$(BIN)/python -m image oci $@
+
+# Re-resolve image/packages.txt against Debian's current bookworm suites (signatures checked).
+image-lock: | $(STAMP)
+	$(BIN)/python -m image lock
+
 # Everything but the tiers that need Go-built upstream binaries or PyTorch: the quick loop.
 test-fast: lint typecheck graphviz
 	$(BIN)/pytest -q -m "not e2e and not kubelet and not torch and not node"
@@ -67,9 +89,9 @@ k8s-bins:
 	scripts/build-k8s.sh kubelet-harness
 	scripts/build-k8s.sh node
 
-test: lint typecheck graphviz k8s-bins torch node-deps
+test: lint typecheck graphviz k8s-bins torch node-deps image
 	RDMAPLANE_K8S_BIN="$(K8S_BIN)" RDMAPLANE_KUBELET_HARNESS="$(KUBELET_HARNESS)" \
-	  RDMAPLANE_NODE_BIN="$(NODE_BIN)" $(BIN)/pytest -q
+	  RDMAPLANE_NODE_BIN="$(NODE_BIN)" RDMAPLANE_IMAGE="$(IMAGE_ARCHIVE)" $(BIN)/pytest -q
 
 bench: $(TORCH_STAMP)  # bench/emergency_save.py saves with PyTorch
 	scripts/build-k8s.sh kubelet-harness >/dev/null  # bench/placement.py's judge
@@ -77,4 +99,4 @@ bench: $(TORCH_STAMP)  # bench/emergency_save.py saves with PyTorch
 	@for b in bench/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) dist .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -17,10 +17,19 @@ from the DRA and plugin-registration protos).
    allocations are written by this script as the scheduler would write them (no scheduler
    runs, so claims may share devices: the driver prepares what it is told, the scheduler is
    the one that keeps devices exclusive).
-2. A port going down and coming back: the time from writing the port's state files to the
-   API server holding the slice with (without) the device's taint, seen by a watch. It
-   includes up to one poll interval (`--poll-ms`) of the agent's probe; the fault classes'
-   hysteresis is off (`fatalAfter`, `clearAfter` 0 s: with the defaults add 5 s and 1 min).
+2. A port going down and coming back: the time from writing the port's state files to
+   - the API server holding the slice with (without) the device's taint, seen by a watch;
+   - the API server holding a claim of that device with its binding condition failing
+     (`rdmaplane.io/rdma-failed` True; back: `rdmaplane.io/rdma-ready` True), seen by a watch
+     (the claim is allocated as kube-scheduler writes it, binding conditions copied from the
+     slice; the driver runs with its DaemonSet pod's node-bound token, as deployed);
+   - the kubelet's health stream saying the device is UNHEALTHY (HEALTHY), at the stand-in's
+     NodeWatchResources client: what the kubelet puts in the pod's allocatedResourcesStatus
+     (the kubelet's own step from there to the pod's status is not in this figure).
+   Each includes up to one poll interval (`--poll-ms`) of the agent's probe; the fault
+   classes' hysteresis is off (`fatalAfter`, `clearAfter` 0 s: with the defaults add 5 s and
+   1 min to the fault's taint; the NoSchedule taint, the conditions and the health follow the
+   port itself).
 """
 
 from __future__ import annotations
@@ -46,8 +55,13 @@ from lightkube.resources.core_v1 import Node  # noqa: E402
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice  # noqa: E402
 
 from rdmaplane.discovery import samples  # noqa: E402
+from rdmaplane.dra.readiness import FAILED, READY  # noqa: E402
 from tests.e2e.controlplane import KubeCluster, build_dir, control_plane  # noqa: E402
-from tests.e2e.dra import driver_command, install_driver_rbac  # noqa: E402
+from tests.e2e.dra import (  # noqa: E402
+    driver_command,
+    driver_kubeconfig_on,
+    install_driver_rbac,
+)
 from tests.integration.dra_kubelet import Claim, DraKubelet  # noqa: E402
 from tests.integration.kubelet_standin import device_nodes  # noqa: E402
 
@@ -64,7 +78,7 @@ def percentile(values: list[float], p: float) -> float:
 def line(what: str, seconds: list[float]) -> str:
     ms = [s * 1000 for s in seconds]
     return (
-        f"  {what:<34} p50 {percentile(ms, 50):7.2f} ms   p99 {percentile(ms, 99):7.2f} ms"
+        f"  {what:<38} p50 {percentile(ms, 50):7.2f} ms   p99 {percentile(ms, 99):7.2f} ms"
         f"   (n={len(ms)})"
     )
 
@@ -90,7 +104,8 @@ async def driver(c: KubeCluster, workdir: Path, poll_ms: int) -> AsyncIterator[P
     tree = workdir / "sys"
     samples.build(samples.load(SAMPLE).spec, tree)
     device_nodes(tree, workdir / "dev")
-    kubeconfig = install_driver_rbac(c)
+    install_driver_rbac(c)
+    kubeconfig = driver_kubeconfig_on(c, NODE)
     command = driver_command(workdir, tree, NODE, kubeconfig, f"{poll_ms}ms")
     with (workdir / "driver.log").open("wb") as log:
         process = await asyncio.create_subprocess_exec(*command, stdout=log, stderr=log)
@@ -101,8 +116,11 @@ async def driver(c: KubeCluster, workdir: Path, poll_ms: int) -> AsyncIterator[P
         await asyncio.wait_for(process.wait(), 15)
 
 
-async def allocated_claims(kube: AsyncClient, devices: list[str], count: int) -> list[Claim]:
-    """Claims for `devices`, allocated as the scheduler would write it."""
+async def allocated_claims(
+    kube: AsyncClient, devices: list[str], count: int, binding: bool = False
+) -> list[Claim]:
+    """Claims for `devices`, allocated as the scheduler would write it (`binding`: with the
+    binding conditions it copies from the slice and the node selector of bindsToNode)."""
     out = []
     for _ in range(count):
         name = f"bench-{uuid.uuid4().hex[:8]}"
@@ -117,9 +135,18 @@ async def allocated_claims(kube: AsyncClient, devices: list[str], count: int) ->
         created = await kube.create(cast(ResourceClaim, ResourceClaim.from_dict(body)))
         results = [
             {"request": f"nic-{k}", "driver": DRIVER, "pool": NODE, "device": d}
+            | ({"bindingConditions": [READY], "bindingFailureConditions": [FAILED]}
+               if binding else {})
             for k, d in enumerate(devices)
-        ]
-        status = {"status": {"allocation": {"devices": {"results": results}}}}
+        ]  # fmt: skip
+        allocation: dict[str, Any] = {"devices": {"results": results}}
+        if binding:
+            allocation["nodeSelector"] = {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [NODE]}]}
+                ]
+            }
+        status = {"status": {"allocation": allocation}}
         await kube.patch(ResourceClaim.Status, name, status, namespace="default")
         assert created.metadata is not None and created.metadata.uid
         out.append(Claim("default", name, created.metadata.uid))
@@ -153,45 +180,75 @@ async def prepare_figures(kube: AsyncClient, kubelet: DraKubelet, claims: int) -
         print(line("NodeUnprepareResources", unprepare))
 
 
-async def flap_figures(kube: AsyncClient, tree: Path, flaps: int, poll_ms: int) -> None:
+async def flap_figures(
+    kube: AsyncClient, kubelet: DraKubelet, tree: Path, flaps: int, poll_ms: int
+) -> None:
     port = tree / "class/infiniband/mlx5_4/ports/1"
     devices = await slice_devices(kube)
     target = next(
         n for n, d in devices.items() if d["attributes"]["rdmaDevice"]["string"] == "mlx5_4"
     )
-    seen: asyncio.Queue[tuple[float, bool]] = asyncio.Queue()
+    (claim,) = await allocated_claims(kube, [target], 1, binding=True)
+    # what each watcher saw, as (when, is the device bad)
+    seen: dict[str, asyncio.Queue[tuple[float, bool]]] = {
+        k: asyncio.Queue() for k in ("taint", "condition", "health")
+    }
 
-    async def watch() -> None:
+    async def slices() -> None:
         async for _, obj in kube.watch(ResourceSlice, fields={"spec.nodeName": NODE}):
             for d in obj.to_dict()["spec"].get("devices", []):
                 if d["name"] == target:
-                    await seen.put((time.perf_counter(), bool(d.get("taints"))))
+                    await seen["taint"].put((time.perf_counter(), bool(d.get("taints"))))
 
-    watcher = asyncio.create_task(watch())
-    down, up = [], []
+    async def claims() -> None:
+        async for _, obj in kube.watch(
+            ResourceClaim, namespace="default", fields={"metadata.name": claim.name}
+        ):
+            for d in obj.to_dict().get("status", {}).get("devices") or []:
+                said = {c["type"]: c["status"] for c in d.get("conditions", [])}
+                if d["device"] == target and said:
+                    bad = said.get(FAILED) == "True"
+                    await seen["condition"].put((time.perf_counter(), bad))
+
+    async def health() -> None:
+        async for report in kubelet.watch_health():
+            for h in report:
+                if h.device == target:
+                    await seen["health"].put((time.perf_counter(), h.health != "HEALTHY"))
+
+    watchers = [asyncio.create_task(w()) for w in (slices, claims, health)]
+    times: dict[tuple[str, bool], list[float]] = {}
     try:
+        for what in seen:  # settled: every watcher says the device is fine
+            while (await asyncio.wait_for(seen[what].get(), 60))[1]:
+                pass
         for _ in range(flaps):
-            for state, phys, tainted, times in (
-                ("1: DOWN", "3: Disabled", True, down),
-                ("4: ACTIVE", "5: LinkUp", False, up),
-            ):
-                while not seen.empty():
-                    seen.get_nowait()
+            for state, phys, bad in (("1: DOWN", "3: Disabled", True),
+                                     ("4: ACTIVE", "5: LinkUp", False)):  # fmt: skip
+                for queue in seen.values():
+                    while not queue.empty():
+                        queue.get_nowait()
                 started = time.perf_counter()
                 (port / "state").write_text(state + "\n")
                 (port / "phys_state").write_text(phys + "\n")
-                while True:
-                    at, has_taint = await asyncio.wait_for(seen.get(), 60)
-                    if has_taint == tainted:
-                        times.append(at - started)
-                        break
+                for what, queue in seen.items():
+                    while True:
+                        at, is_bad = await asyncio.wait_for(queue.get(), 60)
+                        if is_bad == bad:
+                            times.setdefault((what, bad), []).append(at - started)
+                            break
     finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
-    print(f"Port change → ResourceSlice on the API server (poll interval {poll_ms} ms):")
-    print(line("port down → device tainted", down))
-    print(line("port up → taint removed", up))
+        for w in watchers:
+            w.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await w
+    print(f"Port change → what the scheduler and the kubelet see (poll interval {poll_ms} ms):")
+    print(line("port down → device tainted", times["taint", True]))
+    print(line("port up → taint removed", times["taint", False]))
+    print(line("port down → claim's rdma-failed True", times["condition", True]))
+    print(line("port up → claim's rdma-ready True", times["condition", False]))
+    print(line("port down → health UNHEALTHY", times["health", True]))
+    print(line("port up → health HEALTHY", times["health", False]))
 
 
 async def main(args: argparse.Namespace, c: KubeCluster, workdir: Path) -> None:
@@ -204,7 +261,7 @@ async def main(args: argparse.Namespace, c: KubeCluster, workdir: Path) -> None:
                     break
                 await asyncio.sleep(0.1)
         await prepare_figures(kube, kubelet, args.claims)
-        await flap_figures(kube, tree, args.flaps, args.poll_ms)
+        await flap_figures(kube, kubelet, tree, args.flaps, args.poll_ms)
 
 
 if __name__ == "__main__":

@@ -217,7 +217,7 @@ def main() -> None:
 
 
 def _free_per_leaf(cache: ClusterCache, leaf: dict[str, str]) -> dict[str, int]:
-    request = pl.PodRequest.of((8, 8, 0))
+    request = pl.PodRequest.of({nrt.GPU: 8, nrt.HCA: 8})
     names = sorted(leaf)
     room: dict[str, int] = {}
     for n, v in zip(names, cache.verdicts(names, request), strict=True):

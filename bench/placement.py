@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from rdmaplane import nrt
 from rdmaplane.scheduler import placement as pl
 from tests.e2e.fleet import POLICY_MIX, pick
 from tests.e2e.fleet import SAMPLE_MIX as LAYOUT_MIX
@@ -105,30 +106,36 @@ class Cluster:
         return found
 
 
-def _free(state: pl.NodeState, r: int) -> int:
+ROOTED = (nrt.GPU, nrt.HCA)  # what the simple scorers count: GPUs and exclusive NICs
+
+
+def _free(state: pl.NodeState, r: str) -> int:
     return sum(z.free[r] for z in state.zones)
 
 
-def _cap(state: pl.NodeState, r: int) -> int:
+def _cap(state: pl.NodeState, r: str) -> int:
     return sum(z.capacity[r] for z in state.zones)
 
 
 def _spread(c: Cluster, n: Node, req: pl.PodRequest) -> float | None:
     s = n.state
-    if any(_free(s, r) < req.total[r] for r in range(2)):
+    if any(_free(s, r) < req.total[r] for r in ROOTED):
         return None
-    return round(10 * (_free(s, 0) - req.total[0]) / max(_cap(s, 0), 1))
+    return round(10 * (_free(s, nrt.GPU) - req.total[nrt.GPU]) / max(_cap(s, nrt.GPU), 1))
 
 
 def _numa_only(c: Cluster, n: Node, req: pl.PodRequest) -> float | None:
     s = n.state
-    if any(_free(s, r) < req.total[r] for r in range(2)):
+    if any(_free(s, r) < req.total[r] for r in ROOTED):
         return None
-    holds = [z for z in s.zones if all(z.free[r] >= req.total[r] for r in range(2))]
+    holds = [z for z in s.zones if all(z.free[r] >= req.total[r] for r in ROOTED)]
     if s.policy == "single-numa-node" and not holds:
         return None
+    gpu = nrt.GPU
     scores = [
-        round(10 * (z.free[0] - req.total[0]) / z.capacity[0]) for z in holds if z.capacity[0]
+        round(10 * (z.free[gpu] - req.total[gpu]) / z.capacity[gpu])
+        for z in holds
+        if z.capacity[gpu]
     ]
     return max(scores, default=0)
 

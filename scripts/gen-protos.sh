@@ -12,6 +12,7 @@
 # every file with upstream's pkg/apis/<api>/<version>/api.proto on the wire: package, services,
 # methods and streaming, messages, field names, numbers, types and labels (exit 1 on a
 # conflict; upstream fields we leave out are listed, a reader skips them). It generates nothing.
+# A folder name with `_` stands for upstream's `-` (dra_health ↔ dra-health: a Python package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -85,11 +86,12 @@ def compare(ours: descriptor_pb2.FileDescriptorProto, theirs: descriptor_pb2.Fil
 failed = False
 for path in sorted(ours_root.rglob("api.proto")):
     rel = str(path.relative_to(ours_root))
-    if not (theirs_root / rel).exists():
-        print(f"{rel}: CONFLICT: no pkg/apis/{rel} in {label}")
+    upstream_rel = rel.replace("_", "-")
+    if not (theirs_root / upstream_rel).exists():
+        print(f"{rel}: CONFLICT: no pkg/apis/{upstream_rel} in {label}")
         failed = True
         continue
-    conflicts, omitted = compare(parse(ours_root, rel), parse(theirs_root, rel))
+    conflicts, omitted = compare(parse(ours_root, rel), parse(theirs_root, upstream_rel))
     print(f"{rel}: {'CONFLICT: ' + '; '.join(conflicts) if conflicts else 'wire-compatible'}"
           + (f" (left out: {', '.join(omitted)})" if omitted else "") + f" with {label}")
     failed = failed or bool(conflicts)

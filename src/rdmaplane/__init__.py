@@ -2,6 +2,6 @@
 node agent, topology-aware scheduling and in-pod validation."""
 
 __version__ = "0.1.0"
-# The image `rdmaplane doctor` runs from (rdmaplane, perftest and the verbs libraries:
-# deploy/doctor/Dockerfile): the webhook's doctor init container and `doctor job` alike.
-DOCTOR_IMAGE = f"ghcr.io/rdmaplane/doctor:{__version__}"
+# The one image of every component (the Dockerfile; `make image`): the manifests', the chart's,
+# and the doctor's, for `doctor job` and the webhook's doctor init container alike.
+IMAGE = f"ghcr.io/rdmaplane/rdmaplane:{__version__}"

@@ -225,9 +225,17 @@ class PortObservation:
         return self.state == PortState.ACTIVE and self.phys_state == PhysState.LINK_UP
 
 
+DATA_DIRECT_DEVICE = "0x2100"  # ConnectX-8's Data Direct DMA function (Mellanox vendor)
+
+
 @dataclass(frozen=True, slots=True)
 class Hca:
-    """An RDMA device. `pci` is None for software devices (rxe, siw)."""
+    """An RDMA device. `pci` is None for software devices (rxe, siw).
+
+    `data_direct` is the NIC's Data Direct function (ConnectX-8 and later, device 0x2100): a
+    second PCIe function of the card, a DMA engine the NIC reaches the GPU's memory through,
+    often under another root complex than the NIC's own (GB300: the GPU's). Pairing a NIC
+    with a GPU goes by the function its DMA takes: `dma_pci`, and so `pcie_root`."""
 
     name: str
     pci: PciDevice | None
@@ -240,14 +248,22 @@ class Hca:
     board_id: str | None = None
     uverbs: str | None = None  # e.g. "uverbs0"
     parent_netdev: str | None = None  # software devices name the netdev they run on
+    data_direct: PciDevice | None = None
 
     @property
     def numa(self) -> int | None:
         return self.pci.numa if self.pci else None
 
     @property
+    def dma_pci(self) -> PciDevice | None:
+        """The function the NIC's DMA to GPU memory goes through: its Data Direct function
+        when it has one, else its own."""
+        return self.data_direct or self.pci
+
+    @property
     def pcie_root(self) -> str | None:
-        return self.pci.root if self.pci else None
+        """The root complex that pairs it with a GPU (its DMA function's)."""
+        return self.dma_pci.root if self.dma_pci else None
 
     def port(self, number: int) -> Port | None:
         return next((p for p in self.ports if p.number == number), None)

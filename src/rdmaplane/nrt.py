@@ -6,49 +6,59 @@ A node's GPU/RDMA topology travels as an upstream-compatible `NodeResourceTopolo
 - top-level `attributes`: `topologyManagerPolicy`, `topologyManagerScope` (the kubelet's
   settings) and `rdmaplane.io/accounted-pods`, the sorted `namespace/name` list of pods whose
   devices were subtracted when `available` was computed; the scheduler subtracts any other bound
-  pod itself, so two pods decided in a row never both count on the same free devices. For the
+  pod itself, so two pods decided in a row never both count on the same free devices. When the
+  node names a resource the defaults do not, `rdmaplane.io/resources` says which resources are
+  GPUs, exclusive HCA pools and shared pools (`rdmaplane.resources`:
+  `amd.com/gpu=gpu,example.com/ib=exclusive,rdma/hca_shared_devices_a=shared`); an NRT
+  without it (default names, or an older agent) is read with the reader's own names. For the
   fleet audit (`rdmaplane.audit`): `rdmaplane.io/hca-firmware` (each HCA's firmware) and, when
   a link trained short, `rdmaplane.io/pcie-downtrained`.
 - one zone per NUMA node (`node-<id>`, type `Node`, `costs` = NUMA distances) with
-  `capacity/allocatable/available` of `nvidia.com/gpu`, `rdmaplane.io/hca` (exclusive HCAs) and
-  `rdmaplane.io/hca-shared` (shared slots); a node whose NUMA is unknown publishes `node-0`.
+  `capacity/allocatable/available` of each of those resources (by default `nvidia.com/gpu`,
+  `rdmaplane.io/hca` and `rdmaplane.io/hca-shared`), GPUs first, then exclusive pools, then
+  shared ones; a node whose NUMA is unknown publishes `node-0`.
 - below each NUMA zone, one zone per PCIe root complex holding GPUs or HCAs (`pci0000:17`, type
   `PCIeRoot`, `parent: node-<id>`) with the GPUs and exclusive HCAs on that root. Shared slots
-  belong to no root (each grants the whole pool), so a root zone states how many of the shared
-  pool's HCAs sit on it in the zone attribute `rdmaplane.io/shared-hcas` instead.
+  belong to no root (each grants the whole pool), so a root zone states how many of a shared
+  pool's HCAs sit on it in the zone attribute `rdmaplane.io/shared-hcas` instead: a number when
+  the node has one shared pool, else `pool=count` pairs.
 - one zone per HCA whose uplink is known (`mlx5_0`, type `HCA`, `parent` its PCIe root zone, or
   its NUMA zone), without resources, with the zone attributes `rdmaplane.io/tier-0-switch` (the
   switch it plugs into), `rdmaplane.io/rail` and, when known, `rdmaplane.io/switch-port`. Readers
   that look only at `Node` zones (the upstream NodeResourceTopology plugin) never see them.
 
-Quantities are strings of integers on the wire. Everything here is pure: no I/O.
+Quantities are strings of integers on the wire. The zones are the wire's own shape, decoded by
+the model layer (`rdmaplane.decoding`). Everything here is pure: no I/O.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal
 from typing import Any, Literal, get_args
 
+import msgspec
+
 from rdmaplane import model
+from rdmaplane.decoding import DecodeError, Quantity, convert
+from rdmaplane.decoding import parse_quantity as parse_quantity  # for the NRT's readers
 from rdmaplane.errors import InputError
+from rdmaplane.resources import DEFAULT, Vocabulary, VocabularyError
+from rdmaplane.resources import GPU as GPU  # the default names, for the NRT's readers
+from rdmaplane.resources import HCA as HCA
+from rdmaplane.resources import HCA_SHARED as HCA_SHARED
 from rdmaplane.selectors import compute_ports
 
 API_VERSION = "topology.node.k8s.io/v1alpha2"
 KIND = "NodeResourceTopology"
 GROUP = "topology.node.k8s.io"
 
-GPU = "nvidia.com/gpu"
-HCA = "rdmaplane.io/hca"
-HCA_SHARED = "rdmaplane.io/hca-shared"
-
 ATTR_POLICY = "topologyManagerPolicy"
 ATTR_SCOPE = "topologyManagerScope"
 ATTR_ACCOUNTED_PODS = "rdmaplane.io/accounted-pods"
 ATTR_HCA_FIRMWARE = "rdmaplane.io/hca-firmware"
 ATTR_PCIE_DOWNTRAINED = "rdmaplane.io/pcie-downtrained"
+ATTR_RESOURCES = "rdmaplane.io/resources"
 ZONE_ATTR_SHARED_HCAS = "rdmaplane.io/shared-hcas"
 ZONE_ATTR_TIER0_SWITCH = "rdmaplane.io/tier-0-switch"
 ZONE_ATTR_RAIL = "rdmaplane.io/rail"
@@ -85,28 +95,24 @@ class NrtError(InputError):
     """A malformed NodeResourceTopology object; the message names the bad field."""
 
 
-@dataclass(frozen=True)
-class Attribute:
+class Attribute(msgspec.Struct, frozen=True):
     name: str
     value: str
 
 
-@dataclass(frozen=True)
-class Cost:
+class Cost(msgspec.Struct, frozen=True):
     name: str
     value: int
 
 
-@dataclass(frozen=True)
-class ZoneResource:
+class ZoneResource(msgspec.Struct, frozen=True):
     name: str
-    capacity: int
-    allocatable: int
-    available: int
+    capacity: Quantity
+    allocatable: Quantity
+    available: Quantity
 
 
-@dataclass(frozen=True)
-class Zone:
+class Zone(msgspec.Struct, frozen=True):
     name: str
     type: str
     parent: str = ""
@@ -134,9 +140,19 @@ class Zone:
 
     @property
     def shared_hcas(self) -> int:
-        """Shared-pool HCAs on this PCIe root (0 when the attribute is absent or not a number)."""
-        value = self.attribute(ZONE_ATTR_SHARED_HCAS)
-        return int(value) if value is not None and value.isdigit() else 0
+        """Shared-pool HCAs on this PCIe root, every pool together (0 when none or malformed)."""
+        value = self.attribute(ZONE_ATTR_SHARED_HCAS) or ""
+        counts = [value] if value.isdigit() else [p.rpartition("=")[2] for p in value.split(",")]
+        return sum(int(c) for c in counts if c.isdigit())
+
+    def pool_hcas(self, pools: Iterable[str]) -> dict[str, int]:
+        """HCAs of each of the shared `pools` on this PCIe root (0 where the attribute is absent
+        or malformed; a bare number counts for every pool: the form of a node with one)."""
+        value = self.attribute(ZONE_ATTR_SHARED_HCAS) or ""
+        if value.isdigit():
+            return dict.fromkeys(pools, int(value))
+        counts = dict(p.rpartition("=")[::2] for p in value.split(","))
+        return {p: int(c) if (c := counts.get(p, "")).isdigit() else 0 for p in pools}
 
 
 @dataclass(frozen=True)
@@ -173,6 +189,16 @@ class NodeResourceTopology:
     def accounted_pods(self) -> frozenset[str]:
         value = self.attribute(ATTR_ACCOUNTED_PODS) or ""
         return frozenset(p for p in value.split(",") if p)
+
+    def vocabulary(self, default: Vocabulary = DEFAULT) -> Vocabulary:
+        """The node's resource names as its agent published them, then the reader's own
+        `default` for what they do not name (an older agent, or one on the default names,
+        says nothing: then `default` alone). A pod asking for one of the reader's names the
+        node does not have is refused there for want of it, not waved through."""
+        value = self.attribute(ATTR_RESOURCES)
+        if value is None:
+            return default
+        return Vocabulary.from_attribute(value).with_defaults(default)
 
     def numa_zones(self) -> tuple[Zone, ...]:
         return tuple(z for z in self.zones if z.type == ZONE_NUMA)
@@ -215,13 +241,23 @@ def free_by_root(nrt: NodeResourceTopology, numa_zone: str) -> dict[str, dict[st
 
 @dataclass(frozen=True)
 class Device:
-    """One schedulable device as the agent sees it: a GPU, an exclusive HCA or a shared slot."""
+    """One schedulable device as the agent sees it: a GPU, an exclusive HCA or a shared slot,
+    by its resource name (its kind is the vocabulary's)."""
 
     resource: str
     numa: int  # -1 when the kernel does not know
     pcie_root: str | None = None
     healthy: bool = True
     in_use: bool = False
+
+
+@dataclass(frozen=True)
+class PoolHca:
+    """An HCA behind a shared pool's slots: which pool, and where the HCA sits."""
+
+    pool: str
+    numa: int
+    pcie_root: str | None
 
 
 def devices_from_topology(
@@ -236,7 +272,7 @@ def devices_from_topology(
     chosen = set(hcas) if hcas is not None else {h.name for h, _ in compute_ports(topology)}
     devices = [Device(GPU, _numa(g.pci.numa), g.pci.root) for g in topology.gpus]
     devices += [
-        Device(HCA, _numa(h.pci.numa), h.pci.root)
+        Device(HCA, _numa(h.pci.numa), h.pcie_root)
         for h in topology.hcas
         if h.pci and h.name in chosen
     ]
@@ -291,14 +327,15 @@ def build(
     scope: str = "container",
     accounted_pods: Iterable[str] = (),
     distances: Mapping[int, Mapping[int, int]] | None = None,
-    shared_pool_hcas: Iterable[tuple[int, str | None]] = (),
+    shared_pool_hcas: Iterable[PoolHca] = (),
     uplinks: Iterable[Uplink] = (),
+    vocabulary: Vocabulary = DEFAULT,
 ) -> NodeResourceTopology:
     """The NRT for a node: NUMA zones with totals, PCIe-root zones below them, HCA zones for
-    the HCAs whose uplink is known.
+    the HCAs whose uplink is known; every device's resource is one of `vocabulary`'s.
 
-    `shared_pool_hcas` lists (numa, pcie_root) of the HCAs behind the shared slots, so a
-    scheduler can tell which roots have a pool NIC next to their GPUs.
+    `shared_pool_hcas` lists the HCAs behind the shared slots, so a scheduler can tell which
+    roots have a pool NIC next to their GPUs.
     """
     if policy not in POLICIES:
         raise NrtError(f"policy {policy!r} is not one of {', '.join(POLICIES)}")
@@ -306,8 +343,12 @@ def build(
         raise NrtError(f"scope {scope!r} is not one of {', '.join(SCOPES)}")
     devs = list(devices)
     pool = list(shared_pool_hcas)
+    unknown = {d.resource for d in devs} - set(vocabulary.names)
+    unknown |= {h.pool for h in pool} - set(vocabulary.shared)
+    if unknown:
+        raise NrtError(f"resources {', '.join(sorted(unknown))}: not in the vocabulary")
     numa_ids = sorted(
-        {max(d.numa, 0) for d in devs} | {max(n, 0) for n, _ in pool} | set(distances or {})
+        {max(d.numa, 0) for d in devs} | {max(h.numa, 0) for h in pool} | set(distances or {})
     )
     zones: list[Zone] = []
     for numa in numa_ids:
@@ -316,30 +357,52 @@ def build(
             Cost(numa_zone_name(j), int(v))
             for j, v in sorted((distances or {}).get(numa, {}).items())
         )
-        zones.append(Zone(numa_zone_name(numa), ZONE_NUMA, costs=costs, resources=_count(here)))
+        zones.append(
+            Zone(
+                numa_zone_name(numa),
+                ZONE_NUMA,
+                costs=costs,
+                resources=_count(here, vocabulary.names),
+            )
+        )
     for numa in numa_ids:
-        here = [d for d in devs if max(d.numa, 0) == numa and d.resource != HCA_SHARED]
-        pool_here = [r for n, r in pool if max(n, 0) == numa and r]
-        for root in sorted({d.pcie_root for d in here if d.pcie_root} | set(pool_here)):
+        here = [d for d in devs if max(d.numa, 0) == numa and d.resource in vocabulary.rooted]
+        pool_here = [h for h in pool if max(h.numa, 0) == numa and h.pcie_root]
+        for root in sorted({d.pcie_root for d in here if d.pcie_root} | _roots(pool_here)):
             on_root = [d for d in here if d.pcie_root == root]
-            n_pool = sum(1 for r in pool_here if r == root)
-            attrs = (Attribute(ZONE_ATTR_SHARED_HCAS, str(n_pool)),) if n_pool else ()
+            attrs = _pool_attribute([h.pool for h in pool_here if h.pcie_root == root], vocabulary)
             zones.append(
                 Zone(
                     root,
                     ZONE_PCIE_ROOT,
                     parent=numa_zone_name(numa),
                     attributes=attrs,
-                    resources=_count(on_root),
+                    resources=_count(on_root, vocabulary.rooted),
                 )
             )
     zones += _uplink_zones(uplinks, {z.name for z in zones})
-    attributes = (
+    attributes: tuple[Attribute, ...] = (
         Attribute(ATTR_POLICY, policy),
         Attribute(ATTR_SCOPE, scope),
         Attribute(ATTR_ACCOUNTED_PODS, ",".join(sorted(set(accounted_pods)))),
     )
+    if not vocabulary.within(DEFAULT):  # the default names go without saying
+        attributes += (Attribute(ATTR_RESOURCES, vocabulary.to_attribute()),)
     return NodeResourceTopology(node_name, tuple(zones), attributes)
+
+
+def _roots(pool: Iterable[PoolHca]) -> set[str]:
+    return {h.pcie_root for h in pool if h.pcie_root}
+
+
+def _pool_attribute(pools: list[str], vocabulary: Vocabulary) -> tuple[Attribute, ...]:
+    """`rdmaplane.io/shared-hcas` of a root with these pool HCAs (one entry per HCA)."""
+    if not pools:
+        return ()
+    if len(vocabulary.shared) == 1:
+        return (Attribute(ZONE_ATTR_SHARED_HCAS, str(len(pools))),)
+    counts = ",".join(f"{p}={pools.count(p)}" for p in vocabulary.shared if p in pools)
+    return (Attribute(ZONE_ATTR_SHARED_HCAS, counts),)
 
 
 def _uplink_zones(uplinks: Iterable[Uplink], taken: set[str]) -> list[Zone]:
@@ -358,14 +421,16 @@ def _uplink_zones(uplinks: Iterable[Uplink], taken: set[str]) -> list[Zone]:
     return zones
 
 
-def _count(devices: list[Device]) -> tuple[ZoneResource, ...]:
+def _count(devices: list[Device], names: Iterable[str]) -> tuple[ZoneResource, ...]:
     out = []
-    for name in (GPU, HCA, HCA_SHARED):
+    for name in names:
         mine = [d for d in devices if d.resource == name]
         if mine:
             healthy = [d for d in mine if d.healthy]
             free = sum(1 for d in healthy if not d.in_use)
-            out.append(ZoneResource(name, len(mine), len(healthy), free))
+            out.append(
+                ZoneResource(name, Quantity(len(mine)), Quantity(len(healthy)), Quantity(free))
+            )
     return tuple(out)
 
 
@@ -430,142 +495,45 @@ def _zone_to_object(zone: Zone) -> dict[str, Any]:
     return out
 
 
+class _Metadata(msgspec.Struct, frozen=True):
+    name: str
+
+
+class _Object(msgspec.Struct, frozen=True, rename={"api_version": "apiVersion"}):
+    """The NodeResourceTopology object as the API server serves it (the fields read here)."""
+
+    metadata: _Metadata
+    api_version: str = API_VERSION
+    attributes: tuple[Attribute, ...] | None = None
+    zones: tuple[Zone, ...] | None = None
+    topology_policies: tuple[str, ...] | None = msgspec.field(default=None, name="topologyPolicies")
+
+
 def from_object(obj: Any) -> NodeResourceTopology:
     """Parse and check an NRT object; `NrtError` names the first bad field."""
-    if not isinstance(obj, Mapping):
-        raise NrtError("NodeResourceTopology: expected an object")
-    api_version = obj.get("apiVersion", API_VERSION)
-    if not isinstance(api_version, str) or not api_version.startswith(GROUP + "/"):
-        raise NrtError(f"apiVersion: {api_version!r} is not in group {GROUP}")
-    metadata = _mapping(obj.get("metadata"), "metadata")
-    name = _string(metadata.get("name"), "metadata.name")
-    if not name:
+    try:
+        wire = convert(obj, _Object)
+    except DecodeError as e:
+        raise NrtError(str(e) if e.path else f"NodeResourceTopology: {e}") from None
+    if not wire.api_version.startswith(GROUP + "/"):
+        raise NrtError(f"apiVersion: {wire.api_version!r} is not in group {GROUP}")
+    if not wire.metadata.name:
         raise NrtError("metadata.name: must not be empty")
-    attributes = _attributes(obj.get("attributes"), "attributes")
-    policies = _list(obj.get("topologyPolicies"), "topologyPolicies")
-    topology_policies = tuple(_string(p, f"topologyPolicies[{i}]") for i, p in enumerate(policies))
-    zones = tuple(_zone(z, f"zones[{i}]") for i, z in enumerate(_list(obj.get("zones"), "zones")))
-    nrt = NodeResourceTopology(name, zones, attributes, topology_policies)
+    zones = wire.zones or ()
+    nrt = NodeResourceTopology(
+        wire.metadata.name, zones, wire.attributes or (), wire.topology_policies or ()
+    )
     for key, allowed in ((ATTR_POLICY, POLICIES), (ATTR_SCOPE, SCOPES)):
         value = nrt.attribute(key)
         if value is not None and value not in allowed:
             raise NrtError(f"attributes[{key}]: {value!r} is not one of {', '.join(allowed)}")
+    try:
+        nrt.vocabulary()
+    except VocabularyError as e:
+        raise NrtError(f"attributes[{ATTR_RESOURCES}]: {e}") from None
     names = [z.name for z in zones]
+    if "" in names:
+        raise NrtError(f"zones[{names.index('')}].name: must not be empty")
     if len(set(names)) != len(names):
         raise NrtError("zones: zone names must be unique")
     return nrt
-
-
-def _zone(obj: Any, where: str) -> Zone:
-    zone = _mapping(obj, where)
-    name = _string(zone.get("name"), f"{where}.name")
-    if not name:
-        raise NrtError(f"{where}.name: must not be empty")
-    costs = []
-    for i, c in enumerate(_list(zone.get("costs"), f"{where}.costs")):
-        cost = _mapping(c, f"{where}.costs[{i}]")
-        costs.append(
-            Cost(
-                _string(cost.get("name"), f"{where}.costs[{i}].name"),
-                _integer(cost.get("value"), f"{where}.costs[{i}].value"),
-            )
-        )
-    resources = []
-    for i, r in enumerate(_list(zone.get("resources"), f"{where}.resources")):
-        res = _mapping(r, f"{where}.resources[{i}]")
-        at = f"{where}.resources[{i}]"
-        resources.append(
-            ZoneResource(
-                _string(res.get("name"), f"{at}.name"),
-                _quantity(res.get("capacity"), f"{at}.capacity"),
-                _quantity(res.get("allocatable"), f"{at}.allocatable"),
-                _quantity(res.get("available"), f"{at}.available"),
-            )
-        )
-    return Zone(
-        name=name,
-        type=_string(zone.get("type"), f"{where}.type"),
-        parent=_string(zone.get("parent", ""), f"{where}.parent"),
-        costs=tuple(costs),
-        attributes=_attributes(zone.get("attributes"), f"{where}.attributes"),
-        resources=tuple(resources),
-    )
-
-
-def _attributes(obj: Any, where: str) -> tuple[Attribute, ...]:
-    out = []
-    for i, a in enumerate(_list(obj, where)):
-        attr = _mapping(a, f"{where}[{i}]")
-        out.append(
-            Attribute(
-                _string(attr.get("name"), f"{where}[{i}].name"),
-                _string(attr.get("value"), f"{where}[{i}].value"),
-            )
-        )
-    return tuple(out)
-
-
-def _mapping(obj: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(obj, Mapping):
-        raise NrtError(f"{where}: expected an object, got {type(obj).__name__}")
-    return obj
-
-
-def _list(obj: Any, where: str) -> list[Any]:
-    if obj is None:
-        return []
-    if not isinstance(obj, list):
-        raise NrtError(f"{where}: expected a list, got {type(obj).__name__}")
-    return obj
-
-
-def _string(obj: Any, where: str) -> str:
-    if not isinstance(obj, str):
-        raise NrtError(f"{where}: expected a string, got {type(obj).__name__}")
-    return obj
-
-
-def _integer(obj: Any, where: str) -> int:
-    if isinstance(obj, bool) or not isinstance(obj, int):
-        raise NrtError(f"{where}: expected an integer, got {obj!r}")
-    return obj
-
-
-def _quantity(obj: Any, where: str) -> int:
-    """A non-negative quantity (int-or-string on the wire), fractions rounded up: ours are whole
-    device counts; others (a producer's `cpu: 500m`) are carried, never read."""
-    value = parse_quantity(obj)
-    if value is None or value < 0:
-        raise NrtError(f"{where}: expected a non-negative Kubernetes quantity, got {obj!r}")
-    return int(value.to_integral_value(rounding=ROUND_CEILING))
-
-
-_QUANTITY = re.compile(
-    r"^([+-]?[0-9]+(?:\.[0-9]*)?|[+-]?\.[0-9]+)(?:([eE][+-]?[0-9]+)|(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei))?$"
-)
-_SUFFIX = {"m": Decimal("0.001"), "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9)}
-_SUFFIX |= {"T": Decimal(10**12), "P": Decimal(10**15), "E": Decimal(10**18)}
-_SUFFIX |= {
-    s: Decimal(2 ** (10 * (i + 1))) for i, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"))
-}
-
-
-def parse_quantity(obj: Any) -> Decimal | None:
-    """A Kubernetes quantity ("8", "1.5", "500m", "64Gi", "1e3", a JSON integer), else None."""
-    if isinstance(obj, bool):
-        return None
-    if isinstance(obj, int):
-        return Decimal(obj) if abs(obj) < 2**63 else None
-    if not isinstance(obj, str):
-        return None
-    match = _QUANTITY.match(obj.strip())
-    if match is None:
-        return None
-    number, exponent, suffix = match.groups()
-    value = Decimal(number)
-    if exponent:
-        if abs(int(exponent[1:])) > 30:  # beyond what Kubernetes stores; never build such a number
-            return None
-        value = value.scaleb(int(exponent[1:]))
-    value = value * _SUFFIX[suffix] if suffix else value
-    return value if abs(value) < 2**63 else None

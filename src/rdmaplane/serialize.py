@@ -1,15 +1,22 @@
 """The `rdmaplane.io/node-topology/v1` document: the model as JSON, and back.
 
 Written by `rdmaplane inspect -o json`, read by `rdmaplane gid audit` and anything else that
-takes node files. `relations` is derived, so it is written for readers and ignored on input.
-Pure: dicts in, dicts out; a bad document raises `DocumentError` naming the field.
+takes node files. The document's shape is declared once, as structs that mirror the model
+field for field (`_Doc`, the key renamed where the document's differs: `port` for a port's
+`number`, `gid` for a GID's `raw`, `pci_device` for a PCI function): both directions copy by
+those names, the model layer (`rdmaplane.decoding`) checks what is read. `relations` and the
+addresses beside each `pci_device` are derived, so they are written for readers and ignored on
+input. Pure: dicts in, dicts out; a bad document raises `DocumentError` naming the field.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from dataclasses import fields
+from typing import Any, TypeVar
 
+import msgspec
+
+from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.model import (
     MAX_NUMA_NODES,
     MAX_PCIE_GTS,
@@ -39,126 +46,243 @@ from rdmaplane.selectors import natural_key
 from rdmaplane.topology import relations
 from rdmaplane.untrusted import DocumentError, printable
 
+M = TypeVar("M")
+
+
+class NvLinks(dict[str, int]):
+    """NVLinks to each peer GPU, by the peer's PCI address."""
+
+    expected = "an object of peer PCI address to link count"
+
+    @classmethod
+    def from_wire(cls, value: Any) -> NvLinks:
+        if not isinstance(value, dict):
+            raise ValueError(f"expected {cls.expected}")
+        for peer, links in value.items():
+            if not isinstance(links, int) or isinstance(links, bool):
+                raise ValueError(f".{peer}: expected an integer")
+        return cls(value)
+
+
+class _Doc(msgspec.Struct):
+    """A struct mirroring a model dataclass by field name (fields in the document's order).
+
+    Node documents travel between people: no string in one may carry what a terminal would act
+    on (escape sequences, line breaks); no real value does."""
+
+    def __post_init__(self) -> None:
+        for name, key in zip(self.__struct_fields__, self.__struct_encode_fields__, strict=True):
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.isprintable():
+                raise ValueError(f".{key}: control characters in {printable(value)[:60]!r}")
+
+
+class _NumaDoc(_Doc):
+    id: int
+    cpus: str | None = None  # the kernel's CPU list, `0-3,8`
+    distances: tuple[int, ...] = ()
+
+
+class _LinkDoc(_Doc):
+    speed_gts: float
+    width: int
+    max_speed_gts: float
+    max_width: int
+    slot_speed_gts: float | None = None  # the port above it: the slot's maximum
+    slot_width: int | None = None
+
+
+class _PciDoc(_Doc, rename={"class_code": "class"}):
+    address: str
+    root: str
+    bridges: tuple[str, ...] = ()
+    vendor: str | None = None
+    device: str | None = None
+    class_code: str | None = None
+    numa: int | None = None
+    driver: str | None = None
+    local_cpus: str | None = None
+    link: _LinkDoc | None = None
+
+
+class _GpuDoc(_Doc, kw_only=True, rename={"address": "pci", "pci": "pci_device"}):
+    index: int
+    address: str | None = None  # derived, as are numa and pcie_root: pci's
+    numa: int | None = None
+    pcie_root: str | None = None
+    uuid: str | None = None
+    name: str | None = None
+    pci: _PciDoc
+    nvlinks: NvLinks | None = None
+
+
+class _GidDoc(_Doc, rename={"raw": "gid"}):
+    index: int
+    raw: str
+    type: GidType | None = None
+    netdev: str | None = None
+    ip: str | None = None  # derived from raw
+    attrs_error: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        try:
+            _ = Gid(self.index, self.raw).address
+        except ValueError:
+            raise ValueError(f".gid: not a GID: {self.raw!r}") from None
+
+
+class _PortDoc(_Doc, rename={"number": "port"}):
+    number: int
+    state: str  # PortState's name
+    phys_state: str  # PhysState's name
+    link_layer: LinkLayer
+    rate_gbps: float | None = None
+    rate: str | None = None
+    lid: int | None = None
+    sm_lid: int | None = None
+    netdev: str | None = None
+    gid_table_len: int | None = None
+    umad: str | None = None
+    issm: str | None = None
+    gids: tuple[_GidDoc, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key, enum in (("state", PortState), ("phys_state", PhysState)):
+            value = getattr(self, key)
+            if value not in enum.__members__:
+                choices = ", ".join(enum.__members__)
+                raise ValueError(f".{key}: {value!r} is not one of {choices}")
+
+
+class _HcaDoc(_Doc, rename={"address": "pci", "pci": "pci_device"}):
+    name: str
+    address: str | None = None  # derived, as are numa and pcie_root: pci's
+    numa: int | None = None
+    pcie_root: str | None = None
+    pci: _PciDoc | None = None
+    data_direct: _PciDoc | None = None  # ConnectX-8's Data Direct function
+    node_type: str | None = None
+    node_guid: str | None = None
+    sys_image_guid: str | None = None
+    fw_ver: str | None = None
+    hca_type: str | None = None
+    board_id: str | None = None
+    uverbs: str | None = None
+    parent_netdev: str | None = None
+    ports: tuple[_PortDoc, ...] = ()
+
+
+class _NetdevDoc(_Doc):
+    name: str
+    kind: NetdevKind
+    pci: str | None = None
+    mac: str | None = None
+    mtu: int | None = None
+    operstate: str | None = None
+    speed_mbps: int | None = None
+    master: str | None = None
+    lower: tuple[str, ...] = ()
+    dev_port: int | None = None
+
+
+class _WarningDoc(_Doc):
+    path: str
+    message: str
+
+
+class _Document(_Doc):
+    schema: str
+    hostname: str | None = None
+    source: str | None = None
+    netns_mode: NetnsMode = NetnsMode.UNKNOWN  # documents written before the mode was known
+    numa_nodes: tuple[_NumaDoc, ...] = ()
+    gpus: tuple[_GpuDoc, ...] = ()
+    hcas: tuple[_HcaDoc, ...] = ()
+    netdevs: tuple[_NetdevDoc, ...] = ()
+    relations: dict[str, Any] = {}  # derived, not read
+    warnings: tuple[_WarningDoc, ...] = ()
+
+
+class _Head(msgspec.Struct):
+    schema: Any = None
+
+
+_SHARED: dict[tuple[type, type], tuple[str, ...]] = {}
+
+
+def _shared(model: type, doc: type) -> tuple[str, ...]:
+    """The fields a model dataclass and its document struct share (worked out once)."""
+    found = _SHARED.get((model, doc))
+    if found is None:
+        names = getattr(doc, "__struct_fields__", ())
+        found = _SHARED[model, doc] = tuple(f.name for f in fields(model) if f.name in names)
+    return found
+
+
+def _doc(obj: Any, kind: type[Any], **given: Any) -> Any:
+    """`kind` (a `_Doc`) from a model object, field by field, `given` where they differ."""
+    return kind(**{n: getattr(obj, n) for n in _shared(type(obj), kind)} | given)
+
+
+def _model(doc: _Doc, kind: type[M], **given: Any) -> M:
+    """The model dataclass `kind` from its document struct, field by field."""
+    return kind(**{n: getattr(doc, n) for n in _shared(kind, type(doc))} | given)
+
+
+# ---------------------------------------------------------------- writing
+
 
 def to_document(topo: NodeTopology) -> dict[str, Any]:
-    return {
-        "schema": SCHEMA,
-        "hostname": topo.hostname,
-        "source": topo.source,
-        "netns_mode": topo.netns_mode.value,
-        "numa_nodes": [
-            {"id": n.id, "cpus": format_cpulist(n.cpus), "distances": list(n.distances)}
-            for n in topo.numa_nodes
-        ],
-        "gpus": [_gpu(g) for g in topo.gpus],
-        "hcas": [_hca(h) for h in topo.hcas],
-        "netdevs": [_netdev(n) for n in topo.netdevs],
-        "relations": relations(topo),
-        "warnings": [{"path": w.path, "message": w.message} for w in topo.warnings],
-    }
+    doc = _doc(
+        topo,
+        _Document,
+        schema=SCHEMA,
+        numa_nodes=[_doc(n, _NumaDoc, cpus=format_cpulist(n.cpus)) for n in topo.numa_nodes],
+        gpus=[_gpu_doc(g) for g in topo.gpus],
+        hcas=[_hca_doc(h) for h in topo.hcas],
+        netdevs=[_doc(n, _NetdevDoc) for n in topo.netdevs],
+        relations=relations(topo),
+        warnings=[_doc(w, _WarningDoc) for w in topo.warnings],
+    )
+    out: dict[str, Any] = msgspec.to_builtins(
+        doc,
+    )
+    for gpu in out["gpus"]:
+        if gpu["nvlinks"] is None:  # known only from NVML: absent, not "none"
+            del gpu["nvlinks"]
+    return out
 
 
-def _pci(p: PciDevice) -> dict[str, Any]:
-    return {
-        "address": p.address,
-        "root": p.root,
-        "bridges": list(p.bridges),
-        "vendor": p.vendor,
-        "device": p.device,
-        "class": p.class_code,
-        "numa": p.numa,
-        "driver": p.driver,
-        "local_cpus": p.local_cpus,
-        "link": _link(p.link) if p.link else None,
-    }
+def _gpu_doc(g: Gpu) -> _GpuDoc:
+    pci = _pci_doc(g.pci)
+    links = dict(g.nvlinks) if g.nvlinks is not None else None
+    where = {"address": g.pci.address, "numa": g.pci.numa, "pcie_root": g.pci.root}
+    return _doc(g, _GpuDoc, pci=pci, nvlinks=links, **where)  # type: ignore[no-any-return]
 
 
-def _link(link: PcieLink) -> dict[str, Any]:
-    return {
-        "speed_gts": link.speed_gts,
-        "width": link.width,
-        "max_speed_gts": link.max_speed_gts,
-        "max_width": link.max_width,
-        "slot_speed_gts": link.slot_speed_gts,
-        "slot_width": link.slot_width,
-    }
+def _hca_doc(h: Hca) -> _HcaDoc:
+    return _doc(  # type: ignore[no-any-return]
+        h,
+        _HcaDoc,
+        address=h.pci.address if h.pci else None,
+        numa=h.numa,
+        pcie_root=h.pcie_root,
+        pci=_pci_doc(h.pci) if h.pci else None,
+        data_direct=_pci_doc(h.data_direct) if h.data_direct else None,
+        ports=[_port_doc(p) for p in h.ports],
+    )
 
 
-def _gpu(g: Gpu) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "index": g.index,
-        "pci": g.pci.address,
-        "numa": g.pci.numa,
-        "pcie_root": g.pci.root,
-        "uuid": g.uuid,
-        "name": g.name,
-        "pci_device": _pci(g.pci),
-    }
-    if g.nvlinks is not None:
-        doc["nvlinks"] = dict(g.nvlinks)
-    return doc
+def _pci_doc(p: PciDevice) -> _PciDoc:
+    link = _doc(p.link, _LinkDoc) if p.link else None
+    return _doc(p, _PciDoc, link=link)  # type: ignore[no-any-return]
 
 
-def _hca(h: Hca) -> dict[str, Any]:
-    return {
-        "name": h.name,
-        "pci": h.pci.address if h.pci else None,
-        "numa": h.numa,
-        "pcie_root": h.pcie_root,
-        "pci_device": _pci(h.pci) if h.pci else None,
-        "node_type": h.node_type,
-        "node_guid": h.node_guid,
-        "sys_image_guid": h.sys_image_guid,
-        "fw_ver": h.fw_ver,
-        "hca_type": h.hca_type,
-        "board_id": h.board_id,
-        "uverbs": h.uverbs,
-        "parent_netdev": h.parent_netdev,
-        "ports": [_port(p) for p in h.ports],
-    }
-
-
-def _port(p: Port) -> dict[str, Any]:
-    return {
-        "port": p.number,
-        "state": p.state.name,
-        "phys_state": p.phys_state.name,
-        "link_layer": p.link_layer.value,
-        "rate_gbps": p.rate_gbps,
-        "rate": p.rate,
-        "lid": p.lid,
-        "sm_lid": p.sm_lid,
-        "netdev": p.netdev,
-        "gid_table_len": p.gid_table_len,
-        "umad": p.umad,
-        "issm": p.issm,
-        "gids": [
-            {
-                "index": g.index,
-                "gid": g.raw,
-                "type": g.type.value if g.type else None,
-                "netdev": g.netdev,
-                "ip": g.ip,
-                "attrs_error": g.attrs_error,
-            }
-            for g in p.gids
-        ],
-    }
-
-
-def _netdev(n: Netdev) -> dict[str, Any]:
-    return {
-        "name": n.name,
-        "kind": n.kind.value,
-        "pci": n.pci,
-        "mac": n.mac,
-        "mtu": n.mtu,
-        "operstate": n.operstate,
-        "speed_mbps": n.speed_mbps,
-        "master": n.master,
-        "lower": list(n.lower),
-        "dev_port": n.dev_port,
-    }
+def _port_doc(p: Port) -> _PortDoc:
+    gids = [_doc(g, _GidDoc, ip=g.ip) for g in p.gids]
+    return _doc(p, _PortDoc, state=p.state.name, phys_state=p.phys_state.name, gids=gids)  # type: ignore[no-any-return]
 
 
 # ---------------------------------------------------------------- reading back
@@ -166,283 +290,114 @@ def _netdev(n: Netdev) -> dict[str, Any]:
 
 def from_document(doc: Any, *, where: str = "document") -> NodeTopology:
     """The model from a v1 document; DocumentError names the first bad field."""
-    r = _Fields(where)
-    d = r.obj(doc, "")
-    schema = d.get("schema")
-    if schema != SCHEMA:
-        raise DocumentError(f"{where}: schema is {schema!r}, expected {SCHEMA!r}")
-    numa_nodes = tuple(
-        NumaNode(
-            id=numa,
-            cpus=_parse_cpus(r, n, f"numa_nodes[{i}]"),
-            distances=tuple(r.int_list(n, "distances", f"numa_nodes[{i}]")),
-        )
-        for i, n in enumerate(r.objs(d, "numa_nodes", ""))
-        if (numa := r.numa(n, "id", f"numa_nodes[{i}]", required=True)) is not None
-    )
-    return _with_warnings(r, d, numa_nodes)
-
-
-def _with_warnings(r: _Fields, d: dict[str, Any], numa_nodes: tuple[NumaNode, ...]) -> NodeTopology:
-    topo = _topology(r, d, numa_nodes)
-    return replace(topo, warnings=(*topo.warnings, *r.warnings)) if r.warnings else topo
-
-
-def _topology(r: _Fields, d: dict[str, Any], numa_nodes: tuple[NumaNode, ...]) -> NodeTopology:
-    where = r.where
-    return NodeTopology(
-        hostname=r.opt_str(d, "hostname", ""),
-        numa_nodes=numa_nodes,
-        gpus=tuple(_read_gpu(r, g, f"gpus[{i}]") for i, g in enumerate(r.objs(d, "gpus", ""))),
-        hcas=tuple(
-            sorted(
-                (_read_hca(r, h, f"hcas[{i}]") for i, h in enumerate(r.objs(d, "hcas", ""))),
-                key=lambda h: natural_key(h.name),
-            )
-        ),
-        netdevs=tuple(
-            _read_netdev(r, n, f"netdevs[{i}]") for i, n in enumerate(r.objs(d, "netdevs", ""))
-        ),
-        warnings=tuple(
-            ReadWarning(r.text(w, "path", f"warnings[{i}]"), r.text(w, "message", f"warnings[{i}]"))
-            for i, w in enumerate(r.objs(d, "warnings", ""))
-        ),
-        source=r.opt_str(d, "source", "") or where,
-        netns_mode=NetnsMode(
-            r.choice(d, "netns_mode", "", [m.value for m in NetnsMode])
-            if "netns_mode" in d
-            else NetnsMode.UNKNOWN  # documents written before the mode was part of the model
-        ),
-    )
-
-
-def _parse_cpus(r: _Fields, n: dict[str, Any], at: str) -> tuple[int, ...]:
-    text = r.opt_str(n, "cpus", at) or ""
     try:
-        return parse_cpulist(text)
-    except ValueError:
-        raise DocumentError(f"{r.where}: {at}.cpus: not a CPU list: {text!r}") from None
+        schema = convert(doc, _Head).schema
+        if schema != SCHEMA:
+            raise DocumentError(f"{where}: schema is {schema!r}, expected {SCHEMA!r}")
+        read = convert(doc, _Document)
+    except DecodeError as e:
+        raise DocumentError(f"{where}: {e}" if e.path else f"{where}: top level: {e}") from None
+    return _Reader(where).topology(read)
 
 
-def _read_pci(r: _Fields, p: dict[str, Any], at: str) -> PciDevice:
-    return PciDevice(
-        address=r.text(p, "address", at),
-        root=r.text(p, "root", at),
-        bridges=tuple(r.str_list(p, "bridges", at)),
-        vendor=r.opt_str(p, "vendor", at),
-        device=r.opt_str(p, "device", at),
-        class_code=r.opt_str(p, "class", at),
-        numa=r.numa(p, "numa", at),
-        driver=r.opt_str(p, "driver", at),
-        local_cpus=r.opt_str(p, "local_cpus", at),
-        link=_read_link(r, r.obj(p["link"], f"{at}.link"), f"{at}.link") if p.get("link") else None,
-    )
-
-
-def _read_link(r: _Fields, d: dict[str, Any], at: str) -> PcieLink | None:
-    """A PCIe link; one with a speed or width no link has is a warning, left out."""
-    speeds = [r.opt_float(d, k, at) for k in ("speed_gts", "max_speed_gts", "slot_speed_gts")]
-    widths = [r.opt_int(d, k, at) for k in ("width", "max_width", "slot_width")]
-    for key, v in zip(("speed_gts", "max_speed_gts", "slot_speed_gts"), speeds, strict=True):
-        if v is not None and not 0 < v <= MAX_PCIE_GTS:
-            r.absurd(at, key, v, f"is no PCIe link speed (up to {MAX_PCIE_GTS:g} GT/s)")
-            return None
-    for key, w in zip(("width", "max_width", "slot_width"), widths, strict=True):
-        if w is not None and not 0 <= w <= MAX_PCIE_WIDTH:
-            r.absurd(at, key, w, f"is no PCIe link width (x0 to x{MAX_PCIE_WIDTH})")
-            return None
-    (speed, max_speed, slot_speed), (width, max_width, slot_width) = speeds, widths
-    if speed is None or max_speed is None or width is None or max_width is None:
-        raise DocumentError(f"{r.where}: {at}: needs speed_gts, width, max_speed_gts, max_width")
-    return PcieLink(speed, width, max_speed, max_width, slot_speed, slot_width)
-
-
-def _read_gpu(r: _Fields, g: dict[str, Any], at: str) -> Gpu:
-    return Gpu(
-        index=r.integer(g, "index", at),
-        pci=_read_pci(r, r.obj(g.get("pci_device"), f"{at}.pci_device"), f"{at}.pci_device"),
-        uuid=r.opt_str(g, "uuid", at),
-        name=r.opt_str(g, "name", at),
-        nvlinks=_read_nvlinks(r, g, at),
-    )
-
-
-def _read_nvlinks(r: _Fields, g: dict[str, Any], at: str) -> tuple[tuple[str, int], ...] | None:
-    links = g.get("nvlinks")
-    if links is None:
-        return None
-    if not isinstance(links, dict):
-        raise r.fail(at, "nvlinks", "expected an object of peer PCI address to link count")
-    return tuple(sorted((str(k), r.integer(links, k, f"{at}.nvlinks")) for k in links))
-
-
-def _read_hca(r: _Fields, h: dict[str, Any], at: str) -> Hca:
-    pci = h.get("pci_device")
-    return Hca(
-        name=r.text(h, "name", at),
-        pci=_read_pci(r, r.obj(pci, f"{at}.pci_device"), f"{at}.pci_device") if pci else None,
-        ports=tuple(
-            _read_port(r, p, f"{at}.ports[{i}]") for i, p in enumerate(r.objs(h, "ports", at))
-        ),
-        node_type=r.opt_str(h, "node_type", at),
-        node_guid=r.opt_str(h, "node_guid", at),
-        sys_image_guid=r.opt_str(h, "sys_image_guid", at),
-        fw_ver=r.opt_str(h, "fw_ver", at),
-        hca_type=r.opt_str(h, "hca_type", at),
-        board_id=r.opt_str(h, "board_id", at),
-        uverbs=r.opt_str(h, "uverbs", at),
-        parent_netdev=r.opt_str(h, "parent_netdev", at),
-    )
-
-
-def _read_port(r: _Fields, p: dict[str, Any], at: str) -> Port:
-    return Port(
-        number=r.integer(p, "port", at),
-        state=r.enum(PortState, p, "state", at),
-        phys_state=r.enum(PhysState, p, "phys_state", at),
-        link_layer=LinkLayer(r.choice(p, "link_layer", at, [x.value for x in LinkLayer])),
-        rate_gbps=r.rate(p, "rate_gbps", at),
-        rate=r.opt_str(p, "rate", at),
-        lid=r.opt_int(p, "lid", at),
-        sm_lid=r.opt_int(p, "sm_lid", at),
-        netdev=r.opt_str(p, "netdev", at),
-        gids=tuple(_read_gid(r, g, f"{at}.gids[{i}]") for i, g in enumerate(r.objs(p, "gids", at))),
-        gid_table_len=r.opt_int(p, "gid_table_len", at) or 0,
-        umad=r.opt_str(p, "umad", at),
-        issm=r.opt_str(p, "issm", at),
-    )
-
-
-def _read_gid(r: _Fields, g: dict[str, Any], at: str) -> Gid:
-    kind = r.opt_str(g, "type", at)
-    if kind is not None and kind not in GidType._value2member_map_:
-        raise DocumentError(f"{r.where}: {at}.type: unknown GID type {kind!r}")
-    gid = Gid(
-        index=r.integer(g, "index", at),
-        raw=r.text(g, "gid", at),
-        type=GidType(kind) if kind is not None else None,
-        netdev=r.opt_str(g, "netdev", at),
-        attrs_error=r.opt_str(g, "attrs_error", at),
-    )
-    try:
-        _ = gid.address
-    except ValueError:
-        raise DocumentError(f"{r.where}: {at}.gid: not a GID: {gid.raw!r}") from None
-    return gid
-
-
-def _read_netdev(r: _Fields, n: dict[str, Any], at: str) -> Netdev:
-    return Netdev(
-        name=r.text(n, "name", at),
-        kind=NetdevKind(r.choice(n, "kind", at, [k.value for k in NetdevKind])),
-        pci=r.opt_str(n, "pci", at),
-        mac=r.opt_str(n, "mac", at),
-        mtu=r.opt_int(n, "mtu", at),
-        operstate=r.opt_str(n, "operstate", at),
-        speed_mbps=r.opt_int(n, "speed_mbps", at),
-        master=r.opt_str(n, "master", at),
-        lower=tuple(r.str_list(n, "lower", at)),
-        dev_port=r.opt_int(n, "dev_port", at),
-    )
-
-
-class _Fields:
-    """Typed field access that raises DocumentError naming the path of the bad field."""
+class _Reader:
+    """The model from a checked document; values no machine has (a NUMA node id past the
+    kernel's limit, a line rate no port runs at) are left out with a warning, as the sysfs
+    reader does."""
 
     def __init__(self, where: str) -> None:
         self.where = where
-        self.warnings: list[ReadWarning] = []  # absurd values, left out as the reader does
+        self.warnings: list[ReadWarning] = []
 
-    def absurd(self, at: str, key: str, value: object, why: str) -> None:
-        path = f"{at}.{key}" if at else key
-        self.warnings.append(ReadWarning(self.where, f"{path}: {value!r} {why}; left out"))
+    def topology(self, d: _Document) -> NodeTopology:
+        ids = [
+            self.numa(n.id, f"numa_nodes[{i}].id", required=True)
+            for i, n in enumerate(d.numa_nodes)
+        ]
+        return NodeTopology(
+            hostname=d.hostname,
+            numa_nodes=tuple(
+                self.numa_node(n, i) for i, n in enumerate(d.numa_nodes) if ids[i] is not None
+            ),
+            gpus=tuple(self.gpu(g, f"gpus[{i}]") for i, g in enumerate(d.gpus)),
+            hcas=tuple(
+                sorted(
+                    (self.hca(h, f"hcas[{i}]") for i, h in enumerate(d.hcas)),
+                    key=lambda h: natural_key(h.name),
+                )
+            ),
+            netdevs=tuple(_model(n, Netdev) for n in d.netdevs),
+            warnings=(*(_model(w, ReadWarning) for w in d.warnings), *self.warnings),
+            source=d.source or self.where,
+            netns_mode=d.netns_mode,
+        )
 
-    def numa(self, d: dict[str, Any], key: str, at: str, required: bool = False) -> int | None:
-        """A NUMA node id (-1 or null: unknown); one no kernel numbers is a warning, None."""
-        v = self.integer(d, key, at) if required else self.opt_int(d, key, at)
-        if v is None or (v == -1 and not required):
+    def numa_node(self, n: _NumaDoc, i: int) -> NumaNode:
+        try:
+            cpus = parse_cpulist(n.cpus or "")
+        except ValueError:
+            raise DocumentError(
+                f"{self.where}: numa_nodes[{i}].cpus: not a CPU list: {n.cpus!r}"
+            ) from None
+        return _model(n, NumaNode, cpus=cpus)
+
+    def pci(self, p: _PciDoc, at: str) -> PciDevice:
+        link = self.link(p.link, f"{at}.link") if p.link else None
+        return _model(p, PciDevice, numa=self.numa(p.numa, f"{at}.numa"), link=link)
+
+    def link(self, d: _LinkDoc, at: str) -> PcieLink | None:
+        """A PCIe link; one with a speed or width no link has is left out with a warning."""
+        for key in ("speed_gts", "max_speed_gts", "slot_speed_gts"):
+            speed = getattr(d, key)
+            if speed is not None and not 0 < speed <= MAX_PCIE_GTS:
+                self.absurd(
+                    f"{at}.{key}", speed, f"is no PCIe link speed (up to {MAX_PCIE_GTS:g} GT/s)"
+                )
+                return None
+        for key in ("width", "max_width", "slot_width"):
+            width = getattr(d, key)
+            if width is not None and not 0 <= width <= MAX_PCIE_WIDTH:
+                self.absurd(
+                    f"{at}.{key}", width, f"is no PCIe link width (x0 to x{MAX_PCIE_WIDTH})"
+                )
+                return None
+        return _model(d, PcieLink)
+
+    def gpu(self, g: _GpuDoc, at: str) -> Gpu:
+        links = tuple(sorted(g.nvlinks.items())) if g.nvlinks is not None else None
+        return _model(g, Gpu, pci=self.pci(g.pci, f"{at}.pci_device"), nvlinks=links)
+
+    def hca(self, h: _HcaDoc, at: str) -> Hca:
+        pci = self.pci(h.pci, f"{at}.pci_device") if h.pci else None
+        dma = self.pci(h.data_direct, f"{at}.data_direct") if h.data_direct else None
+        ports = tuple(self.port(p, f"{at}.ports[{i}]") for i, p in enumerate(h.ports))
+        return _model(h, Hca, pci=pci, data_direct=dma, ports=ports)
+
+    def port(self, p: _PortDoc, at: str) -> Port:
+        return _model(
+            p,
+            Port,
+            state=PortState[p.state],
+            phys_state=PhysState[p.phys_state],
+            rate_gbps=self.rate(p.rate_gbps, f"{at}.rate_gbps"),
+            gids=tuple(_model(g, Gid) for g in p.gids),
+            gid_table_len=p.gid_table_len or 0,
+        )
+
+    def numa(self, value: int | None, at: str, required: bool = False) -> int | None:
+        """A NUMA node id (-1 or null: unknown, where the field may be unknown)."""
+        if value is None or (value == -1 and not required):
             return None
-        if not 0 <= v < MAX_NUMA_NODES:
-            self.absurd(at, key, v, f"is no NUMA node (below {MAX_NUMA_NODES})")
+        if not 0 <= value < MAX_NUMA_NODES:
+            self.absurd(at, value, f"is no NUMA node (below {MAX_NUMA_NODES})")
             return None
-        return v
+        return value
 
-    def rate(self, d: dict[str, Any], key: str, at: str) -> float | None:
-        """A port's line rate in Gb/s; one no port runs at is a warning, None (unknown)."""
-        v = self.opt_float(d, key, at)
-        if v is not None and not 0 < v <= MAX_RATE_GBPS:
-            self.absurd(at, key, v, f"is no line rate (above 0, at most {MAX_RATE_GBPS:g} Gb/s)")
+    def rate(self, value: float | None, at: str) -> float | None:
+        if value is not None and not 0 < value <= MAX_RATE_GBPS:
+            self.absurd(at, value, f"is no line rate (above 0, at most {MAX_RATE_GBPS:g} Gb/s)")
             return None
-        return v
+        return value
 
-    def fail(self, at: str, key: str, what: str) -> DocumentError:
-        path = f"{at}.{key}" if at else key
-        return DocumentError(f"{self.where}: {path}: {what}")
-
-    def obj(self, v: Any, at: str) -> dict[str, Any]:
-        if not isinstance(v, dict):
-            raise DocumentError(f"{self.where}: {at or 'top level'}: expected an object")
-        return v
-
-    def objs(self, d: dict[str, Any], key: str, at: str) -> list[dict[str, Any]]:
-        v = d.get(key, [])
-        if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
-            raise self.fail(at, key, "expected a list of objects")
-        return v
-
-    def text(self, d: dict[str, Any], key: str, at: str) -> str:
-        v = d.get(key)
-        if not isinstance(v, str):
-            raise self.fail(at, key, "expected a string")
-        return self._printable(v, at, key)
-
-    def opt_str(self, d: dict[str, Any], key: str, at: str) -> str | None:
-        v = d.get(key)
-        if v is not None and not isinstance(v, str):
-            raise self.fail(at, key, "expected a string or null")
-        return v if v is None else self._printable(v, at, key)
-
-    def _printable(self, v: str, at: str, key: str) -> str:
-        """Node documents travel between people: no string in one may carry what a terminal
-        would act on (escape sequences, line breaks); no real value does."""
-        if not v.isprintable():
-            raise self.fail(at, key, f"control characters in {printable(v)[:60]!r}")
-        return v
-
-    def integer(self, d: dict[str, Any], key: str, at: str) -> int:
-        v = d.get(key)
-        if not isinstance(v, int) or isinstance(v, bool):
-            raise self.fail(at, key, "expected an integer")
-        return v
-
-    def opt_int(self, d: dict[str, Any], key: str, at: str) -> int | None:
-        return None if d.get(key) is None else self.integer(d, key, at)
-
-    def opt_float(self, d: dict[str, Any], key: str, at: str) -> float | None:
-        v = d.get(key)
-        if v is None:
-            return None
-        if not isinstance(v, int | float) or isinstance(v, bool):
-            raise self.fail(at, key, "expected a number")
-        return float(v)
-
-    def int_list(self, d: dict[str, Any], key: str, at: str) -> list[int]:
-        v = d.get(key, [])
-        if not isinstance(v, list) or not all(isinstance(x, int) for x in v):
-            raise self.fail(at, key, "expected a list of integers")
-        return v
-
-    def str_list(self, d: dict[str, Any], key: str, at: str) -> list[str]:
-        v = d.get(key, [])
-        if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise self.fail(at, key, "expected a list of strings")
-        return v
-
-    def choice(self, d: dict[str, Any], key: str, at: str, options: list[str]) -> str:
-        v = self.text(d, key, at)
-        if v not in options:
-            raise self.fail(at, key, f"{v!r} is not one of {', '.join(options)}")
-        return v
-
-    def enum(self, kind: Any, d: dict[str, Any], key: str, at: str) -> Any:
-        return kind[self.choice(d, key, at, [m.name for m in kind])]
+    def absurd(self, at: str, value: object, why: str) -> None:
+        self.warnings.append(ReadWarning(self.where, f"{at}: {value!r} {why}; left out"))

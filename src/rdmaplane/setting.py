@@ -112,3 +112,35 @@ class _Duration:
 
 DURATION = _Duration()
 Seconds = Annotated[float, DURATION]
+
+
+def one_or_many(value: object) -> object:
+    """A single string as a list of one: a names setting written either way (`gpu: a/b` or
+    `gpu: [a/b, c/d]`)."""
+    return (value,) if isinstance(value, str) else value
+
+
+def _one_or_list(names: tuple[str, ...]) -> object:
+    """How a file writes names: one alone, more as a list."""
+    return names[0] if len(names) == 1 else list(names)
+
+
+class _OneOrMany:
+    """Marks a list setting that a file may give as one string too (see `_Duration`)."""
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: Callable[[Any], Any]) -> Any:
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(
+            one_or_many,
+            handler(source),
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                _one_or_list, when_used="json"
+            ),
+        )
+
+    def __repr__(self) -> str:
+        return "OneOrMany"
+
+
+Names = Annotated[tuple[str, ...], _OneOrMany()]

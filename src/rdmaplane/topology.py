@@ -61,15 +61,17 @@ def device_label(d: Gpu | Hca) -> str:
 
 
 def relation_label(a: Gpu | Hca, b: Gpu | Hca) -> str | None:
-    """`X`, `NV#` or a PCIe relation word; None when either side has no PCI function (rxe)."""
+    """`X`, `NV#` or a PCIe relation word; None when either side has no PCI function (rxe). An
+    HCA is where its DMA goes through (`Hca.dma_pci`: a ConnectX-8's Data Direct function),
+    as NCCL places it; nvidia-smi places it at its own function."""
     if a is b:
         return "X"
     if isinstance(a, Gpu) and isinstance(b, Gpu):
         links = _nvlinks(a, b)
         if links:
             return f"NV{links}"
-    pa = a.pci
-    pb = b.pci
+    pa = a.pci if isinstance(a, Gpu) else a.dma_pci
+    pb = b.pci if isinstance(b, Gpu) else b.dma_pci
     if pa is None or pb is None:
         return None
     return pci_relation(pa, pb).name
@@ -90,8 +92,9 @@ def relations(topo: NodeTopology) -> dict[str, dict[str, str | None]]:
 
 
 def closest_hcas(gpu: Gpu, hcas: tuple[Hca, ...] | list[Hca]) -> list[tuple[Hca, Relation]]:
-    """HCAs with a PCI function ordered nearest first (ties keep the given order)."""
-    pairs = [(h, pci_relation(gpu.pci, h.pci)) for h in hcas if h.pci is not None]
+    """HCAs with a PCI function ordered nearest first (ties keep the given order), by where
+    their DMA goes through (`Hca.dma_pci`)."""
+    pairs = [(h, pci_relation(gpu.pci, h.dma_pci)) for h in hcas if h.dma_pci is not None]
     return sorted(pairs, key=lambda p: p[1])
 
 

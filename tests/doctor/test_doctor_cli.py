@@ -249,6 +249,20 @@ def test_job_manifests(tmp_path):
     assert run("doctor", "job", "only-one")[0] == 2
 
 
+def test_job_pods_request_the_pool_named() -> None:
+    """A renamed exclusive pool (or a shared one, slots then) instead of rdmaplane.io/hca."""
+    args = ("doctor", "job", "gpu-1", "gpu-2", "--hcas", "2", "--resource", "example.com/ib")
+    code, out, _ = run(*args)
+    jobs = [d for d in yaml.safe_load_all(out) if d["kind"] == "Job"]
+    assert code == 0 and len(jobs) == 2
+    for j in jobs:
+        res = j["spec"]["template"]["spec"]["containers"][0]["resources"]
+        assert res["limits"]["example.com/ib"] == res["requests"]["example.com/ib"] == "2"
+        assert "rdmaplane.io/hca" not in res["limits"]
+    code, _, err = run("doctor", "job", "gpu-1", "gpu-2", "--resource", "hca")
+    assert code == 2 and "--resource 'hca'" in err
+
+
 def test_job_default_image_is_this_release() -> None:
     code, out, _ = run("doctor", "job", "gpu-1", "gpu-2")
     assert code == 0
@@ -257,7 +271,7 @@ def test_job_default_image_is_this_release() -> None:
         for d in yaml.safe_load_all(out)
         if d["kind"] == "Job"
     }
-    assert images == {f"ghcr.io/rdmaplane/doctor:{__version__}"}
+    assert images == {f"ghcr.io/rdmaplane/rdmaplane:{__version__}"}
 
 
 @pytest.mark.parametrize(

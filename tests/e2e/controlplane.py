@@ -505,6 +505,7 @@ def launch_controller_manager(
             f"--controllers={','.join(controllers)}",
             "--leader-elect=false",
             "--use-service-account-credentials=false",
+            f"--root-ca-file={cluster.pki.ca_cert}",  # what root-ca-cert-publisher publishes
             "--bind-address=127.0.0.1",
             f"--secure-port={port}",
             f"--tls-cert-file={serving_cert}",

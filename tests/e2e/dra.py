@@ -5,6 +5,7 @@ them for the same sample, the DeviceClasses, and claims made from deploy/dra/'s 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -27,12 +28,17 @@ from lightkube.resources.resource_v1 import (
 )
 
 from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.config import API_VERSION, parse
+from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.dra.driver import DraDriver
 from rdmaplane.dra.settings import DraSettings
+from rdmaplane.dra.slices import BANDWIDTH
 from rdmaplane.faults import Fault
+from rdmaplane.kube import ClaimDict
 from rdmaplane.model import NodeTopology
+from tests.e2e import nodeaccess
 from tests.e2e.controlplane import KubeCluster, add_ready_node
 from tests.unit.test_deviceplugin_resources import device_nodes
 from tests.unit.test_dra_devices import with_ports_down
@@ -63,9 +69,12 @@ GPU_CLASS = {
 
 
 def templates() -> dict[str, dict[str, Any]]:
-    """deploy/dra/claim-templates.yaml by name."""
-    docs = yaml.safe_load_all((DRA_DEPLOY / "claim-templates.yaml").read_text())
-    return {d["metadata"]["name"]: d for d in docs}
+    """deploy/dra/claim-templates.yaml's and share-templates.yaml's templates by name."""
+    return {
+        d["metadata"]["name"]: d
+        for file in ("claim-templates.yaml", "share-templates.yaml")
+        for d in yaml.safe_load_all((DRA_DEPLOY / file).read_text())
+    }
 
 
 def gpu_slice(node: str, topo: NodeTopology) -> dict[str, Any]:
@@ -124,6 +133,28 @@ class DraNode:
         assert self.driver.publisher is not None
         await self.driver.publisher.publish_once()
 
+    async def write_claim_status(self) -> int:
+        """What the driver's claim watch would do now: the binding conditions of this node's
+        devices written into every claim holding one; the number of claims written."""
+        writer = self.driver.claim_status
+        assert writer is not None and self.driver.kube is not None
+        async for claim in self.driver.kube.list(ClaimDict, namespace="*"):
+            writer.observe("ADDED", claim)
+        return await writer.flush()
+
+    @asynccontextmanager
+    async def claim_status_written(self) -> AsyncIterator[None]:
+        """The driver's claim watch running, as in the agent."""
+        writer = self.driver.claim_status
+        assert writer is not None
+        task = asyncio.create_task(writer.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     def device_of(self, hca: str) -> str:
         return next(n for n, d in self.driver.devices.items() if d.hca == hca)
 
@@ -137,11 +168,11 @@ async def slice_devices(kube: AsyncClient, node: str) -> dict[str, dict[str, Any
     return out
 
 
-def agent_config(node: str, dev_root: Path | None = None) -> AgentSettings:
+def agent_config(node: str, dev_root: Path | None = None, **dra: Any) -> AgentSettings:
     return AgentSettings(
         node_name=node,
         device_plugin_enabled=False,
-        dra=DraSettings(enabled=True),
+        dra=DraSettings(enabled=True, **dra),
         **({"dev_root": dev_root} if dev_root is not None else {}),
     )
 
@@ -152,20 +183,32 @@ async def dra_node(
     sample: str,
     pools: PluginSettings | None = None,
     down: tuple[str, ...] = (),
+    *,
+    group: str | None = None,
+    claim_status: bool = True,
+    **dra: object,
 ) -> AsyncIterator[DraNode]:
     """The sample as a node, its HCAs' device nodes in a folder of their own, the ports of the
-    HCAs `down` DOWN/Disabled from the first slice on."""
-    group = uuid.uuid4().hex[:8]
-    name = f"dra-{sample}-{group}"
+    HCAs `down` DOWN/Disabled from the first slice on; `group` (the label pods select) shared
+    with other nodes, or one of its own. `claim_status`: the driver's claim watch runs (pods
+    bind once it set their devices ready); without it the test writes it
+    (`DraNode.write_claim_status`). `dra`: settings of `AgentConfig.dra`."""
+    group = group or uuid.uuid4().hex[:8]
+    name = f"dra-{sample}-{uuid.uuid4().hex[:8]}"
     await add_ready_node(kube, name, {GROUP_LABEL: group}, {})
     topo = with_ports_down(read_sample(sample), *down)
     await kube.create(cast(ResourceSlice, ResourceSlice.from_dict(gpu_slice(name, topo))))
     dev_root = device_nodes(topo, Path(tempfile.mkdtemp(prefix="rdr-dev-")) / "dev")
-    driver = DraDriver(agent_config(name, dev_root), (pools or PluginSettings()).pools, kube)
+    config = agent_config(name, dev_root, **dra)
+    driver = DraDriver(config, (pools or PluginSettings()).pools, kube)
     node = DraNode(name, group, topo, driver, dev_root)
     await node.publish()
     try:
-        yield node
+        if claim_status and driver.claim_status is not None:
+            async with node.claim_status_written():
+                yield node
+        else:
+            yield node
     finally:
         async for s in kube.list(ResourceSlice, fields={"spec.nodeName": name}):
             assert s.metadata is not None and s.metadata.name
@@ -246,6 +289,36 @@ def nics(count: int, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     return spec
 
 
+# mlx5_0 and mlx5_1 (400G RoCE) shared by bandwidth: 100G a request unless it names more.
+SHARED_POOLS = {
+    "apiVersion": API_VERSION,
+    "kind": "DevicePluginConfig",
+    "pools": [{"mode": "shared", "selectors": {"hcaNames": ["mlx5_0", "mlx5_1"]}}],
+}
+SHARED = parse(SHARED_POOLS, DEVICE_PLUGIN_CONFIG, "shared pools")
+
+
+def shares(*gbps: int | None, distinct: str | None = None) -> dict[str, Any]:
+    """A claim for one share per entry (None: the default bandwidth), on distinct values of
+    the attribute `distinct` when given."""
+    requests = [
+        {
+            "name": f"nic-{k}",
+            "exactly": {
+                "deviceClassName": DRIVER,
+                **({"capacity": {"requests": {BANDWIDTH: f"{g}G"}}} if g else {}),
+            },
+        }
+        for k, g in enumerate(gbps)
+    ]
+    devices: dict[str, Any] = {"requests": requests}
+    if distinct:
+        devices["constraints"] = [
+            {"requests": [r["name"] for r in requests], "distinctAttribute": distinct}
+        ]
+    return {"devices": devices}
+
+
 async def allocation(kube: AsyncClient, namespace: str, claim: str) -> list[Mapping[str, Any]]:
     """The claim's allocated devices, once the scheduler has written them."""
     async with asyncio.timeout(WAIT_S):
@@ -255,6 +328,24 @@ async def allocation(kube: AsyncClient, namespace: str, claim: str) -> list[Mapp
             if results.get("results"):
                 return cast(list[Mapping[str, Any]], results["results"])
             await asyncio.sleep(0.25)
+
+
+async def pending(kube: AsyncClient, namespace: str, pod: str) -> bool:
+    """Not bound to a node (yet)."""
+    stored = await kube.get(Pod, pod, namespace=namespace)
+    return stored.spec is not None and stored.spec.nodeName is None
+
+
+async def bound_node(kube: AsyncClient, namespace: str, pod: str) -> str:
+    """The node the pod is bound to, once it is (binding waits for its devices' binding
+    conditions: kube-scheduler looks every 5 s)."""
+
+    async def node() -> str | None:
+        stored = await kube.get(Pod, pod, namespace=namespace)
+        return stored.spec.nodeName if stored.spec else None
+
+    found: str = await until(node, f"{pod} bound")
+    return found
 
 
 async def failed_scheduling_note(
@@ -299,11 +390,23 @@ def install_driver_rbac(cluster: KubeCluster) -> Path:
 HEALTH_WINDOW = "5s"  # long enough to see a taint come, short enough to see it go
 
 
-def driver_command(workdir: Path, tree: Path, node: str, kubeconfig: Path, poll: str) -> list[str]:
+def driver_command(
+    workdir: Path,
+    tree: Path,
+    node: str,
+    kubeconfig: Path,
+    poll: str,
+    *,
+    fault: tuple[str, str] = ("0s", "0s"),
+    pools: Mapping[str, Any] | None = None,
+    health_resend: str = "10s",
+) -> list[str]:
     """`rdmaplane dra-driver` for `node` on `tree` (device nodes in workdir/dev, kubelet folder
     workdir/kubelet, CDI specs workdir/cdi), its config written to workdir/agent.yaml: fast
-    polls, JSON logs, metrics on a free port, the fault hysteresis off (taints at once), a
-    short health window (`symbol_error` over 10 within it: the port is refused)."""
+    polls, JSON logs, metrics on a free port, the fault hysteresis `fault` (fatalAfter,
+    clearAfter; off by default: taints at once), a short health window (`symbol_error` over 10
+    within it: the port is refused), the device plugin `pools` when given (a
+    DevicePluginConfig document, to workdir/pools.yaml)."""
     config = {
         "apiVersion": "rdmaplane.io/v1alpha1",
         "kind": "AgentConfig",
@@ -317,12 +420,23 @@ def driver_command(workdir: Path, tree: Path, node: str, kubeconfig: Path, poll:
         "fabric": {"lldp": "off"},
         "publish": {"backoffInitial": "200ms", "backoffMax": "2s"},
         "health": {"window": HEALTH_WINDOW, "thresholds": {"symbol_error": 10}},
-        "fault": {"fatalAfter": "0s", "clearAfter": "0s"},
-        "dra": {"cdiDir": str(workdir / "cdi")},
+        "fault": {"fatalAfter": fault[0], "clearAfter": fault[1]},
+        "dra": {"cdiDir": str(workdir / "cdi"), "health": {"resend": health_resend}},
     }
     (workdir / "kubelet").mkdir(exist_ok=True)
     (workdir / "agent.yaml").write_text(yaml.safe_dump(config))
+    extra = []
+    if pools is not None:
+        (workdir / "pools.yaml").write_text(yaml.safe_dump(dict(pools)))
+        extra = ["--device-plugin-config", str(workdir / "pools.yaml")]
     return [
         sys.executable, "-m", "rdmaplane", "dra-driver", "--node-name", node,
-        "--config", str(workdir / "agent.yaml"), "--kubeconfig", str(kubeconfig),
+        "--config", str(workdir / "agent.yaml"), "--kubeconfig", str(kubeconfig), *extra,
     ]  # fmt: skip
+
+
+def driver_kubeconfig_on(cluster: KubeCluster, node: str) -> Path:
+    """The DRA DaemonSet's pod on `node` (created, never run: the node is not real) and its
+    ServiceAccount's token bound to it, as the kubelet mounts it: the API server names the node
+    in it, which the driver's `associated-node:patch` on claims needs."""
+    return nodeaccess.kubeconfig_on(cluster, node, nodeaccess.DRA_DAEMONSET)

@@ -31,20 +31,34 @@ NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 POLICY_WAIT_S = 30.0
 
 
-def install(cluster: KubeCluster) -> None:
-    """The agent's and the DRA driver's RBAC and the own-node policies, as deployed; returns
-    once the API server enforces both policies."""
+def install(
+    cluster: KubeCluster, manifests: tuple[Path, ...] = (AGENT_RBAC, DRA_RBAC, OWN_NODE)
+) -> None:
+    """The agent's and the DRA driver's RBAC and the own-node policies, as deployed (or the
+    `manifests` given, OWN_NODE among them); returns once the API server enforces the agent's
+    policies."""
     with cluster.client() as client:
-        for path in (AGENT_RBAC, DRA_RBAC, OWN_NODE):
+        for path in manifests:
             for obj in codecs.load_all_yaml(path.read_text()):
                 client.apply(obj, field_manager="rdmaplane-e2e", force=True)
         _wait_in_effect(cluster, client)
 
 
-def _wait_in_effect(cluster: KubeCluster, client: Client) -> None:
+def uninstall(cluster: KubeCluster) -> None:
+    """Remove the agent's own-node policies (OWN_NODE; the RBAC stays); returns once the API
+    server no longer enforces them, so agents with credentials that name no node work again."""
+    with cluster.client() as client:
+        for obj in codecs.load_all_yaml(OWN_NODE.read_text()):
+            assert obj.metadata is not None and obj.metadata.name is not None
+            client.delete(type(obj), obj.metadata.name)
+        _wait_in_effect(cluster, client, enforced=False)
+
+
+def _wait_in_effect(cluster: KubeCluster, client: Client, enforced: bool = True) -> None:
     """Policies take effect once the API server's informers have them (and, for evictions, its
     pod informer the probe pod): probe, as the agent's user with a token naming another node,
-    a node patch and an eviction (both dry runs) until both are refused."""
+    a node patch and an eviction (both dry runs) until both are refused (`enforced`), or
+    both are let through."""
     probe = f"policy-probe-{uuid.uuid4().hex[:6]}"
     client.create(Node.from_dict({"metadata": {"name": probe}}))
     pod = {
@@ -67,7 +81,7 @@ def _wait_in_effect(cluster: KubeCluster, client: Client) -> None:
     try:
         with httpx.Client(verify=cluster.tls_context(), headers=headers) as http:
 
-            def refused() -> bool:
+            def settled() -> bool:
                 patched = http.patch(
                     f"{api}/nodes/{probe}?dryRun=All",
                     json={"metadata": {"labels": {"rdmaplane.io/probe": "x"}}},
@@ -76,9 +90,12 @@ def _wait_in_effect(cluster: KubeCluster, client: Client) -> None:
                 evicted = http.post(
                     f"{api}/namespaces/default/pods/{probe}/eviction?dryRun=All", json=eviction
                 )
-                return patched.status_code == evicted.status_code == 403
+                if enforced:
+                    return patched.status_code == evicted.status_code == 403
+                return 403 not in (patched.status_code, evicted.status_code)
 
-            poll_until(refused, POLICY_WAIT_S, "the own-node policies in effect")
+            state = "in effect" if enforced else "lifted"
+            poll_until(settled, POLICY_WAIT_S, f"the own-node policies {state}")
     finally:
         client.delete(Pod, probe, namespace="default", grace_period=0)
         client.delete(Node, probe)

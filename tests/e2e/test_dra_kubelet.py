@@ -7,25 +7,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import shutil
 import signal
 import subprocess
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from lightkube import AsyncClient, codecs
+from lightkube import ApiError, AsyncClient, codecs
 from lightkube.resources.core_v1 import Node
-from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
+from lightkube.types import PatchType
 
 from rdmaplane.dra.claims import spec_name
+from rdmaplane.dra.devices import PCI_BUS_ID
+from rdmaplane.dra.readiness import FAILED, READY
 from rdmaplane.faults import TAINT_KEY
+from rdmaplane.kube import async_client
+from tests.e2e import nodeaccess
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node
 from tests.e2e.dra import (
     DRA_DEPLOY,
@@ -33,19 +39,24 @@ from tests.e2e.dra import (
     DRIVER_USER,
     GROUP_LABEL,
     HEALTH_WINDOW,
+    SHARED_POOLS,
     WAIT_S,
     allocation,
+    bound_node,
     claim_pod,
     driver_command,
+    driver_kubeconfig_on,
     ensure_device_classes,
     gpu_slice,
     install_driver_rbac,
     nics,
+    pending,
+    shares,
     slice_devices,
     templates,
     until,
 )
-from tests.integration.dra_kubelet import Claim, DraKubelet
+from tests.integration.dra_kubelet import Claim, DraKubelet, Health
 from tests.integration.kubelet_standin import device_nodes
 from tests.unit.test_dra_claims import CDI
 
@@ -53,8 +64,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def driver_kubeconfig(kube_cluster: KubeCluster, nrt_crd: object) -> Path:
-    return install_driver_rbac(kube_cluster)
+def driver_rbac(kube_cluster: KubeCluster, nrt_crd: object) -> None:
+    install_driver_rbac(kube_cluster)
 
 
 @dataclass
@@ -71,6 +82,12 @@ class DraHost:
     @property
     def cdi_dir(self) -> Path:
         return self.workdir / "cdi"
+
+    def set_port(self, hca: str, up: bool) -> None:
+        """Port 1 of `hca` ACTIVE/LinkUp or DOWN/Disabled in the driver's sysfs tree."""
+        port = self.tree / "class/infiniband" / hca / "ports/1"
+        (port / "state").write_text("4: ACTIVE\n" if up else "1: DOWN\n")
+        (port / "phys_state").write_text("5: LinkUp\n" if up else "3: Disabled\n")
 
 
 @pytest.fixture
@@ -98,9 +115,9 @@ async def node(
 class DriverProcess:
     """`rdmaplane dra-driver` in its own process, its JSON log lines in a file per run."""
 
-    def __init__(self, node: DraHost, kubeconfig: Path, run: int) -> None:
+    def __init__(self, node: DraHost, kubeconfig: Path, run: int, **options: Any) -> None:
         self.log = node.workdir / f"driver-{run}.log"
-        command = driver_command(node.workdir, node.tree, node.name, kubeconfig, "200ms")
+        command = driver_command(node.workdir, node.tree, node.name, kubeconfig, "200ms", **options)
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
 
@@ -126,11 +143,16 @@ class DriverProcess:
 
 
 @pytest.fixture
-def start_driver(node: DraHost, driver_kubeconfig: Path) -> Iterator[Callable[[], DriverProcess]]:
+def start_driver(
+    node: DraHost, kube_cluster: KubeCluster, driver_rbac: None
+) -> Iterator[Callable[..., DriverProcess]]:
+    """Starts the driver for the node with the credential its DaemonSet's pod gets there
+    (`options`: driver_command's)."""
+    kubeconfig = driver_kubeconfig_on(kube_cluster, node.name)
     runs: list[DriverProcess] = []
 
-    def start() -> DriverProcess:
-        runs.append(DriverProcess(node, driver_kubeconfig, len(runs)))
+    def start(**options: Any) -> DriverProcess:
+        runs.append(DriverProcess(node, kubeconfig, len(runs), **options))
         return runs[-1]
 
     yield start
@@ -201,15 +223,18 @@ async def test_registers_and_prepares_exactly_the_allocated_devices(
     kube: AsyncClient,
     namespace: str,
     node: DraHost,
-    start_driver: Callable[[], DriverProcess],
+    start_driver: Callable[..., DriverProcess],
     scheduler: Process,
 ) -> None:
     driver = start_driver()
     kubelet = await registered(node)
     assert kubelet.info is not None
     assert kubelet.info.type == "DRAPlugin" and kubelet.info.name == DRIVER
-    assert list(kubelet.info.supported_versions) == ["v1.DRAPlugin", "v1beta1.DRAPlugin"]
+    assert list(kubelet.info.supported_versions) == [
+        "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth",
+    ]  # fmt: skip
     assert kubelet.service == "v1.DRAPlugin"
+    assert kubelet.health_service == "v1.DRAResourceHealth"
     devices = await published(kube, node)
     claim, results = await allocated_claim(
         kube, namespace, node, templates()["gpu-nic-pcie-x4"]["spec"]["spec"]
@@ -256,7 +281,7 @@ async def test_bad_claims_fail_alone_and_the_driver_carries_on(
     kube: AsyncClient,
     namespace: str,
     node: DraHost,
-    start_driver: Callable[[], DriverProcess],
+    start_driver: Callable[..., DriverProcess],
     scheduler: Process,
 ) -> None:
     driver = start_driver()
@@ -294,12 +319,9 @@ async def test_bad_claims_fail_alone_and_the_driver_carries_on(
 async def test_a_port_down_taints_its_device_until_it_comes_back(
     kube: AsyncClient,
     node: DraHost,
-    start_driver: Callable[[], DriverProcess],
+    start_driver: Callable[..., DriverProcess],
 ) -> None:
-    def set_port(hca: str, up: bool) -> None:
-        port = node.tree / "class/infiniband" / hca / "ports/1"
-        (port / "state").write_text("4: ACTIVE\n" if up else "1: DOWN\n")
-        (port / "phys_state").write_text("5: LinkUp\n" if up else "3: Disabled\n")
+    set_port = node.set_port
 
     # The bonded storage port (200G, not the 400G compute class the fault classes judge) is
     # down before the driver starts: its first slice says so.
@@ -401,7 +423,7 @@ async def test_a_restart_mid_prepare_prepares_nothing_twice(
     kube: AsyncClient,
     namespace: str,
     node: DraHost,
-    start_driver: Callable[[], DriverProcess],
+    start_driver: Callable[..., DriverProcess],
     scheduler: Process,
 ) -> None:
     runs = [start_driver()]
@@ -520,3 +542,195 @@ async def test_the_driver_may_write_only_its_own_nodes_slices(
             for obj in (binding, policy):
                 client.delete(type(obj), obj.metadata.name)
             client.delete(type(codecs.from_dict(role_binding)), f"vap-{suffix}")
+
+
+# ---------------------------------------------------------------- DRA as of v1.37
+
+
+def conditions(claim: Mapping[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """The claim's status.devices of this driver: device → condition type → condition."""
+    return {
+        d["device"]: {c["type"]: c for c in d.get("conditions", [])}
+        for d in (claim.get("status") or {}).get("devices") or []
+        if d["driver"] == DRIVER
+    }
+
+
+async def test_a_pod_binds_once_the_driver_set_its_nics_ready_on_its_own_nodes_claims_only(
+    kube: AsyncClient,
+    kube_cluster: KubeCluster,
+    namespace: str,
+    node: DraHost,
+    start_driver: Callable[..., DriverProcess],
+    scheduler: Process,
+) -> None:
+    driver = start_driver()
+    await published(kube, node)
+    pod, name = await claim_pod(kube, namespace, node.group, nics(2))
+
+    assert await bound_node(kube, namespace, pod) == node.name
+    figures = await metrics(driver)
+    assert figures["rdmaplane_dra_claim_status_writes_total"] >= 1
+    stored = (await kube.get(ResourceClaim, name, namespace=namespace)).to_dict()
+    said = conditions(stored)
+    allocated = {r["device"] for r in stored["status"]["allocation"]["devices"]["results"]}
+    assert set(said) == allocated
+    for device in said.values():
+        assert (device[READY]["status"], device[FAILED]["status"]) == ("True", "False")
+        assert " is ACTIVE; GID index 3 holds " in device[READY]["message"]
+
+    # The driver of another node, with the credential its own pod gets, may not touch them:
+    # the API server's per-driver check (associated-node:patch) names the node of its token.
+    elsewhere = f"dra-elsewhere-{uuid.uuid4().hex[:6]}"
+    await add_ready_node(kube, elsewhere, {}, {})
+    try:
+        async with async_client(driver_kubeconfig_on(kube_cluster, elsewhere)) as other:
+            meddling = copy.deepcopy(stored["status"]["devices"])
+            for d in meddling:
+                for c in d["conditions"]:
+                    c["status"] = "False"
+            with pytest.raises(ApiError) as refused:
+                await other.patch(
+                    ResourceClaimStatus, name, {"status": {"devices": meddling}},
+                    namespace=namespace, patch_type=PatchType.MERGE,
+                )  # fmt: skip
+        assert refused.value.status.code in (403, 422)
+        assert "resourceclaims/driver" in (refused.value.status.message or "")
+    finally:
+        nodeaccess.remove_pod(kube_cluster, elsewhere, nodeaccess.DRA_DAEMONSET)
+        await kube.delete(Node, elsewhere)
+
+
+async def next_report(
+    stream: AsyncGenerator[list[Health], None],
+    wanted: Callable[[dict[str, Health]], bool],
+    what: str,
+) -> dict[str, Health]:
+    """The first health report of the stream (by device) that `wanted` accepts."""
+    try:
+        async with asyncio.timeout(WAIT_S):
+            async for report in stream:
+                by_device = {h.device: h for h in report}
+                if wanted(by_device):
+                    return by_device
+    except TimeoutError:
+        pass
+    raise AssertionError(f"no health report within {WAIT_S:g} s: {what}")
+
+
+async def test_the_health_stream_tells_the_kubelet_a_port_went_down_and_came_back(
+    kube: AsyncClient, node: DraHost, start_driver: Callable[..., DriverProcess]
+) -> None:
+    driver = start_driver(health_resend="1s")
+    kubelet = await registered(node)
+    devices = await published(kube, node)
+    by_hca = {d["attributes"]["rdmaDevice"]["string"]: n for n, d in devices.items()}
+    stream = kubelet.watch_health()
+
+    first = await next_report(stream, lambda r: set(r) == set(devices), "every device")
+    assert (await metrics(driver))["rdmaplane_dra_health_streams"] == 1
+    assert {(h.pool, h.health) for h in first.values()} == {(node.name, "HEALTHY")}
+    assert {h.timeout_s for h in first.values()} == {30}
+
+    node.set_port("mlx5_4", up=False)
+    down = by_hca["mlx5_4"]
+    seen = await next_report(stream, lambda r: r[down].health == "UNHEALTHY", "mlx5_4 unhealthy")
+    assert seen[down].message.startswith("PortDown: mlx5_4: no port ACTIVE and LinkUp")
+    assert {h.health for d, h in seen.items() if d != down} == {"HEALTHY"}
+    node.set_port("mlx5_4", up=True)
+    back = await next_report(stream, lambda r: r[down].health == "HEALTHY", "mlx5_4 healthy")
+    assert back[down].message == ""
+    # with nothing changing, the whole list comes again within the kubelet's timeout
+    again = await next_report(stream, lambda r: set(r) == set(devices), "a resend")
+    assert again[down].updated >= back[down].updated
+    await stream.aclose()
+    await kubelet.close()
+
+
+async def test_taints_clear_themselves_once_the_port_recovered_with_the_agents_hysteresis(
+    kube: AsyncClient,
+    namespace: str,
+    node: DraHost,
+    start_driver: Callable[..., DriverProcess],
+    scheduler: Process,
+) -> None:
+    # fatalAfter 1 s, clearAfter 6 s: the NoSchedule taint follows the port at every poll,
+    # the fault's NoExecute taint comes after 1 s of symptoms and goes after 6 s without
+    start_driver(fault=("1s", "6s"))
+    devices = await published(kube, node)
+    device = next(
+        n for n, d in devices.items() if d["attributes"]["rdmaDevice"]["string"] == "mlx5_4"
+    )
+
+    async def taints() -> dict[str, dict[str, Any]]:
+        found = (await slice_devices(kube, node.name))[device].get("taints", [])
+        return {t["value"]: t for t in found}
+
+    async def holding(*values: str) -> dict[str, dict[str, Any]] | None:
+        found = await taints()
+        return found if set(found) == set(values) else None
+
+    node.set_port("mlx5_4", up=False)
+    both = await until(lambda: holding("PortDown", "fatal"), "PortDown and fatal")
+    added = both["fatal"]["timeAdded"]
+    only_mlx5_4 = {
+        "devices": {"requests": [{"name": "nic", "exactly": {
+            "deviceClassName": DRIVER,
+            "selectors": [{"cel": {"expression":
+                f"device.attributes['{DRIVER}'].rdmaDevice == 'mlx5_4'"}}],
+        }}]}
+    }  # fmt: skip
+    waiting, waiting_claim = await claim_pod(kube, namespace, node.group, only_mlx5_4)
+
+    # up: PortDown goes at the next poll, the fault stays until clearAfter has passed
+    node.set_port("mlx5_4", up=True)
+    fault_only = await until(lambda: holding("fatal"), "PortDown removed, fatal kept")
+    assert fault_only["fatal"]["timeAdded"] == added
+    # a flap within clearAfter is the same fault, the same timeAdded (tolerations keep counting)
+    node.set_port("mlx5_4", up=False)
+    flapped = await until(lambda: holding("PortDown", "fatal"), "PortDown again")
+    assert flapped["fatal"]["timeAdded"] == added
+    assert await pending(kube, namespace, waiting)
+    node.set_port("mlx5_4", up=True)
+
+    async def untainted() -> bool:
+        return not await taints()
+
+    await until(untainted, "every taint gone once clearAfter passed")
+
+    # untainted: the claim that waited gets the port
+    (result,) = await allocation(kube, namespace, waiting_claim)
+    assert result["device"] == device
+
+
+async def test_shares_of_shared_nics_get_the_environment_of_their_own_nics(
+    kube: AsyncClient,
+    namespace: str,
+    node: DraHost,
+    start_driver: Callable[..., DriverProcess],
+    scheduler: Process,
+) -> None:
+    start_driver(pools=SHARED_POOLS)
+    kubelet = await registered(node)
+    devices = await published(kube, node)
+    assert {d["attributes"]["rdmaDevice"]["string"] for d in devices.values()} == {
+        "mlx5_0",
+        "mlx5_1",
+    }
+    two, two_results = await allocated_claim(
+        kube, namespace, node, shares(None, None, distinct=PCI_BUS_ID)
+    )
+    one, one_results = await allocated_claim(kube, namespace, node, shares(None))
+
+    got = await kubelet.prepare([two, one])
+    for claim, results in ((two, two_results), (one, one_results)):
+        answer = got[claim.uid]
+        assert answer.error == ""
+        assert sorted(answer.shares) == sorted(r["shareID"] for r in results)
+        spec = spec_of(node, claim.uid)
+        CDI.validate(spec)
+        env = dict(e.split("=", 1) for e in spec["containerEdits"]["env"])
+        mine = {f"{devices[r['device']]['attributes']['rdmaDevice']['string']}:1" for r in results}
+        assert set(env["NCCL_IB_HCA"].removeprefix("=").split(",")) == mine
+    assert len(two_results) == 2 and len(one_results) == 1
+    await kubelet.close()

@@ -8,27 +8,34 @@ as the API server holds it, agrees with the device plugin on every device."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
-from lightkube.resources.resource_v1 import ResourceSlice
+from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from rdmaplane.deviceplugin.settings import PluginSettings
+from rdmaplane.dra.readiness import FAILED, READY
+from rdmaplane.dra.slices import BANDWIDTH
 from rdmaplane.faults import TAINT_KEY, Fault, FaultClass
 from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manager
 from tests.e2e.dra import (
     DRIVER,
     GPU_DRIVER,
+    SHARED,
     DraNode,
     allocation,
+    bound_node,
     claim_pod,
     dra_node,
     ensure_device_classes,
     failed_scheduling_note,
     nics,
+    pending,
+    shares,
     slice_devices,
     template_pod,
     until,
@@ -101,11 +108,6 @@ def only(*hcas: str) -> dict[str, Any]:
     return {"devices": {"requests": [{"name": "nics", "exactly": request}]}}
 
 
-async def pending(kube: AsyncClient, namespace: str, pod: str) -> bool:
-    stored = await kube.get(Pod, pod, namespace=namespace)
-    return stored.spec is not None and stored.spec.nodeName is None
-
-
 async def stays_pending(kube: AsyncClient, namespace: str, pod: str) -> None:
     """The scheduler said it cannot allocate the pod's claim, and the pod is not bound."""
     note = await failed_scheduling_note(kube, namespace, pod, CANNOT)
@@ -113,10 +115,12 @@ async def stays_pending(kube: AsyncClient, namespace: str, pod: str) -> None:
     assert await pending(kube, namespace, pod)
 
 
+# gb300-cx8: each ConnectX-8 is on its GPU's root only by its Data Direct function
+@pytest.mark.parametrize("sample", ["hgx-h100-roce", "gb300-cx8"])
 async def test_four_gpus_get_the_nic_on_their_pcie_root(
-    kube: AsyncClient, namespace: str, scheduler: Process
+    kube: AsyncClient, namespace: str, scheduler: Process, sample: str
 ) -> None:
-    async with dra_node(kube, "hgx-h100-roce") as node:
+    async with dra_node(kube, sample) as node:
         pod, claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x4")
 
         got = by_request(await allocation(kube, namespace, claim))
@@ -130,9 +134,19 @@ async def test_four_gpus_get_the_nic_on_their_pcie_root(
             assert where[gpu] == where[nic], (
                 f"pair {k}: {gpu} on {where[gpu]}, {nic} on {where[nic]}"
             )
+            hca = node.topo.hca(node.driver.devices[nic[1]].hca)
+            assert hca is not None and hca.pci is not None
+            if hca.data_direct is not None:  # paired through it, not the NIC's own root
+                assert hca.pci.root != where[gpu] == hca.data_direct.root
         assert len({got[f"gpu-{k}"] for k in range(4)}) == 4
-        bound = await kube.get(Pod, pod, namespace=namespace)
-        assert bound.spec is not None and bound.spec.nodeName == node.name
+        # bound once the driver said each NIC is ready (its binding condition)
+        assert await bound_node(kube, namespace, pod) == node.name
+        stored = (await kube.get(ResourceClaim, claim, namespace=namespace)).to_dict()
+        said = {d["device"]: d["conditions"] for d in stored["status"]["devices"]}
+        assert set(said) == {nic for driver, nic in got.values() if driver == DRIVER}
+        for conditions in said.values():
+            ready = next(c for c in conditions if c["type"] == READY)
+            assert (ready["status"], ready["reason"]) == ("True", "PortReady")
 
 
 async def test_a_request_that_cannot_be_paired_stays_pending_and_numa_pairs_fit(
@@ -183,6 +197,8 @@ async def test_a_fatal_fault_evicts_the_pods_that_do_not_tolerate_it(
     async with dra_node(kube, "hgx-h100-roce") as node:
         pod, claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x1")
         tolerant, tolerant_claim = await claim_pod(kube, namespace, node, TOLERANT)
+        for running in (pod, tolerant):  # bound first: a pod not yet bound is sent back instead
+            await bound_node(kube, namespace, running)
         nics = [
             device
             for c in (claim, tolerant_claim)
@@ -267,6 +283,85 @@ async def test_a_port_that_goes_down_later_is_allocated_to_no_claim_until_it_is_
         node.topo = sample
         await node.publish()
         assert nics_of(await allocation(kube, namespace, nic_claim)) == {storage}
+
+
+async def test_a_port_down_between_allocation_and_binding_sends_the_pod_elsewhere(
+    kube: AsyncClient, namespace: str, scheduler: Process
+) -> None:
+    group = uuid.uuid4().hex[:8]
+    async with (
+        dra_node(kube, "hgx-h100-roce", group=group, claim_status=False) as a,
+        dra_node(kube, "hgx-h100-roce", group=group, claim_status=False) as b,
+    ):
+        nodes = {a.name: a, b.name: b}
+        pod, claim = await claim_pod(kube, namespace, group, only("mlx5_0"))
+        # kube-scheduler allocated the claim on one node and waits in PreBind for the NIC's
+        # binding condition; the drivers have not said anything yet
+        (result,) = await allocation(kube, namespace, claim)
+        first = nodes.pop(result["pool"])
+        (other,) = nodes.values()
+        assert result["bindingConditions"] == [READY]
+        assert await pending(kube, namespace, pod)
+
+        first.topo = with_ports_down(first.topo, "mlx5_0")
+        await first.publish()  # tainted PortDown: no claim gets it again
+        assert await first.write_claim_status() == 1
+        stored = (await kube.get(ResourceClaim, claim, namespace=namespace)).to_dict()
+        (said,) = stored["status"]["devices"]
+        failed = next(c for c in said["conditions"] if c["type"] == FAILED)
+        assert (failed["status"], failed["reason"]) == ("True", "PortDown")
+
+        # the scheduler gives the allocation up and allocates again: the other node's NIC,
+        # which its driver says is ready
+        async with other.claim_status_written():
+            assert await bound_node(kube, namespace, pod) == other.name
+        (moved,) = await allocation(kube, namespace, claim)
+        assert moved["pool"] == other.name and moved["device"] == other.device_of("mlx5_0")
+
+
+async def bound_share(
+    kube: AsyncClient, namespace: str, node: DraNode, spec: dict[str, Any]
+) -> tuple[str, str, list[Mapping[str, Any]]]:
+    """A pod with a claim for shares, once it is bound (its results). One at a time: while a
+    pod waits for its binding conditions, kube-scheduler v1.37.2 counts its shares twice (the
+    claim it wrote and its allocation still in flight: GatherAllocatedState), so a share
+    asked for meanwhile may not fit until that pod is bound."""
+    pod, claim = await claim_pod(kube, namespace, node, spec)
+    results = await allocation(kube, namespace, claim)
+    assert await bound_node(kube, namespace, pod) == node.name
+    return pod, claim, list(results)
+
+
+async def test_pods_take_shares_of_a_shared_nic_until_its_bandwidth_is_used(
+    kube: AsyncClient, namespace: str, scheduler: Process
+) -> None:
+    async with dra_node(kube, "hgx-h100-roce", SHARED) as node:
+        stored = await slice_devices(kube, node.name)
+        shared = {node.device_of("mlx5_0"), node.device_of("mlx5_1")}
+        assert set(stored) == shared
+        for name in shared:
+            assert stored[name]["allowMultipleAllocations"] is True
+            assert stored[name]["capacity"][BANDWIDTH]["value"] == "400G"
+        # deploy/dra's template: two 200G shares on two distinct NICs, one on each port
+        pod, claim = await template_pod(kube, namespace, node, "nic-share-200g-x2-distinct")
+        wide = await allocation(kube, namespace, claim)
+        assert await bound_node(kube, namespace, pod) == node.name
+        assert {r["device"] for r in wide} == shared
+        assert all(r["consumedCapacity"] == {BANDWIDTH: "200G"} and r["shareID"] for r in wide)
+        # 200G left on each: two 200G shares fit...
+        fits = [await bound_share(kube, namespace, node, shares(200)) for _ in range(2)]
+        assert {r["device"] for _, _, (r,) in fits} == shared
+        assert all(r["consumedCapacity"] == {BANDWIDTH: "200G"} for _, _, (r,) in fits)
+        # ...and then a default (100G) one waits
+        last, last_claim = await claim_pod(kube, namespace, node, shares(None))
+        await stays_pending(kube, namespace, last)
+
+        # one pod and its claim go: the waiting one gets that share
+        gone_pod, gone_claim, (freed,) = fits[0]
+        await kube.delete(Pod, gone_pod, namespace=namespace, grace_period=0)
+        await kube.delete(ResourceClaim, gone_claim, namespace=namespace)
+        (result,) = await allocation(kube, namespace, last_claim)
+        assert result["device"] == freed["device"]
 
 
 @pytest.mark.parametrize("sample", sorted(SAMPLES))

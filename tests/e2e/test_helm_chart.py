@@ -20,6 +20,7 @@ from lightkube import Client, codecs
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
+from rdmaplane import IMAGE
 from rdmaplane.config import Kind, parse
 from rdmaplane.config.agent import AGENT_CONFIG
 from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
@@ -160,6 +161,44 @@ def test_default_render_is_the_kustomize_base(helm: Path) -> None:
     assert with_namespace[("Namespace", "", "rdmaplane")] == namespace  # its Pod Security labels
 
 
+def images_of(objects: list[dict[str, Any]]) -> set[str]:
+    """Every container's image, and the webhook's doctor init container's (its config's)."""
+    found = set()
+    for obj in objects:
+        spec = obj.get("spec", {})
+        pod = spec.get("jobTemplate", {}).get("spec", spec).get("template", {}).get("spec", {})
+        for container in (*pod.get("initContainers", []), *pod.get("containers", [])):
+            found.add(container["image"])
+        if obj["kind"] == "ConfigMap" and "webhook.yaml" in obj.get("data", {}):
+            found.add(loaded("webhook.yaml", obj["data"]["webhook.yaml"]).doctor.image)  # type: ignore[attr-defined]
+    return found
+
+
+def test_every_component_runs_the_one_image(helm: Path) -> None:
+    """The manifests, the doctor example, the chart and the webhook's doctor init container
+    name rdmaplane.IMAGE (what `make image` and the Dockerfile build); the chart's `image` moves
+    them all, the doctor's too."""
+    deploy = REPO / "deploy"
+    sets = {
+        "deploy/": kustomize_base(),
+        "deploy/dra/": kustomize_base(deploy / "dra"),
+        "deploy/device-plugin/": objects_of(deploy / "device-plugin" / "daemonset.yaml"),
+        "deploy/doctor/": objects_of(deploy / "doctor" / "example-3-nodes.yaml"),
+        "the chart": render(helm),
+    }
+    for name, objects in sets.items():
+        assert images_of(objects) == {IMAGE}, name
+    mirrored = render(helm, "--set", "image.repository=mirror.example/rdmaplane",
+                      "--set", "image.tag=9.9")  # fmt: skip
+    assert images_of(mirrored) == {"mirror.example/rdmaplane:9.9"}
+    own = render(helm, "--set", "webhook.config.doctor.image=mirror.example/doctor:1")
+    assert images_of(own) == {IMAGE, "mirror.example/doctor:1"}
+
+
+def objects_of(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
 def test_scheduler_config_snippet_is_the_shipped_file(helm: Path) -> None:
     objects = render(helm, "--set", "schedulerConfig.configMap=true")
     (cm,) = [o for o in objects if o["metadata"]["name"] == "rdmaplane-kube-scheduler-config"]
@@ -188,7 +227,7 @@ def test_values_reach_the_components(helm: Path) -> None:
         ("network.topology.example/leaf", "network.topology.example/spine"),
     )
     hook = loaded("webhook.yaml", objects["ConfigMap", "rdmaplane-webhook"]["data"]["webhook.yaml"])
-    assert hook.mode == "shared" and hook.resources.hca == "rdma.example/hca"
+    assert hook.mode == "shared" and hook.hca == "rdma.example/hca"
     mwc = objects["MutatingWebhookConfiguration", "rdmaplane-webhook"]
     assert {w["failurePolicy"] for w in mwc["webhooks"]} == {"Ignore"}
     daemonset = objects["DaemonSet", "rdmaplane-agent"]["spec"]["template"]["spec"]

@@ -7,13 +7,16 @@ registration socket in `plugins_registry/`, ask `GetInfo`, refuse what the kubel
 (another plugin type, a name other than the driver's, no gRPC service it knows), pick the
 service as the kubelet does (the first in the plugin's list that the kubelet supports), report
 `NotifyRegistrationStatus`, dial the endpoint and call `NodePrepareResources` /
-`NodeUnprepareResources` with claims named by namespace, name and UID.
+`NodeUnprepareResources` with claims named by namespace, name and UID. The optional device
+health service is picked as kubelet v1.37 picks it (`pickHealthService`: the first of its own
+list, v1 then v1alpha1, that the plugin advertises) and watched with `NodeWatchResources`,
+the stream the kubelet's DRA manager keeps open.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -24,11 +27,20 @@ from rdmaplane.kubelet.api.dra.v1 import api_pb2 as v1
 from rdmaplane.kubelet.api.dra.v1 import api_pb2_grpc as v1_grpc
 from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2 as v1beta1
 from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from rdmaplane.kubelet.api.dra_health.v1 import api_pb2 as health_v1
+from rdmaplane.kubelet.api.dra_health.v1 import api_pb2_grpc as health_v1_grpc
+from rdmaplane.kubelet.api.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from rdmaplane.kubelet.api.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
 # What kubelet v1.37 supports, newest first (pkg/kubelet/cm/dra/plugin: servicesSupportedByKubelet).
 KUBELET_SERVICES = {"v1.DRAPlugin": (v1, v1_grpc), "v1beta1.DRAPlugin": (v1beta1, v1beta1_grpc)}
+# pkg/kubelet/cm/dra/plugin: healthServicesSupportedByKubelet, newest first.
+KUBELET_HEALTH_SERVICES = {
+    "v1.DRAResourceHealth": (health_v1, health_v1_grpc),
+    "v1alpha1.DRAResourceHealth": (health_v1alpha1, health_v1alpha1_grpc),
+}
 
 
 CALL_TIMEOUT_S = 45.0  # the kubelet's timeout for a DRA plugin call
@@ -46,11 +58,24 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Health:
+    """One device in one NodeWatchResources message."""
+
+    pool: str
+    device: str
+    health: str  # HEALTHY, UNHEALTHY, UNKNOWN
+    message: str
+    timeout_s: int
+    updated: int  # Unix seconds
+
+
+@dataclass(frozen=True)
 class Prepared:
     devices: tuple[
         tuple[tuple[str, ...], str, str, tuple[str, ...]], ...
     ]  # requests, pool, device, cdi
     error: str
+    shares: tuple[str, ...] = ()  # v1: the share IDs of its devices held as shares
 
 
 class DraKubelet:
@@ -59,6 +84,7 @@ class DraKubelet:
         self.driver = driver
         self.info: reg.PluginInfo | None = None
         self.service = ""
+        self.health_service = ""  # "" : the plugin serves no health stream
         self._channel: grpc.aio.Channel | None = None  # one, as the kubelet keeps one
 
     async def register(self, within_s: float = 30.0) -> reg.PluginInfo:
@@ -86,6 +112,9 @@ class DraKubelet:
             info = await watcher.GetInfo(reg.InfoRequest(), timeout=5)
             try:
                 self.service = self._validate(info)
+                self.health_service = next(
+                    (s for s in KUBELET_HEALTH_SERVICES if s in info.supported_versions), ""
+                )
             except Refused as e:
                 await watcher.NotifyRegistrationStatus(
                     reg.RegistrationStatus(plugin_registered=False, error=str(e)), timeout=5
@@ -134,6 +163,7 @@ class DraKubelet:
                     for d in r.devices
                 ),
                 r.error,
+                tuple(d.share_id for d in r.devices if d.share_id) if api is v1 else (),
             )
             for uid, r in response.claims.items()
         }
@@ -147,6 +177,30 @@ class DraKubelet:
             request, timeout=CALL_TIMEOUT_S
         )
         return {uid: r.error for uid, r in response.claims.items()}
+
+    async def watch_health(self, service: str | None = None) -> AsyncGenerator[list[Health], None]:
+        """The NodeWatchResources stream of the chosen (or the given) health service."""
+        name = service or self.health_service
+        assert name, "the plugin advertises no health service"
+        api, api_grpc = KUBELET_HEALTH_SERVICES[name]
+        stream = api_grpc.DRAResourceHealthStub(self._dialled()).NodeWatchResources(
+            api.NodeWatchResourcesRequest()
+        )
+        try:
+            async for response in stream:
+                yield [
+                    Health(
+                        d.device.pool_name,
+                        d.device.device_name,
+                        api.HealthStatus.Name(d.health),
+                        d.message,
+                        d.health_check_timeout_seconds,
+                        d.last_updated_time,
+                    )
+                    for d in response.devices
+                ]
+        finally:
+            stream.cancel()
 
     def _dialled(self) -> grpc.aio.Channel:
         assert self._channel is not None, "register first"

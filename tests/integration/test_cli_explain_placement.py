@@ -52,7 +52,7 @@ def test_json_explains_every_node(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     rows = {r["node"]: r for r in out["nodes"]}
-    assert out["request"]["total"] == [2, 2, 0]
+    assert out["request"]["total"] == {nrt.GPU: 2, nrt.HCA: 2}
     assert rows["hgx"]["fits"] and rows["hgx"]["alignment"] == "pcie"
     assert rows["hgx"]["unaccountedPods"] == ["default/running"]
     assert "node-1" in rows["hgx"]["detail"]  # node-0 is taken by the bound pod

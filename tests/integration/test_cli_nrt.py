@@ -16,6 +16,7 @@ from rdmaplane.agent.settings import AgentSettings
 from rdmaplane.cli import app
 from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import samples
+from tests import resource_names as names
 from tests.integration.kubelet_standin import device_nodes
 from tests.scheduler_helpers import pod
 
@@ -144,3 +145,50 @@ def test_a_software_rdma_device_is_no_numa_local_hca(tmp_path: Path) -> None:
     )
     (row,) = json.loads(explained.stdout)["nodes"]
     assert "0/1 NUMA pairs" in row["detail"]
+
+
+def test_renamed_pools_and_another_gpu_vendor_are_published(tmp_path: Path) -> None:
+    """A renamed exclusive pool, the network operator's shared pool and another GPU vendor
+    are counted as the default names are, and the NRT says which resource is which."""
+    default = run(
+        "nrt", "--sample", "hgx-h200-ib",
+        "--device-plugin-config", str(names.plugin_config(tmp_path / "default.yaml")),
+        "-o", "json",
+    )  # fmt: skip
+    renamed = run(
+        "nrt", "--sample", "hgx-h200-ib",
+        "--device-plugin-config", str(names.plugin_config(tmp_path / "renamed.yaml", names.NAMES)),
+        "--gpu-resource", names.GPU,
+        "-o", "json",
+    )  # fmt: skip
+    assert default[0] == renamed[0] == 0, renamed[2]
+    obj = json.loads(renamed[1])
+    published = nrt.from_object(obj)
+    assert published.attribute(nrt.ATTR_RESOURCES) == (
+        "amd.com/gpu=gpu,example.com/ib=exclusive,rdma/hca_shared_devices_a=shared"
+    )
+    assert published.vocabulary(names.VOCABULARY) == names.VOCABULARY
+    assert [r.name for r in published.numa_zones()[0].resources] == [
+        names.GPU, names.HCA, names.SHARED
+    ]  # fmt: skip
+    assert names.without_vocabulary(obj) == names.renamed(json.loads(default[1]))
+
+
+def test_the_shared_rdma_plugins_pool_is_published(tmp_path: Path) -> None:
+    """The shared RDMA device plugin's own file (the network operator's): its pool
+    `rdma/hca_shared_devices_a` is in every NUMA zone its HCAs are in, slots as configured."""
+    legacy = tmp_path / "config.json"
+    legacy.write_text(
+        json.dumps(
+            {"configList": [{"resourceName": "hca_shared_devices_a", "rdmaHcaMax": 63,
+                             "selectors": {"vendors": ["15b3"]}}]}
+        )
+    )  # fmt: skip
+    code, out, err = run(
+        "nrt", "--sample", "hgx-h200-ib", "--device-plugin-config", str(legacy), "-o", "json"
+    )
+    assert code == 0, err
+    published = nrt.from_object(json.loads(out))
+    assert [z.available(names.SHARED) for z in published.numa_zones()] == [63, 63]
+    assert published.vocabulary().shared == (names.SHARED, nrt.HCA_SHARED)  # its own first
+    assert sum(z.shared_hcas for z in published.zones) > 0

@@ -60,7 +60,7 @@ def test_explain_placement_explains_every_pod_template(tmp_path: Path, kind: str
     explained = out if isinstance(out, list) else [out]
     assert [e["pod"].partition(" ")[2] for e in explained] == MANIFESTS[kind][1]
     for e in explained:
-        assert e["request"]["total"] == [8, 0, 0] and e["nodes"][0]["fits"]
+        assert e["request"]["total"] == {nrt.GPU: 8} and e["nodes"][0]["fits"]
 
 
 def test_the_projects_own_example_a_service_then_a_job(tmp_path: Path) -> None:
@@ -79,7 +79,8 @@ def test_the_projects_own_example_a_service_then_a_job(tmp_path: Path) -> None:
     )
     assert explained.exit_code == 0, explained.output
     out = json.loads(explained.stdout)
-    assert out["pod"] == "Job/rdma-train /spec/template" and out["request"]["total"] == [8, 8, 0]
+    assert out["pod"] == "Job/rdma-train /spec/template"
+    assert out["request"]["total"] == {nrt.GPU: 8, nrt.HCA: 8}
 
 
 def test_a_list_comes_back_a_list(tmp_path: Path) -> None:

@@ -5,13 +5,14 @@ the API server, is in tests/e2e/test_dra_kubelet.py."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from rdmaplane.dra.claims import ClaimRef, PreparedDevice
-from rdmaplane.dra.kubeletplugin import KubeletPlugin, Outcome
+from rdmaplane.dra.kubeletplugin import DeviceHealth, HealthFeed, KubeletPlugin, Outcome
 from rdmaplane.supervisor import Supervisor
 from tests.integration.dra_kubelet import Claim, DraKubelet, Prepared
 
@@ -105,3 +106,49 @@ async def test_stop_removes_the_sockets(short_dir: Path) -> None:
     await served.stop()
     await supervisor.close()
     assert not served.socket.exists() and not served.registration_socket.exists()
+
+
+async def test_the_health_stream_says_every_change_and_again_within_the_timeout(
+    short_dir: Path,
+) -> None:
+    kubelet_dir = short_dir / "kubelet"
+    feed = HealthFeed("node-a", timeout_s=30, resend_s=60)
+    served = KubeletPlugin(
+        DRIVER,
+        Recorder(),
+        plugin_dir=kubelet_dir / "plugins" / DRIVER,
+        registry_dir=kubelet_dir / "plugins_registry",
+        health=feed,
+    )
+    supervisor = Supervisor()
+    await served.start(supervisor)
+    kubelet = DraKubelet(kubelet_dir, DRIVER)
+    info = await kubelet.register()
+    assert list(info.supported_versions) == [
+        "v1.DRAPlugin", "v1beta1.DRAPlugin", "v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth",
+    ]  # fmt: skip
+    assert kubelet.service == "v1.DRAPlugin" and kubelet.health_service == "v1.DRAResourceHealth"
+    for service in ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth"):
+        feed.resend_s = 60.0  # a change is sent at once, not at the next resend
+        feed.publish([DeviceHealth("pci-a-p1", True), DeviceHealth("pci-b-p1", True)])
+        stream = kubelet.watch_health(service)
+        first = await anext(stream)
+        assert [(h.pool, h.device, h.health, h.timeout_s) for h in first] == [
+            ("node-a", "pci-a-p1", "HEALTHY", 30),
+            ("node-a", "pci-b-p1", "HEALTHY", 30),
+        ]
+        assert feed.streams >= 1
+        long = "PortDown: " + "x" * 2000
+        feed.publish([DeviceHealth("pci-a-p1", True), DeviceHealth("pci-b-p1", False, long)])
+        changed = await asyncio.wait_for(anext(stream), 10)
+        assert changed[1].health == "UNHEALTHY" and changed[1].message == long[:1024]
+        await stream.aclose()
+
+        feed.resend_s = 0.2  # nothing changes: the whole list again, well within the timeout
+        stream = kubelet.watch_health(service)
+        reports = [await asyncio.wait_for(anext(stream), 10) for _ in range(3)]
+        assert all([h.health for h in r] == ["HEALTHY", "UNHEALTHY"] for r in reports)
+        await stream.aclose()
+    await kubelet.close()
+    await served.stop()
+    await supervisor.close()

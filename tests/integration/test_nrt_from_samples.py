@@ -32,10 +32,10 @@ def test_split_node_pairs_only_where_nics_are(sample_nodes: dict[str, NodeTopolo
     state = pl.node_state(
         nrt.build("l40s", nrt.devices_from_topology(topo), policy="single-numa-node")
     )
-    assert [z.capacity for z in state.zones] == [(4, 2, 0), (4, 0, 0)]
-    two = pl.evaluate(state, pl.PodRequest.of((2, 2, 0)))
+    assert [z.capacity for z in state.zones] == [{nrt.GPU: 4, nrt.HCA: 2}, {nrt.GPU: 4}]
+    two = pl.evaluate(state, pl.PodRequest.of({nrt.GPU: 2, nrt.HCA: 2}))
     assert two.fits and two.alignment == "pcie"
-    assert not pl.evaluate(state, pl.PodRequest.of((3, 3, 0))).fits
+    assert not pl.evaluate(state, pl.PodRequest.of({nrt.GPU: 3, nrt.HCA: 3})).fits
 
 
 def test_no_rdma_no_labels(sample_nodes: dict[str, NodeTopology]) -> None:

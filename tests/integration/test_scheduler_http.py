@@ -208,7 +208,7 @@ def test_unexpected_fault_is_a_503_with_a_message() -> None:
 def test_explain_and_debug_endpoints(url: str) -> None:
     body = _call(url, "debug/explain", {"Pod": pod("p", 4, 4), "NodeNames": NAMES}).json()
     rows = {r["node"]: r for r in body["nodes"]}
-    assert body["request"]["total"] == [4, 4, 0]
+    assert body["request"]["total"] == {nrt.GPU: 4, nrt.HCA: 4}
     assert rows["paired"]["fits"] and rows["paired"]["alignment"] == "pcie"
     assert "4/4 PCIe pairs" in rows["paired"]["detail"]
     assert rows["full"]["unaccountedPods"] == ["default/big-a", "default/big-b"]

@@ -421,3 +421,40 @@ def test_hcas_moved_into_pods_are_named_by_their_verbs_devices(
     assert [h.name for h in topo.hcas] == [f"mlx5_{i}" for i in (0, 1, 3, 4, 5, 7, 8, 9)]
     assert topo.hca("mlx5_3").uverbs == "uverbs3"  # type: ignore[union-attr]
     assert hcas_in_other_namespaces(str(sample_trees["hgx-h100-roce"])) == []
+
+
+@pytest.fixture
+def gb300(tmp_path: Path) -> Path:
+    root = tmp_path / "sys"
+    samples.build(samples.load("gb300-cx8").spec, root)
+    return root
+
+
+def test_a_connectx8_is_tied_to_its_data_direct_function_by_the_vuid_in_their_vpd(
+    gb300: Path,
+) -> None:
+    topo = read_node(str(gb300))
+    for k in range(4):
+        hca = topo.hca(f"mlx5_{k}")
+        assert hca is not None and hca.pci is not None and hca.data_direct is not None
+        dd = hca.data_direct
+        assert (dd.vendor, dd.device, dd.driver) == ("0x15b3", "0x2100", "mlx5_ib")
+        assert hca.pcie_root == dd.root != hca.pci.root  # pairs by the DMA function's root
+        assert hca.pcie_root == topo.gpus[k].pci.root
+    bf3 = topo.hca("mlx5_4")
+    assert bf3 is not None and bf3.data_direct is None and bf3.pcie_root == "pci0006:00"
+    assert topo.warnings == ()
+
+
+def test_a_data_direct_function_whose_vpd_cannot_be_read_pairs_nothing_and_says_so(
+    gb300: Path,
+) -> None:
+    dd = Path(os.path.realpath(gb300 / "bus/pci/devices/0008:04:00.0"))
+    (dd / "vpd").unlink()  # as for an agent that is not root: the file is root's alone
+    topo = read_node(str(gb300))
+    hca = topo.hca("mlx5_0")
+    assert hca is not None and hca.pci is not None
+    assert hca.data_direct is None and hca.pcie_root == hca.pci.root
+    assert [w.path for w in topo.warnings] == ["bus/pci/devices/0008:04:00.0/vpd"]
+    other = topo.hca("mlx5_1")
+    assert other is not None and other.data_direct is not None  # the others are still tied

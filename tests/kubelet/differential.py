@@ -29,11 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from rdmaplane.resources import Amounts
 from rdmaplane.scheduler import placement as pl
 from tests.kubelet.harness import (
-    GPU,
-    HCA,
-    HCA_SHARED,
     RESOURCES,
     Admission,
     ContainerAdmission,
@@ -55,10 +53,11 @@ class Container:
     @property
     def named(self) -> bool:
         """Whether the container names a device resource at all (so the kubelet hints it)."""
-        return self.devices != pl.ZERO or (self.zeros and 0 in self.devices)
+        return any(self.counts) or (self.zeros and 0 in self.counts)
 
     @property
-    def devices(self) -> pl.Vec:
+    def counts(self) -> tuple[int, int, int]:
+        """GPUs, exclusive HCAs, shared slots."""
         return (self.gpus, self.hcas, self.shared)
 
 
@@ -75,10 +74,11 @@ class PodShape:
         apps = [c for c in self.containers if c.kind == "app"] or [Container("app")]
         return init + apps
 
-    def manifest(self, name: str) -> dict[str, Any]:
+    def manifest(self, name: str, resources: Sequence[str] = RESOURCES) -> dict[str, Any]:
+        """The pod, asking for `resources` (GPU, exclusive pool, shared pool) by name."""
         init, apps = [], []
         for i, c in enumerate(self.containers):
-            limits = {k: str(v) for k, v in zip(RESOURCES, c.devices, strict=True) if v or c.zeros}
+            limits = {k: str(v) for k, v in zip(resources, c.counts, strict=True) if v or c.zeros}
             body: dict[str, Any] = {
                 "name": f"{c.kind}-{i}",
                 "image": "registry.k8s.io/pause:3.10",
@@ -138,7 +138,7 @@ class _Locator:
         zone_of = {int(z.name.removeprefix("node-")): i for i, z in enumerate(state.zones)}
         self.where: dict[str, tuple[int, int]] = {}
         for dev_id, fact in facts.items():
-            if fact.resource == HCA_SHARED:
+            if fact.resource not in state.vocabulary.rooted:  # a shared slot: on no root
                 continue
             z = zone_of.get(fact.numa[0] if fact.numa else 0, 0)  # unknown NUMA: node-0
             names = [r.name for r in state.zones[z].roots]
@@ -146,27 +146,33 @@ class _Locator:
             self.where[dev_id] = (z, i)
 
     def roots(self, ids: Iterable[str]) -> pl.Roots:
-        counts = [[[0, 0] for _ in z.roots] for z in self.state.zones]
+        counts: list[list[dict[str, int]]] = [[{} for _ in z.roots] for z in self.state.zones]
         for dev_id in ids:
             if dev_id in self.where:
                 z, i = self.where[dev_id]
-                counts[z][i][0 if self.facts[dev_id].resource == GPU else 1] += 1
-        return tuple(tuple((g, h) for g, h in zone) for zone in counts)
+                resource = self.facts[dev_id].resource
+                counts[z][i][resource] = counts[z][i].get(resource, 0) + 1
+        return tuple(tuple(Amounts(held) for held in zone) for zone in counts)
+
+    def slots(self, ids: Iterable[str]) -> Amounts:
+        """Shared slots among `ids`, by pool."""
+        pools = [self.facts[i].resource for i in ids]
+        return Amounts((p, pools.count(p)) for p in self.state.vocabulary.shared)
 
 
-def _zone_counts(roots: pl.Roots) -> tuple[tuple[int, int], ...]:
-    return tuple((sum(g for g, _ in z), sum(h for _, h in z)) for z in roots)
+def _zone_counts(roots: pl.Roots) -> tuple[Amounts, ...]:
+    return tuple(sum(zone, Amounts()) for zone in roots)
 
 
 def plugins_choose(
-    state: pl.NodeState, unit: pl.Vec, affinity: tuple[int, ...], reusable: pl.Reusable
+    state: pl.NodeState, unit: Amounts, affinity: tuple[int, ...], reusable: pl.Reusable
 ) -> bool:
     """Whether the device plugins (or Go's map order) pick the NUMA zones of some of the
     container's GPUs or HCAs: a stage of the device manager's allocation (reusable devices,
     then free ones in the affinity, then the others) that is only partly taken and spans
     several zones."""
     inside = affinity or tuple(range(len(state.zones)))
-    for r in range(2):
+    for r in state.vocabulary.rooted:
         reuse = [sum(p[r] for p in zone) for zone in reusable.roots]
         free = [z.free[r] for z in state.zones]
         stages = (
@@ -183,26 +189,26 @@ def plugins_choose(
     return False
 
 
-def _without_numa(harness: KubeletHarness) -> frozenset[int]:
+def _without_numa(harness: KubeletHarness) -> frozenset[str]:
     """Resources whose devices all lack a NUMA node on this node (the degraded sample)."""
     return frozenset(
-        r
-        for r, resource in enumerate((GPU, HCA, HCA_SHARED))
+        resource
+        for resource in harness.resources
         if not any(f.numa for f in harness.facts.values() if f.resource == resource)
     )
 
 
 def _hint(
     state: pl.NodeState,
-    unit: pl.Vec,
+    unit: Amounts,
     reusable: pl.Reusable,
-    no_numa: frozenset[int],
-    zero: tuple[int, ...],
+    no_numa: frozenset[str],
+    zero: tuple[str, ...],
 ) -> tuple[pl.Hint, bool] | None:
     """`placement.kubelet_hint`, except that a resource whose devices report no NUMA node
     gives the kubelet no preference (`{any, preferred}`) where the NRT, which publishes such
     devices in node-0, makes the prediction treat them as node-0's."""
-    named = {r for r in range(3) if unit[r]} | set(zero)
+    named = set(unit) | set(zero)
     if not no_numa & named:
         return pl.kubelet_hint(state, unit, reusable, zero)
     if state.policy == "none":
@@ -210,7 +216,8 @@ def _hint(
     full = (1 << len(state.zones)) - 1
     hints = [
         [pl.Hint(full, True)] if r in no_numa else pl.resource_hints(state, r, unit[r], reusable)
-        for r in sorted(named)
+        for r in state.vocabulary.names
+        if r in named
     ]
     best = pl.merge_hints(state, hints)
     return best, best.preferred or state.policy == "best-effort"
@@ -220,6 +227,7 @@ def _failed_at(
     admission: Admission,
     pairs: Sequence[tuple[pl.ContainerRequest, ContainerAdmission]],
     scope: str,
+    resources: Sequence[str],
 ) -> int | None:
     """Where the kubelet stopped: None when it admitted the pod, -1 at the pod's own hint
     (scope pod), else the container it refused: the first whose hint was never stored
@@ -234,14 +242,14 @@ def _failed_at(
         unset = (k for k, (_, c) in enumerate(pairs) if c.affinity is None and not c.preferred)
         return next(unset, len(pairs))
     dead = _UNHEALTHY.search(admission.message)
-    if dead and dead.group(1) in RESOURCES:  # a named resource with no healthy device, 0 too
-        r = RESOURCES.index(dead.group(1))
+    if dead and dead.group(1) in resources:  # a named resource with no healthy device, 0 too
+        r = dead.group(1)
         naming = (k for k, (step, _) in enumerate(pairs) if step.devices[r] or r in step.zero)
         return next(naming, len(pairs))
     short = (
         k
         for k, (step, c) in enumerate(pairs)
-        if sum(len(ids) for ids in c.devices.values()) < sum(step.devices)
+        if sum(len(ids) for ids in c.devices.values()) < step.devices.total()
     )
     return next(short, len(pairs))
 
@@ -254,7 +262,7 @@ _UNHEALTHY = re.compile(r"cannot allocate unhealthy devices (\S+?),")
 def judge(harness: KubeletHarness, shape: PodShape, name: str) -> Outcome:
     """Predict, admit, compare; the harness keeps the pod when the kubelet admitted it."""
     state = pl.node_state(harness.published())
-    manifest = shape.manifest(name)
+    manifest = shape.manifest(name, harness.resources)
     request = pl.pod_request(manifest)
     verdict = pl.evaluate(state, request)
     admission = harness.admit(manifest)
@@ -262,7 +270,7 @@ def judge(harness: KubeletHarness, shape: PodShape, name: str) -> Outcome:
         c for c, spec in zip(admission.containers, shape.kubelet_order(), strict=True) if spec.named
     ]
     pairs = list(zip(request.steps, with_devices, strict=True))
-    failed = _failed_at(admission, pairs, state.scope)
+    failed = _failed_at(admission, pairs, state.scope, harness.resources)
     replay = _Replay(harness, state)
     replay.run(request, pairs, failed)
     decided_at = len(pairs) if failed is None else failed
@@ -292,8 +300,7 @@ class _Replay:
         self.diverged_at = 1 << 30
 
     def _reusable(self) -> pl.Reusable:
-        slots = sum(1 for i in self.reuse_ids if self.harness.facts[i].resource == HCA_SHARED)
-        return pl.Reusable(self.locate.roots(self.reuse_ids), slots)
+        return pl.Reusable(self.locate.roots(self.reuse_ids), self.locate.slots(self.reuse_ids))
 
     def run(
         self,
@@ -364,9 +371,9 @@ class _Replay:
             self.diverged_at = min(self.diverged_at, k)
         self.problems += _pcie_bound(self.harness, got.name, placed, ids)
         taken = [i for i in ids if i not in self.reuse_ids]
-        slots = sum(1 for i in taken if self.harness.facts[i].resource == HCA_SHARED)
         self.state = pl.apply(
-            self.state, replace(placed, taken=self.locate.roots(taken), shared_taken=slots)
+            self.state,
+            replace(placed, taken=self.locate.roots(taken), shared_taken=self.locate.slots(taken)),
         )
         if step.kind == "init":
             self.reuse_ids |= set(ids)
@@ -386,18 +393,19 @@ def _pcie_bound(
     computed on the same free devices); not checked when devices were reused, as the device
     manager takes reusable ones in random order, nor without an affinity (policy none), where
     the prediction's zones are a guess at what the plugins pick."""
-    if not placed.zones or any(g or h for z in placed.reused for g, h in z):
+    if not placed.zones or any(any(z) for z in placed.reused):
         return []
+    gpu, hca, shared = harness.resources
     facts = [harness.facts[i] for i in ids]
-    gpus = [f for f in facts if f.resource == GPU]
-    hcas = [f for f in facts if f.resource == HCA]
+    gpus = [f for f in facts if f.resource == gpu]
+    hcas = [f for f in facts if f.resource == hca]
     if hcas:
         made = sum(
             min(sum(g.root == r for g in gpus), sum(h.root == r for h in hcas))
             for r in {h.root for h in hcas if h.root}
         )
-    elif any(f.resource == HCA_SHARED for f in facts):
-        pool = {f.root for f in harness.facts.values() if f.resource == HCA and f.root}
+    elif any(f.resource == shared for f in facts):
+        pool = {f.root for f in harness.facts.values() if f.resource == hca and f.root}
         made = sum(1 for g in gpus if g.root in pool)
     else:
         return []

@@ -12,6 +12,9 @@ in a thread of its own:
 - the GPU plugin stand-in (`gpu_plugin`), `nvidia.com/gpu` with the sample's GPU UUIDs and NUMA
   nodes.
 
+`names` renames those three resources (another GPU vendor, renamed pools): the node then runs
+and publishes them under those names, as an agent configured so would.
+
 `admit(pod)` asks the kubelet's Topology Manager to admit a v1 Pod (which allocates, calling the
 plugins' GetPreferredAllocation and Allocate as a kubelet does) and returns what it decided and
 which devices each container got; `delete(uid)` ends a pod. `published()` is the
@@ -129,14 +132,16 @@ def sample_node(name: str) -> Iterator[SampleNode]:
         yield SampleNode(name, root, read_node(str(root)))
 
 
-def plugin_config(topology: NodeTopology, shared_slots: int) -> PluginSettings:
+def plugin_config(
+    topology: NodeTopology, shared_slots: int, hca: str = HCA, hca_shared: str = HCA_SHARED
+) -> PluginSettings:
     """Both pools over the compute HCAs (the fastest class that is up), as a site's selectors
     would pick them; the storage and front-end NICs stay out."""
     compute = Selectors(hca_names=tuple(sorted({h.name for h, _ in compute_ports(topology)})))
     return PluginSettings(
         pools=[
-            Pool(selectors=compute),
-            Pool(mode="shared", slots=shared_slots, selectors=compute),
+            Pool(resource_name=hca, selectors=compute),
+            Pool(resource_name=hca_shared, mode="shared", slots=shared_slots, selectors=compute),
         ],
         resend_interval=3600,
     )
@@ -272,13 +277,15 @@ class PluginHost:
         dev_root: Path,
         gpu_preference: str,
         shared_slots: int,
+        names: tuple[str, str, str] = RESOURCES,
     ) -> tuple[EmbeddedPlugin, GpuPluginStandIn]:
-        """Start and register a node's plugins (run it on this host's loop: `run(serve(…))`)."""
-        rdma = EmbeddedPlugin(
-            plugin_config(node.topology, shared_slots), kubelet_dir=kubelet_dir, dev_root=dev_root
-        )
+        """Start and register a node's plugins (run it on this host's loop: `run(serve(…))`),
+        their resources named `names` (GPU, exclusive pool, shared pool)."""
+        config = plugin_config(node.topology, shared_slots, *names[1:])
+        rdma = EmbeddedPlugin(config, kubelet_dir=kubelet_dir, dev_root=dev_root)
         rdma.update(node.topology, {})
-        gpu = GpuPluginStandIn(node.gpus(), kubelet_dir / "device-plugins", gpu_preference)
+        plugins = kubelet_dir / "device-plugins"
+        gpu = GpuPluginStandIn(node.gpus(), plugins, gpu_preference, resource=names[0])
         await rdma.start()
         self.served.append(rdma)
         await gpu.start()
@@ -336,6 +343,7 @@ class KubeletHarness:
     scope: str
     gpu_preference: str = "index"
     shared_slots: int = 4
+    names: Mapping[str, str] = field(default_factory=dict)  # default name -> the node's
     name: str = "node"
     backend: Backend | None = None
     active: dict[str, dict[str, Any]] = field(default_factory=dict)  # uid -> pod, admitted
@@ -344,6 +352,12 @@ class KubeletHarness:
     rdma: EmbeddedPlugin | None = None
     gpu: GpuPluginStandIn | None = None
     _own_backend: bool = False
+
+    @property
+    def resources(self) -> tuple[str, str, str]:
+        """The node's GPU resource, exclusive pool and shared pool."""
+        gpu, hca, shared = (self.names.get(r, r) for r in RESOURCES)
+        return gpu, hca, shared
 
     # --- lifecycle
     def start(self) -> KubeletHarness:
@@ -364,10 +378,17 @@ class KubeletHarness:
         host = self.backend.host
         dev_root = device_nodes(self.node.sysfs, kubelet_dir / "dev")
         self.rdma, self.gpu = host.run(
-            host.serve(self.node, kubelet_dir, dev_root, self.gpu_preference, self.shared_slots)
+            host.serve(
+                self.node,
+                kubelet_dir,
+                dev_root,
+                self.gpu_preference,
+                self.shared_slots,
+                self.resources,
+            )
         )
         self.facts = self._expected_devices()
-        want = {r: sum(1 for f in self.facts.values() if f.resource == r) for r in RESOURCES}
+        want = {r: sum(1 for f in self.facts.values() if f.resource == r) for r in self.resources}
         seen = self.request({"op": "wait", "resources": want, "timeoutSeconds": REPLY_TIMEOUT_S})
         self._check_reported_topology(seen["devices"])
         return self
@@ -416,7 +437,7 @@ class KubeletHarness:
     def _expected_devices(self) -> dict[str, DeviceFact]:
         topo = self.node.topology
         facts = {
-            g.id: DeviceFact(GPU, g.id, (g.numa,) if g.numa is not None else (), root)
+            g.id: DeviceFact(self.resources[0], g.id, (g.numa,) if g.numa is not None else (), root)
             for g, root in zip(self.node.gpus(), self.node.gpu_roots().values(), strict=True)
         }
         assert self.rdma is not None
@@ -460,8 +481,9 @@ class KubeletHarness:
             self.rdma.offered(),
             health,
             self.allocations(),
-            gpu_resource=GPU,
+            gpu_resource=self.resources[0],
             policy=self.policy,
             scope=self.scope,
+            pools=self.rdma.plugin.config.pools,
         )
         return nrt.from_object(obj)

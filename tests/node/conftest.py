@@ -7,12 +7,15 @@ a missing piece fails the tests, it never skips them.
 
 Fixtures (session-wide: one control plane and one node for the tier)
 - `node_cluster`: a `NodeCluster`: the control plane of tests/e2e (kube-apiserver told to reach
-  kubelets at their InternalIP with a client certificate), kube-controller-manager (the Job
-  controller) and kube-scheduler.
+  kubelets at their InternalIP with a client certificate), kube-controller-manager (the Job,
+  DaemonSet, garbage-collector and root-CA publisher controllers) and kube-scheduler.
 - `node_sample`: the sysfs tree of the `hgx-h100-roce` sample the node's RDMA plugins read (a
   test that changes a port puts it back), with a device node for each of its HCAs in the node's
   `/dev/infiniband`.
-- `node_images`: the image tars (`images.py`): busybox (also the pause image) and Python.
+- `rdmaplane_image`: `make image`'s archive of rdmaplane's own image (`RDMAPLANE_IMAGE`, set
+  by `make test`, else dist/, which must be newer than its sources), imported as `IMAGE`.
+- `node_images`: the image tars: busybox (also the pause image) and Python (`images.py`), and
+  rdmaplane's own.
 - `real_node`: the `RealNode` (`realnode.py`), Ready and schedulable; at the end it is stopped
   and the host is compared with how it was before: any change fails the session.
 - `node_namespace` (function): a fresh namespace; its pods are deleted after the test, and the
@@ -37,6 +40,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
+from rdmaplane import __version__
 from rdmaplane.discovery import samples
 from tests.e2e.conftest import _install_nrt_crd as install_nrt_crd
 from tests.e2e.conftest import k8s_bin_dir  # noqa: F401  (fixture)
@@ -65,6 +69,10 @@ from tests.node.realnode import (
 NODE_DIR = Path(__file__).resolve().parent
 REPO = NODE_DIR.parents[1]
 SAMPLE = "hgx-h100-roce"
+# Jobs (the doctor, the fault chain), DaemonSets (the agent as deployed), the garbage collector
+# (their pods go with them) and the root CA in every namespace (kube-root-ca.crt, which a pod's
+# ServiceAccount token volume needs)
+NODE_CONTROLLERS = ("job", "daemonset", "garbagecollector", "root-ca-cert-publisher")
 NODE_PACKAGES = ("runc", "busybox-static", *images.VERBS_PACKAGES)  # as `make node-deps`
 
 
@@ -117,7 +125,7 @@ def node_cluster(k8s_bin_dir: Path) -> Iterator[NodeCluster]:  # noqa: F811
         try:
             with contextlib.ExitStack() as stack:
                 cluster = stack.enter_context(control_plane(k8s_bin_dir, lambda _: args))
-                kcm = launch_controller_manager(cluster, ("job",))
+                kcm = launch_controller_manager(cluster, NODE_CONTROLLERS)
                 stack.callback(kcm.stop)
                 scheduler = launch_scheduler(cluster)
                 stack.callback(scheduler.stop)
@@ -146,12 +154,25 @@ def node_sample(node_workdir: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def node_images(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+def rdmaplane_image() -> Path:
+    configured = os.environ.get("RDMAPLANE_IMAGE")
+    archive = Path(configured) if configured else REPO / "dist" / f"rdmaplane-{__version__}.oci.tar"
+    if not archive.is_file():
+        pytest.fail(f"{archive} missing: run `make image`", pytrace=False)
+    up_to_date = ["make", "-q", "--no-print-directory", "-C", str(REPO), "image"]
+    if not configured and subprocess.run(up_to_date).returncode:
+        pytest.fail(f"{archive} is older than its sources: run `make image`", pytrace=False)
+    return archive
+
+
+@pytest.fixture(scope="session")
+def node_images(tmp_path_factory: pytest.TempPathFactory, rdmaplane_image: Path) -> list[Path]:
     out = tmp_path_factory.mktemp("images")
     torch = images.HOST_SITE / "torch"
     return [
         images.busybox_image(BUSYBOX, out / "busybox.tar").tar,
         images.python_image(PYTHON, out / "python.tar", [torch] if torch.is_dir() else []).tar,
+        rdmaplane_image,
     ]
 
 

@@ -1,15 +1,15 @@
-"""Container images for the real node, written here: there is no registry on this machine.
+"""Container images for the real node: there is no registry on this machine.
 
-An image is one layer in a docker-archive tar (`manifest.json`, the config, the layer), which
-`ctr -n k8s.io images import` takes as it is:
+rdmaplane's own image is `make image`'s archive (`rdmaplane_image`). Two more are written here,
+each one layer in an archive of image/oci.py, which `ctr -n k8s.io images import` takes as it is:
 
 - `busybox_image`: Debian's busybox-static with a link per applet. It is also the node's pause
   image (`sleep` holds the pod's namespaces).
 - `python_image`: busybox plus this checkout's Python environment at the same paths as on the
   host: the interpreter and its standard library, the virtualenv with rdmaplane (editable, so its
   `src/`) and the distributions it needs at run time (not the dev extras), the verbs libraries
-  the doctor loads (Debian's libibverbs1 and ibverbs-providers, as deploy/doctor/Dockerfile
-  installs them; `ldconfig` and its cache, through which `ctypes.util.find_library` finds
+  the doctor loads (Debian's libibverbs1 and ibverbs-providers, as the image has them;
+  `ldconfig` and its cache, through which `ctypes.util.find_library` finds
   them), and every shared library those binaries load (from `ldd`). Its entrypoint is
   `rdmaplane`. PyTorch (5 GB) is not in it: a training pod mounts the host's site-packages
   read-only and puts it on PYTHONPATH (`HOST_SITE`).
@@ -17,10 +17,8 @@ An image is one layer in a docker-archive tar (`manifest.json`, the config, the 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata as md
 import io
-import json
 import os
 import re
 import stat
@@ -33,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.requirements import Requirement
+
+from image import oci
 
 BUSYBOX = Path("/bin/busybox")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -63,17 +63,17 @@ class Layer:
     def directory(self, path: str, mode: int = 0o755) -> None:
         self._parents(path)
         if path.strip("/") and path not in self._entries:
-            self._entries[path] = _info(path, tarfile.DIRTYPE, mode)
+            self._entries[path] = oci.entry(path, tarfile.DIRTYPE, mode, 0)
 
     def symlink(self, path: str, target: str) -> None:
         self._parents(path)
-        info = _info(path, tarfile.SYMTYPE, 0o777)
+        info = oci.entry(path, tarfile.SYMTYPE, 0o777, 0)
         info.linkname = target
         self._entries[path] = info
 
     def file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         self._parents(path)
-        info = _info(path, tarfile.REGTYPE, mode)
+        info = oci.entry(path, tarfile.REGTYPE, mode, 0)
         info.size = len(data)
         self._entries[path] = info
         self._data[path] = data
@@ -115,7 +115,7 @@ class Layer:
             self.directory(key, stat.S_IMODE(st.st_mode))
         elif stat.S_ISREG(st.st_mode):
             self._parents(key)
-            info = _info(key, tarfile.REGTYPE, stat.S_IMODE(st.st_mode))
+            info = oci.entry(key, tarfile.REGTYPE, stat.S_IMODE(st.st_mode), 0)
             info.size = st.st_size
             self._entries[key] = info
             self._data[key] = path
@@ -150,14 +150,6 @@ class Layer:
                         tar.addfile(info, f)
 
 
-def _info(path: str, kind: bytes, mode: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(path.lstrip("/"))
-    info.type = kind
-    info.mode = mode
-    info.mtime = 0
-    return info
-
-
 def write_image(
     layer: Layer,
     name: str,
@@ -166,38 +158,12 @@ def write_image(
     out: Path,
     entrypoint: list[str] | None = None,
 ) -> Image:
-    """A one-layer docker-archive tar of `layer` at `out`."""
+    """A one-layer image archive of `layer` at `out` (layers stored uncompressed: quicker)."""
     blob = out.with_suffix(".layer")
-    digest = hashlib.sha256()
-    with blob.open("w+b") as f:
+    with blob.open("wb") as f:
         layer.write(f)  # type: ignore[arg-type]
-        f.seek(0)
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    diff_id = digest.hexdigest()
-    config = json.dumps(
-        {
-            "architecture": "amd64",
-            "os": "linux",
-            "config": {
-                "Env": [f"{k}={v}" for k, v in env.items()],
-                "Cmd": cmd,
-                **({"Entrypoint": entrypoint} if entrypoint else {}),
-            },
-            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
-        }
-    ).encode()
-    config_name = hashlib.sha256(config).hexdigest() + ".json"
-    manifest = [{"Config": config_name, "RepoTags": [name], "Layers": [f"{diff_id}/layer.tar"]}]
-    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
-        for entry, data in (
-            (config_name, config),
-            ("manifest.json", json.dumps(manifest).encode()),
-        ):
-            info = tarfile.TarInfo(entry)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-        tar.add(blob, f"{diff_id}/layer.tar")
+    config = oci.Config(env=env, cmd=cmd, entrypoint=entrypoint or [], history=["tests/node"])
+    oci.write_archive(out, name, [blob], config, compress=False)
     blob.unlink()
     return Image(name, out)
 

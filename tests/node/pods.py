@@ -26,8 +26,8 @@ def pod_body(
     **spec: Any,
 ) -> dict[str, Any]:
     """One container `c` running `command` on `node` (through the scheduler), with the
-    extended resources in `limits`; no service-account token (no controller publishes the
-    root CA here), a 1 s grace period; `spec` adds to or replaces the pod spec's fields."""
+    extended resources in `limits`; no service-account token (the pods need no API access),
+    a 1 s grace period; `spec` adds to or replaces the pod spec's fields."""
     container: dict[str, Any] = {
         "name": "c",
         "image": image,

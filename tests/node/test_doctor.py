@@ -1,28 +1,37 @@
 """`rdmaplane doctor` inside real containers: the webhook's additions applied by the real API
 server, realised by the kubelet, containerd and runc, judged from inside the pod.
 
-The webhook runs as deploy/webhook/ installs it, its doctor image the node's Python image. A
-training pod's container runs the doctor with the node's sysfs shown at /sys (the sample tree:
-this machine has no RDMA), everything else as the node made it: device nodes, environment,
-capabilities, memlock limit, /dev/shm. In an opted-in namespace (IPC_LOCK, a memory /dev/shm)
-it passes; the same pod elsewhere fails on exactly memlock and /dev/shm. The doctor init
-container the webhook adds on request sees this machine's real /sys, which has no HCA, and
-stops the pod before its containers start, as promised.
+The webhook runs as deploy/webhook/ installs it, with its default doctor image: rdmaplane's own
+(`make image`'s archive, imported into the node's containerd under its release name). A training
+pod's container (the node's Python image standing in for a user's) runs the doctor with the
+node's sysfs shown at /sys (the sample tree: this machine has no RDMA), everything else as the
+node made it: device nodes, environment, capabilities, memlock limit, /dev/shm. In an opted-in
+namespace (IPC_LOCK, a memory /dev/shm) it passes; the same pod elsewhere fails on exactly
+memlock and /dev/shm. The doctor init container the webhook adds on request sees this machine's
+real /sys, which has no HCA, and stops the pod before its containers start, as promised; it runs
+as root, with IPC_LOCK in effect, though the image's own user is not root. And the validation
+Job `rdmaplane doctor job` prints runs from that image as printed: its shell line, read-only
+root, IPC_LOCK as root.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Namespace, Pod
+from lightkube.types import CascadeType
 
+from rdmaplane import IMAGE
 from tests.node import pods
 from tests.node.conftest import NodeCluster
 from tests.node.plugins import GPU, HCA, device_plugin, gpu_plugin, held, wait_allocatable
@@ -41,7 +50,7 @@ MEMLOCK_MIN = 1 << 30  # the doctor's limit for a process without IPC_LOCK
 
 @pytest.fixture(scope="module")
 def webhook(node_cluster: NodeCluster, real_node: RealNode) -> Iterator[WebhookProcess]:
-    config = {"doctor": {"image": PYTHON, "args": ["doctor", "-o", "json"]}}
+    config = {"doctor": {"args": ["doctor", "-o", "json"]}}  # the default image: IMAGE
     with deployed_webhook(node_cluster.cluster, config) as (process, _):
         yield process
 
@@ -148,10 +157,72 @@ async def test_the_webhooks_doctor_init_container_stops_a_pod_rdma_would_fail(
     (init,) = pod.status.initContainerStatuses or []
     assert init.name == "rdmaplane-doctor" and init.state.terminated is not None  # type: ignore[union-attr]
     assert init.state.terminated.exitCode == 1  # type: ignore[union-attr]
+    assert init.image == IMAGE, init.image  # rdmaplane's own image, as the kubelet ran it
     report = verdict(await pods.log(kube, node_namespace, name, container="rdmaplane-doctor"))
     assert statuses(report)["rdma-devices"] == "FAIL", report
+    assert ipc_lock_in_effect(report), report  # root, though the image's user is 65532
     main = (pod.status.containerStatuses or [])[0]
     assert main.state is not None and main.state.running is None and not main.started
+
+
+def ipc_lock_in_effect(report: dict[str, Any]) -> bool:
+    (memlock,) = (f for f in report["findings"] if f["name"] == "memlock")
+    return memlock["status"] == "PASS" and "IPC_LOCK in the effective" in memlock["detail"]
+
+
+async def test_the_doctor_job_runs_from_rdmaplanes_image_as_printed(
+    plugins: None, real_node: RealNode, kube: AsyncClient, node_namespace: str
+) -> None:
+    """`rdmaplane doctor job` (default image) for this node and one more: the Job on this node
+    runs its shell line (dash, the image's /bin/sh) under the printed securityContext; its
+    checks say what this machine lacks (RDMA), with IPC_LOCK in effect."""
+    cli = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rdmaplane", "doctor", "job", real_node.name, "zz-other-node",
+        "--namespace", node_namespace, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    printed, _ = await cli.communicate()
+    assert cli.returncode == 0
+    (job,) = (
+        d
+        for d in yaml.safe_load_all(printed)
+        if d["kind"] == "Job"
+        and d["spec"]["template"]["spec"]["nodeSelector"]["kubernetes.io/hostname"]
+        == real_node.name
+    )
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 1
+    await kube.create(Job.from_dict(job))
+    try:
+        selector = {"batch.kubernetes.io/job-name": job["metadata"]["name"]}
+        (pod,) = await pods.until(
+            lambda: _job_pods(kube, node_namespace, selector), "the Job's pod"
+        )
+        name = pod.metadata.name
+        await pods.wait_phase(kube, node_namespace, name, ("Running", "Succeeded", "Failed"))
+        text = await pods.until(
+            lambda: _first_document(kube, node_namespace, name, "doctor"), "the checks' report"
+        )
+        report = verdict(text)
+        assert statuses(report)["rdma-devices"] == "FAIL", report  # this machine's real /sys
+        assert ipc_lock_in_effect(report), report
+    finally:
+        await kube.delete(
+            Job, job["metadata"]["name"], namespace=node_namespace,
+            cascade=CascadeType.FOREGROUND,
+        )  # fmt: skip
+
+
+async def _job_pods(kube: AsyncClient, namespace: str, selector: dict[str, str]) -> list[Pod]:
+    return [p async for p in kube.list(Pod, namespace=namespace, labels=selector)]
+
+
+async def _first_document(kube: AsyncClient, namespace: str, name: str, container: str) -> str:
+    """The first JSON document of a log (the doctor's `-o json` is indented: it ends at the
+    first line that is a lone `}`), or "" while it is not all there."""
+    text = await pods.log(kube, namespace, name, container=container)
+    lines = text.splitlines()
+    end = next((i for i, line in enumerate(lines) if line == "}"), None)
+    return "" if end is None else "\n".join(lines[: end + 1])
 
 
 async def _report(kube: AsyncClient, namespace: str, name: str) -> dict[str, Any]:

@@ -1,14 +1,18 @@
 """The DRA driver with the real kubelet v1.37.2: `rdmaplane dra-driver` (its own process, as its
-ServiceAccount) publishes the node's HCA ports, the real kube-scheduler allocates a claim, the
-kubelet's own DRA manager calls NodePrepareResources, containerd applies the driver's CDI spec,
-and the container sees its NICs; the pod's status names the prepared devices."""
+ServiceAccount, with a token bound to a pod on this node) publishes the node's HCA ports, the
+real kube-scheduler allocates a claim and binds the pod once the driver set the NICs' binding
+condition, the kubelet's own DRA manager calls NodePrepareResources, containerd applies the
+driver's CDI spec, and the container sees its NICs; the kubelet watches the driver's device
+health stream and shows it in the pod's status: Healthy, then Unhealthy with the driver's
+message while a port is down, then Healthy again."""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +23,7 @@ from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from rdmaplane.discovery import read_node
 from rdmaplane.dra.claims import spec_name
+from rdmaplane.dra.readiness import READY
 from tests.e2e.dra import (
     DRIVER,
     allocation,
@@ -33,18 +38,50 @@ from tests.node.pods import until
 from tests.node.realnode import RealNode
 from tests.node.test_device_plugin import VIEW, view
 
+TOKEN_POD = "rdmaplane-dra-driver-token"
+
+
+@pytest.fixture
+async def driver_kubeconfig(
+    real_node: RealNode, node_cluster: NodeCluster, node_nrt_crd: None, kube: AsyncClient
+) -> AsyncIterator[Path]:
+    """The credential the driver's DaemonSet pod gets on this node: its ServiceAccount's token
+    bound to a pod on the node (here a busybox pod that sleeps; bound by name, so the API
+    server names the node in the token), which the driver's associated-node:patch needs."""
+    install_driver_rbac(node_cluster.cluster)
+    body = pods.pod_body(
+        TOKEN_POD, ["sleep", "3600"], serviceAccountName="rdmaplane-dra-driver",
+        nodeName=real_node.name,
+    )  # fmt: skip
+    body["spec"].pop("nodeSelector")
+    body["metadata"]["namespace"] = "rdmaplane"
+    yield node_cluster.cluster.kubeconfig_for_pod(body)
+    await kube.delete(Pod, TOKEN_POD, namespace="rdmaplane", grace_period=1)
+    await pods.gone(kube, "rdmaplane", TOKEN_POD)
+
+
+@dataclass
+class Driver:
+    process: subprocess.Popen[bytes]
+    tree: Path  # the sysfs tree it reads
+
+    def set_port(self, hca: str, up: bool) -> None:
+        port = self.tree / "class/infiniband" / hca / "ports/1"
+        (port / "state").write_text("4: ACTIVE\n" if up else "1: DOWN\n")
+        (port / "phys_state").write_text("5: LinkUp\n" if up else "3: Disabled\n")
+
 
 @pytest.fixture
 def driver(
-    real_node: RealNode, node_cluster: NodeCluster, node_sample: Path, node_nrt_crd: None,
-    tmp_path: Path,
-) -> Iterator[subprocess.Popen[bytes]]:  # fmt: skip
-    kubeconfig = install_driver_rbac(node_cluster.cluster)
+    real_node: RealNode, node_sample: Path, driver_kubeconfig: Path, tmp_path: Path
+) -> Iterator[Driver]:
     tree = Path(shutil.copytree(node_sample, tmp_path / "sys", symlinks=True))
-    command = driver_command(real_node.workdir, tree, real_node.name, kubeconfig, "200ms")
+    command = driver_command(
+        real_node.workdir, tree, real_node.name, driver_kubeconfig, "200ms", health_resend="5s"
+    )
     with (real_node.workdir / "logs" / "dra-driver.log").open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    yield process
+    yield Driver(process, tree)
     process.terminate()
     process.wait(15)
 
@@ -61,8 +98,16 @@ async def our_slice_devices(kube: AsyncClient, node: str) -> dict[str, dict[str,
     return found
 
 
+async def health_of(kube: AsyncClient, namespace: str, pod: str) -> dict[str, tuple[str, str]]:
+    """What the kubelet shows in the pod's status for its claim: resource ID → health, message."""
+    stored = await kube.get(Pod, pod, namespace=namespace)
+    (container,) = (stored.status.containerStatuses if stored.status else None) or []
+    statuses = container.allocatedResourcesStatus or []
+    return {r.resourceID: (r.health or "", r.message or "") for s in statuses for r in s.resources}
+
+
 async def test_the_kubelets_dra_manager_prepares_the_claim_and_the_pod_sees_its_nics(
-    driver: subprocess.Popen[bytes], real_node: RealNode, node_sample: Path, kube: AsyncClient,
+    driver: Driver, real_node: RealNode, node_sample: Path, kube: AsyncClient,
     node_namespace: str,
 ) -> None:  # fmt: skip
     await ensure_device_classes(kube)
@@ -91,15 +136,46 @@ async def test_the_kubelets_dra_manager_prepares_the_claim_and_the_pod_sees_its_
         f"{h.name}:1" for h in hcas if h
     }
     assert stored["status"]["reservedFor"][0]["name"] == name
-    # the kubelet reports the prepared CDI devices in the pod's status (ResourceHealthStatus);
-    # their health stays Unknown while the driver serves no dra-health stream
+    # bound once the driver said both NICs are ready
+    said = {d["device"]: d["conditions"] for d in stored["status"]["devices"]}
+    assert set(said) == {r["device"] for r in results if r["driver"] == DRIVER}
+    assert all(
+        any(c["type"] == READY and c["status"] == "True" for c in conditions)
+        for conditions in said.values()
+    )
+    # the kubelet reports the prepared CDI devices in the pod's status (ResourceHealthStatus),
+    # with the health the driver streams to it (DRAResourceHealth)
     spec = json.loads(
         (real_node.cdi_dir / f"{spec_name(DRIVER, stored['metadata']['uid'])}.json").read_text()
     )
     (container,) = (pod.status.containerStatuses if pod.status else None) or []
     (status,) = container.allocatedResourcesStatus or []
     assert status.name == "claim:nics"
-    assert {r.resourceID for r in status.resources} == {
-        f"{spec['kind']}={d['name']}" for d in spec["devices"]
-    }
-    assert {r.health for r in status.resources} <= {"Healthy", "Unknown"}
+    cdi_ids = {f"{spec['kind']}={d['name']}": d["name"] for d in spec["devices"]}
+    assert {r.resourceID for r in status.resources} == set(cdi_ids)
+
+    async def healthy() -> bool:
+        return {h for h, _ in (await health_of(kube, node_namespace, name)).values()} == {"Healthy"}
+
+    await until(healthy, "both NICs Healthy in the pod's status", 60)
+
+    # one of its ports goes down: the kubelet shows that NIC Unhealthy, with the driver's word
+    down = hcas[0]
+    assert down is not None
+    driver.set_port(down.name, up=False)
+    down_id = next(i for i, n in cdi_ids.items() if n.endswith(devices_of(ours, down.name)))
+
+    async def unhealthy() -> dict[str, tuple[str, str]] | None:
+        found = await health_of(kube, node_namespace, name)
+        return found if found[down_id][0] == "Unhealthy" else None
+
+    shown = await until(unhealthy, f"{down.name} Unhealthy in the pod's status", 60)
+    assert shown[down_id][1].startswith(f"PortDown: {down.name}: no port ACTIVE and LinkUp")
+    assert {h for i, (h, _) in shown.items() if i != down_id} == {"Healthy"}
+    driver.set_port(down.name, up=True)
+    await until(healthy, f"{down.name} Healthy again", 60)
+
+
+def devices_of(devices: list[dict[str, Any]], hca: str) -> str:
+    """The name of the device (of `devices`) that is port 1 of `hca`."""
+    return next(d["name"] for d in devices if d["attributes"]["rdmaDevice"]["string"] == hca)

@@ -55,6 +55,16 @@ def test_defaults_and_overrides(tmp_path: Path):
         ("logFormat: xml\n", "logFormat"),
         ("metricsAddress: not an ip\n", "metricsAddress: 'not an ip' is not an IP address"),
         ("metricsAddress: example.com\n", "metricsAddress: 'example.com' is not an IP address"),
+        (
+            "dra: {sharing: {defaultGbps: 30, stepGbps: 25}}\n",
+            "dra.sharing.defaultGbps: 30 is not a multiple of stepGbps 25",
+        ),
+        ("dra: {sharing: {stepGbps: 0}}\n", "dra.sharing.stepGbps: Input should be greater"),
+        (
+            "dra: {health: {resend: 30s, timeout: 30s}}\n",
+            "dra.health.resend: 30s must be shorter than timeout (30s)",
+        ),
+        ("dra: {bindingConditions: maybe}\n", "dra.bindingConditions"),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, text: str, message: str):

@@ -265,3 +265,20 @@ def test_read_device_config_reads_the_pool_section_shape() -> None:
     assert read_device_config(OPAQUE, "here") is None
     with pytest.raises(ConfigError, match=r"^here: expected a mapping"):
         read_device_config([], "here")
+
+
+def test_two_shares_of_one_port_give_two_cdi_devices_and_the_port_once_in_the_environment() -> None:
+    device = BY_HCA["mlx5_2"]
+    shares = ["0b0f5c9e-0000-4000-8000-000000000001", "0b0f5c9e-0000-4000-8000-000000000002"]
+    obj = claim([("nic-0", device), ("nic-1", device)])
+    results = obj["status"]["allocation"]["devices"]["results"]
+    for result, share in zip(results, shares, strict=False):
+        result["shareID"] = share
+    prepared = run(obj)
+
+    assert prepared.spec is not None
+    CDI.validate(prepared.spec)
+    assert [d.share_id for d in prepared.devices] == shares
+    names = [d["name"] for d in prepared.spec["devices"]]
+    assert names == [f"{UID}-{device.name}-{s}" for s in shares]
+    assert env_of(prepared)["NCCL_IB_HCA"] == "=mlx5_2:1"

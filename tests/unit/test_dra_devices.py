@@ -19,10 +19,12 @@ from rdmaplane.dra.devices import (
     PCIE_ROOT,
     DraDevice,
     Pool,
+    Share,
     device_name,
     offer,
     unusable,
 )
+from rdmaplane.dra.settings import DraSharing
 from rdmaplane.gid import GidPolicy, select_gid
 from rdmaplane.model import Hca, LinkLayer, NodeTopology, PhysState, Port, PortState
 from rdmaplane.nccl import NcclSettings
@@ -53,7 +55,7 @@ def test_attributes_say_where_the_port_sits(sample: str) -> None:
         assert hca is not None
         port = hca.port(device.port)
         assert port is not None
-        assert device.attribute(PCIE_ROOT) == (hca.pci.root if hca.pci else None)
+        assert device.attribute(PCIE_ROOT) == hca.pcie_root  # of its DMA function
         assert device.attribute(PCI_BUS_ID) == (hca.pci.address if hca.pci else None)
         assert device.name == device_name(hca, port.number)
         assert device.attribute("rdmaDevice") == hca.name
@@ -224,3 +226,32 @@ def with_ports_down(topo: NodeTopology, *names: str) -> NodeTopology:
             h = dataclasses.replace(h, ports=ports)
         hcas.append(h)
     return dataclasses.replace(topo, hcas=tuple(hcas))
+
+
+def test_a_shared_pools_ports_are_shared_by_bandwidth_and_an_exclusive_pools_are_not() -> None:
+    topo = SAMPLES["hgx-h100-roce"]
+    shared = Pool("rdmaplane.io/hca-shared", Selectors(hca_names=("mlx5_[0-3]",)),
+                  share=DraSharing(100, 25))  # fmt: skip
+    devices = offer(topo, [shared, ALL])
+    for device in devices.values():
+        if device.pool == shared.name:
+            assert device.share == Share(400, 100, 25)  # the ports' rate, 400G
+        else:
+            assert device.share is None
+    assert {d.hca for d in devices.values() if d.share} == {f"mlx5_{k}" for k in range(4)}
+
+
+def test_a_connectx8_pairs_by_its_data_direct_functions_root_and_names_its_own_function() -> None:
+    topo = SAMPLES["gb300-cx8"]
+    devices = offer(topo, [Pool("rdmaplane.io/hca")])  # the fastest ports: the four CX-8
+    for gpu in topo.gpus:
+        (paired,) = (
+            d for d in devices.values() if d.attribute(PCIE_ROOT) == gpu.pci.root
+        )  # one NIC on each GPU's root, and it is the GPU's own CX-8
+        hca = topo.hca(paired.hca)
+        assert hca is not None and hca.pci is not None and hca.data_direct is not None
+        assert hca.pci.root != gpu.pci.root  # not by the NIC's own function
+        assert paired.attribute(PCI_BUS_ID) == hca.pci.address
+        assert paired.attribute("dataDirectBusID") == hca.data_direct.address
+    storage = [d for d in devices.values() if d.attribute("linkLayer") == "Ethernet"]
+    assert storage == []  # the 200G BlueField-3 ports are not the compute class

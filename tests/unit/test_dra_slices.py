@@ -7,8 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.dra.devices import DraDevice
+from rdmaplane.dra.devices import DraDevice, share_of
+from rdmaplane.dra.settings import DraSharing
 from rdmaplane.dra.slices import (
+    BANDWIDTH,
     MAX_DEVICES,
     MAX_DEVICES_TAINTED,
     MAX_NAME,
@@ -21,6 +23,7 @@ from rdmaplane.dra.slices import (
     taint_object,
 )
 from rdmaplane.faults import TAINT_KEY, Fault, FaultClass, Taint
+from rdmaplane.model import LinkLayer, PhysState, Port, PortState
 from rdmaplane.usability import NO_NCCL_PLAN, PORT_DOWN, Unusable
 
 DRIVER = "rdma.rdmaplane.io"
@@ -178,3 +181,39 @@ def test_every_unusable_device_and_only_those_carry_a_noschedule_reason(
 def test_taint_time_must_be_what_the_server_stores(added: str) -> None:
     with pytest.raises(ValueError, match="RFC 3339"):
         taint_object(Taint(TAINT_KEY, FATAL, "NoExecute"), added)
+
+
+def test_with_binding_conditions_every_device_binds_to_the_node_and_waits_for_ready() -> None:
+    (s,) = slice_objects(DRIVER, "node-a", devices(3), {}, 1, binding=True)
+    for d in s["spec"]["devices"]:
+        assert d["bindsToNode"] is True
+        assert d["bindingConditions"] == ["rdmaplane.io/rdma-ready"]
+        assert d["bindingFailureConditions"] == ["rdmaplane.io/rdma-failed"]
+    (plain,) = slice_objects(DRIVER, "node-a", devices(3), {}, 1)
+    assert not any("bindsToNode" in d for d in plain["spec"]["devices"])
+
+
+@given(st.integers(1, 1600), st.integers(1, 400), st.integers(1, 16))
+def test_a_shared_port_publishes_its_rate_as_capacity_the_api_accepts(
+    rate: int, step: int, defaults: int
+) -> None:
+    port = Port(1, PortState.ACTIVE, PhysState.LINK_UP, LinkLayer.ETHERNET, rate_gbps=float(rate))
+    share = share_of(port, DraSharing(step * defaults, step))
+    if rate < step:
+        assert share is None  # offered whole
+        return
+    assert share is not None
+    device = DraDevice("d", "mlx5_0", 1, "p", share=share)
+    (s,) = slice_objects(DRIVER, "node-a", [device], {}, 1)
+    (body,) = s["spec"]["devices"]
+    assert body["allowMultipleAllocations"] is True
+    capacity = body["capacity"][BANDWIDTH]
+    value = int(capacity["value"].removesuffix("G"))
+    policy = capacity["requestPolicy"]
+    default = int(policy["default"].removesuffix("G"))
+    lo, hi, by = (int(policy["validRange"][k].removesuffix("G")) for k in ("min", "max", "step"))
+    # ResourceSlice validation (pkg/apis/resource/validation): min <= default <= max <= value,
+    # default and max a whole number of steps from min
+    assert 0 < lo <= default <= hi <= value <= rate
+    assert (default - lo) % by == 0 and (hi - lo) % by == 0
+    assert value > rate - step  # no more than one step of the port left out

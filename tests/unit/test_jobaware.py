@@ -15,6 +15,7 @@ from rdmaplane.config.fabric import fabric_from_document
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.scheduler.decisions import Decisions
 from rdmaplane.scheduler.layouts import hgx_uplinks, layout
 from rdmaplane.scheduler.settings import FabricScoring
 from tests.fabrics import leaf_spine, rail_optimised
@@ -222,3 +223,54 @@ def test_a_prefill_makes_room_for_its_pending_decode_pods() -> None:
     placed = [place(cache, p) for p in prefill + decode]
     # alone, the prefill would best-fit leaf-0 (3 free) and push its decode pods away
     assert {leaf_of(cache, n) for n in placed} == {"leaf-1"}
+
+
+def schedule_back_to_back(decide: Decisions, pods: list[dict[str, Any]], assume: bool) -> list[str]:
+    """kube-scheduler's view of a burst: each pod is filtered and prioritized on the nodes its
+    own cache still has room on (1 whole-node pod each), and none of the binds has reached
+    the extender's watch yet."""
+    taken: set[str] = set()
+    placed = []
+    for p in pods:
+        names = [n for n in sorted(decide.cache.locations) if n not in taken]
+        passed = decide.filter(p, names).passed
+        answer = decide.answer_prioritize if assume else decide.prioritize
+        scores = answer(p, passed).scores
+        chosen = passed[max(range(len(passed)), key=scores.__getitem__)]
+        taken.add(chosen)
+        placed.append(chosen)
+    return placed
+
+
+@pytest.mark.parametrize("assume", [True, False])
+def test_a_burst_scored_before_any_bind_is_watched_stays_under_one_leaf(assume: bool) -> None:
+    """Without assuming each pod on its best node, the third pod sees 7 free nodes under the
+    leaf the first two took for a job of 8 and turns to the next leaf: the e2e race."""
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 10, 1: 12, 2: 4, 3: 7})  # free: 6, 4, 12, 9
+    pods = [job_pod(f"train-{i}", {JOB: "train"}) for i in range(8)]
+    for p in pods:
+        cache.apply("pod", "ADDED", p)
+    placed = schedule_back_to_back(Decisions(cache, FabricScoring()), pods, assume)
+    leaves = {leaf_of(cache, n) for n in placed}
+    assert (leaves == {"leaf-3"}) is assume, leaves
+
+
+def test_an_assumption_gives_way_to_the_watched_bind_and_to_time() -> None:
+    now = [0.0]
+    cache = ClusterCache(assume_for_s=30, clock=lambda: now[0])
+    a, probe = job_pod("a", {JOB: "j"}), job_pod("b", {JOB: "j"})
+    cache.apply("pod", "ADDED", a)
+    cache.assume(a, "gpu-001")
+    assert cache.job_context(probe) == ja.JobContext(("gpu-001",), 1)
+    cache.apply("pod", "MODIFIED", {**a, "spec": {**a["spec"], "nodeName": "gpu-002"}})
+    assert cache.job_context(probe) == ja.JobContext(("gpu-002",), 1)  # where it really went
+    cache.assume(a, "gpu-003")  # a bound pod is not assumed anywhere else
+    assert cache.job_context(probe) == ja.JobContext(("gpu-002",), 1)
+    cache.apply("pod", "DELETED", a)
+    cache.apply("pod", "ADDED", a)
+    cache.assume(a, "gpu-001")
+    now[0] = 29.9
+    assert cache.job_context(probe) == ja.JobContext(("gpu-001",), 1)
+    now[0] = 30.0  # kube-scheduler chose another node or could not bind: the watch is silent
+    assert cache.job_context(probe) == ja.JobContext((), 2)  # both pending again

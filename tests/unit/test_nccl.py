@@ -85,6 +85,19 @@ def test_hgx_h200_infiniband_exact_names_and_nothing_gid_related(
     assert nccl_selects("mlx5_1:1", "mlx5_10", 1) and not nccl_selects("=mlx5_1:1", "mlx5_10", 1)
 
 
+def test_a_gb300_names_the_connectx8s_not_their_data_direct_devices(
+    sample_nodes: dict[str, NodeTopology],
+) -> None:
+    """NCCL exposes a ConnectX-8 with Data Direct as `mlx5_N_dma` (pciPath: the Data Direct
+    function), but matches NCCL_IB_HCA against the verbs device's own name before it makes
+    that device: the plan names `mlx5_N` and leaves NCCL_IB_DATA_DIRECT at NCCL's default."""
+    topo = sample_nodes["gb300-cx8"]
+    env = nccl_env(topo, compute_ports(topo))
+    names = "mlx5_0:1,mlx5_1:1,mlx5_2:1,mlx5_3:1"
+    assert env["NCCL_IB_HCA"] == f"={names}" and env["UCX_NET_DEVICES"] == names
+    assert not any("DATA_DIRECT" in k or "_dma" in v for k, v in env.items())
+
+
 def test_indexes_that_differ_give_the_address_based_env(
     sample_nodes: dict[str, NodeTopology],
 ) -> None:

@@ -77,7 +77,7 @@ def _hgx_like() -> nrt.NodeResourceTopology:
         scope="pod",
         accounted_pods=["b/two", "a/one", "a/one"],
         distances={0: {0: 10, 1: 21}, 1: {0: 21, 1: 10}},
-        shared_pool_hcas=[(1, "pci0000:97"), (1, "pci0000:97")],
+        shared_pool_hcas=[nrt.PoolHca(nrt.HCA_SHARED, 1, "pci0000:97")] * 2,
     )
 
 

@@ -16,8 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdmaplane import nrt
+from rdmaplane.resources import DEFAULT, NONE, Amounts
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.layouts import layout
+
+
+def _v(gpus: int, hcas: int, shared: int) -> Amounts:
+    """GPUs, exclusive HCAs and shared slots by the default names."""
+    return Amounts({nrt.GPU: gpus, nrt.HCA: hcas, nrt.HCA_SHARED: shared})
 
 
 def _pod(
@@ -37,7 +43,7 @@ def _pod(
 
 
 def _gpus_nics(g: int, h: int) -> pl.PodRequest:
-    return pl.PodRequest.of((g, h, 0))
+    return pl.PodRequest.of(_v(g, h, 0))
 
 
 def _state(kind: str, policy: str, scope: str = "container") -> pl.NodeState:
@@ -52,18 +58,18 @@ def test_pod_request_is_in_the_kubelets_order_with_the_effective_total() -> None
     )
     request = pl.pod_request(pod)
     assert [(s.kind, s.devices) for s in request.steps] == [
-        ("init", (4, 0, 0)),
-        ("sidecar", (0, 0, 1)),
-        ("init", (0, 1, 0)),
-        ("app", (2, 1, 0)),
-        ("app", (1, 0, 0)),
+        ("init", _v(4, 0, 0)),
+        ("sidecar", _v(0, 0, 1)),
+        ("init", _v(0, 1, 0)),
+        ("app", _v(2, 1, 0)),
+        ("app", _v(1, 0, 0)),
     ]
-    assert request.containers == ((0, 0, 1), (2, 1, 0), (1, 0, 0))
-    assert request.init == ((4, 0, 0), (0, 1, 0))
+    assert request.containers == (_v(0, 0, 1), _v(2, 1, 0), _v(1, 0, 0))
+    assert request.init == (_v(4, 0, 0), _v(0, 1, 0))
     # apps + sidecars (3, 1, 1); the first init container alone (4, 0, 0); the second with the
     # sidecar started before it (0, 1, 1)
-    assert request.total == (4, 1, 1)
-    assert request.wants_rdma
+    assert request.total == _v(4, 1, 1)
+    assert DEFAULT.wants_rdma(request.total)
 
 
 def test_requests_win_over_limits_and_quantities_parse() -> None:
@@ -72,7 +78,7 @@ def test_requests_win_over_limits_and_quantities_parse() -> None:
             "containers": [{"resources": {"limits": {nrt.GPU: 2}, "requests": {nrt.GPU: "1"}}}]
         }
     }
-    assert pl.pod_request(pod).total == (1, 0, 0)
+    assert pl.pod_request(pod).total == _v(1, 0, 0)
     assert pl.parse_count("2k", "x") == 2000
 
 
@@ -174,23 +180,23 @@ def test_init_container_spanning_both_zones_pins_later_containers_to_both() -> N
     assert admitted.fits
     app = admitted.placements[-1]
     assert (app.kind, app.zones, app.preferred) == ("app", (0, 1), False)
-    assert app.shared_taken == 0 and not any(g for z in app.taken for g, _ in z)  # all reused
+    assert not app.shared_taken and not any(h[nrt.GPU] for z in app.taken for h in z)  # reused
 
 
 def test_shared_slots_span_the_pools_zones() -> None:
     """Every slot grants the whole pool, so the device plugin gives it the NUMA nodes of all
     pool HCAs and the NRT counts it in each: 16 slots, not 32."""
     state = _state("hgx-shared", "best-effort")
-    assert [z.capacity[2] for z in state.zones] == [16, 16]
-    assert pl.evaluate(state, pl.PodRequest.of((0, 0, 16))).fits
-    assert not pl.evaluate(state, pl.PodRequest.of((0, 0, 17))).fits
-    placed = pl.place_pod(state, pl.PodRequest.of((0, 0, 5)))
+    assert [z.capacity[nrt.HCA_SHARED] for z in state.zones] == [16, 16]
+    assert pl.evaluate(state, pl.PodRequest.of(_v(0, 0, 16))).fits
+    assert not pl.evaluate(state, pl.PodRequest.of(_v(0, 0, 17))).fits
+    placed = pl.place_pod(state, pl.PodRequest.of(_v(0, 0, 5)))
     assert not isinstance(placed, pl.Rejection)
-    assert [z.free[2] for z in placed[1].zones] == [11, 11]
+    assert [z.free[nrt.HCA_SHARED] for z in placed[1].zones] == [11, 11]
 
 
 def test_shared_slot_pairs_every_gpu_on_a_pool_root() -> None:
-    verdict = pl.evaluate(_state("hgx-shared", "single-numa-node"), pl.PodRequest.of((4, 0, 1)))
+    verdict = pl.evaluate(_state("hgx-shared", "single-numa-node"), pl.PodRequest.of(_v(4, 0, 1)))
     assert verdict.fits and verdict.alignment == "pcie"
 
 
@@ -256,13 +262,19 @@ def nodes(draw: st.DrawFn) -> pl.NodeState:
         devices,
         policy=draw(st.sampled_from(nrt.POLICIES)),
         scope=draw(st.sampled_from(nrt.SCOPES)),
-        shared_pool_hcas=[(d.numa, d.pcie_root) for d in devices if d.resource == nrt.HCA],
+        shared_pool_hcas=[
+            nrt.PoolHca(nrt.HCA_SHARED, d.numa, d.pcie_root)
+            for d in devices
+            if d.resource == nrt.HCA
+        ],
     )
     return pl.node_state(topology)
 
 
-UNITS = st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 2)).filter(
-    lambda u: u != (0, 0, 0)
+UNITS = (
+    st.tuples(st.integers(0, 6), st.integers(0, 6), st.integers(0, 2))
+    .filter(lambda u: u != (0, 0, 0))
+    .map(lambda u: _v(*u))
 )
 STEPS = st.lists(
     st.builds(pl.ContainerRequest, st.sampled_from(pl.KINDS), UNITS), min_size=1, max_size=3
@@ -270,7 +282,10 @@ STEPS = st.lists(
 
 
 def _request(steps: list[pl.ContainerRequest]) -> pl.PodRequest:
-    return pl.PodRequest(tuple(steps), tuple(max(s.devices[r] for s in steps) for r in range(3)))  # type: ignore[arg-type]
+    total = NONE
+    for s in steps:
+        total = total | s.devices
+    return pl.PodRequest(tuple(steps), total)
 
 
 @settings(max_examples=300, deadline=None)
@@ -283,11 +298,14 @@ def test_placements_take_only_free_devices_and_give_them_all_back(
         return
     placements, after = placed
     for zone in after.zones:
-        assert min(zone.free) >= 0
-        assert all(r.free_gpus >= 0 and r.free_hcas >= 0 for r in zone.roots)
+        assert min(zone.free.values(), default=0) >= 0
+        assert all(min(r.free.values(), default=0) >= 0 for r in zone.roots)
     for p, step in zip(placements, steps, strict=True):  # each container got what it asked for
-        got = [sum(d[r] for z in p.devices for d in z) for r in range(2)]
-        assert (*got, p.shared_taken + p.shared_reused) == step.devices
+        got = p.shared_taken + p.shared_reused
+        for z in p.devices:
+            for held in z:
+                got = got + held
+        assert got == step.devices
         if state.policy == "single-numa-node":
             assert len(p.zones) == 1 or len(p.zones) == len(state.zones)
     back = after
@@ -298,7 +316,7 @@ def test_placements_take_only_free_devices_and_give_them_all_back(
 
 @settings(max_examples=200, deadline=None)
 @given(nodes(), UNITS)
-def test_score_in_range_and_failures_explain(state: pl.NodeState, unit: pl.Vec) -> None:
+def test_score_in_range_and_failures_explain(state: pl.NodeState, unit: Amounts) -> None:
     verdict = pl.evaluate(state, pl.PodRequest.of(unit))
     assert 0 <= verdict.score <= 10
     assert verdict.reason
@@ -309,7 +327,7 @@ def test_score_in_range_and_failures_explain(state: pl.NodeState, unit: pl.Vec) 
 @settings(max_examples=200, deadline=None)
 @given(nodes(), UNITS)
 def test_an_admitted_preferred_unit_inside_one_zone_is_numa_aligned(
-    state: pl.NodeState, unit: pl.Vec
+    state: pl.NodeState, unit: Amounts
 ) -> None:
     state = replace(state, policy="single-numa-node")
     verdict = pl.evaluate(state, pl.PodRequest.of(unit))
@@ -322,22 +340,20 @@ def test_a_resource_named_with_zero_spoils_a_two_zone_merge() -> None:
     """Upstream hints a device resource named with a count of 0 too (one-zone sets preferred),
     so 8 GPUs with `rdmaplane.io/hca: "0"` have no preferred merge: restricted refuses."""
     zero = pl.pod_request(_pod({nrt.GPU: 8, nrt.HCA: 0}))
-    assert zero.steps[0].zero == (1,) and zero.zero == (1,)
+    assert zero.steps[0].zero == (nrt.HCA,) and zero.zero == (nrt.HCA,)
     assert pl.evaluate(_state("hgx", "restricted"), pl.pod_request(_pod({nrt.GPU: 8}))).fits
     assert not pl.evaluate(_state("hgx", "restricted"), zero).fits
     assert pl.evaluate(_state("hgx", "best-effort"), zero).fits
 
 
-def _all_unhealthy(state: pl.NodeState, r: int) -> pl.NodeState:
+def _all_unhealthy(state: pl.NodeState, r: str) -> pl.NodeState:
     """Every device of resource r still registered (the NRT's capacity), none healthy."""
 
     def sick(z: pl.ZoneState) -> pl.ZoneState:
-        cap, free = list(z.capacity), list(z.free)
-        cap[r] = free[r] = 0
         return replace(
             z,
-            capacity=(cap[0], cap[1], cap[2]),
-            free=(free[0], free[1], free[2]),
+            capacity=Amounts({**z.capacity, r: 0}),
+            free=Amounts({**z.free, r: 0}),
             installed=z.registered,
         )
 
@@ -350,7 +366,7 @@ def test_naming_a_resource_with_no_healthy_device_is_refused_even_with_zero(poli
     `rdmaplane.io/hca: "0"` is refused where every HCA is registered but unhealthy (as a shared
     pool's slots on a node in exclusive RDMA netns mode), and a pod naming nothing else is no
     pass-through."""
-    state = _all_unhealthy(_state("hgx", policy), 1)
+    state = _all_unhealthy(_state("hgx", policy), nrt.HCA)
     zero_only = pl.evaluate(state, pl.pod_request(_pod({nrt.HCA: 0})))
     assert not zero_only.fits and "no healthy rdmaplane.io/hca " in zero_only.reason
     with_gpus = pl.evaluate(state, pl.pod_request(_pod({nrt.GPU: 2, nrt.HCA: 0})))
@@ -358,3 +374,27 @@ def test_naming_a_resource_with_no_healthy_device_is_refused_even_with_zero(poli
     assert pl.evaluate(state, pl.pod_request(_pod({nrt.GPU: 2}))).fits
     healthy = _state("hgx", policy)
     assert pl.evaluate(healthy, pl.pod_request(_pod({nrt.HCA: 0}))) == pl.PASS_THROUGH
+
+
+def test_a_gb300_pairs_each_gpu_with_its_connectx8_by_the_data_direct_root() -> None:
+    """The extender's PCIe score reads the NRT's PCIe-root zones: a ConnectX-8 sits in the
+    zone of its Data Direct function's root, the GPU's, though its own function is elsewhere."""
+    from rdmaplane.discovery.samples import read_sample
+
+    topo = read_sample("gb300-cx8")
+    state = pl.node_state(
+        nrt.build("gb300", nrt.devices_from_topology(topo), policy="single-numa-node")
+    )
+    verdict = pl.evaluate(state, _gpus_nics(2, 2))
+    assert verdict.fits and verdict.alignment == "pcie"
+    own_roots = [
+        nrt.Device(d.resource, d.numa, h.pci.root if h is not None and h.pci else d.pcie_root)
+        for d, h in zip(
+            nrt.devices_from_topology(topo),
+            [None] * len(topo.gpus) + [topo.hca(f"mlx5_{k}") for k in range(4)],
+            strict=True,
+        )
+    ]  # the same node paired by each NIC's own function: NUMA pairs only
+    by_own = pl.evaluate(pl.node_state(nrt.build("own", own_roots, policy="single-numa-node")),
+                         _gpus_nics(2, 2))  # fmt: skip
+    assert by_own.alignment == "numa" and verdict.score > by_own.score

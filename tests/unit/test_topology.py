@@ -101,6 +101,20 @@ def test_relations_are_symmetric_with_x_on_the_diagonal(devs: list) -> None:
 
 # Hand-checked expectations per sample: (row, column) → word.
 EXPECTED = {
+    # each ConnectX-8 is PIX from its GPU by its Data Direct function (the DMA path NCCL
+    # takes), though its own function is NODE from every GPU (nvidia-smi's view)
+    "gb300-cx8": {
+        ("GPU0", "mlx5_0"): "PIX",
+        ("GPU1", "mlx5_1"): "PIX",
+        ("GPU3", "mlx5_3"): "PIX",
+        ("GPU0", "mlx5_1"): "NODE",
+        ("GPU0", "mlx5_2"): "SYS",
+        ("GPU0", "mlx5_4"): "NODE",
+        ("GPU0", "GPU1"): "NODE",
+        ("GPU1", "GPU2"): "SYS",
+        ("mlx5_0", "mlx5_1"): "NODE",
+        ("mlx5_4", "mlx5_5"): "PIX",
+    },
     "hgx-h100-roce": {
         ("GPU0", "mlx5_0"): "PIX",
         ("GPU7", "mlx5_7"): "PIX",
@@ -221,5 +235,5 @@ def test_the_nearest_nic_is_always_among_the_nearest(
     topo = sample_nodes[name]
     for index, (hca, relation) in nearest_hcas(topo).items():
         gpu = topo.gpus[index]
-        assert relation == min(pci_relation(gpu.pci, h.pci) for h in topo.hcas if h.pci)
-        assert hca.pci is not None and pci_relation(gpu.pci, hca.pci) == relation
+        assert relation == min(pci_relation(gpu.pci, h.dma_pci) for h in topo.hcas if h.dma_pci)
+        assert hca.dma_pci is not None and pci_relation(gpu.pci, hca.dma_pci) == relation

@@ -4,30 +4,32 @@ adds nothing. Patches are applied by an independent RFC 6902 implementation (jso
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 import jsonpatch
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from rdmaplane import IMAGE
 from rdmaplane.config.base import validate
 from rdmaplane.webhook import inject
 from rdmaplane.webhook.settings import InjectPolicy, WebhookSettings
+from tests import resource_names as names
 from tests.webhook_pods import GPU, HCA, SHARED, contains, pods
 
-POLICY = validate(
-    WebhookSettings,
-    {
-        "nodeClasses": [
-            {
-                "name": "a100",
-                "nodeSelector": {"node.example/class": "a100"},
-                "hcasPerGpu": 0.5,
-                "maxHcas": 4,
-            }
-        ]
-    },
-)
+CLASSES = {
+    "nodeClasses": [
+        {
+            "name": "a100",
+            "nodeSelector": {"node.example/class": "a100"},
+            "hcasPerGpu": 0.5,
+            "maxHcas": 4,
+        }
+    ]
+}
+POLICY = validate(WebhookSettings, CLASSES)
 POLICY_DOCTOR = POLICY
 
 
@@ -190,6 +192,9 @@ def test_doctor_goes_first_with_the_largest_rdma_request() -> None:
     assert doctor["name"] == "rdmaplane-doctor"
     assert doctor["resources"]["limits"] == {GPU: "4", HCA: "4"}
     assert doctor["volumeMounts"][0]["mountPath"] == "/dev/shm"
+    assert doctor["image"] == IMAGE  # rdmaplane's own, whose default user is not root:
+    assert doctor["securityContext"]["runAsUser"] == 0  # IPC_LOCK is effective for root alone
+    assert doctor["securityContext"]["capabilities"] == {"add": ["IPC_LOCK"]}
     assert out["spec"]["initContainers"][1]["name"] == "setup"
 
 
@@ -233,3 +238,40 @@ def test_patch_applies_keeps_user_fields_and_is_idempotent(obj: dict[str, Any]) 
     assert len(volumes) == len(set(volumes))
     for c in spec.get("initContainers", []) + spec["containers"]:
         assert {m["name"] for m in c.get("volumeMounts", [])} <= set(volumes)
+
+
+def _policy(resources: dict[str, Any], **more: Any) -> InjectPolicy:
+    return validate(WebhookSettings, {"resources": resources, **more})
+
+
+RENAMED = _policy({"gpu": names.GPU, "hca": names.HCA, "hcaShared": names.SHARED}, **CLASSES)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pods(), st.sampled_from(["exclusive", "shared"]))
+def test_renamed_resources_get_the_same_patch_renamed(obj: dict[str, Any], mode: str) -> None:
+    """Another GPU vendor and renamed pools: the patch and warnings the default names get,
+    with the names swapped (the pod's `rdmaplane.io/rdma` annotation is no resource name)."""
+    default = inject.mutate(obj, replace(POLICY, mode=mode))
+    renamed = inject.mutate(names.renamed(obj), replace(RENAMED, mode=mode))
+    assert renamed.patch == names.renamed(default.patch)
+    assert renamed.warnings == names.renamed(default.warnings)
+
+
+def test_two_gpu_vendors_on_one_cluster_both_get_rdma() -> None:
+    """A webhook configured with both vendors' GPUs marks either kind of container, adds the
+    first exclusive pool, and keeps a pool the user named among the configured ones."""
+    both = _policy(
+        {"gpu": [GPU, names.GPU], "hca": [HCA, names.HCA], "hcaShared": [SHARED, names.SHARED]},
+        doctor={"enabled": True},
+    )
+    nvidia = gpu("a", "4")
+    amd = {"name": "b", "image": "x", "resources": {"limits": {names.GPU: "2"}}}
+    own = {"name": "c", "image": "x", "resources": {"limits": {names.GPU: "1", names.HCA: "3"}}}
+    out = applied(pod(nvidia, amd, own, annotations={"rdmaplane.io/doctor": "true"}), both)
+    limits = [c["resources"]["limits"] for c in out["spec"]["containers"]]
+    assert limits == [{GPU: "4", HCA: "4"}, {names.GPU: "2", HCA: "2"}, own["resources"]["limits"]]
+    doctor = out["spec"]["initContainers"][0]
+    assert doctor["resources"]["limits"] == {GPU: "4", HCA: "4"}  # the largest RDMA request
+    assert inject.not_sent(pod(amd), "team", True, both) is None
+    assert "amd.com/gpu" not in str(inject.not_sent(pod(amd), "team", True, POLICY))

@@ -6,6 +6,10 @@ kubelet could be asked); it is available when allocatable and no pod holds it.
 
 A shared slot grants the whole pool, and the kubelet's Topology Manager counts a device in every
 NUMA node its topology names: so a slot is counted in every NUMA zone its pool spans.
+
+Every device is counted by its resource name, whatever the pools are called: the node's
+vocabulary (its GPU plugin's resource and the device plugin's pools by mode) goes into the NRT
+with them, so the extender reads renamed pools and other GPU vendors as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.health import HcaHealth
 from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.model import NodeTopology
+from rdmaplane.resources import Vocabulary
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +66,16 @@ def offered_devices(pools: Iterable[_Pool]) -> list[Offered]:
         for p in pools
         for d in p.devices
     ]
+
+
+def vocabulary(
+    gpu_resource: str, pools: Iterable[Pool], offered: Iterable[Offered] = ()
+) -> Vocabulary:
+    """The node's resource names: its GPU plugin's resource, then the device plugin's pools
+    (configured, and any other that offers devices) by mode."""
+    named = [(p.resource_name, p.mode) for p in pools]
+    named += [(o.resource, "shared" if o.shared else "exclusive") for o in offered]
+    return Vocabulary.of([gpu_resource], named)
 
 
 def gpu_ids(topo: NodeTopology) -> dict[int, str]:
@@ -138,8 +153,10 @@ def nrt_object(
     policy: str,
     scope: str,
     uplinks: Iterable[nrt.Uplink] = (),
+    pools: Iterable[Pool] = (),
 ) -> dict[str, Any]:
-    """The NodeResourceTopology object (a dict for the API server) of the node right now."""
+    """The NodeResourceTopology object (a dict for the API server) of the node right now;
+    `pools` are the device plugin's (those that offer no device yet are named too)."""
     pool = _shared_pool(topo, offered)
     resources = [gpu_resource, *sorted({o.resource for o in offered})]
     topology = nrt.build(
@@ -151,11 +168,17 @@ def nrt_object(
         distances=nrt.numa_distances(topo),
         shared_pool_hcas=pool,
         uplinks=uplinks,
+        vocabulary=vocabulary(gpu_resource, pools, offered),
     )
     fleet = tuple(nrt.Attribute(k, v) for k, v in audit.attributes(topo).items())
     return nrt.to_object(replace(topology, attributes=topology.attributes + fleet))
 
 
-def _shared_pool(topo: NodeTopology, offered: Iterable[Offered]) -> list[tuple[int, str | None]]:
-    names = sorted({n for o in offered if o.shared for n in o.hcas})
-    return [(_numa(h.numa), h.pcie_root) for h in (topo.hca(n) for n in names) if h is not None]
+def _shared_pool(topo: NodeTopology, offered: Iterable[Offered]) -> list[nrt.PoolHca]:
+    """Each shared pool's HCAs, once per pool (every slot of a pool names them all)."""
+    members = sorted({(o.resource, n) for o in offered if o.shared for n in o.hcas})
+    return [
+        nrt.PoolHca(pool, _numa(h.numa), h.pcie_root)
+        for pool, name in members
+        if (h := topo.hca(name)) is not None
+    ]

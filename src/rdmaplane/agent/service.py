@@ -494,6 +494,7 @@ class Agent:
                 policy=self.policy,
                 scope=self.scope,
                 uplinks=self.node_fabric.uplinks,
+                pools=[m.pool for m in self._pool_managers],
             ),
         )
 

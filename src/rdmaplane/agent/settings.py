@@ -20,6 +20,7 @@ from rdmaplane.counters import (
 from rdmaplane.dra.settings import DraSettings
 from rdmaplane.fabric import DEFAULT_TIER_LABELS
 from rdmaplane.nrt import TopologyPolicy, TopologyScope
+from rdmaplane.resources import GPU
 from rdmaplane.setting import Seconds, setting
 from rdmaplane.untrusted import FieldError
 
@@ -236,7 +237,7 @@ class AgentSettings:
         "at start, switch exclusive RDMA netns mode to shared if no HCA is in another network "
         "namespace (RDMA netlink; needs NET_ADMIN)",
     )
-    gpu_resource: str = setting("nvidia.com/gpu", "the GPU plugin's resource name")
+    gpu_resource: str = setting(GPU, "the GPU plugin's resource name")
     metrics_address: str = setting(
         "0.0.0.0", "IP address of /metrics, /healthz, /readyz (:: for IPv6)"
     )

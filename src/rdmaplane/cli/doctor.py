@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from rdmaplane import DOCTOR_IMAGE
+from rdmaplane import IMAGE
 from rdmaplane.cli.common import fail, say_warnings
+from rdmaplane.resources import HCA, is_extended
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -474,11 +475,19 @@ def job_cmd(
     ],
     image: Annotated[
         str, typer.Option(metavar="IMAGE", help="Image with rdmaplane and perftest.")
-    ] = DOCTOR_IMAGE,
+    ] = IMAGE,
     namespace: Annotated[
         str, typer.Option(metavar="NAMESPACE", help="Namespace of the Jobs.")
     ] = "rdmaplane-doctor",
-    hcas: Annotated[int, typer.Option(metavar="N", help="rdmaplane.io/hca per pod.")] = 1,
+    hcas: Annotated[int, typer.Option(metavar="N", help="RDMA devices per pod.")] = 1,
+    resource: Annotated[
+        str,
+        typer.Option(
+            metavar="NAME",
+            help="The RDMA resource the pods request: an exclusive pool (a device is an HCA), "
+            "or a shared pool (a device is a slot granting all its HCAs).",
+        ),
+    ] = HCA,
     duration: Annotated[
         int, typer.Option(metavar="SECONDS", help="Seconds per bandwidth run.")
     ] = 5,
@@ -500,10 +509,14 @@ def job_cmd(
         fail(f"--image {image!r}: not an image reference")
     if hcas < 1:
         fail(f"--hcas {hcas}: a pod needs at least 1 HCA")
+    if not is_extended(resource):
+        fail(f"--resource {resource!r}: not an extended resource name (domain/name)")
     if duration < 1:
         fail(f"--duration {duration}: must be at least 1 second")
     pairs = pairing.cover_pairs(nodes)
-    docs = pairing.manifests(pairs, image=image, namespace=namespace, hcas=hcas, duration=duration)
+    docs = pairing.manifests(
+        pairs, image=image, namespace=namespace, hcas=hcas, resource=resource, duration=duration
+    )
     for p in pairs:
         err_console.print(f"# round {p.round}: {p.server} (server) ⇄ {p.client} (client)")
     sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))

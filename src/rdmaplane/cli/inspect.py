@@ -146,7 +146,7 @@ def _hca_table(topo: NodeTopology) -> Table:
                 h.pci.address if h.pci else "(software)",
                 h.hca_type or "-",
                 _numa(h.numa),
-                h.pcie_root or "-",
+                _root(h),
                 str(p.number) if p else "-",
                 state,
                 p.link_layer.value if p else "-",
@@ -160,6 +160,13 @@ def _hca_table(topo: NodeTopology) -> Table:
 
 def _numa(n: int | None) -> str:
     return "N/A" if n is None else str(n)
+
+
+def _root(h: Hca) -> str:
+    """The root that pairs it, naming the Data Direct function when that is where it is."""
+    if h.data_direct is not None:
+        return f"{h.data_direct.root} (Data Direct {h.data_direct.address})"
+    return h.pcie_root or "-"
 
 
 # ---------------------------------------------------------------- nvidia-smi style matrix
@@ -209,13 +216,15 @@ def dot_text(topo: NodeTopology) -> str:
     devices: list[Gpu | Hca] = [*topo.gpus, *(h for h in topo.hcas if h.pci is not None)]
     roots: dict[str, int | None] = {}
     edges: set[tuple[str, str]] = set()
-    for d in devices:
-        assert d.pci is not None
-        roots.setdefault(d.pci.root, d.pci.numa)
-        chain = [d.pci.root, *d.pci.bridges]
+    dma = {f"{h.name} DMA": h.data_direct for h in topo.hcas if h.data_direct is not None}
+    nic_of = {label: label.removesuffix(" DMA") for label in dma}
+    for label, pci in [*((device_label(d), d.pci) for d in devices), *dma.items()]:
+        assert pci is not None
+        roots.setdefault(pci.root, pci.numa)
+        chain = [pci.root, *pci.bridges]
         for parent, child in itertools.pairwise(chain):
             edges.add((parent, child))
-        edges.add((chain[-1], device_label(d)))
+        edges.add((chain[-1], label))
     by_numa: dict[int | None, list[str]] = {}
     for root, numa in sorted(roots.items()):
         by_numa.setdefault(numa, []).append(root)
@@ -224,10 +233,15 @@ def dot_text(topo: NodeTopology) -> str:
         out.append(f"  subgraph {_q(f'cluster_numa{numa}')} {{ label={_q(name)}; style=rounded;")
         out += [f"    {_q(r)} [shape=box, style=filled, fillcolor=lightgrey];" for r in members]
         out.append("  }")
-    bridges = {c for _, c in edges} - {device_label(d) for d in devices}
+    bridges = {c for _, c in edges} - {device_label(d) for d in devices} - set(dma)
     out += [f"  {_q(b)} [shape=box, fontsize=8, height=0.2];" for b in sorted(bridges)]
     out += [f"  {_q(device_label(d))} [{_dot_device(d)}];" for d in devices]
+    out += [  # a NIC's Data Direct function: where its DMA to GPU memory goes through
+        f"  {_q(label)} [shape=box, style=dashed, label={_q(label, pci.address)}];"
+        for label, pci in sorted(dma.items())
+    ]
     out += [f"  {_q(a)} -> {_q(b)};" for a, b in sorted(edges)]
+    out += [f"  {_q(label)} -> {_q(nic_of[label])} [style=dotted];" for label in sorted(dma)]
     for index, (hca, r) in sorted(nearest_hcas(topo).items()):
         if r <= Relation.PXB:
             out.append(

@@ -26,6 +26,7 @@ from rdmaplane.cli.common import (
     load_rdma_node,
 )
 from rdmaplane.model import NodeTopology, PortObservation
+from rdmaplane.resources import is_extended
 
 if TYPE_CHECKING:
     from rdmaplane.deviceplugin.settings import PluginSettings
@@ -59,6 +60,14 @@ def nrt_command(
             help="The pools the agent's device plugin offers [default: its defaults].",
         ),
     ] = None,
+    gpu_resource: Annotated[
+        str,
+        typer.Option(
+            "--gpu-resource",
+            metavar="NAME",
+            help="The GPU plugin's resource name (the agent's gpuResource).",
+        ),
+    ] = nrt.GPU,
     policy: Annotated[
         Policy, typer.Option("--topology-manager-policy", help="The kubelet's policy.")
     ] = Policy("none"),
@@ -87,6 +96,8 @@ def nrt_command(
     from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 
     plugin_config = load(device_plugin_config, DEVICE_PLUGIN_CONFIG)
+    if not is_extended(gpu_resource):
+        fail(f"--gpu-resource {gpu_resource!r}: not an extended resource name (domain/name)")
     topo = load_rdma_node(sysfs_root, snapshot, sample)
     name = node_name or topo.hostname
     if not name:
@@ -95,7 +106,7 @@ def nrt_command(
         existing_dir("--dev-root", dev_root)
     live = sysfs_root is None and snapshot is None and sample is None
     dev = Path(dev_root) if dev_root is not None else Path("/dev") if live else None
-    obj = agent_nrt(topo, name, plugin_config, str(policy), str(scope), dev)
+    obj = agent_nrt(topo, name, plugin_config, str(policy), str(scope), dev, gpu_resource)
     if output is Format.json:
         typer.echo(json.dumps(obj, indent=2))
     else:
@@ -109,14 +120,14 @@ def agent_nrt(
     policy: str,
     scope: str,
     dev_root: Path | None = None,
+    gpu_resource: str = nrt.GPU,
 ) -> dict[str, object]:
     """The agent's NRT object for `topo` right after its first poll, with no pod on the node;
     `dev_root` None: as on a node where every HCA has its device nodes."""
     if dev_root is None:
         with tempfile.TemporaryDirectory(prefix="rdmaplane-dev-") as folder:
-            return agent_nrt(
-                topo, node_name, plugin_config, policy, scope, _device_nodes(topo, Path(folder))
-            )
+            dev = _device_nodes(topo, Path(folder))
+            return agent_nrt(topo, node_name, plugin_config, policy, scope, dev, gpu_resource)
     from rdmaplane.agent.allocation import Allocations
     from rdmaplane.agent.health import HealthState, step
     from rdmaplane.agent.inventory import nrt_object, offered_devices
@@ -137,9 +148,10 @@ def agent_nrt(
         offered_devices(pools),
         health.hcas,
         Allocations(),
-        gpu_resource=nrt.GPU,
+        gpu_resource=gpu_resource,
         policy=policy,
         scope=scope,
+        pools=plugin_config.pools,
     )
 
 

@@ -159,7 +159,7 @@ def explain_placement(
     templates = _pod_templates(pod)
     for label, candidate in templates:  # a pod that cannot be read: said before the nodes are
         try:
-            pl.pod_request(candidate, cache.policy.names)
+            pl.pod_request(candidate)
         except pl.RequestError as exc:
             fail(f"{pod}: {label}: {exc}")
     if kubeconfig is not None:
@@ -193,8 +193,9 @@ def _print_table(explained: dict[str, Any]) -> None:
 
     from rdmaplane.untrusted import printable
 
-    gpus, hcas, shared = explained["request"]["total"]
-    title = f"placement of {explained['pod']}: asking {gpus} GPU, {hcas} HCA, {shared} shared slot"
+    total = explained["request"]["total"]
+    asking = ", ".join(f"{count} {name}" for name, count in total.items()) or "no device"
+    title = f"placement of {explained['pod']}: asking {asking}"
     job = explained["job"]
     if job is not None:
         left = "" if job["remaining"] is None else f", {job['remaining']} to place"

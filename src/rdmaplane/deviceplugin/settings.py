@@ -12,19 +12,17 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from rdmaplane import nrt
 from rdmaplane.nccl import NcclSettings
+from rdmaplane.resources import DEFAULT_POOL, Mode
 from rdmaplane.selectors import Selectors
 from rdmaplane.setting import Seconds, setting
 from rdmaplane.untrusted import FieldError
 
-Mode = Literal["exclusive", "shared"]
 Registration = Literal["kubelet", "plugins-registry"]
 
 RESOURCE_NAME = re.compile(
     r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
-DEFAULT_RESOURCE: dict[str, str] = {"exclusive": nrt.HCA, "shared": nrt.HCA_SHARED}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +43,7 @@ class Pool:
 
     def __post_init__(self) -> None:
         if not self.resource_name:
-            object.__setattr__(self, "resource_name", DEFAULT_RESOURCE[self.mode])
+            object.__setattr__(self, "resource_name", DEFAULT_POOL[self.mode])
         if not RESOURCE_NAME.match(self.resource_name):
             raise FieldError(
                 "resource_name",

@@ -10,7 +10,9 @@ NICs and GPUs get PCIe link files at their model's maximum (`PCIE_LINKS`), unles
 `pcie: {speed, width}` says the link trained short. `netns_mode` is what ib_core's parameter
 reads (`shared`, default; `exclusive`; `none`: a kernel without the parameter); an HCA with
 `netns: pod` was moved into a pod's network namespace (by an RDMA CNI, exclusive mode): only
-its verbs device shows on the node.
+its verbs device shows on the node. An HCA with `data_direct: PATH` (ConnectX-8) has a Data
+Direct function there (Mellanox 0x2100, bound to mlx5_ib), tied to it as the kernel ties
+them: both functions' VPD carry the card's `vuid` in the read-only keyword `VU`.
 """
 
 from __future__ import annotations
@@ -31,10 +33,11 @@ from typing import Any
 import yaml
 
 from rdmaplane.counters import HW, PMA, PORT_COUNTERS
+from rdmaplane.discovery import vpd
 from rdmaplane.discovery.sysfs import IB_CORE, NETNS_PARAMETER, SIDECAR, read_node
 from rdmaplane.discovery.tree import MemoryTree
 from rdmaplane.errors import InputError
-from rdmaplane.model import NodeTopology
+from rdmaplane.model import DATA_DIRECT_DEVICE, NodeTopology
 
 CARDS: dict[str, dict[str, str]] = {
     "cx7": {
@@ -60,6 +63,18 @@ CARDS: dict[str, dict[str, str]] = {
         "hca_type": "MT4126",
         "board_id": "MT_0000000359",
         "fw": "22.38.1002",
+    },
+    "cx8": {  # ConnectX-8 SuperNIC: device id from mlx5_core's table, firmware as NVIDIA ships it
+        "device": "0x1023",
+        "hca_type": "MT4131",
+        "board_id": "MT_0000001100",
+        "fw": "40.44.1036",
+    },
+    "bf3": {  # BlueField-3's integrated ConnectX-7
+        "device": "0xa2dc",
+        "hca_type": "MT41692",
+        "board_id": "MT_0000000884",
+        "fw": "32.44.1036",
     },
     "cx5": {
         "device": "0x1017",
@@ -382,6 +397,8 @@ class _Builder:
             )
             rel = f"{fn}/infiniband/{name}"
             self.link(f"{rel}/device", fn)
+            if "data_direct" in h:
+                self.data_direct(h, fn)
         else:  # software RDMA (rxe/siw) has no PCI function
             fn = None
             rel = f"devices/virtual/infiniband/{name}"
@@ -408,6 +425,17 @@ class _Builder:
             self.write(f"{rel}/board_id", card["board_id"])
         for i, port in enumerate(h.get("ports", [])):
             self.port(name, rel, fn, i + 1, port, guid)
+
+    def data_direct(self, h: dict[str, Any], fn: str) -> None:
+        """The NIC's Data Direct function, and the card's VUID in both functions' VPD."""
+        if "vuid" not in h:
+            raise SampleError(f"HCA {h['name']}: data_direct needs the card's vuid")
+        dd = self.pci_function(
+            h["data_direct"], "0x15b3", DATA_DIRECT_DEVICE, "0x020700", "mlx5_ib"
+        )
+        image = vpd.encode("NVIDIA ConnectX-8 SuperNIC", {"SN": h["vuid"][-8:], "VU": h["vuid"]})
+        for function in (fn, dd):
+            self.tree.add_file(f"{function}/vpd", image)
 
     def port(
         self, hca: str, hca_rel: str, fn: str | None, number: int, p: dict[str, Any], guid: str

@@ -15,11 +15,14 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+from rdmaplane.discovery import vpd
 from rdmaplane.discovery.tree import DiskTree, Tree
 from rdmaplane.model import (
+    DATA_DIRECT_DEVICE,
     MAX_NUMA_NODES,
     MAX_PCIE_GTS,
     MAX_PCIE_WIDTH,
+    MELLANOX_VENDOR,
     NVIDIA_VENDOR,
     Gid,
     GidType,
@@ -45,6 +48,7 @@ from rdmaplane.untrusted import DocumentError, printable
 
 SIDECAR = ".rdmaplane/node.json"  # facts sysfs lacks (hostname, GPU UUIDs), kept beside the tree
 SIDECAR_MAX_BYTES = 8 << 20  # an 8-GPU node's is a few KiB; EINVAL lists of big nodes far less
+VPD_MAX_BYTES = 32768  # the largest VPD the PCI format can address
 IB_CORE = "module/ib_core"
 # ib_core's bool parameter bound to the kernel's `ib_devices_shared_netns`: `Y` shared, `N`
 # exclusive; it follows `rdma system set netns` at run time.
@@ -246,7 +250,7 @@ def read_node(
         fs.recorded_errors = _recorded_errors(fs, sidecar.get("unreadable"))
         numa = _read_numa(fs)
         netdevs = _read_netdevs(fs)
-        hcas = _read_hcas(fs, pci, netdevs)
+        hcas = _read_hcas(fs, pci, netdevs, _read_data_direct(fs, pci))
         gpus = _read_gpus(fs, pci, _sidecar_map(fs, sidecar, "gpus"))
         netns_mode = _read_netns_mode(fs, netlink)
     finally:
@@ -595,8 +599,48 @@ def _read_char_devices(fs: _Sysfs, cls: str, prefixes: Iterable[str]) -> dict[st
     return out
 
 
+def _vuid(fs: _Sysfs, address: str) -> str | None:
+    """The `VU` keyword of a PCI function's VPD; None when it has no readable VPD (the file
+    is root's alone) or no such keyword."""
+    try:
+        data = fs.read(f"bus/pci/devices/{address}/vpd", VPD_MAX_BYTES)
+    except OSError:
+        return None
+    return vpd.ro_keyword(data, "VU")
+
+
+def _read_data_direct(fs: _Sysfs, pci: Callable[[str], PciDevice | None]) -> dict[str, PciDevice]:
+    """ConnectX-8 Data Direct functions (Mellanox device 0x2100), by the VUID in their VPD.
+    The kernel ties one to its NIC by that VUID (the NIC's firmware reports it); sysfs has no
+    link between them, so a NIC's own VPD, which carries the card's `VU`, stands in."""
+    base = "bus/pci/devices"
+    addresses = fs.listdir(base, optional=True)
+    found = {}
+    for address, (_, device) in zip(
+        addresses, fs.read_many(base, [f"{a}/device" for a in addresses]), strict=True
+    ):
+        if isinstance(device, OSError) or device.strip() != DATA_DIRECT_DEVICE.encode():
+            continue
+        if fs.text(f"{base}/{address}/vendor", optional=True) != MELLANOX_VENDOR:
+            continue
+        function, vuid = pci(address), _vuid(fs, address)
+        if function is None:
+            continue
+        if vuid is None:
+            fs.warn(
+                f"{base}/{address}/vpd",
+                "a Data Direct function without a readable VUID: no NIC is paired through it",
+            )
+            continue
+        found[vuid] = function
+    return found
+
+
 def _read_hcas(
-    fs: _Sysfs, pci: Callable[[str], PciDevice | None], netdevs: dict[str, Netdev]
+    fs: _Sysfs,
+    pci: Callable[[str], PciDevice | None],
+    netdevs: dict[str, Netdev],
+    data_direct: dict[str, PciDevice],
 ) -> tuple[Hca, ...]:
     verbs = _read_char_devices(fs, "class/infiniband_verbs", ["uverbs"])
     mad = _read_char_devices(fs, "class/infiniband_mad", ["umad", "issm"])
@@ -613,6 +657,10 @@ def _read_hcas(
         if address is not None and _BDF.match(address):
             dev = pci(address)
         parent_netdev = fs.text(f"{rel}/parent", optional=True) if address is None else None
+        dma = None
+        if dev is not None and dev.vendor == MELLANOX_VENDOR and data_direct:
+            vuid = _vuid(fs, dev.address)
+            dma = data_direct.get(vuid) if vuid is not None else None
         ports = tuple(
             _read_port(fs, name, int(p), dev, netdevs, mad, parent_netdev)
             for p in port_names
@@ -631,6 +679,7 @@ def _read_hcas(
                 board_id=fs.text(f"{rel}/board_id", optional=True),
                 uverbs=next((v for v, (ib, _) in sorted(verbs.items()) if ib == name), None),
                 parent_netdev=parent_netdev,
+                data_direct=dma,
             )
         )
     return tuple(hcas)

@@ -537,7 +537,7 @@ def gpu_nic(host: Host, node: Node) -> Finding:
     rows, far = [], []
     for g in gpus:
         best = min(
-            ((h, pci_relation(g.pci, h.pci)) for h in node.usable if h.pci),
+            ((h, pci_relation(g.pci, h.dma_pci)) for h in node.usable if h.dma_pci),
             key=lambda x: x[1],
             default=None,
         )

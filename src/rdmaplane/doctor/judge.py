@@ -49,7 +49,7 @@ def compute_hcas(topo: NodeTopology, env: Mapping[str, str]) -> HcaChoice:
     paired = [
         h
         for h in up
-        if h.pci and any(pci_relation(g.pci, h.pci) <= Relation.PXB for g in topo.gpus)
+        if h.dma_pci and any(pci_relation(g.pci, h.dma_pci) <= Relation.PXB for g in topo.gpus)
     ]
     if paired:
         return HcaChoice(paired, f"the {len(paired)} HCA(s) at most PXB from a GPU", problem)

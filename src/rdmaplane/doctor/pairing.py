@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.errors import InputError
+from rdmaplane.resources import HCA
 from rdmaplane.workloads import with_template
 
 APP = "rdmaplane-doctor"
@@ -44,11 +45,13 @@ def manifests(
     image: str,
     namespace: str = "rdmaplane-doctor",
     hcas: int = 1,
+    resource: str = HCA,
     duration: int = 5,
 ) -> list[dict[str, Any]]:
     """A headless Service (so clients find servers by DNS) and one Job per role per pair.
 
-    Pods are not privileged: they request `rdmaplane.io/hca`, drop every capability but
+    Pods are not privileged: they request `hcas` of `resource` (an RDMA pool), drop every
+    capability but
     IPC_LOCK, and have a deadline and memory limit. Each prints the checks' and the perf test's
     `-o json` and exits 1 when either fails; `rdmaplane doctor report` merges the logs.
     """
@@ -66,10 +69,11 @@ def manifests(
     ]
     for i, pair in enumerate(pairs):
         server = f"pair-{i}-server"
-        docs.append(_job(server, pair.server, pair, image, namespace, hcas, duration, None))
+        rdma = {resource: str(hcas)}
+        docs.append(_job(server, pair.server, pair, image, namespace, rdma, duration, None))
         peer = f"{server}.{SERVICE}.{namespace}.svc"
         docs.append(
-            _job(f"pair-{i}-client", pair.client, pair, image, namespace, hcas, duration, peer)
+            _job(f"pair-{i}-client", pair.client, pair, image, namespace, rdma, duration, peer)
         )
     return docs
 
@@ -92,12 +96,14 @@ def _job(
     pair: Pair,
     image: str,
     namespace: str,
-    hcas: int,
+    rdma: dict[str, str],
     duration: int,
     peer: str | None,
 ) -> dict[str, Any]:
     role = "--server" if peer is None else f"--client {peer}"
-    wait = f"sleep {ROUND_DELAY_S}; " if pair.round else ""
+    # The wait is Python's, not sleep(1): an image with rdmaplane has Python, not always
+    # coreutils (rdmaplane's own has none).
+    wait = f"python3 -c 'import time; time.sleep({ROUND_DELAY_S})'; " if pair.round else ""
     # Both outputs are printed whatever the first says; the pod's exit status is the worse of
     # the two (1 for a FAIL), so the Job fails when RDMA does not work.
     script = (
@@ -118,8 +124,8 @@ def _job(
                     {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
                 ],
                 "resources": {
-                    "requests": {**RESOURCES["requests"], "rdmaplane.io/hca": str(hcas)},
-                    "limits": {**RESOURCES["limits"], "rdmaplane.io/hca": str(hcas)},
+                    "requests": {**RESOURCES["requests"], **rdma},
+                    "limits": {**RESOURCES["limits"], **rdma},
                 },
                 # Root, for IPC_LOCK: Kubernetes gives a non-root container's processes no
                 # effective capabilities (it sets no ambient set), so memory registration would

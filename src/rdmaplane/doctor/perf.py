@@ -266,7 +266,7 @@ def missing_perftest(which: Callable[[str], str | None] = shutil.which) -> Findi
         Status.FAIL,
         f"{' and '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed (perftest)",
         "install perftest in the image (`apt-get install perftest`, `dnf install perftest`) "
-        "or use the image built from deploy/doctor/Dockerfile",
+        "or use rdmaplane's own image (the Dockerfile, `make image`)",
     )
 
 

@@ -89,6 +89,7 @@ def _entry_object(e: Entry) -> dict[str, Any]:
                 "pool": d.pool,
                 "device": d.device,
                 "cdi": list(d.cdi_ids),
+                **({"shareID": d.share_id} if d.share_id else {}),
             }
             for d in c.devices
         ],
@@ -99,7 +100,9 @@ def _entry(uid: str, e: Mapping[str, Any]) -> Entry:
     if e["state"] not in (STARTED, PREPARED):
         raise ValueError(f"claim {uid}: state {e['state']!r}")
     devices = tuple(
-        PreparedDevice(tuple(d["requests"]), d["pool"], d["device"], tuple(d["cdi"]))
+        PreparedDevice(
+            tuple(d["requests"]), d["pool"], d["device"], tuple(d["cdi"]), d.get("shareID")
+        )
         for d in e["devices"]
     )
     ref = ClaimRef(str(e["namespace"]), str(e["name"]), uid)

@@ -5,8 +5,9 @@ driver and pool it got, per request, and carries the opaque configuration of the
 DeviceClasses. For this driver's devices the answer is one CDI spec per claim, written as a
 *transient* spec (`<vendor>-<class>_<claim UID>`, as the CDI library names them):
 
-- one CDI device per allocated device, named `<claim UID>-<device>`, holding its HCA's verbs
-  device node (`/dev/infiniband/uverbsN`) and its port's `umadN`;
+- one CDI device per allocated device, named `<claim UID>-<device>` (and `-<share ID>` for a
+  share of a shared port), holding its HCA's verbs device node (`/dev/infiniband/uverbsN`) and
+  its port's `umadN`;
 - the spec's own edits, applied once to every container that gets any of the claim's devices:
   `/dev/infiniband/rdma_cm` and the NCCL/UCX environment of exactly the claim's devices (the
   same plan the device plugin's Allocate makes: `nccl.nccl_env`).
@@ -28,6 +29,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
+from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.dra.devices import DraDevice
 from rdmaplane.errors import InputError
 from rdmaplane.model import Hca, NodeTopology, Port
@@ -60,6 +64,7 @@ class PreparedDevice:
     pool: str
     device: str
     cdi_ids: tuple[str, ...]
+    share_id: str | None = None  # the allocation's share of a device several claims hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,59 @@ class _Allocated:
     device: DraDevice
     hca: Hca
     port: Port
+    share_id: str | None
+
+
+# The ResourceClaim as this driver reads it (resource.k8s.io/v1; every other field skipped).
+
+
+class _Meta(msgspec.Struct, frozen=True):
+    uid: str | None = None
+
+
+class _Result(msgspec.Struct, frozen=True):
+    request: str = ""
+    driver: str = ""
+    pool: str = ""
+    device: str = ""
+    share_id: str | None = msgspec.field(default=None, name="shareID")
+
+
+class _Opaque(msgspec.Struct, frozen=True):
+    driver: str = ""
+    parameters: Any = None  # the driver's own config, read by `read_config`
+
+
+class _Config(msgspec.Struct, frozen=True):
+    source: str = "FromClaim"
+    requests: tuple[str, ...] | None = None
+    opaque: _Opaque | None = None
+
+
+class _Devices(msgspec.Struct, frozen=True):
+    results: tuple[_Result, ...] | None = None
+    config: tuple[_Config, ...] | None = None
+
+
+class _Allocation(msgspec.Struct, frozen=True):
+    devices: _Devices | None = None
+
+
+class _Status(msgspec.Struct, frozen=True):
+    allocation: _Allocation | None = None
+
+
+class _Claim(msgspec.Struct, frozen=True):
+    metadata: _Meta = _Meta()
+    status: _Status | None = None
+
+
+def _read(claim: Mapping[str, Any], ref: ClaimRef) -> _Claim:
+    try:
+        return convert(claim, _Claim)
+    except DecodeError as e:
+        what = e.reason.removeprefix("expected ")
+        raise ClaimError(f"claim {ref}: {e.path or 'the claim'} is not {what}") from None
 
 
 def prepare(
@@ -104,18 +162,23 @@ def prepare(
 ) -> PreparedClaim:
     """Prepare one claim (see the module docstring). `present(name)`: does
     `/dev/infiniband/<name>` exist on the host."""
-    _check_identity(claim, ref)
-    allocation = _mapping(_mapping(claim.get("status"), ref, "status").get("allocation"), ref, "")
-    if not allocation:
+    read = _read(claim, ref)
+    if read.metadata.uid != ref.uid:
+        raise ClaimError(
+            f"claim {ref}: the API server holds UID {read.metadata.uid}, the kubelet asked for "
+            f"{ref.uid} (the claim was deleted and created again)"
+        )
+    allocation = read.status.allocation if read.status else None
+    if allocation is None:
         raise ClaimError(f"claim {ref}: not allocated")
-    results = _list(_mapping(allocation.get("devices"), ref, "devices").get("results"), ref)
-    ours = [r for r in results if r.get("driver") == driver]
+    listed = allocation.devices or _Devices()
+    ours = [r for r in listed.results or () if r.driver == driver]
     allocated = [_allocated(r, ref, pool, devices, topo) for r in ours]
     name = spec_name(driver, ref.uid)
     if not allocated:
         return PreparedClaim(ref, (), name, None)
-    settings = _settings(allocation, ref, driver, allocated, pool_settings, read_config)
-    ports = [(a.hca, a.port) for a in allocated]
+    settings = _settings(listed.config or (), ref, driver, allocated, pool_settings, read_config)
+    ports = list(dict.fromkeys((a.hca, a.port) for a in allocated))  # two shares: one port
     try:
         env = nccl_env(topo, ports, settings)
     except NcclPlanError as e:
@@ -137,50 +200,25 @@ def prepare(
             pool,
             a.device.name,
             (f"{vendor}/{CDI_CLASS}={d['name']}",),
+            a.share_id,
         )
         for a, d in zip(allocated, cdi_devices, strict=True)
     )
     return PreparedClaim(ref, prepared, name, spec)
 
 
-def _check_identity(claim: Mapping[str, Any], ref: ClaimRef) -> None:
-    meta = _mapping(claim.get("metadata"), ref, "metadata")
-    uid = meta.get("uid")
-    if uid != ref.uid:
-        raise ClaimError(
-            f"claim {ref}: the API server holds UID {uid}, the kubelet asked for {ref.uid} "
-            "(the claim was deleted and created again)"
-        )
-
-
-def _mapping(value: object, ref: ClaimRef, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise ClaimError(f"claim {ref}: {where or 'allocation'} is not an object")
-    return value
-
-
-def _list(value: object, ref: ClaimRef) -> list[Mapping[str, Any]]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(v, Mapping) for v in value):
-        raise ClaimError(f"claim {ref}: allocation.devices.results is not a list of objects")
-    return value
-
-
 def _allocated(
-    result: Mapping[str, Any],
+    result: _Result,
     ref: ClaimRef,
     pool: str,
     devices: Mapping[str, DraDevice],
     topo: NodeTopology,
 ) -> _Allocated:
-    request, name = str(result.get("request", "")), str(result.get("device", ""))
-    if result.get("pool") != pool:
+    request, name = result.request, result.device
+    if result.pool != pool:
         raise ClaimError(
             f"claim {ref}: device {name} (request {request}) was allocated from pool "
-            f"{result.get('pool')!r}; this node's pool is {pool!r}"
+            f"{result.pool!r}; this node's pool is {pool!r}"
         )
     device = devices.get(name)
     hca = topo.hca(device.hca) if device is not None else None
@@ -189,11 +227,11 @@ def _allocated(
         raise ClaimError(
             f"claim {ref}: device {name} (request {request}) is not on this node any more"
         )
-    return _Allocated(request, device, hca, port)
+    return _Allocated(request, device, hca, port, result.share_id or None)
 
 
 def _settings(
-    allocation: Mapping[str, Any],
+    entries: Sequence[_Config],
     ref: ClaimRef,
     driver: str,
     allocated: Sequence[_Allocated],
@@ -202,20 +240,15 @@ def _settings(
 ) -> NcclSettings:
     """The one NCCL setting for the claim's devices (see the module docstring)."""
     configs = []
-    entries = allocation.get("devices", {}).get("config") or []
-    if not isinstance(entries, list):
-        raise ClaimError(f"claim {ref}: allocation.devices.config is not a list")
     for i, entry in enumerate(entries):
-        opaque = entry.get("opaque") if isinstance(entry, Mapping) else None
-        if not isinstance(opaque, Mapping) or opaque.get("driver") != driver:
+        if entry.opaque is None or entry.opaque.driver != driver:
             continue
-        where = f"claim {ref}: config[{i}] ({entry.get('source', 'FromClaim')})"
+        where = f"claim {ref}: config[{i}] ({entry.source})"
         try:
-            settings = read_config(opaque.get("parameters"), where)
+            settings = read_config(entry.opaque.parameters, where)
         except ValueError as e:
             raise ClaimError(str(e)) from None
-        requests = entry.get("requests") or []
-        configs.append((entry.get("source") != "FromClass", i, requests, settings))
+        configs.append((entry.source != "FromClass", i, entry.requests or (), settings))
     configs.sort(key=lambda c: (c[0], c[1]))  # class configs first, then the claim's, in order
     chosen: dict[str, tuple[str, NcclSettings]] = {}
     for a in allocated:
@@ -245,7 +278,7 @@ def _cdi_device(a: _Allocated, ref: ClaimRef, present: Callable[[str], bool]) ->
         raise ClaimError(f"claim {ref}: {a.hca.name} has no verbs device node ({missing})")
     names = [a.hca.uverbs, *([a.port.umad] if a.port.umad else [])]
     return {
-        "name": f"{ref.uid}-{a.device.name}",
+        "name": "-".join(filter(None, (ref.uid, a.device.name, a.share_id))),
         "containerEdits": {"deviceNodes": _nodes(names, present)},
     }
 

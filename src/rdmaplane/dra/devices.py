@@ -12,8 +12,10 @@ Names are DNS labels derived from the PCI address (`pci-0000-1a-00-0-p1`): HCA n
 `mlx5_3` can move to another card when cards are added, and an allocation made before a
 reboot must still mean the same NIC after it. Standard attributes (`resource.kubernetes.io/…`)
 follow `k8s.io/dynamic-resource-allocation/deviceattribute`: `pcieRoot` is `pci<domain>:<bus>`,
-the first directory below `/sys/devices`; `numaNode` is left out when the kernel says -1 (a
-value every NUMA-less device shared would pair them all).
+the first directory below `/sys/devices`, of the function the NIC's DMA goes through (on a
+ConnectX-8 with Data Direct that function's: the GPU's root on GB300, not the NIC's own);
+`numaNode` is left out when the kernel says -1 (a value every NUMA-less device shared would
+pair them all).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rdmaplane.dra.settings import DraSharing
 from rdmaplane.gid import select_gid
 from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
 from rdmaplane.nccl import NcclSettings
@@ -45,11 +48,34 @@ AttributeValue = int | str | bool
 
 @dataclass(frozen=True, slots=True)
 class Pool:
-    """A device plugin pool as DRA uses it: which ports, and the NCCL/GID policy for them."""
+    """A device plugin pool as DRA uses it: which ports, and the NCCL/GID policy for them;
+    `share` for a shared pool (its ports go to several claims, each taking some bandwidth)."""
 
     name: str  # the pool's resource name, e.g. rdmaplane.io/hca
     selectors: Selectors | None = None  # None: the fastest class of ports that are up
     settings: NcclSettings = field(default_factory=NcclSettings)
+    share: DraSharing | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """A port offered to several claims: `capacity_gbps` (its rate, down to a whole step) is
+    consumed by their requests, `default_gbps` each unless they name more or less."""
+
+    capacity_gbps: int
+    default_gbps: int
+    step_gbps: int
+
+
+def share_of(port: Port, rule: DraSharing) -> Share | None:
+    """The share policy of one port of a shared pool; None (offered whole) when its rate is
+    unknown or below one step."""
+    if port.rate_gbps is None:
+        return None
+    capacity = int(port.rate_gbps) // rule.step_gbps * rule.step_gbps
+    if capacity < rule.step_gbps:
+        return None
+    return Share(capacity, min(rule.default_gbps, capacity), rule.step_gbps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +87,7 @@ class DraDevice:
     port: int
     pool: str
     attributes: tuple[tuple[str, AttributeValue], ...] = ()  # sorted by name
+    share: Share | None = None  # None: one claim at a time
 
     def attribute(self, name: str) -> AttributeValue | None:
         return next((v for k, v in self.attributes if k == name), None)
@@ -108,7 +135,8 @@ def offer(
         if name in out:  # two software devices whose names differ only in punctuation
             name = f"{name[: MAX_NAME - 9].rstrip('-')}-{_digest(hca.name, port.number)}"
         attributes = _attributes(hca, port, pool, by_hca.get(hca.name))
-        out[name] = DraDevice(name, hca.name, port.number, pool.name, attributes)
+        share = share_of(port, pool.share) if pool.share is not None else None
+        out[name] = DraDevice(name, hca.name, port.number, pool.name, attributes, share)
     return out
 
 
@@ -158,8 +186,11 @@ def _attributes(
         "rateGbps": round(port.rate_gbps) if port.rate_gbps is not None else None,
     }
     if hca.pci is not None:
-        found[PCIE_ROOT] = hca.pci.root if _ROOT.match(hca.pci.root) else None
+        root = hca.pcie_root or ""  # of its DMA function: a ConnectX-8's Data Direct one
+        found[PCIE_ROOT] = root if _ROOT.match(root) else None
         found[PCI_BUS_ID] = hca.pci.address if _BDF.match(hca.pci.address) else None
+    if hca.data_direct is not None and _BDF.match(hca.data_direct.address):
+        found["dataDirectBusID"] = hca.data_direct.address
     if hca.numa is not None and hca.numa >= 0:
         found[NUMA_NODE] = found["numaNode"] = hca.numa
     if port.link_layer == LinkLayer.ETHERNET:

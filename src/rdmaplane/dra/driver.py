@@ -29,9 +29,12 @@ from rdmaplane.discovery.devnodes import device_nodes
 from rdmaplane.dra import files
 from rdmaplane.dra.checkpoint import PREPARED, STARTED, Checkpoint, Entry
 from rdmaplane.dra.claims import ClaimError, ClaimRef, PreparedClaim, prepare, spec_name
+from rdmaplane.dra.claimstatus import ClaimStatusWriter
 from rdmaplane.dra.devices import DraDevice, Pool, offer, unusable
-from rdmaplane.dra.kubeletplugin import KubeletPlugin, Outcome
+from rdmaplane.dra.kubeletplugin import DeviceHealth, HealthFeed, KubeletPlugin, Outcome
 from rdmaplane.dra.publisher import SlicePublisher
+from rdmaplane.dra.readiness import Readiness, readiness
+from rdmaplane.dra.settings import DraSharing
 from rdmaplane.dra.slices import device_taints
 from rdmaplane.faults import Fault, Taint
 from rdmaplane.model import NodeTopology
@@ -45,9 +48,12 @@ from rdmaplane.usability import Unusable
 log = logging.getLogger("rdmaplane.dra")
 
 
-def pools_of(configs: Sequence[plugin_settings.Pool]) -> list[Pool]:
-    """The device plugin's pools, as the DRA driver offers them (the same ports, same plan)."""
-    return [Pool(p.resource_name, p.selectors, p.nccl) for p in configs]
+def pools_of(configs: Sequence[plugin_settings.Pool], sharing: DraSharing) -> list[Pool]:
+    """The device plugin's pools, as the DRA driver offers them (the same ports, same plan);
+    a shared pool's ports go to several claims, each taking a share of the port's rate."""
+    return [
+        Pool(p.resource_name, p.selectors, p.nccl, sharing if p.shared else None) for p in configs
+    ]
 
 
 def read_device_config(parameters: object, where: str) -> NcclSettings | None:
@@ -65,7 +71,7 @@ class DraDriver:
         dra = config.dra
         self.driver = dra.driver_name
         self.node = config.node_name
-        self.pools = pools_of(pools)
+        self.pools = pools_of(pools, dra.sharing)
         self.settings = {p.name: p.settings for p in self.pools}
         self.effects = {
             FaultClass.FATAL: None if dra.taints.fatal == "off" else dra.taints.fatal,
@@ -76,18 +82,29 @@ class DraDriver:
         self.devices_dir = config.dev_root / "infiniband"
         self.checkpoint = Checkpoint(config.dra_plugin_dir / "checkpoint.json")
         self.kube = kube
+        self.health = HealthFeed(self.node, dra.health.timeout_s, dra.health.resend_s)
         self.plugin = KubeletPlugin(
             self.driver,
             self,
             plugin_dir=config.dra_plugin_dir,
             registry_dir=config.kubelet_dir / "plugins_registry",
+            health=self.health,
         )
+        binding = dra.binding_conditions
         self.publisher = (
-            SlicePublisher(kube, self.driver, self.node, config.publish) if kube else None
+            SlicePublisher(kube, self.driver, self.node, config.publish, binding=binding)
+            if kube
+            else None
+        )
+        self.claim_status = (
+            ClaimStatusWriter(kube, self.driver, self.node, config.publish)
+            if kube and binding
+            else None
         )
         self.topo = NodeTopology()
         self.devices: dict[str, DraDevice] = {}
         self.taints: dict[str, tuple[Taint, ...]] = {}
+        self.verdicts: dict[str, Readiness] = {}
         self._faults: dict[PortKey, Fault] = {}
         self._reported: dict[PortKey, str] = {}  # port → why the agent's health rules refuse it
         self._nodes: frozenset[str] = frozenset()  # what <dev_root>/infiniband holds
@@ -126,15 +143,28 @@ class DraDriver:
         self._sync(self.devices)
 
     def _sync(self, devices: dict[str, DraDevice]) -> None:
-        """Republish when the devices or their taints differ from what was handed over."""
+        """Republish when the devices or their taints differ from what was handed over; tell
+        the claims (binding conditions) and the kubelet (health) what each device is now."""
         found = unusable(self.topo, devices, self.pools, self._nodes, self.dev_root, self._reported)
         taints = device_taints(devices, self._faults, self.effects, found)
+        self._judge(readiness(self.topo, devices, found, self._faults))
         if devices == self.devices and taints == self.taints:
             return
         self._log_changes(devices, taints, found)
         self.devices, self.taints = devices, taints
         if self.publisher is not None:
             self.publisher.set_devices(list(devices.values()), taints)
+
+    def _judge(self, verdicts: dict[str, Readiness]) -> None:
+        self.verdicts = verdicts
+        if self.claim_status is not None:
+            self.claim_status.set_verdicts(verdicts)
+        self.health.publish(
+            [
+                DeviceHealth(name, v.healthy, "" if v.healthy else f"{v.reason}: {v.message}")
+                for name, v in sorted(verdicts.items())
+            ]
+        )
 
     def _log_changes(
         self,
@@ -176,6 +206,8 @@ class DraDriver:
         await self.plugin.start(supervisor)
         if self.publisher is not None:
             supervisor.spawn("dra slices", self.publisher.run)
+        if self.claim_status is not None:
+            supervisor.spawn("dra claim status", self.claim_status.run)
 
     async def stop(self) -> None:
         await self.plugin.stop()

@@ -8,7 +8,10 @@ Two sockets, as the kubelet's plugin manager expects of a DRA driver:
   `v1beta1.DRAPlugin`, newest first; the kubelet takes the newest it knows) and reports back
   with `NotifyRegistrationStatus`.
 * `<kubelet>/plugins/<driver>/dra.sock`: `NodePrepareResources` and `NodeUnprepareResources`,
-  in both API versions, answered by one `ClaimHandler`.
+  in both API versions, answered by one `ClaimHandler`; and, given a `HealthFeed`, the device
+  health stream `DRAResourceHealth.NodeWatchResources` (v1, and v1alpha1 for 1.36 kubelets):
+  every device's health when the kubelet connects, again on every change and every
+  `resend_s` (the kubelet turns a device it has heard nothing of for its timeout Unknown).
 
 Every claim of a batch gets its own entry in the answer, error or not; the RPC itself fails only
 if the batch cannot be looked at at all. Sockets are renamed into place and watched by inotify
@@ -22,7 +25,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -35,6 +39,10 @@ from rdmaplane.kubelet.api.dra.v1 import api_pb2 as v1
 from rdmaplane.kubelet.api.dra.v1 import api_pb2_grpc as v1_grpc
 from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2 as v1beta1
 from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from rdmaplane.kubelet.api.dra_health.v1 import api_pb2 as health_v1
+from rdmaplane.kubelet.api.dra_health.v1 import api_pb2_grpc as health_v1_grpc
+from rdmaplane.kubelet.api.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from rdmaplane.kubelet.api.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from rdmaplane.kubelet.sockets import FolderEvents, ServeError, inode, serve
@@ -42,7 +50,9 @@ from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.dra")
 PLUGIN_TYPE = "DRAPlugin"
+MAX_HEALTH_MESSAGE = 1024  # the kubelet cuts longer messages
 SERVICES = ("v1.DRAPlugin", "v1beta1.DRAPlugin")  # newest first
+HEALTH_SERVICES = ("v1.DRAResourceHealth", "v1alpha1.DRAResourceHealth")
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,70 @@ class Outcome:
 
     devices: tuple[PreparedDevice, ...] = ()
     error: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceHealth:
+    device: str
+    healthy: bool
+    message: str = ""
+
+
+class HealthFeed:
+    """The latest health of every device of the pool, and a wake-up for every change."""
+
+    def __init__(self, pool: str, timeout_s: float, resend_s: float) -> None:
+        self.pool = pool
+        self.timeout_s = timeout_s
+        self.resend_s = resend_s
+        self.devices: tuple[DeviceHealth, ...] = ()
+        self.streams = 0  # open NodeWatchResources streams
+        self._changed = asyncio.Event()
+
+    def publish(self, devices: Sequence[DeviceHealth]) -> None:
+        if tuple(devices) == self.devices:
+            return
+        self.devices = tuple(devices)
+        self._changed.set()
+        self._changed = asyncio.Event()  # the waiters hold the one just set
+
+    async def reports(self) -> AsyncIterator[tuple[DeviceHealth, ...]]:
+        """The devices now, then after every change, and every `resend_s` in between."""
+        while True:
+            changed = self._changed
+            yield self.devices
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), self.resend_s)
+
+
+def _health_servicer(api: ModuleType, api_grpc: ModuleType, feed: HealthFeed) -> object:
+    """DRAResourceHealth of one API version (v1 and v1alpha1 have the same messages)."""
+
+    class Servicer(api_grpc.DRAResourceHealthServicer):  # type: ignore[name-defined,misc]
+        async def NodeWatchResources(self, request: Any, context: object) -> AsyncIterator[Any]:
+            feed.streams += 1
+            log.info("the kubelet watches device health (%s)", api.DESCRIPTOR.package)
+            try:
+                async for devices in feed.reports():
+                    now = int(time.time())
+                    yield api.NodeWatchResourcesResponse(
+                        devices=[
+                            api.DeviceHealth(
+                                device=api.DeviceIdentifier(
+                                    pool_name=feed.pool, device_name=d.device
+                                ),
+                                health=api.HEALTHY if d.healthy else api.UNHEALTHY,
+                                last_updated_time=now,
+                                health_check_timeout_seconds=int(feed.timeout_s),
+                                message=d.message[:MAX_HEALTH_MESSAGE],
+                            )
+                            for d in devices
+                        ]
+                    )
+            finally:
+                feed.streams -= 1
+
+    return Servicer()
 
 
 class ClaimHandler(Protocol):
@@ -65,6 +139,7 @@ def _refs(claims: Sequence[Any]) -> list[ClaimRef]:
 def _servicer(api: ModuleType, api_grpc: ModuleType, handler: ClaimHandler) -> object:
     """The DRAPlugin service of one API version: v1 and v1beta1 have the same messages (v1
     adds `Device.share_id`, which exclusive devices leave unset)."""
+    shares = "share_id" in api.Device.DESCRIPTOR.fields_by_name
 
     class Servicer(api_grpc.DRAPluginServicer):  # type: ignore[name-defined,misc]
         async def NodePrepareResources(self, request: Any, context: object) -> Any:
@@ -78,6 +153,7 @@ def _servicer(api: ModuleType, api_grpc: ModuleType, handler: ClaimHandler) -> o
                                 pool_name=d.pool,
                                 device_name=d.device,
                                 cdi_device_ids=d.cdi_ids,
+                                **({"share_id": d.share_id} if d.share_id and shares else {}),
                             )
                             for d in o.devices
                         ],
@@ -107,7 +183,7 @@ class _Registration(reg_grpc.RegistrationServicer):
             type=PLUGIN_TYPE,
             name=self.plugin.driver,
             endpoint=str(self.plugin.socket),
-            supported_versions=list(SERVICES),
+            supported_versions=list(self.plugin.services),
         )
 
     async def NotifyRegistrationStatus(
@@ -177,9 +253,11 @@ class KubeletPlugin:
         *,
         plugin_dir: Path,
         registry_dir: Path,
+        health: HealthFeed | None = None,
         recheck_s: float = 30.0,
     ) -> None:
         self.driver = driver
+        self.services = SERVICES + (HEALTH_SERVICES if health is not None else ())
         self.socket = plugin_dir / "dra.sock"
         self.registration_socket = registry_dir / f"{driver}-reg.sock"
         self.recheck_s = recheck_s  # a safety net: inotify tells first
@@ -190,6 +268,13 @@ class KubeletPlugin:
             v1beta1_grpc.add_DRAPluginServicer_to_server(  # type: ignore[no-untyped-call]
                 _servicer(v1beta1, v1beta1_grpc, handler), server
             )
+            if health is not None:
+                health_v1_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
+                    _health_servicer(health_v1, health_v1_grpc, health), server
+                )
+                health_v1alpha1_grpc.add_DRAResourceHealthServicer_to_server(  # type: ignore[no-untyped-call]
+                    _health_servicer(health_v1alpha1, health_v1alpha1_grpc, health), server
+                )
 
         def add_registration(server: grpc.aio.Server) -> None:
             reg_grpc.add_RegistrationServicer_to_server(_Registration(self), server)  # type: ignore[no-untyped-call]

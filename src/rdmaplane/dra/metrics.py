@@ -47,6 +47,17 @@ class DraCollector(Collector):
         yield CounterMetricFamily(
             "rdmaplane_dra_unprepared", "Claims unprepared", value=d.stats["unprepared"]
         )
+        yield GaugeMetricFamily(
+            "rdmaplane_dra_health_streams",
+            "The kubelet's open device health streams (DRAResourceHealth.NodeWatchResources)",
+            value=d.health.streams,
+        )
+        if d.claim_status is not None:
+            yield CounterMetricFamily(
+                "rdmaplane_dra_claim_status_writes",
+                "Binding conditions written into ResourceClaims (status.devices)",
+                value=d.claim_status.writes,
+            )
         if d.publisher is not None:
             yield GaugeMetricFamily(
                 "rdmaplane_dra_pool_generation", "Generation of the node's pool on the API server",

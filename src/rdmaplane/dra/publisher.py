@@ -52,6 +52,7 @@ class SlicePublisher:
         *,
         clock: Callable[[], str] = now_rfc3339,
         on_write: Callable[[], None] = lambda: None,
+        binding: bool = False,
     ) -> None:
         self.client = client
         self.driver = driver
@@ -59,6 +60,7 @@ class SlicePublisher:
         self.config = config
         self.clock = clock
         self.on_write = on_write
+        self.binding = binding  # devices with binding conditions (slices.slice_objects)
         self._devices: list[DraDevice] | None = None
         self._taints: dict[str, tuple[Taint, ...]] = {}
         self._added: dict[TaintKey, str] = {}  # when each taint was first published
@@ -123,14 +125,12 @@ class SlicePublisher:
             return False  # no devices, no pool: nothing to publish or remove
         held = generation_of(stored)
         taints = self._stamped(stored)
-        wanted = slice_objects(self.driver, self.node, self._devices, taints, held, self._node_uid)
+        wanted = self._slices(taints, held)
         complete = {int(s["spec"]["pool"]["generation"]) for s in stored} == {held}
         if complete and same_content(stored, wanted):
             self.generation = held
             return False
-        wanted = slice_objects(
-            self.driver, self.node, self._devices, taints, held + 1, self._node_uid
-        )
+        wanted = self._slices(taints, held + 1)
         by_name = {s["metadata"]["name"]: s for s in stored}
         for body in wanted:
             old = by_name.pop(body["metadata"]["name"], None)
@@ -157,6 +157,18 @@ class SlicePublisher:
             extra={"node": self.node, "generation": self.generation},
         )
         return True
+
+    def _slices(self, taints: Mapping[str, Any], generation: int) -> list[dict[str, Any]]:
+        assert self._devices is not None
+        return slice_objects(
+            self.driver,
+            self.node,
+            self._devices,
+            taints,
+            generation,
+            self._node_uid,
+            binding=self.binding,
+        )
 
     def _stamped(self, stored: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, str]]]:
         """Each wanted taint as it goes on the wire, with the timeAdded the server holds for

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from rdmaplane.nccl import NcclSettings
-from rdmaplane.setting import setting
+from rdmaplane.setting import Seconds, setting
 from rdmaplane.untrusted import FieldError
 
 DEFAULT_DRIVER = "rdma.rdmaplane.io"
@@ -37,6 +37,42 @@ class DraTaints:
 
 
 @dataclass(frozen=True, slots=True)
+class DraSharing:
+    """How a port of a shared pool (`mode: shared`) is divided among claims: by its line rate,
+    in Gb/s (the capacity `bandwidth`). A request that names no bandwidth takes `default_gbps`;
+    one that names some is rounded up to a multiple of `step_gbps`, at most the port's rate."""
+
+    default_gbps: int = setting(100, "what a request naming no bandwidth takes", ge=1, le=10_000)
+    step_gbps: int = setting(25, "shares are multiples of this (also the least)", ge=1, le=10_000)
+
+    def __post_init__(self) -> None:
+        if self.step_gbps < 1 or self.default_gbps % self.step_gbps:
+            raise FieldError(
+                "default_gbps",
+                f"{self.default_gbps} is not a multiple of stepGbps {self.step_gbps}",
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class DraHealth:
+    """The kubelet's device health stream (DRAResourceHealth.NodeWatchResources): what the
+    pod's `containerStatuses[].allocatedResourcesStatus` shows."""
+
+    timeout_s: Seconds = setting(
+        30.0, "the kubelet shows Unknown when no report came for this long", ge=1
+    )
+    resend_s: Seconds = setting(10.0, "every device is reported again this often", gt=0)
+
+    def __post_init__(self) -> None:
+        if self.resend_s >= self.timeout_s:
+            raise FieldError(
+                "resend_s",
+                f"{self.resend_s:g}s must be shorter than timeout ({self.timeout_s:g}s), or "
+                "the kubelet shows Unknown between reports",
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class DraSettings:
     """The DRA driver: ResourceSlices for this node, the kubelet plugin, CDI specs per claim."""
 
@@ -49,6 +85,13 @@ class DraSettings:
     )
     cdi_dir: Path = setting(Path("/var/run/cdi"), "where per-claim CDI specs go (created)")
     taints: DraTaints = setting(factory=DraTaints, doc="device taints for faults")
+    binding_conditions: bool = setting(
+        True,
+        "devices bind to the node and a pod binds once rdmaplane.io/rdma-ready is True on its "
+        "claim (needs DRADeviceBindingConditions)",
+    )
+    health: DraHealth = setting(factory=DraHealth, doc="the kubelet's device health stream")
+    sharing: DraSharing = setting(factory=DraSharing, doc="shares of shared pools' ports")
 
     def __post_init__(self) -> None:
         if len(self.driver_name) > 63 or not _DRIVER_NAME.match(self.driver_name):

@@ -29,7 +29,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rdmaplane.dra.devices import AttributeValue, DraDevice
+from rdmaplane.dra.devices import AttributeValue, DraDevice, Share
+from rdmaplane.dra.readiness import FAILED, READY
 from rdmaplane.faults import TAINT_KEY, Fault, Taint
 from rdmaplane.porthealth import FaultClass, PortKey
 from rdmaplane.usability import Unusable
@@ -39,6 +40,7 @@ MAX_DEVICES = 128
 MAX_DEVICES_TAINTED = 64
 MAX_NAME = 253
 UNUSABLE_EFFECT = "NoSchedule"  # as the device plugin's Unhealthy: no new claim, no eviction
+BANDWIDTH = "bandwidth"  # a shared port's capacity, in the driver's domain, as "<Gb/s>G"
 
 
 def device_taints(
@@ -82,9 +84,13 @@ def slice_objects(
     taints: Mapping[str, Sequence[Mapping[str, Any]]],
     generation: int,
     owner_uid: str | None = None,
+    *,
+    binding: bool = False,
 ) -> list[dict[str, Any]]:
     """The pool's slices as API objects; `taints[name]` are the device's taint objects as they
-    go on the wire (key, value, effect, timeAdded). No devices: no slices (no pool)."""
+    go on the wire (key, value, effect, timeAdded). `binding`: every device binds to the node
+    and a pod binds once the driver set `READY` on its claim (`readiness`). No devices: no
+    slices (no pool)."""
     ordered = sorted(devices, key=lambda d: d.name)
     size = MAX_DEVICES_TAINTED if any(d.name in taints for d in ordered) else MAX_DEVICES
     chunks = [ordered[i : i + size] for i in range(0, len(ordered), size)]
@@ -108,21 +114,50 @@ def slice_objects(
                         "generation": generation,
                         "resourceSliceCount": len(chunks),
                     },
-                    "devices": [_device(d, taints.get(d.name)) for d in chunk],
+                    "devices": [_device(d, taints.get(d.name), binding) for d in chunk],
                 },
             }
         )
     return out
 
 
-def _device(device: DraDevice, taints: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+def _device(
+    device: DraDevice, taints: Sequence[Mapping[str, Any]] | None, binding: bool
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "name": device.name,
         "attributes": {name: _attribute(value) for name, value in device.attributes},
     }
+    if device.share is not None:
+        body["allowMultipleAllocations"] = True
+        body["capacity"] = {BANDWIDTH: _bandwidth(device.share)}
     if taints:
         body["taints"] = [dict(t) for t in taints]
+    if binding:
+        body["bindsToNode"] = True
+        body["bindingConditions"] = [READY]
+        body["bindingFailureConditions"] = [FAILED]
     return body
+
+
+def _bandwidth(share: Share) -> dict[str, Any]:
+    """The port's rate as consumable capacity: a request naming none takes the default, one
+    naming some is rounded up to a step, none may take more than the port has."""
+
+    def gbps(n: int) -> str:
+        return f"{n}G"
+
+    return {
+        "value": gbps(share.capacity_gbps),
+        "requestPolicy": {
+            "default": gbps(share.default_gbps),
+            "validRange": {
+                "min": gbps(share.step_gbps),
+                "max": gbps(share.capacity_gbps),
+                "step": gbps(share.step_gbps),
+            },
+        },
+    }
 
 
 def _attribute(value: AttributeValue) -> dict[str, AttributeValue]:

@@ -1,9 +1,10 @@
 """Kubernetes API adapter: lightkube clients and the resource types rdmaplane reads and writes."""
 
 from rdmaplane.kube.client import KubeconfigError, async_client, load_config, sync_client
-from rdmaplane.kube.resources import NodeDict, NodeResourceTopology, PodDict
+from rdmaplane.kube.resources import ClaimDict, NodeDict, NodeResourceTopology, PodDict
 
 __all__ = [
+    "ClaimDict",
     "KubeconfigError",
     "NodeDict",
     "NodeResourceTopology",

@@ -4,10 +4,11 @@
 one object per node, named after the node); its CRD is `deploy/crds/noderesourcetopology.yaml`.
 Objects are generic dicts: `{"metadata": {...}, "attributes": [...], "zones": [...]}`.
 
-`PodDict` and `NodeDict` are core Pods and Nodes read the same way, as plain dicts, for readers
-that want dicts anyway (the scheduler extender's watches): decoded straight from JSON, without
+`PodDict`, `NodeDict` and `ClaimDict` are core Pods, Nodes and `resource.k8s.io/v1`
+ResourceClaims read the same way, as plain dicts, for readers that want dicts anyway (the
+scheduler extender's watches, the DRA driver's claim watch): decoded straight from JSON, without
 building lightkube's models and converting them back. They are read-only views (list, watch)
-and stay out of lightkube's registry, so `codecs` keeps loading real `Pod`s and `Node`s.
+and stay out of lightkube's registry, so `codecs` keeps loading the real models.
 """
 
 from __future__ import annotations
@@ -35,3 +36,9 @@ class PodDict(GenericNamespacedResource):
 
 class NodeDict(GenericGlobalResource):
     _api_info = create_api_info("", "v1", "Node", "nodes", verbs=_READ)
+
+
+class ClaimDict(GenericNamespacedResource):
+    _api_info = create_api_info(
+        "resource.k8s.io", "v1", "ResourceClaim", "resourceclaims", verbs=_READ
+    )

@@ -187,7 +187,7 @@ def create_app(
         return wire.filter_result(args, found.passed, failed, unresolvable)
 
     def do_prioritize(args: wire.ExtenderArgs) -> bytes:
-        scored = decide.prioritize(args.pod, args.node_names)
+        scored = decide.answer_prioritize(args.pod, args.node_names)
         return wire.priorities(zip(args.node_names, scored.scores, strict=True))
 
     def do_explain(args: wire.ExtenderArgs) -> bytes:
@@ -290,22 +290,24 @@ class DecisionRoutes:
 
 
 def _state_dict(state: pl.NodeState) -> dict[str, Any]:
+    """A node state for people, every count by resource name."""
+    v = state.vocabulary
     return {
         "policy": state.policy,
         "scope": state.scope,
+        "resources": {"gpus": v.gpus, "exclusive": v.exclusive, "shared": v.shared},
         "zones": [
             {
                 "name": z.name,
-                "capacity": z.capacity,
-                "free": z.free,
+                "capacity": dict(z.capacity),
+                "free": dict(z.free),
+                "poolHcas": dict(z.pool_hcas),
                 "roots": [
                     {
                         "name": r.name,
-                        "gpus": r.gpus,
-                        "hcas": r.hcas,
-                        "freeGpus": r.free_gpus,
-                        "freeHcas": r.free_hcas,
-                        "poolHcas": r.pool_hcas,
+                        "devices": dict(r.devices),
+                        "free": dict(r.free),
+                        "poolHcas": dict(r.pool_hcas),
                     }
                     for r in z.roots
                 ],

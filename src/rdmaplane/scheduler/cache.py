@@ -9,18 +9,25 @@ touches only dict lookups for nodes that did not change.
 
 For job-aware scoring it also keeps each node's place on the fabric (tier ids from its labels,
 per-HCA rails from the NRT's HCA zones) and the members of every pod group it has seen, bound or
-still pending, with the node each is bound to.
+still pending, with the node each is bound to. Like kube-scheduler's own cache, it *assumes* a
+job's pod on the node it scored best (`assume`) until the watch shows where the pod was bound:
+a job's pods are scored back to back, each before its predecessors' binds reach the watch, and
+without the assumption each would be scored as if it were the job's first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any
 
+import msgspec
+
 from rdmaplane import fabric as fab
 from rdmaplane import nrt as nrtmod
+from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.settings import ExtenderSettings, FabricScoring
@@ -55,9 +62,43 @@ def _bulk(table: Mapping[Any, Any], keys: Sequence[Any]) -> tuple[Any, ...]:
     return got if len(keys) > 1 else (got,)
 
 
-def pod_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+class _Named(msgspec.Struct, frozen=True):
+    """Any object, as far as its name goes: what an object the models refuse is known by."""
+
+    metadata: pl.ObjectMeta = pl.ObjectMeta()
+
+
+class _Condition(msgspec.Struct, frozen=True):
+    type: str
+    status: str = ""
+    reason: str | None = None
+    message: str | None = None
+
+
+class _NodeStatus(msgspec.Struct, frozen=True):
+    conditions: tuple[_Condition, ...] | None = None
+
+
+class Node(msgspec.Struct, frozen=True):
+    """A v1 Node as the extender reads it: its labels (fabric tiers) and RDMAReady."""
+
+    metadata: pl.ObjectMeta = pl.ObjectMeta()
+    status: _NodeStatus | None = None
+
+
+def _named(obj: Mapping[str, Any]) -> pl.ObjectMeta:
+    try:
+        return convert(obj, _Named).metadata
+    except DecodeError:
+        return pl.ObjectMeta()
+
+
+def pod_key(obj: pl.Pod | Mapping[str, Any]) -> str:
+    """namespace/name of a pod, read through the model (an unreadable one by its name alone)."""
+    if isinstance(obj, pl.Pod):
+        return obj.key
+    meta = _named(obj)
+    return f"{meta.namespace or 'default'}/{meta.name}"
 
 
 class ClusterCache:
@@ -66,12 +107,17 @@ class ClusterCache:
         policy: pl.Policy = pl.Policy(),
         memo_limit: int = 200_000,
         tier_schemes: Sequence[Sequence[str]] = fab.DEFAULT_LABEL_SCHEMES,
+        assume_for_s: float = FabricScoring().assume_for_s,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
         self.tier_schemes = tier_schemes
+        self._assume_for_s = assume_for_s
+        self._clock = clock
         self.synced = dict.fromkeys(KINDS, False)
         self._memo_limit = memo_limit
         self._nrts: dict[str, nrtmod.NodeResourceTopology] = {}
+        self._published: dict[str, pl.NodeState] = {}  # each NRT's state, before bound pods
         self._nrt_errors: dict[str, str] = {}
         self._not_ready: dict[str, str] = {}  # node → RDMAReady=False message
         self._nodes: set[str] = set()
@@ -90,21 +136,24 @@ class ClusterCache:
         self._members: dict[str, dict[str, str]] = {}  # group → {pod key: node or ""}
         self._readers: dict[str, dict[str, str]] = {}  # group → {pending reader: its group}
         self._reads: dict[str, str] = {}  # pending reader's key → the group it reads
+        self._assumed: dict[str, dict[str, tuple[str, float]]] = {}  # group → {key: (node, until)}
+        self._assumed_in: dict[str, str] = {}  # assumed pod's key → its group
 
     @classmethod
     def configured(cls, settings: ExtenderSettings) -> ClusterCache:
         """The cache as the extender's settings say: its policy, memo size, label schemes."""
         policy = pl.Policy(settings.weights, settings.resources)
-        return cls(policy, settings.memo_entries, settings.fabric.tier_labels)
+        fabric = settings.fabric
+        return cls(policy, settings.memo_entries, fabric.tier_labels, fabric.assume_for_s)
 
     # ---- feeding -------------------------------------------------------------------------------
 
     def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
         """One watch event (`ADDED`, `MODIFIED`, `DELETED`) of a kind in `KINDS`."""
-        name = (obj.get("metadata") or {}).get("name", "")
         if kind == "pod":
             self._set_pod(obj) if event != "DELETED" else self._forget_pod(pod_key(obj))
         elif event == "DELETED":
+            name = _named(obj).name
             self._drop_nrt(name) if kind == "nrt" else self._drop_node(name)
         else:
             self._set_nrt(obj) if kind == "nrt" else self._set_node(obj)
@@ -118,7 +167,7 @@ class ClusterCache:
                 self._forget_pod(key)
         else:
             known = (set(self._nrts) | set(self._nrt_errors)) if kind == "nrt" else set(self._nodes)
-            keep = {(o.get("metadata") or {}).get("name", "") for o in objs}
+            keep = {_named(o).name for o in objs}
             for name in known - keep:
                 self.apply(kind, "DELETED", {"metadata": {"name": name}})
         for obj in objs:
@@ -126,15 +175,18 @@ class ClusterCache:
         self.synced[kind] = True
 
     def _set_nrt(self, obj: Mapping[str, Any]) -> None:
-        name = (obj.get("metadata") or {}).get("name", "")
         try:
             topology = nrtmod.from_object(obj)
+            name = topology.name
         except nrtmod.NrtError as exc:
+            name = _named(obj).name
             self._nrts.pop(name, None)
+            self._published.pop(name, None)
             self._nrt_errors[name] = str(exc)
         else:
             self._nrt_errors.pop(name, None)
             self._nrts[name] = topology
+            self._published[name] = pl.node_state(topology, self.policy.vocabulary)
         uplinks = topology.uplinks() if name in self._nrts else ()
         self._rails[name] = tuple(
             sorted({(u.rail, u.switch) for u in uplinks if u.rail is not None})
@@ -144,6 +196,7 @@ class ClusterCache:
 
     def _drop_nrt(self, name: str) -> None:
         self._nrts.pop(name, None)
+        self._published.pop(name, None)
         self._nrt_errors.pop(name, None)
         self._rails.pop(name, None)
         self._relocate(name)
@@ -160,25 +213,21 @@ class ClusterCache:
             self.locations.pop(name, None)
 
     def _set_node(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
-        name = meta.get("name", "")
+        try:
+            node = convert(obj, Node)
+        except DecodeError:
+            node = Node(_named(obj))  # the API server's Nodes are always readable: no news
+        name = node.metadata.name
         self._nodes.add(name)
-        labels = meta.get("labels")
+        labels = node.metadata.labels
         found = fab.location_from_labels(labels, self.tier_schemes) if labels else None
         if (found.tiers if found else ()) != self._tiers.get(name, ()):
             self._tiers[name] = found.tiers if found else ()
             self._relocate(name)
-        conditions = (obj.get("status") or {}).get("conditions") or []
-        ready = next(
-            (
-                c
-                for c in conditions
-                if isinstance(c, Mapping) and c.get("type") == nrtmod.CONDITION_RDMA_READY
-            ),
-            None,
-        )
-        if ready is not None and ready.get("status") == "False":
-            why = ready.get("message") or ready.get("reason") or "no reason given"
+        conditions = (node.status.conditions if node.status else None) or ()
+        ready = next((c for c in conditions if c.type == nrtmod.CONDITION_RDMA_READY), None)
+        if ready is not None and ready.status == "False":
+            why = ready.message or ready.reason or "no reason given"
             self._not_ready[name] = f"{nrtmod.CONDITION_RDMA_READY}=False: {why}"
         else:
             self._not_ready.pop(name, None)
@@ -190,33 +239,33 @@ class ClusterCache:
         self._relocate(name)
 
     def _set_pod(self, obj: Mapping[str, Any]) -> None:
-        key = pod_key(obj)
-        spec = obj.get("spec") or {}
-        node = spec.get("nodeName") or ""
-        phase = (obj.get("status") or {}).get("phase")
         try:
-            request = pl.pod_request(obj, self.policy.names)
-        except pl.RequestError:
-            request = None  # the API server admitted it; we cannot count it, so we don't
-        finished = phase in ("Succeeded", "Failed")
+            pod = pl.read_pod(obj)
+            key = pod.key
+            request: pl.PodRequest | None = pl.pod_request(pod)
+        except pl.RequestError:  # admitted by the API server, yet we cannot count it
+            pod, key, request = pl.Pod(), pod_key(obj), None
+        node = (pod.spec.node_name if pod.spec else None) or ""
+        finished = pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
         wants = request is not None and request.wants_devices and not finished
-        group = ja.pod_group(obj) if wants else ja.PodGroup(None, None, None)
+        group = ja.pod_group(pod) if wants else ja.PodGroup(None, None, None)
         self._track_group(key, group.group, node)
         self._track_reader(key, group.kv_peers if group.group and not node else None, group.group)
         if not node or not wants or request is None:
             self._drop_pod(key)
             return
-        created = (obj.get("metadata") or {}).get("creationTimestamp") or ""
-        pod = BoundPod(key, node, created, request)
-        if self._pods.get(key) == pod:
+        bound = BoundPod(key, node, pod.metadata.creation_timestamp or "", request)
+        if self._pods.get(key) == bound:
             return
         self._drop_pod(key)
-        self._pods[key] = pod
+        self._pods[key] = bound
         self._pods_by_node.setdefault(node, set()).add(key)
-        self._add_to(node, pod)
+        self._add_to(node, bound)
 
     def _track_group(self, key: str, group: str | None, node: str) -> None:
         """Keep the pod's group membership (bound or pending) in step with the pod."""
+        if node or not group:  # bound, or gone: the watch knows better than an assumption
+            self._unassume(key)
         was = self._group_of.get(key)
         if was == ((group, node) if group else None):
             return
@@ -229,6 +278,38 @@ class ClusterCache:
         if group:
             self._group_of[key] = (group, node)
             self._members.setdefault(group, {})[key] = node
+
+    def assume(self, pod: pl.Pod | Mapping[str, Any], node: str) -> None:
+        """Count a pending pod of a group at `node` (the node it scored best) for its peers'
+        scores, until its bind is watched or `assume_for_s` passes (kube-scheduler chose
+        another node, or could not bind)."""
+        group = ja.pod_group(pod).group
+        key = pod_key(pod)
+        if not group or self._group_of.get(key, ("", ""))[1]:
+            return
+        self._unassume(key)
+        self._assumed.setdefault(group, {})[key] = (node, self._clock() + self._assume_for_s)
+        self._assumed_in[key] = group
+
+    def _unassume(self, key: str) -> None:
+        group = self._assumed_in.pop(key, None)
+        if group is not None:
+            assumed = self._assumed[group]
+            del assumed[key]
+            if not assumed:
+                del self._assumed[group]
+
+    def _placed(self, group: str | None) -> dict[str, str]:
+        """The group's pods with the node each is bound to, or assumed on ("" if neither);
+        assumptions past their time are dropped here."""
+        members = dict(self._members.get(group or "", {}))
+        now = self._clock()
+        for key, (node, until) in list(self._assumed.get(group or "", {}).items()):
+            if until <= now:
+                self._unassume(key)
+            elif not members.get(key):
+                members[key] = node
+        return members
 
     def _track_reader(self, key: str, kv_peers: str | None, group: str | None) -> None:
         """Pending pods that read another group's KV cache, by that group: its first pod makes
@@ -267,7 +348,7 @@ class ClusterCache:
             (self._pods[k] for k in self._pods_by_node.get(name, ()) if k not in accounted),
             key=lambda p: (p.created, p.key),
         )
-        state = pl.node_state(topology, self.policy.names)
+        state = self._published[name]
         self._subtract(name, topology, state, (), ("", ""), pods)
 
     def _add_to(self, name: str, pod: BoundPod) -> None:
@@ -357,12 +438,17 @@ class ClusterCache:
         for sid in set(sids).difference(memo):
             memo[sid] = pl.evaluate(self._states[sid], request, self.policy)
         found = _bulk(memo, sids)
-        if self._not_ready and request.wants_rdma:
+        if self._not_ready and self._maybe_rdma(request):
             return [
                 self._one(name, request, memo) if name in self._not_ready else v
                 for name, v in zip(names, found, strict=True)
             ]
         return found
+
+    def _maybe_rdma(self, request: pl.PodRequest) -> bool:
+        """Whether some node may count one of the request's resources as RDMA: anything not a
+        GPU by the cluster's names (a node's own names decide, in `_one`)."""
+        return any(self.policy.vocabulary.kind(n) != "gpu" for n in request.total)
 
     def _memo_for(self, request: pl.PodRequest) -> dict[int, pl.Verdict]:
         """The decisions memoised for a pod request, by state id (emptied when too many)."""
@@ -385,7 +471,7 @@ class ClusterCache:
         entry = self._entries.get(name)
         if entry is None:
             return self._without_topology(name, request)
-        if request.wants_rdma and name in self._not_ready:
+        if name in self._not_ready and entry.state.vocabulary.wants_rdma(request.total):
             return pl.Verdict(False, False, self._not_ready[name], 0, "")
         found = memo.get(entry.sid)
         if found is None:
@@ -396,27 +482,29 @@ class ClusterCache:
         return self.verdicts((name,), request)[0]
 
     def _without_topology(self, name: str, request: pl.PodRequest) -> pl.Verdict:
+        """A node without a usable NRT, judged by the cluster's names."""
+        request = request.on(self.policy.vocabulary)
         if not request.wants_devices:
             return pl.PASS_THROUGH
         if name in self._nrt_errors:
             why = f"malformed NodeResourceTopology: {self._nrt_errors[name]}"
         else:
             why = "no NodeResourceTopology published for this node"
-        if request.wants_rdma:
+        if self.policy.vocabulary.wants_rdma(request.total):
             return pl.Verdict(False, True, why, 0, "")
         return pl.Verdict(True, False, f"{why}; GPU-only pod passes unscored", 0, "")
 
     # ---- job-aware scoring ----------------------------------------------------------------------
 
-    def job_context(self, pod: Mapping[str, Any]) -> ja.JobContext | None:
+    def job_context(self, pod: pl.Pod | Mapping[str, Any]) -> ja.JobContext | None:
         """The pod's bound peers and how many of its group are left to place (None when the
         pod belongs to no group and reads no other group's KV cache)."""
         group = ja.pod_group(pod)
         if group.group is None and group.kv_peers is None:
             return None
         me = pod_key(pod)
-        own = {k: n for k, n in self._members.get(group.group or "", {}).items() if k != me}
-        kv = self._members.get(group.kv_peers or "", {}) if group.kv_peers != group.group else {}
+        own = {k: n for k, n in self._placed(group.group).items() if k != me}
+        kv = self._placed(group.kv_peers) if group.kv_peers != group.group else {}
         bound = [n for n in own.values() if n]
         peers = tuple(bound + [n for k, n in kv.items() if n and k != me])
         known = len(own) + 1
@@ -429,7 +517,7 @@ class ClusterCache:
 
     def job_scores(
         self,
-        pod: Mapping[str, Any],
+        pod: pl.Pod | Mapping[str, Any],
         names: Sequence[str],
         request: pl.PodRequest,
         verdicts: Sequence[pl.Verdict],
@@ -461,7 +549,7 @@ class ClusterCache:
         if found is None:
             found, state = 0, entry.state
             while found < cap:
-                placed = pl.place_pod(state, request, self.policy.names)
+                placed = pl.place_pod(state, request)
                 if isinstance(placed, pl.Rejection):
                     break
                 found, state = found + 1, placed[1]

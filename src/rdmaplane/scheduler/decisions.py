@@ -62,10 +62,11 @@ class Decisions:
             [],
         )
 
-    def filter(self, pod: Mapping[str, Any], names: list[str]) -> Filtered:
+    def filter(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Filtered:
         """Raises `placement.RequestError` for a pod whose request cannot be read."""
         self._last = (None, [], None, [])
-        request = pl.pod_request(pod, self.cache.policy.names)
+        pod = pl.read_pod(pod)
+        request = pl.pod_request(pod)
         found = self.cache.verdicts(names, request)
         fits = list(map(_FITS, found))
         passed = list(compress(names, fits))
@@ -81,16 +82,28 @@ class Decisions:
                 target.update(zip(compress(bad_names, keep), reasons, strict=True))
         return Filtered(request, found, passed, failed, unresolvable)
 
-    def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> Scored:
+    def prioritize(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Scored:
+        pod = pl.read_pod(pod)
         uid, passed, request, found = self._last
         if request is None or uid is None or uid != _uid(pod) or passed != names:
-            request = pl.pod_request(pod, self.cache.policy.names)
+            request = pl.pod_request(pod)
             found = list(self.cache.verdicts(names, request))
         scores, terms = self.cache.job_scores(pod, names, request, found, self.weights)
         return Scored(request, found, scores, terms)
 
-    def explain(self, pod: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+    def answer_prioritize(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Scored:
+        """`prioritize` as kube-scheduler is told it; a pod of a job is then assumed on its
+        best node (`ClusterCache.assume`), so the job's next pod, scored before this one's
+        bind reaches the watch, is scored with it. Explaining assumes nothing."""
+        scored = self.prioritize(pod, names)
+        if scored.terms is not None and names:
+            best = max(range(len(names)), key=scored.scores.__getitem__)
+            self.cache.assume(pod, names[best])
+        return scored
+
+    def explain(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> dict[str, Any]:
         """Filter `names`, prioritize those that passed: one row per node, best first."""
+        pod = pl.read_pod(pod)
         filtered = self.filter(pod, names)
         scored = self.prioritize(pod, filtered.passed)
         score = dict(zip(filtered.passed, scored.scores, strict=True))
@@ -108,17 +121,16 @@ class Decisions:
         }
 
 
-def _uid(pod: Mapping[str, Any]) -> str | None:
-    meta = pod.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, Mapping) else None
-    return uid if isinstance(uid, str) and uid else None
+def _uid(pod: pl.Pod) -> str | None:
+    return pod.metadata.uid or None
 
 
 def explain_request(request: pl.PodRequest) -> dict[str, Any]:
+    """The devices asked for, by resource name: per container, per init container, in all."""
     return {
-        "containers": request.containers,
-        "initContainers": request.init,
-        "total": request.total,
+        "containers": [dict(c) for c in request.containers],
+        "initContainers": [dict(c) for c in request.init],
+        "total": dict(request.total),
     }
 
 

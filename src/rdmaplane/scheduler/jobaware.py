@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.fabric import Location, closeness
+from rdmaplane.scheduler.placement import Pod, read_pod
 from rdmaplane.scheduler.settings import FabricScoring
 
 GROUP_LABEL = "rdmaplane.io/group"
@@ -58,12 +59,11 @@ class PodGroup:
     size: int | None  # stated size of the group, if any
 
 
-def pod_group(pod: Mapping[str, Any]) -> PodGroup:
-    """The group a pod object belongs to, by its labels and annotations."""
-    meta = pod.get("metadata") or {}
-    labels = _strings(meta.get("labels"))
-    annotations = _strings(meta.get("annotations"))
-    namespace = meta.get("namespace") or "default"
+def pod_group(pod: Pod | Mapping[str, Any]) -> PodGroup:
+    """The group a pod belongs to, by its labels and annotations (`placement.read_pod`)."""
+    meta = read_pod(pod).metadata
+    labels, annotations = meta.labels or {}, meta.annotations or {}
+    namespace = meta.namespace or "default"
     group = None
     for key in GROUP_LABELS:
         value = labels.get(key)
@@ -77,12 +77,6 @@ def pod_group(pod: Mapping[str, Any]) -> PodGroup:
     sizes.append(_count(annotations.get(LWS_SIZE)))
     known = [s for s in sizes if s]
     return PodGroup(group, f"{namespace}/{kv}" if kv else None, max(known) if known else None)
-
-
-def _strings(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def _count(value: str | None) -> int | None:

@@ -69,7 +69,7 @@ def layout(
             distances=nrt.numa_distances(topology),
         )
     devices: list[nrt.Device] = []
-    pool: list[tuple[int, str | None]] = []
+    pool: list[nrt.PoolHca] = []
     distances = _TWO_SOCKETS
     if kind in ("hgx", "hgx-shared"):
         for i, root in enumerate(_HGX_ROOTS):
@@ -77,7 +77,7 @@ def layout(
             if kind == "hgx":
                 devices.append(nrt.Device(nrt.HCA, i // 4, root))
             else:
-                pool.append((i // 4, root))
+                pool.append(nrt.PoolHca(nrt.HCA_SHARED, i // 4, root))
         if kind == "hgx-shared":
             devices += [nrt.Device(nrt.HCA_SHARED, numa) for numa in (0, 1) for _ in range(16)]
     elif kind == "dgx-a100":

@@ -31,12 +31,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rdmaplane import nrt as nrtmod
-from rdmaplane.errors import InputError
-from rdmaplane.scheduler.settings import ResourceNames, Weights
+import msgspec
 
-Vec = tuple[int, int, int]  # (GPUs, exclusive HCAs, shared slots)
-ZERO: Vec = (0, 0, 0)
+from rdmaplane import nrt as nrtmod
+from rdmaplane.decoding import DecodeError, convert, parse_quantity
+from rdmaplane.errors import InputError
+from rdmaplane.resources import DEFAULT, NONE, Amounts, Vocabulary, is_extended
+from rdmaplane.scheduler.settings import Weights
 
 MAX_MASK_ZONES = 8  # the Topology Manager's own default limit on NUMA nodes
 
@@ -47,8 +48,11 @@ class RequestError(InputError):
 
 @dataclass(frozen=True)
 class Policy:
+    """How nodes are scored, and the cluster's resource names: what a node's NRT is read with
+    when it does not name its own (`nrt.NodeResourceTopology.vocabulary`)."""
+
     weights: Weights = field(default_factory=Weights)
-    names: ResourceNames = field(default_factory=ResourceNames)
+    vocabulary: Vocabulary = DEFAULT
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,136 +63,181 @@ KINDS = ("init", "sidecar", "app")
 
 @dataclass(frozen=True, slots=True)
 class ContainerRequest:
-    """One container's devices: a regular init container, a sidecar (an init container with
-    `restartPolicy: Always`) or an app container."""
+    """One container's devices by resource name: a regular init container, a sidecar (an init
+    container with `restartPolicy: Always`) or an app container."""
 
     kind: str
-    devices: Vec
-    zero: tuple[int, ...] = ()  # resources its limits name with a count of 0 (see kubelet_hint)
+    devices: Amounts
+    zero: tuple[str, ...] = ()  # resources its limits name with a count of 0 (see kubelet_hint)
 
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """Device requests of a pod, as the scheduler and the kubelet count them."""
+    """Extended-resource requests of a pod, as the scheduler and the kubelet count them. Read
+    without a vocabulary (a pod is one request on every node); `on` keeps what a node's
+    vocabulary names."""
 
     steps: tuple[ContainerRequest, ...]  # containers naming devices, in the kubelet's order
-    total: Vec  # the effective pod request (max of the app sum and each init container)
-    zero: tuple[int, ...] = ()  # resources named by some container, 0 in total
+    total: Amounts  # the effective pod request (max of the app sum and each init container)
+    zero: tuple[str, ...] = ()  # resources named by some container, 0 in total
 
     @classmethod
-    def of(cls, *devices: Vec) -> PodRequest:
+    def of(cls, *devices: Mapping[str, int]) -> PodRequest:
         """A pod of app containers only."""
-        steps = tuple(ContainerRequest("app", d) for d in devices if d != ZERO)
-        total = ZERO
-        for d in devices:
-            total = _add(total, d)
+        units = [Amounts(d) for d in devices]
+        steps = tuple(ContainerRequest("app", d) for d in units if d)
+        total = NONE
+        for d in units:
+            total = total + d
         return cls(steps, total)
 
     @property
-    def containers(self) -> tuple[Vec, ...]:
+    def containers(self) -> tuple[Amounts, ...]:
         """Devices of the containers that run alongside each other: sidecars and apps."""
         return tuple(s.devices for s in self.steps if s.kind != "init")
 
     @property
-    def init(self) -> tuple[Vec, ...]:
+    def init(self) -> tuple[Amounts, ...]:
         return tuple(s.devices for s in self.steps if s.kind == "init")
 
     @property
     def wants_devices(self) -> bool:
-        return self.total != ZERO
+        return bool(self.total)
+
+    def on(self, vocabulary: Vocabulary) -> PodRequest:
+        """The request as a node with `vocabulary` sees it: the resources it names alone
+        (others are not devices there; kube-scheduler's own fit checks count them)."""
+        known = vocabulary.kind
+        if all(known(n) for n in self.total) and all(known(n) for n in self.zero):
+            return self
+        names = vocabulary.names
+        steps = []
+        for s in self.steps:
+            devices, zero = s.devices.only(names), tuple(n for n in s.zero if known(n))
+            if devices or zero:
+                steps.append(ContainerRequest(s.kind, devices, zero))
+        return PodRequest(
+            tuple(steps), self.total.only(names), tuple(n for n in self.zero if known(n))
+        )
+
+
+class DeviceCounts(dict[str, int]):
+    """A container's `limits` or `requests` as the device manager reads them: the count of
+    each extended resource (0 too: naming one matters), whole and non-negative; the other
+    resources (cpu, memory) are not devices and are left out."""
+
+    expected = "an object"
+
+    @classmethod
+    def from_wire(cls, value: Any) -> DeviceCounts:
+        if not isinstance(value, dict):
+            raise ValueError("expected an object")
+        return cls(
+            (name, parse_count(count, f"[{name}]"))
+            for name, count in value.items()
+            if isinstance(name, str) and is_extended(name)
+        )
+
+
+class ResourceRequirements(msgspec.Struct, frozen=True):
+    limits: DeviceCounts | None = None
+    requests: DeviceCounts | None = None
+
+
+class Container(msgspec.Struct, frozen=True, rename="camel"):
+    resources: ResourceRequirements | None = None
+    restart_policy: str | None = None  # "Always" makes an init container a sidecar
+
+
+class PodSpec(msgspec.Struct, frozen=True, rename="camel"):
+    containers: tuple[Container, ...] | None = None
+    init_containers: tuple[Container, ...] | None = None
+    node_name: str | None = None
+
+
+class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
+    name: str = ""
+    namespace: str | None = None
+    uid: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    creation_timestamp: str | None = None
+
+
+class PodStatus(msgspec.Struct, frozen=True):
+    phase: str | None = None
+
+
+class Pod(msgspec.Struct, frozen=True):
+    """A v1 Pod as the extender reads it: who it is, what each container asks for, where it
+    is bound; every other field is skipped when decoding."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: PodSpec | None = None
+    status: PodStatus | None = None
 
     @property
-    def wants_rdma(self) -> bool:
-        return self.total[1] > 0 or self.total[2] > 0
+    def key(self) -> str:
+        """namespace/name"""
+        return f"{self.metadata.namespace or 'default'}/{self.metadata.name}"
 
 
-def pod_request(pod: Any, names: ResourceNames = ResourceNames()) -> PodRequest:
-    """Read GPU/HCA/shared-slot requests of a v1 Pod object (requests, else limits), in the
-    order the kubelet admits containers: init containers and sidecars as listed, then apps."""
-    if not isinstance(pod, Mapping):
-        raise RequestError("Pod: expected an object")
-    spec = pod.get("spec")
-    if not isinstance(spec, Mapping):
+def read_pod(obj: Pod | Mapping[str, Any]) -> Pod:
+    """A Pod object (decoded JSON/YAML) through the model; `RequestError` names the field."""
+    if isinstance(obj, Pod):
+        return obj
+    try:
+        return convert(obj, Pod, "Pod")
+    except DecodeError as e:
+        raise RequestError(str(e)) from None
+
+
+def pod_request(pod: Pod | Mapping[str, Any]) -> PodRequest:
+    """The extended-resource requests of a Pod (requests, else limits), in the order the
+    kubelet admits containers: init containers and sidecars as listed, then apps."""
+    spec = read_pod(pod).spec
+    if spec is None:
         raise RequestError("Pod.spec: expected an object")
     steps: list[ContainerRequest] = []
-    sidecars: Vec = ZERO
-    total: Vec = ZERO
-    named: set[int] = set()
-    for i, c in _items(spec, "initContainers"):
-        vec, names_here = _container_vec(c, f"Pod.spec.initContainers[{i}]", names)
-        kind = "sidecar" if c.get("restartPolicy") == "Always" else "init"
+    sidecars = total = NONE
+    named: set[str] = set()
+    for c in spec.init_containers or ():
+        vec, names_here = _container_request(c)
+        kind = "sidecar" if c.restart_policy == "Always" else "init"
         steps.append(ContainerRequest(kind, vec, tuple(r for r in names_here if not vec[r])))
         named.update(names_here)
         if kind == "sidecar":
-            sidecars = _add(sidecars, vec)
+            sidecars = sidecars + vec
         else:
-            total = _max(total, _add(vec, sidecars))
+            total = total | (vec + sidecars)
     apps = sidecars
-    for i, c in _items(spec, "containers"):
-        vec, names_here = _container_vec(c, f"Pod.spec.containers[{i}]", names)
+    for c in spec.containers or ():
+        vec, names_here = _container_request(c)
         steps.append(ContainerRequest("app", vec, tuple(r for r in names_here if not vec[r])))
         named.update(names_here)
-        apps = _add(apps, vec)
-    total = _max(total, apps)
+        apps = apps + vec
+    total = total | apps
     return PodRequest(
-        tuple(s for s in steps if s.devices != ZERO or s.zero),
+        tuple(s for s in steps if s.devices or s.zero),
         total,
         tuple(r for r in sorted(named) if not total[r]),
     )
 
 
-def _items(spec: Mapping[str, Any], key: str) -> list[tuple[int, Mapping[str, Any]]]:
-    value = spec.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise RequestError(f"Pod.spec.{key}: expected a list")
-    for i, c in enumerate(value):
-        if not isinstance(c, Mapping):
-            raise RequestError(f"Pod.spec.{key}[{i}]: expected an object")
-    return list(enumerate(value))
-
-
-def _container_vec(
-    container: Mapping[str, Any], where: str, names: ResourceNames
-) -> tuple[Vec, tuple[int, ...]]:
-    """The container's GPUs, HCAs and shared slots, and which of them it names at all."""
-    resources = container.get("resources")
-    if resources is None:
-        return ZERO, ()
-    if not isinstance(resources, Mapping):
-        raise RequestError(f"{where}.resources: expected an object")
-    amounts = []
-    named = []
-    for r, name in enumerate(names.as_tuple()):
-        value = 0
-        for kind in ("limits", "requests"):  # requests win when both are set
-            table = resources.get(kind)
-            if table is None:
-                continue
-            if not isinstance(table, Mapping):
-                raise RequestError(f"{where}.resources.{kind}: expected an object")
-            if name in table:
-                value = parse_count(table[name], f"{where}.resources.{kind}[{name}]")
-                named.append(r)
-        amounts.append(value)
-    return (amounts[0], amounts[1], amounts[2]), tuple(dict.fromkeys(named))
+def _container_request(container: Container) -> tuple[Amounts, tuple[str, ...]]:
+    """The container's extended resources, and which of them it names at all (0 too)."""
+    if container.resources is None:
+        return NONE, ()
+    amounts = {**(container.resources.limits or {}), **(container.resources.requests or {})}
+    return Amounts(amounts), tuple(sorted(amounts))  # requests win when both are set
 
 
 def parse_count(value: Any, where: str) -> int:
     """A device count: a whole, non-negative Kubernetes quantity ("2", 2, "1k")."""
-    quantity = nrtmod.parse_quantity(value)
+    quantity = parse_quantity(value)
     if quantity is None or quantity < 0 or quantity != quantity.to_integral_value():
         raise RequestError(f"{where}: expected a whole number of devices, got {value!r}")
     return int(quantity)
-
-
-def _add(a: Vec, b: Vec) -> Vec:
-    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
-
-
-def _max(a: Vec, b: Vec) -> Vec:
-    return (max(a[0], b[0]), max(a[1], b[1]), max(a[2], b[2]))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,30 +246,46 @@ def _max(a: Vec, b: Vec) -> Vec:
 
 @dataclass(frozen=True, slots=True)
 class RootState:
-    """A PCIe root complex: its GPUs and exclusive HCAs (capacity, free) and shared-pool HCAs.
+    """A PCIe root complex: its GPUs and exclusive HCAs by resource (allocatable, free) and the
+    HCAs of each shared pool on it.
 
     The root named "" holds a NUMA zone's devices that no published root claims; it never pairs.
     """
 
     name: str
-    gpus: int
-    hcas: int
-    free_gpus: int
-    free_hcas: int
-    pool_hcas: int = 0
+    devices: Amounts
+    free: Amounts
+    pool_hcas: Amounts = NONE
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "_hash", hash((self.name, self.devices, self.free, self.pool_hcas))
+        )
+
+    def __hash__(self) -> int:  # once: node states are interned, and share their roots
+        return self._hash
 
 
 @dataclass(frozen=True, slots=True)
 class ZoneState:
     name: str
-    capacity: Vec  # allocatable: the healthy devices
-    free: Vec
+    capacity: Amounts  # allocatable: the healthy devices
+    free: Amounts
     roots: tuple[RootState, ...]
-    pool_hcas: int = 0  # shared-pool HCAs in this zone
-    installed: Vec | None = None  # every device the plugins registered, unhealthy ones too
+    pool_hcas: Amounts = NONE  # HCAs of each shared pool in this zone
+    installed: Amounts | None = None  # every device the plugins registered, unhealthy ones too
+    _hash: int = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        fields = (self.name, self.capacity, self.free, self.roots, self.pool_hcas, self.installed)
+        object.__setattr__(self, "_hash", hash(fields))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @property
-    def registered(self) -> Vec:
+    def registered(self) -> Amounts:
         """What the kubelet's hints count (its `allDevices`): unhealthy devices too."""
         return self.capacity if self.installed is None else self.installed
 
@@ -232,57 +297,50 @@ class NodeState:
     policy: str
     scope: str
     zones: tuple[ZoneState, ...]
+    vocabulary: Vocabulary = DEFAULT  # which of its resources are GPUs, HCA pools, shared pools
 
     def fresh(self) -> NodeState:
         """The same node with nothing allocated (tells unresolvable from merely full)."""
         zones = tuple(
-            replace(
-                z,
-                free=z.capacity,
-                roots=tuple(replace(r, free_gpus=r.gpus, free_hcas=r.hcas) for r in z.roots),
-            )
+            replace(z, free=z.capacity, roots=tuple(replace(r, free=r.devices) for r in z.roots))
             for z in self.zones
         )
         return replace(self, zones=zones)
 
 
 def node_state(
-    topology: nrtmod.NodeResourceTopology, names: ResourceNames = ResourceNames()
+    topology: nrtmod.NodeResourceTopology, vocabulary: Vocabulary = DEFAULT
 ) -> NodeState:
-    """Summarise a published NRT for the policy (zones in NUMA id order)."""
-    gpu, hca, shared = names.as_tuple()
+    """Summarise a published NRT for the policy (zones in NUMA id order), by the names it
+    publishes, else `vocabulary`."""
+    names = topology.vocabulary(vocabulary)
+    rooted = names.rooted
     zones = []
     for zone in sorted(topology.numa_zones(), key=_numa_order):
-        cap: Vec = (zone.allocatable(gpu), zone.allocatable(hca), zone.allocatable(shared))
-        installed: Vec = (zone.capacity(gpu), zone.capacity(hca), zone.capacity(shared))
-        free: Vec = (
-            min(zone.available(gpu), cap[0]),
-            min(zone.available(hca), cap[1]),
-            min(zone.available(shared), cap[2]),
-        )
+        cap = Amounts((n, zone.allocatable(n)) for n in names.names)
+        installed = Amounts((n, zone.capacity(n)) for n in names.names)
+        free = Amounts((n, min(zone.available(n), cap[n])) for n in names.names)
         roots = [
             RootState(
                 r.name,
-                r.allocatable(gpu),
-                r.allocatable(hca),
-                min(r.available(gpu), r.allocatable(gpu)),
-                min(r.available(hca), r.allocatable(hca)),
-                r.shared_hcas,
+                Amounts((n, r.allocatable(n)) for n in rooted),
+                Amounts((n, min(r.available(n), r.allocatable(n))) for n in rooted),
+                Amounts(r.pool_hcas(names.shared)),
             )
             for r in sorted(topology.pcie_roots(zone.name), key=lambda r: r.name)
         ]
         rest = RootState(
             "",
-            max(cap[0] - sum(r.gpus for r in roots), 0),
-            max(cap[1] - sum(r.hcas for r in roots), 0),
-            max(free[0] - sum(r.free_gpus for r in roots), 0),
-            max(free[1] - sum(r.free_hcas for r in roots), 0),
+            Amounts((n, max(cap[n] - sum(r.devices[n] for r in roots), 0)) for n in rooted),
+            Amounts((n, max(free[n] - sum(r.free[n] for r in roots), 0)) for n in rooted),
         )
-        if rest.gpus or rest.hcas:
+        if rest.devices:
             roots.append(rest)
-        pool = sum(r.pool_hcas for r in roots) or (1 if cap[2] else 0)
+        pool = Amounts(
+            (s, sum(r.pool_hcas[s] for r in roots) or (1 if cap[s] else 0)) for s in names.shared
+        )
         zones.append(ZoneState(zone.name, cap, free, tuple(roots), pool, installed))
-    return NodeState(topology.policy, topology.scope, tuple(zones))
+    return NodeState(topology.policy, topology.scope, tuple(zones), names)
 
 
 def _numa_order(zone: nrtmod.Zone) -> tuple[int, str]:
@@ -293,7 +351,7 @@ def _numa_order(zone: nrtmod.Zone) -> tuple[int, str]:
 # ---------------------------------------------------------------------------------------------
 # The kubelet's choice of NUMA zones
 
-Roots = tuple[tuple[tuple[int, int], ...], ...]  # per zone, per root: (GPUs, HCAs)
+Roots = tuple[tuple[Amounts, ...], ...]  # per zone, per root: GPUs and exclusive HCAs by name
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,17 +368,17 @@ class UnitPlacement:
     """Where one container's devices land on a node (the kubelet allocates per container, in
     both scopes; under scope `pod` every container gets the pod's affinity)."""
 
-    unit: Vec
+    unit: Amounts
     zones: tuple[int, ...]  # the NUMA affinity the Topology Manager picks; () for none at all
     preferred: bool
     taken: Roots  # devices newly allocated
-    shared_taken: int  # shared slots newly allocated (each spans the pool's NUMA zones)
+    shared_taken: Amounts  # shared slots newly allocated (each spans the pool's NUMA zones)
     pcie_pairs: int  # GPUs with a NIC of theirs on the same PCIe root
     numa_pairs: int  # ... on the same NUMA zone (includes pcie_pairs)
     needed: int  # pairs a perfect placement would make
     kind: str = "app"  # init | sidecar | app
-    reused: Roots = ()  # devices taken over from the pod's init containers
-    shared_reused: int = 0
+    reused: Roots = ()  # devices taken over from the pod's init containers (() for none)
+    shared_reused: Amounts = NONE
 
     @property
     def devices(self) -> Roots:
@@ -335,9 +393,7 @@ class UnitPlacement:
         if not self.zones:
             return ()
         return tuple(
-            z
-            for z, roots in enumerate(self.devices)
-            if z not in self.zones and any(g or h for g, h in roots)
+            z for z, roots in enumerate(self.devices) if z not in self.zones and any(roots)
         )
 
     @property
@@ -358,38 +414,47 @@ class Reusable:
     pod's later containers first, and a later container's hints must cover their zones."""
 
     roots: Roots
-    shared: int = 0
+    shared: Amounts = NONE  # slots of each shared pool
+    holds_devices: bool = field(init=False, repr=False, compare=False)  # on some root
 
-    def count(self, r: int) -> int:
-        if r == 2:
-            return self.shared
-        return sum(pair[r] for zone in self.roots for pair in zone)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "holds_devices", any(any(zone) for zone in self.roots))
 
-    def mask(self, r: int) -> int:
-        """Zones holding reusable devices of resource r (slots: none, they span the pool)."""
-        if r == 2:
+    def count(self, name: str) -> int:
+        if not self.holds_devices:
+            return self.shared[name]
+        return self.shared[name] + sum(held[name] for zone in self.roots for held in zone)
+
+    def mask(self, name: str) -> int:
+        """Zones holding reusable devices of `name` (slots: none, they span the pool)."""
+        if not self.holds_devices:
             return 0
-        return sum(1 << z for z, zone in enumerate(self.roots) if any(p[r] for p in zone))
+        return sum(1 << z for z, zone in enumerate(self.roots) if any(h[name] for h in zone))
 
     def after(self, placed: UnitPlacement) -> Reusable:
         """A regular init container adds what it holds; a sidecar or an app container takes
         what it reused away (upstream: add/removeContainerAllocatedResources)."""
         if placed.kind == "init":
             return Reusable(_plus(self.roots, placed.taken, 1), self.shared + placed.shared_taken)
-        if not placed.reused:
+        if not placed.reused and not placed.shared_reused:
             return self
-        return Reusable(_plus(self.roots, placed.reused, -1), self.shared - placed.shared_reused)
+        roots = _plus(self.roots, placed.reused, -1) if placed.reused else self.roots
+        return Reusable(roots, self.shared - placed.shared_reused)
 
 
 def _no_devices(state: NodeState) -> Roots:
-    return tuple(tuple((0, 0) for _ in z.roots) for z in state.zones)
+    return tuple(tuple(NONE for _ in z.roots) for z in state.zones)
 
 
 def _plus(a: Roots, b: Roots, sign: int) -> Roots:
     return tuple(
-        tuple((g + sign * bg, h + sign * bh) for (g, h), (bg, bh) in zip(za, zb, strict=True))
+        tuple(_moved(x, y, sign) for x, y in zip(za, zb, strict=True))
         for za, zb in zip(a, b, strict=True)
     )
+
+
+def _moved(a: Amounts, b: Amounts, sign: int) -> Amounts:
+    return a + b if sign > 0 else a - b
 
 
 def _mask_sums(values: Sequence[int]) -> list[int]:
@@ -413,20 +478,20 @@ def _narrowness(mask: int) -> tuple[int, int]:
     return (mask.bit_count(), mask)
 
 
-def resource_hints(state: NodeState, r: int, want: int, reusable: Reusable) -> list[Hint]:
-    """The device manager's hints for `want` devices of resource r (upstream
-    `generateDeviceTopologyHints`): every set of the NUMA zones that have devices of r which
+def resource_hints(state: NodeState, name: str, want: int, reusable: Reusable) -> list[Hint]:
+    """The device manager's hints for `want` devices of resource `name` (upstream
+    `generateDeviceTopologyHints`): every set of the NUMA zones that have devices of it which
     holds all reusable ones and enough of them with the free ones; preferred when no smaller
     set of those zones has that many devices installed (unhealthy ones count: the kubelet counts
     every registered device). Shared slots span their pool's zones: a set touching the pool
     holds every slot."""
     n = len(state.zones)
-    combine = _mask_maxes if r == 2 else _mask_sums
-    installed = combine([z.registered[r] for z in state.zones])
-    free = combine([z.free[r] for z in state.zones])
-    bearing = sum(1 << i for i, z in enumerate(state.zones) if z.registered[r])
+    combine = _mask_maxes if state.vocabulary.kind(name) == "shared" else _mask_sums
+    installed = combine([z.registered[name] for z in state.zones])
+    free = combine([z.free[name] for z in state.zones])
+    bearing = sum(1 << i for i, z in enumerate(state.zones) if z.registered[name])
     width = bearing.bit_count()
-    must, reused = reusable.mask(r), reusable.count(r)
+    must, reused = reusable.mask(name), reusable.count(name)
     masks = [m for m in range(1, 1 << n) if not m & ~bearing]
     for m in masks:
         if installed[m] >= want:
@@ -473,7 +538,7 @@ def merge_hints(state: NodeState, hints: Sequence[Sequence[Hint]]) -> Hint:
 
 
 def kubelet_hint(
-    state: NodeState, unit: Vec, reusable: Reusable, zero: Iterable[int] = ()
+    state: NodeState, unit: Amounts, reusable: Reusable, zero: Iterable[str] = ()
 ) -> tuple[Hint, bool] | None:
     """The affinity the Topology Manager gives a unit and whether it admits it; None under
     policy `none` (no hints, no affinity). Beyond 8 NUMA zones the kubelet refuses to start
@@ -487,10 +552,10 @@ def kubelet_hint(
     full = (1 << len(state.zones)) - 1
     if len(state.zones) > MAX_MASK_ZONES:
         return Hint(full, False), state.policy not in ("restricted", "single-numa-node")
-    named = {r for r in range(3) if unit[r]} | {
-        r for r in zero if any(z.registered[r] for z in state.zones)
-    }
-    hints = [resource_hints(state, r, unit[r], reusable) for r in sorted(named)]
+    named = set(unit) | {n for n in zero if any(z.registered[n] for z in state.zones)}
+    hints = [
+        resource_hints(state, n, unit[n], reusable) for n in state.vocabulary.names if n in named
+    ]
     if not hints:  # no device asked for: the providers have no preference
         return Hint(full, True), True
     best = merge_hints(state, hints)
@@ -498,13 +563,11 @@ def kubelet_hint(
     return best, admit
 
 
-def _misfit_reason(
-    state: NodeState, unit: Vec, names: ResourceNames, reusable: Reusable | None = None
-) -> str:
+def _misfit_reason(state: NodeState, unit: Amounts, reusable: Reusable | None = None) -> str:
     short = _short_of(state, unit, reusable)
     if short is not None:
-        return f"insufficient {names.as_tuple()[short]}"
-    wants = " + ".join(f"{unit[r]} {names.as_tuple()[r]}" for r in range(3) if unit[r])
+        return f"insufficient {short}"
+    wants = " + ".join(f"{unit[n]} {n}" for n in state.vocabulary.names if unit[n])
     if state.policy == "single-numa-node":
         return f"single-numa-node: no NUMA zone can hold {wants}"
     if state.policy == "restricted":
@@ -514,7 +577,7 @@ def _misfit_reason(
 
 @dataclass(slots=True)
 class _Pool:
-    """Devices of one kind, per zone and root, and what one container took of them."""
+    """Devices of one resource, per zone and root, and what one container took of them."""
 
     free: list[list[int]]
     took: list[list[int]]
@@ -529,94 +592,127 @@ class _Pool:
         self.took[z][i] += step
         return step
 
-    def take_in_zone(self, z: int, count: int, partner: _Pool) -> int:
-        """Up to `count` from zone z, first from roots where the partner kind has none free (so
-        roots that can still make a pair stay whole)."""
+    def take_in_zone(self, z: int, count: int, partners: Sequence[_Pool]) -> int:
+        """Up to `count` from zone z, first from roots where the partner kind (HCAs for GPUs,
+        GPUs for HCAs) has none free, so roots that can still make a pair stay whole."""
         got = 0
-        for i in sorted(range(len(self.free[z])), key=lambda i: partner.free[z][i] > 0):
+        order = sorted(range(len(self.free[z])), key=lambda i: any(p.free[z][i] for p in partners))
+        for i in order:
             got += self.take(z, i, count - got)
         return got
 
 
+@dataclass(frozen=True, slots=True)
+class _Pairing:
+    """What one container pairs: its GPU resources with its exclusive HCAs, or (asking for
+    shared slots and no exclusive HCA) with the HCAs of its shared pools."""
+
+    gpus: tuple[str, ...]
+    hcas: tuple[str, ...]
+    pools: tuple[str, ...]  # the shared pools whose HCAs its GPUs pair with
+
+    @classmethod
+    def of(cls, vocabulary: Vocabulary, unit: Amounts) -> _Pairing:
+        hcas = tuple(n for n in vocabulary.exclusive if unit[n])
+        pools = () if hcas else tuple(n for n in vocabulary.shared if unit[n])
+        return cls(tuple(n for n in vocabulary.gpus if unit[n]), hcas, pools)
+
+    def near_pool(self, pool_hcas: Amounts) -> bool:
+        return any(pool_hcas[p] for p in self.pools)
+
+
 def _free(state: NodeState) -> Roots:
-    return tuple(tuple((r.free_gpus, r.free_hcas) for r in z.roots) for z in state.zones)
+    return tuple(tuple(r.free for r in z.roots) for z in state.zones)
 
 
-def _pools(devices: Roots) -> tuple[_Pool, _Pool]:
-    return (
-        _Pool.of([[g for g, _ in zone] for zone in devices]),
-        _Pool.of([[h for _, h in zone] for zone in devices]),
-    )
+def _pools(devices: Roots, names: Iterable[str]) -> dict[str, _Pool]:
+    return {n: _Pool.of([[held[n] for held in zone] for zone in devices]) for n in names}
 
 
 def _take_pairs(
     state: NodeState,
-    pools: tuple[_Pool, _Pool],
-    need: list[int],
+    pools: Mapping[str, _Pool],
+    need: dict[str, int],
     order: Sequence[int],
-    shared: bool,
+    pairing: _Pairing,
 ) -> Roots:
     """Take GPUs and HCAs from `pools` in the zones in `order`: pairs on one PCIe root first,
-    then pairs within a zone, then the rest; `need` goes down by what was taken. With a shared
-    slot instead of HCAs a GPU pairs with any pool HCA, so GPUs on roots with pool HCAs go
-    first."""
-    gpus, hcas = pools
+    then pairs within a zone, then the rest; `need` goes down by what was taken. With shared
+    slots instead of HCAs a GPU pairs with any HCA of the pool, so GPUs on roots with pool HCAs
+    go first."""
+    vocab = state.vocabulary
+    partners = {
+        n: [pools[p] for p in (vocab.exclusive if n in vocab.gpus else vocab.gpus)] for n in pools
+    }
     for z in order:  # 1. pairs on one PCIe root
         for i, root in enumerate(state.zones[z].roots):
             if not root.name:
                 continue
-            if shared and root.pool_hcas:
-                need[0] -= gpus.take(z, i, need[0])
-            elif not shared:
-                step = min(gpus.free[z][i], hcas.free[z][i], need[0], need[1])
-                need[0] -= gpus.take(z, i, step)
-                need[1] -= hcas.take(z, i, step)
+            if pairing.pools and pairing.near_pool(root.pool_hcas):
+                for g in pairing.gpus:
+                    need[g] -= pools[g].take(z, i, need[g])
+            for g in pairing.gpus:
+                for h in pairing.hcas:
+                    step = min(pools[g].free[z][i], pools[h].free[z][i], need[g], need[h])
+                    need[g] -= pools[g].take(z, i, step)
+                    need[h] -= pools[h].take(z, i, step)
     for z in order:  # 2. pairs within a NUMA zone
-        if shared and state.zones[z].pool_hcas:
-            need[0] -= gpus.take_in_zone(z, need[0], hcas)
-        elif not shared:
-            pairs = min(sum(gpus.free[z]), sum(hcas.free[z]), need[0], need[1])
-            need[0] -= gpus.take_in_zone(z, pairs, hcas)
-            need[1] -= hcas.take_in_zone(z, pairs, gpus)
+        if pairing.pools and pairing.near_pool(state.zones[z].pool_hcas):
+            for g in pairing.gpus:
+                need[g] -= pools[g].take_in_zone(z, need[g], partners[g])
+        for g in pairing.gpus:
+            for h in pairing.hcas:
+                pairs = min(sum(pools[g].free[z]), sum(pools[h].free[z]), need[g], need[h])
+                need[g] -= pools[g].take_in_zone(z, pairs, partners[g])
+                need[h] -= pools[h].take_in_zone(z, pairs, partners[h])
     for z in order:  # 3. whatever is left
-        need[0] -= gpus.take_in_zone(z, need[0], hcas)
-        need[1] -= hcas.take_in_zone(z, need[1], gpus)
-    return tuple(tuple(zip(g, h, strict=True)) for g, h in zip(gpus.took, hcas.took, strict=True))
+        for n in (*pairing.gpus, *pairing.hcas):
+            need[n] -= pools[n].take_in_zone(z, need[n], partners[n])
+    return tuple(
+        tuple(Amounts((n, p.took[z][i]) for n, p in pools.items()) for i in range(len(zone.roots)))
+        for z, zone in enumerate(state.zones)
+    )
 
 
-def _plan_zones(state: NodeState, unit: Vec, reusable: Reusable) -> tuple[int, ...]:
+def _plan_zones(state: NodeState, unit: Amounts, reusable: Reusable) -> tuple[int, ...]:
     """Without an affinity the plugins choose; assume the narrowest set of zones that holds
     the container (the best case), for the score only: nothing is promised."""
     n = len(state.zones)
-    frees = [
-        _mask_sums(
+    rooted = [r for r in state.vocabulary.rooted if unit[r]]
+    frees = {
+        r: _mask_sums(
             [z.free[r] + sum(p[r] for p in reusable.roots[i]) for i, z in enumerate(state.zones)]
         )
-        for r in range(2)
-    ]
+        for r in rooted
+    }
     for m in sorted(range(1, 1 << n), key=_narrowness):
-        if all(frees[r][m] >= unit[r] for r in range(2)):
+        if all(frees[r][m] >= unit[r] for r in rooted):
             return tuple(i for i in range(n) if m >> i & 1)
     return tuple(range(n))
 
 
-def _short_of(state: NodeState, unit: Vec, reusable: Reusable | None) -> int | None:
+def _short_of(state: NodeState, unit: Amounts, reusable: Reusable | None) -> str | None:
     """The first resource the node (free plus the pod's reusable devices) has too few of."""
-    slots = max((z.free[2] for z in state.zones if z.capacity[2]), default=0)
-    for r, free in enumerate((*_sum_vecs(z.free for z in state.zones)[:2], slots)):
-        if unit[r] > free + (reusable.count(r) if reusable else 0):
-            return r
+    for name in state.vocabulary.names:
+        if not unit[name]:
+            continue
+        if state.vocabulary.kind(name) == "shared":
+            free = max((z.free[name] for z in state.zones if z.capacity[name]), default=0)
+        else:
+            free = sum(z.free[name] for z in state.zones)
+        if unit[name] > free + (reusable.count(name) if reusable else 0):
+            return name
     return None
 
 
-def _none_healthy(state: NodeState, named: Iterable[int], names: ResourceNames) -> str | None:
+def _none_healthy(state: NodeState, named: Iterable[str]) -> str | None:
     """Why the kubelet refuses a container that names (a count of 0 too) a resource whose
     devices are all unhealthy: `devicesToAllocate` checks health before the count."""
-    for r in named:
-        if any(z.registered[r] for z in state.zones) and not any(
-            z.capacity[r] for z in state.zones
+    for name in named:
+        if any(z.registered[name] for z in state.zones) and not any(
+            z.capacity[name] for z in state.zones
         ):
-            return f"no healthy {names.as_tuple()[r]} (every one registered is unhealthy)"
+            return f"no healthy {name} (every one registered is unhealthy)"
     return None
 
 
@@ -626,34 +722,37 @@ def allocate(
     affinity: tuple[int, ...],
     preferred: bool,
     reusable: Reusable,
-    names: ResourceNames = ResourceNames(),
 ) -> UnitPlacement | Rejection:
     """The devices one container gets (upstream `devicesToAllocate`): its pod's reusable
     devices first, then free ones inside the affinity, and only when those run short the rest
     from other zones. Which ones inside the affinity is up to the device plugins; this takes
     the best achievable pairing (GPU + NIC on one PCIe root, else on one zone)."""
     unit = step.devices
-    dead = _none_healthy(state, (*(r for r in range(3) if unit[r]), *step.zero), names)
+    dead = _none_healthy(state, (*unit, *step.zero))
     if dead is not None:
         return Rejection(dead)
     short = _short_of(state, unit, reusable)
     if short is not None:
-        return Rejection(f"insufficient {names.as_tuple()[short]}")
+        return Rejection(f"insufficient {short}")
     plan = affinity or _plan_zones(state, unit, reusable)
     rest = tuple(z for z in range(len(state.zones)) if z not in plan)
-    need = [unit[0], unit[1]]
-    shared = unit[1] == 0 and unit[2] > 0
-    reused = _take_pairs(state, _pools(reusable.roots), need, (*plan, *rest), shared)
-    free = _pools(_free(state))
-    _take_pairs(state, free, need, plan, shared)  # every aligned device before any other
-    taken = _take_pairs(state, free, need, rest, shared)
-    shared_reused = min(unit[2], reusable.shared)
+    rooted = state.vocabulary.rooted
+    need = {n: unit[n] for n in rooted}
+    pairing = _Pairing.of(state.vocabulary, unit)
+    reused: Roots = ()  # nothing, unless earlier init containers left devices to hand on
+    if reusable.holds_devices:
+        reused = _take_pairs(state, _pools(reusable.roots, rooted), need, (*plan, *rest), pairing)
+    free = _pools(_free(state), rooted)
+    _take_pairs(state, free, need, plan, pairing)  # every aligned device before any other
+    taken = _take_pairs(state, free, need, rest, pairing)
+    slots = unit.only(state.vocabulary.shared)
+    shared_reused = Amounts((s, min(c, reusable.shared[s])) for s, c in slots.items())
     placed = UnitPlacement(
         unit,
         affinity,
         preferred,
         taken,
-        unit[2] - shared_reused,
+        slots - shared_reused,
         0,
         0,
         0,
@@ -666,21 +765,28 @@ def allocate(
 
 def _with_pairs(state: NodeState, p: UnitPlacement) -> UnitPlacement:
     """Count the container's GPU-NIC pairs on one PCIe root and on one NUMA zone."""
-    unit, devices = p.unit, p.devices
-    shared = unit[1] == 0 and unit[2] > 0
-    needed = min(unit[0], unit[1]) if unit[1] else (unit[0] if unit[2] else 0)
+    vocab, devices = state.vocabulary, p.devices
+    pairing = _Pairing.of(vocab, p.unit)
+    gpus = sum(p.unit[n] for n in vocab.gpus)
+    hcas = sum(p.unit[n] for n in vocab.exclusive)
+    needed = min(gpus, hcas) if hcas else (gpus if pairing.pools else 0)
     pcie = numa = 0
     for z, zone in enumerate(state.zones):
-        for root, (g, h) in zip(zone.roots, devices[z], strict=True):
+        in_zone = [0, 0]
+        for root, held in zip(zone.roots, devices[z], strict=True):
+            g, h = sum(held[n] for n in vocab.gpus), sum(held[n] for n in vocab.exclusive)
+            in_zone = [in_zone[0] + g, in_zone[1] + h]
             if root.name:
-                pcie += g if shared and root.pool_hcas else (0 if shared else min(g, h))
-        gz = sum(g for g, _ in devices[z])
-        numa += (
-            gz
-            if shared and zone.pool_hcas
-            else (0 if shared else min(gz, sum(h for _, h in devices[z])))
-        )
+                pcie += _pairs(pairing, g, h, root.pool_hcas)
+        numa += _pairs(pairing, in_zone[0], in_zone[1], zone.pool_hcas)
     return replace(p, pcie_pairs=min(pcie, needed), numa_pairs=min(numa, needed), needed=needed)
+
+
+def _pairs(pairing: _Pairing, gpus: int, hcas: int, pool_hcas: Amounts) -> int:
+    """Pairs among `gpus` and `hcas` held in one place (a root, a zone) with `pool_hcas`."""
+    if pairing.pools:
+        return gpus if pairing.near_pool(pool_hcas) else 0
+    return min(gpus, hcas)
 
 
 def apply(state: NodeState, placement: UnitPlacement) -> NodeState:
@@ -697,27 +803,18 @@ def _shift(state: NodeState, placement: UnitPlacement, sign: int) -> NodeState:
     """Shared slots span every zone of their pool, as the NRT counts them."""
     zones = []
     for z, zone in enumerate(state.zones):
+        moved = Amounts((s, c) for s, c in placement.shared_taken.items() if zone.capacity[s])
+        for held in placement.taken[z]:
+            moved = moved + held
+        if not moved:  # untouched: the same zone, its hash already known
+            zones.append(zone)
+            continue
         roots = tuple(
-            replace(root, free_gpus=root.free_gpus + sign * g, free_hcas=root.free_hcas + sign * h)
-            for root, (g, h) in zip(zone.roots, placement.taken[z], strict=True)
+            replace(root, free=_moved(root.free, held, sign)) if held else root
+            for root, held in zip(zone.roots, placement.taken[z], strict=True)
         )
-        took_g = sum(g for g, _ in placement.taken[z])
-        took_h = sum(h for _, h in placement.taken[z])
-        slots = placement.shared_taken if zone.capacity[2] else 0
-        free = (
-            zone.free[0] + sign * took_g,
-            zone.free[1] + sign * took_h,
-            zone.free[2] + sign * slots,
-        )
-        zones.append(replace(zone, roots=roots, free=free))
+        zones.append(replace(zone, roots=roots, free=_moved(zone.free, moved, sign)))
     return replace(state, zones=tuple(zones))
-
-
-def _sum_vecs(vecs: Iterable[Vec]) -> Vec:
-    total = ZERO
-    for v in vecs:
-        total = _add(total, v)
-    return total
 
 
 # ---------------------------------------------------------------------------------------------
@@ -739,13 +836,15 @@ PASS_THROUGH = Verdict(True, False, "pod requests no GPU or RDMA device", 0, "no
 
 
 def evaluate(state: NodeState, request: PodRequest, policy: Policy = Policy()) -> Verdict:
-    """Can the node hold the pod under its Topology Manager policy, and how well (0-10)?"""
+    """Can the node hold the pod under its Topology Manager policy, and how well (0-10)?
+    Only the resources the node's vocabulary names are its devices."""
+    request = request.on(state.vocabulary)
     if not request.wants_devices:
-        dead = _none_healthy(state, request.zero, policy.names)
+        dead = _none_healthy(state, request.zero)
         return PASS_THROUGH if dead is None else Verdict(False, True, dead, 0, "")
-    outcome = place_pod(state, request, policy.names)
+    outcome = place_pod(state, request)
     if isinstance(outcome, Rejection):
-        on_empty = place_pod(state.fresh(), request, policy.names)
+        on_empty = place_pod(state.fresh(), request)
         if isinstance(on_empty, Rejection):  # what makes it impossible, not what is in use now
             return Verdict(False, True, on_empty.reason, 0, "")
         return Verdict(False, False, outcome.reason, 0, "")
@@ -762,7 +861,7 @@ def evaluate(state: NodeState, request: PodRequest, policy: Policy = Policy()) -
 
 
 def place_pod(
-    state: NodeState, request: PodRequest, names: ResourceNames = ResourceNames()
+    state: NodeState, request: PodRequest
 ) -> tuple[tuple[UnitPlacement, ...], NodeState] | Rejection:
     """Each container's devices and the node afterwards, or why the kubelet refuses the pod.
 
@@ -771,11 +870,12 @@ def place_pod(
     scope `pod` one hint for the pod's effective request, then every container is allocated
     within it. Either way, what regular init containers hold is handed to later containers
     first."""
+    request = request.on(state.vocabulary)
     pod_hint: tuple[Hint, bool] | None = None
     if state.scope == "pod":
         pod_hint = kubelet_hint(state, request.total, Reusable(_no_devices(state)), request.zero)
         if pod_hint is not None and not pod_hint[1]:
-            return Rejection(_misfit_reason(state, request.total, names))
+            return Rejection(_misfit_reason(state, request.total))
     placements = []
     reusable = Reusable(_no_devices(state))
     for step in request.steps:
@@ -788,11 +888,11 @@ def place_pod(
         if decided is not None:
             hint, admit = decided
             if not admit:
-                why = _misfit_reason(state, step.devices, names, reusable)
+                why = _misfit_reason(state, step.devices, reusable)
                 return Rejection(_prefix(step) + why)
             affinity = tuple(i for i in range(len(state.zones)) if hint.mask >> i & 1)
             preferred = hint.preferred
-        placed = allocate(state, step, affinity, preferred, reusable, names)
+        placed = allocate(state, step, affinity, preferred, reusable)
         if isinstance(placed, Rejection):
             return Rejection(_prefix(step) + placed.reason)
         placements.append(placed)
@@ -825,13 +925,13 @@ def _unit_alignment(p: UnitPlacement, w: Weights) -> float:
 def _alignment(placements: tuple[UnitPlacement, ...], w: Weights) -> float:
     placements = _kept(placements)
     top = max(w.pcie, w.numa, w.cross) or 1.0
-    weights = [max(1, sum(p.unit)) for p in placements]
+    weights = [max(1, p.unit.total()) for p in placements]
     total = sum(_unit_alignment(p, w) * k for p, k in zip(placements, weights, strict=True))
     return total / (sum(weights) * top) if weights else 1.0
 
 
 def _packing(before: NodeState, after: NodeState, request: PodRequest, w: Weights) -> float:
-    r = next(i for i in range(3) if request.total[i])
+    r = next(n for n in before.vocabulary.names if request.total[n])
     touched = [
         i
         for i, (b, a) in enumerate(zip(before.zones, after.zones, strict=True))

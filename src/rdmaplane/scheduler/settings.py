@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rdmaplane import nrt
 from rdmaplane.fabric import DEFAULT_LABEL_SCHEMES
-from rdmaplane.setting import setting
+from rdmaplane.resources import Vocabulary
+from rdmaplane.setting import Seconds, setting
 from rdmaplane.untrusted import SettingsError
 
 
@@ -39,18 +39,6 @@ class Weights:
 
 
 @dataclass(frozen=True, slots=True)
-class ResourceNames:
-    """The extended resource names pods ask for."""
-
-    gpu: str = setting(nrt.GPU, "GPUs")
-    hca: str = setting(nrt.HCA, "exclusive HCAs (the device plugin's)")
-    hca_shared: str = setting(nrt.HCA_SHARED, "shared-pool slots")
-
-    def as_tuple(self) -> tuple[str, str, str]:
-        return (self.gpu, self.hca, self.hca_shared)
-
-
-@dataclass(frozen=True, slots=True)
 class FabricScoring:
     """Job-aware scoring (docs/fabric.md): the fabric term weighed against the node-local score,
     and the node label schemes that say where a node sits (each closest tier first)."""
@@ -62,6 +50,9 @@ class FabricScoring:
         "label schemes, each closest tier first; a node takes the one it has most of",
         min_length=1,
     )
+    assume_for_s: Seconds = setting(
+        30.0, "a job's pod counts at the node it scored best until its bind is watched", gt=0
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +60,7 @@ class ExtenderSettings:
     """The extender's scoring weights, resource names and limits."""
 
     weights: Weights = setting(factory=Weights, doc="scoring")
-    resources: ResourceNames = setting(factory=ResourceNames, doc="names")
+    resources: Vocabulary = setting(factory=Vocabulary, doc="names")
     max_request_bytes: int = setting(16 * 1024 * 1024, "larger request bodies get 413", gt=0)
     memo_entries: int = setting(200_000, "cached decisions (node state, request)", gt=0)
     fabric: FabricScoring = setting(factory=FabricScoring, doc="job-aware scoring")

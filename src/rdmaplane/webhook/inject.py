@@ -2,10 +2,12 @@
 
 Pure: a pod (the dict the API server sent) and an `InjectPolicy` in, a `Mutation` (RFC 6902
 operations and admission warnings) out. For every container (and init container) that asks for
-GPUs it adds, unless the user already did:
+GPUs (any GPU resource of the policy's vocabulary: `nvidia.com/gpu`, `amd.com/gpu`, ...) it
+adds, unless the user already did:
 
-- the RDMA resource: `rdmaplane.io/hca` x N (exclusive) or one `rdmaplane.io/hca-shared` slot;
-  a container that names either resource keeps exactly what the user wrote;
+- the RDMA resource: the vocabulary's first exclusive pool x N (`rdmaplane.io/hca`) or one slot
+  of its first shared pool (`rdmaplane.io/hca-shared`); a container that names any of its HCA
+  pools keeps exactly what the user wrote;
 - `IPC_LOCK` (RDMA memory registration pins pages), never `privileged`;
 - a memory-backed `/dev/shm` (a container's default 64 MiB makes NCCL die in `ncclShmOpen`);
 - the pod's annotations as a downward-API file, where `rdmaplane.train`'s fault notice reads
@@ -21,13 +23,17 @@ was not there.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
+
 from rdmaplane import nrt
+from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.errors import InputError
-from rdmaplane.webhook.settings import Doctor, FaultNotice, InjectPolicy, Mode, NodeClass
+from rdmaplane.resources import Mode
+from rdmaplane.webhook.settings import Doctor, FaultNotice, InjectPolicy, NodeClass
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
 DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
@@ -131,24 +137,153 @@ def _copy(value: Json) -> Json:
     return value
 
 
-# ------------------------------------------------------------------------------ reading the pod
+# ------------------------------------------------------------------------------ the pod, as read
+# What the webhook reads of a Pod, through the model layer (`rdmaplane.decoding`): the pod as it
+# arrived, and the builder's working copy where the patch so far matters (volumes, the doctor).
 
 
-def _map(value: Json) -> Mapping[str, Json]:
-    return value if isinstance(value, Mapping) else {}
+class _FieldRef(msgspec.Struct, frozen=True, rename="camel"):
+    field_path: str | None = None
 
 
-def _list(value: Json) -> list[Json]:
-    return value if isinstance(value, list) else []
+class _Item(msgspec.Struct, frozen=True, rename="camel"):
+    field_ref: _FieldRef | None = None
 
 
-def mode_of(pod: Mapping[str, Json], policy: InjectPolicy) -> Mode | None:
+class _DownwardAPI(msgspec.Struct, frozen=True):
+    items: tuple[_Item, ...] | None = None
+
+
+class _Projection(msgspec.Struct, frozen=True, rename={"downward_api": "downwardAPI"}):
+    downward_api: _DownwardAPI | None = None
+
+
+class _Projected(msgspec.Struct, frozen=True):
+    sources: tuple[_Projection, ...] | None = None
+
+
+class _HostPath(msgspec.Struct, frozen=True):
+    path: str = ""
+
+
+class _Volume(
+    msgspec.Struct, frozen=True, rename={"downward_api": "downwardAPI", "host_path": "hostPath"}
+):
+    name: str = ""
+    downward_api: _DownwardAPI | None = None
+    projected: _Projected | None = None
+    host_path: _HostPath | None = None
+
+    @property
+    def shows_annotations(self) -> bool:
+        """It shows `metadata.annotations` as a file (downwardAPI, or projected)."""
+        sources = [self.downward_api]
+        if self.projected is not None:
+            sources += [s.downward_api for s in self.projected.sources or ()]
+        return any(
+            i.field_ref is not None and i.field_ref.field_path == "metadata.annotations"
+            for source in sources
+            if source is not None
+            for i in source.items or ()
+        )
+
+
+class _Mount(msgspec.Struct, frozen=True, rename="camel"):
+    name: str = ""
+    mount_path: str = ""
+
+
+class _Env(msgspec.Struct, frozen=True):
+    name: str = ""
+    value: str | None = None  # None: set from a reference (valueFrom)
+
+
+class _Capabilities(msgspec.Struct, frozen=True):
+    add: tuple[str, ...] | None = None
+
+
+class _SecurityContext(msgspec.Struct, frozen=True):
+    privileged: bool | None = None
+    capabilities: _Capabilities | None = None
+
+
+class _Resources(msgspec.Struct, frozen=True):
+    limits: dict[str, int | str] | None = None
+    requests: dict[str, int | str] | None = None
+
+
+class _Container(msgspec.Struct, frozen=True, rename="camel"):
+    name: str = ""
+    resources: _Resources | None = None
+    env: tuple[_Env, ...] | None = None
+    security_context: _SecurityContext | None = None
+    volume_mounts: tuple[_Mount, ...] | None = None
+
+    def count(self, name: str) -> int:
+        """A whole device count from limits (else requests); 0 when absent or not whole."""
+        res = self.resources or _Resources()
+        for table in (res.limits, res.requests):
+            quantity = nrt.parse_quantity((table or {}).get(name))
+            if quantity is not None and quantity > 0 and quantity == quantity.to_integral_value():
+                return int(quantity)
+        return 0
+
+    @property
+    def resource_names(self) -> set[str]:
+        res = self.resources or _Resources()
+        return {*(res.limits or {}), *(res.requests or {})}
+
+    def mounts_at(self, path: str) -> bool:
+        want = path.rstrip("/")
+        return any(m.mount_path.rstrip("/") == want for m in self.volume_mounts or ())
+
+    @property
+    def privileged(self) -> bool:
+        return self.security_context is not None and self.security_context.privileged is True
+
+
+class _Spec(msgspec.Struct, frozen=True, rename="camel"):
+    containers: tuple[_Container, ...] | None = None
+    init_containers: tuple[_Container, ...] | None = None
+    volumes: tuple[_Volume, ...] | None = None
+    node_selector: dict[str, str] | None = None
+
+    def every(self) -> Iterator[tuple[str, int, _Container]]:
+        """(field, index, container): init containers first, as the kubelet starts them."""
+        for i, c in enumerate(self.init_containers or ()):
+            yield "initContainers", i, c
+        for i, c in enumerate(self.containers or ()):
+            yield "containers", i, c
+
+
+class _Meta(msgspec.Struct, frozen=True):
+    annotations: dict[str, str] | None = None
+
+
+class _Pod(msgspec.Struct, frozen=True):
+    metadata: _Meta | None = None
+    spec: _Spec | None = None
+
+    @property
+    def annotations(self) -> Mapping[str, str]:
+        return (self.metadata.annotations if self.metadata else None) or {}
+
+
+def _read(pod: Json) -> _Pod:
+    return convert(pod, _Pod)
+
+
+def _now(build: _Builder) -> _Spec:
+    """The working copy's spec as the patch so far leaves it."""
+    return convert(build.obj.get("spec"), _Spec)
+
+
+def mode_of(pod: _Pod, policy: InjectPolicy) -> Mode | None:
     """The pod's mode: its annotation, else `auto`; None for `off`."""
-    annotations = _map(_map(pod.get("metadata")).get("annotations"))
-    value = annotations.get(MODE_ANNOTATION, "auto")
+    value = pod.annotations.get(MODE_ANNOTATION, "auto")
     if value not in MODES:
         raise PodError(
-            f"annotation {MODE_ANNOTATION}: {str(value)[:64]!r} is not one of {'|'.join(MODES)}"
+            f"annotation {MODE_ANNOTATION}: {value[:64]!r} is not one of {'|'.join(MODES)}"
         )
     if value == "off":
         return None
@@ -157,22 +292,9 @@ def mode_of(pod: Mapping[str, Json], policy: InjectPolicy) -> Mode | None:
     return "exclusive" if value == "exclusive" else "shared"
 
 
-def _count(resources: Mapping[str, Json], name: str) -> int:
-    """A whole device count from limits (else requests); 0 when absent or not whole."""
-    for kind in ("limits", "requests"):
-        quantity = nrt.parse_quantity(_map(resources.get(kind)).get(name))
-        if quantity is not None and quantity > 0 and quantity == quantity.to_integral_value():
-            return int(quantity)
-    return 0
-
-
-def _names(resources: Mapping[str, Json]) -> set[str]:
-    return {*_map(resources.get("limits")), *_map(resources.get("requests"))}
-
-
-def node_class(pod: Mapping[str, Json], policy: InjectPolicy) -> NodeClass:
+def node_class(pod: _Pod, policy: InjectPolicy) -> NodeClass:
     """The first class whose selector the pod's nodeSelector contains, else the default."""
-    selector = _map(_map(pod.get("spec")).get("nodeSelector"))
+    selector = (pod.spec.node_selector if pod.spec else None) or {}
     for cls in policy.node_classes:
         if all(selector.get(k) == v for k, v in cls.node_selector.items()):
             return cls
@@ -186,20 +308,22 @@ def hcas_for(gpus: int, cls: NodeClass) -> int:
 
 
 @dataclass(frozen=True)
-class _Container:
+class _GpuContainer:
     field: str  # "containers" or "initContainers"
     index: int
-    body: Mapping[str, Json]
-    gpus: int
+    body: _Container
+    gpus: Mapping[str, int]  # by GPU resource
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(self.gpus.values())
 
 
-def _gpu_containers(spec: Mapping[str, Json], gpu: str) -> Iterator[_Container]:
-    for kind in ("initContainers", "containers"):
-        for i, c in enumerate(_list(spec.get(kind))):
-            body = _map(c)
-            gpus = _count(_map(body.get("resources")), gpu)
-            if gpus and body.get("name") != DOCTOR_CONTAINER:  # ours: complete as it is
-                yield _Container(kind, i, body, gpus)
+def _gpu_containers(spec: _Spec, gpus: Sequence[str]) -> Iterator[_GpuContainer]:
+    for kind, i, c in spec.every():
+        counts = {n: k for n in gpus if (k := c.count(n))}
+        if counts and c.name != DOCTOR_CONTAINER:  # ours: complete as it is
+            yield _GpuContainer(kind, i, c, counts)
 
 
 # ------------------------------------------------------------------------------ who is sent
@@ -213,7 +337,11 @@ def not_sent(
     the namespace carries `rdmaplane.io/inject=enabled`."""
     if namespace in EXEMPT_NAMESPACES:
         return f"namespace {namespace} is exempt (namespaceSelector)"
-    annotation = _map(_map(pod.get("metadata")).get("annotations")).get(MODE_ANNOTATION)
+    try:
+        read = _read(pod)
+    except DecodeError as e:
+        return f"it is no Pod the API server would take: {e}"
+    annotation = read.annotations.get(MODE_ANNOTATION)
     if annotation == "off":
         return f"it is annotated {MODE_ANNOTATION}: off"
     if not opted_in and annotation is None:
@@ -221,17 +349,16 @@ def not_sent(
             f"namespace {namespace} has no {OPT_IN_LABEL}=enabled label and the pod no "
             f"{MODE_ANNOTATION} annotation"
         )
-    spec = _map(pod.get("spec"))
-    bodies = [_map(c) for kind in ("initContainers", "containers") for c in _list(spec.get(kind))]
-    resources = [_map(b.get("resources")) for b in bodies]
-    if any(policy.resources.gpu in _map(r.get("limits")) for r in resources):
+    resources = [c.resources or _Resources() for _, _, c in (read.spec or _Spec()).every()]
+    gpus = policy.resources.gpus
+    if any(set(gpus) & set(r.limits or {}) for r in resources):
         return None
-    if any(policy.resources.gpu in _map(r.get("requests")) for r in resources):
+    if any(set(gpus) & set(r.requests or {}) for r in resources):
         return (
-            f"its {policy.resources.gpu} is in requests only: the webhook is called for GPUs in "
+            f"its {' or '.join(gpus)} is in requests only: the webhook is called for GPUs in "
             "limits (and the API server refuses an extended resource without a limit)"
         )
-    return f"no container asks for {policy.resources.gpu} (limits)"
+    return f"no container asks for {' or '.join(gpus)} (limits)"
 
 
 # ------------------------------------------------------------------------------ the mutation
@@ -239,15 +366,20 @@ def not_sent(
 
 def mutate(pod: Mapping[str, Json], policy: InjectPolicy) -> Mutation:
     """The patch that makes `pod` RDMA-ready, and warnings for what it will not fix.
-    Raises `PodError` for a mode annotation it does not know."""
-    mode = mode_of(pod, policy)
-    spec = _map(pod.get("spec"))
+    Raises `PodError` for a mode annotation it does not know; a pod it cannot read (no Pod the
+    API server would take) gets no patch and a warning naming the field."""
+    try:
+        read = _read(pod)
+    except DecodeError as e:
+        return Mutation(warnings=[f"not patched, the pod cannot be read: {e}"], pod=_copy(pod))
+    mode = mode_of(read, policy)
+    spec = read.spec or _Spec()
     build = _Builder(pod)
-    result = Mutation(warnings=list(_warnings(spec)), pod=build.obj)
-    containers = list(_gpu_containers(spec, policy.resources.gpu))
-    if mode is None or not containers or not isinstance(pod.get("spec"), Mapping):
+    result = Mutation(warnings=list(_warnings(spec, policy.hca)), pod=build.obj)
+    containers = list(_gpu_containers(spec, policy.resources.gpus))
+    if mode is None or not containers or read.spec is None:
         return result
-    cls = node_class(pod, policy)
+    cls = node_class(read, policy)
     shm_size = _shm_size(containers, policy)
     rdma: dict[str, str] = {}  # the largest RDMA request among the containers, for the doctor
     for c in containers:
@@ -262,8 +394,9 @@ def mutate(pod: Mapping[str, Json], policy: InjectPolicy) -> Mutation:
             _add_shm(build, at, c.body, policy, shm_size)
         if policy.fault_notice.enabled:
             _add_notice(build, at, c.body, policy.fault_notice, result)
-    if policy.doctor.enabled and _wants_doctor(pod):
-        _add_doctor(build, policy, policy.doctor, max(c.gpus for c in containers), rdma)
+    if policy.doctor.enabled and _wants_doctor(read):
+        largest = max(containers, key=lambda c: c.gpu_count)
+        _add_doctor(build, policy.doctor, largest.gpus, rdma)
     result.patch = build.ops
     return result
 
@@ -271,85 +404,76 @@ def mutate(pod: Mapping[str, Json], policy: InjectPolicy) -> Mutation:
 def _add_rdma(
     build: _Builder,
     at: tuple[str | int, ...],
-    c: _Container,
+    c: _GpuContainer,
     mode: Mode,
     cls: NodeClass,
     policy: InjectPolicy,
 ) -> dict[str, str]:
     """Add the RDMA resource to limits (and to requests when the GPUs are there too);
     returns the container's RDMA resource as it ends up."""
-    resources = _map(c.body.get("resources"))
-    present = _names(resources) & {policy.resources.hca, policy.resources.hca_shared}
+    vocabulary = policy.resources
+    present = c.body.resource_names & {*vocabulary.exclusive, *vocabulary.shared}
     if present:
-        return {n: str(_count(resources, n)) for n in sorted(present)}
+        return {n: str(c.body.count(n)) for n in sorted(present)}
     name, amount = (
-        (policy.resources.hca, str(hcas_for(c.gpus, cls)))
+        (policy.hca, str(hcas_for(c.gpu_count, cls)))
         if mode == "exclusive"
-        else (policy.resources.hca_shared, "1")
+        else (policy.hca_shared, "1")
     )
     build.ensure((*at, "resources", "limits", name), amount)
-    if policy.resources.gpu in _map(resources.get("requests")):
+    requests = (c.body.resources or _Resources()).requests or {}
+    if set(c.gpus) & set(requests):
         build.ensure((*at, "resources", "requests", name), amount)
     return {name: amount}
 
 
 def _own_hca_list(
-    body: Mapping[str, Json], granted: Mapping[str, str], policy: InjectPolicy
+    body: _Container, granted: Mapping[str, str], policy: InjectPolicy
 ) -> Iterator[str]:
     """A container that sets NCCL_IB_HCA itself keeps it (the kubelet puts the container's
     own variables after the device plugin's), so NCCL uses what it names, not the HCAs the
     device plugin grants: right when meant, worth saying when it names fewer than granted."""
-    own = next(
-        (_map(e) for e in _list(body.get("env")) if _map(e).get("name") == "NCCL_IB_HCA"), None
-    )
+    own = next((e for e in body.env or () if e.name == "NCCL_IB_HCA"), None)
     if own is None:
         return
-    name = str(body.get("name", ""))[:63]
-    value = own.get("value")
-    if not isinstance(value, str):
+    name = body.name[:63]
+    value = own.value
+    if value is None:
         yield (
             f"container {name} sets NCCL_IB_HCA itself (from a reference): it replaces the "
             "device plugin's list of the HCAs granted"
         )
         return
     entries = [e for e in value.lstrip("^=").split(",") if e.strip()]
-    hcas = int(granted.get(policy.resources.hca, 0) or 0)
+    pools = [n for n in policy.resources.exclusive if int(granted.get(n, 0) or 0)]
+    hcas = sum(int(granted[n]) for n in pools)
     if not value.startswith("^") and hcas > len(entries):
         yield (
             f"container {name} sets NCCL_IB_HCA={value[:80]} ({len(entries)} HCA(s)) and is "
-            f"given {hcas} {policy.resources.hca}: NCCL uses only those it names, and only if "
-            "they are among the granted ones; leave NCCL_IB_HCA to the device plugin, which sets "
-            "it to the HCAs granted"
+            f"given {hcas} {'+'.join(pools)}: NCCL uses only those it names, and only if they are "
+            "among the granted ones; leave NCCL_IB_HCA to the device plugin, which sets it to "
+            "the HCAs granted"
         )
 
 
 def _size(rdma: Mapping[str, str], policy: InjectPolicy) -> int:
-    return int(rdma.get(policy.resources.hca, 0)) * 1000 + int(
-        rdma.get(policy.resources.hca_shared, 0)
-    )
+    """Exclusive HCAs before shared slots: which container's RDMA devices the doctor takes."""
+    v = policy.resources
+    exclusive = sum(int(rdma.get(n, 0)) for n in v.exclusive)
+    return exclusive * 1000 + sum(int(rdma.get(n, 0)) for n in v.shared)
 
 
-def _add_ipc_lock(build: _Builder, at: tuple[str | int, ...], body: Mapping[str, Json]) -> None:
-    context = _map(body.get("securityContext"))
-    if context.get("privileged") is True:
+def _add_ipc_lock(build: _Builder, at: tuple[str | int, ...], body: _Container) -> None:
+    if body.privileged:
         return  # warned about; privileged has every capability already
-    added = {
-        str(x).upper().removeprefix("CAP_")
-        for x in _list(_map(context.get("capabilities")).get("add"))
-    }
+    context = body.security_context or _SecurityContext()
+    caps = context.capabilities.add if context.capabilities else None
+    added = {x.upper().removeprefix("CAP_") for x in caps or ()}
     if not added & {IPC_LOCK, "ALL"}:
         build.insert((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
 
 
-def _mounts_at(body: Mapping[str, Json], path: str) -> bool:
-    want = path.rstrip("/")
-    return any(
-        str(_map(m).get("mountPath", "")).rstrip("/") == want
-        for m in _list(body.get("volumeMounts"))
-    )
-
-
-def _shm_size(containers: list[_Container], policy: InjectPolicy) -> str | None:
+def _shm_size(containers: list[_GpuContainer], policy: InjectPolicy) -> str | None:
     """The configured size, else the largest memory limit among the GPU containers (a memory
     emptyDir counts against it anyway), else none (the kubelet then sizes it to the pod)."""
     if policy.shm.size_limit is not None:
@@ -357,7 +481,7 @@ def _shm_size(containers: list[_Container], policy: InjectPolicy) -> str | None:
     limits = [
         (q, str(raw))
         for c in containers
-        if (raw := _map(_map(c.body.get("resources")).get("limits")).get("memory")) is not None
+        if (raw := ((c.body.resources or _Resources()).limits or {}).get("memory")) is not None
         and (q := nrt.parse_quantity(raw)) is not None
         and q > 0
     ]
@@ -367,11 +491,11 @@ def _shm_size(containers: list[_Container], policy: InjectPolicy) -> str | None:
 def _add_shm(
     build: _Builder,
     at: tuple[str | int, ...],
-    body: Mapping[str, Json],
+    body: _Container,
     policy: InjectPolicy,
     size: str | None,
 ) -> None:
-    if _mounts_at(body, SHM_PATH):
+    if body.mounts_at(SHM_PATH):
         return
     empty_dir: dict[str, Json] = {"medium": "Memory"}
     if size is not None:
@@ -382,10 +506,9 @@ def _add_shm(
 
 def _volume(build: _Builder, base: str, source: Mapping[str, Json]) -> str:
     """The pod volume named `base` with `source`, added once; `base-2`, `base-3`, ... when the
-    user took the name for something else."""
-    volumes = {
-        str(_map(v).get("name")): _map(v) for v in _list(_map(build.obj["spec"]).get("volumes"))
-    }
+    user took the name for something else (the working copy's volumes compared as JSON: any
+    source, not only those read here)."""
+    volumes = {v.get("name"): v for v in build.obj["spec"].get("volumes") or ()}
     name, n = base, 1
     while name in volumes:
         if {k: v for k, v in volumes[name].items() if k != "name"} == dict(source):
@@ -396,41 +519,21 @@ def _volume(build: _Builder, base: str, source: Mapping[str, Json]) -> str:
     return name
 
 
-def _annotation_volumes(spec: Mapping[str, Json]) -> set[str]:
-    """Pod volumes that show `metadata.annotations` as a file (downwardAPI or projected)."""
-    found = set()
-    for v in _list(spec.get("volumes")):
-        vol = _map(v)
-        sources = [_map(vol.get("downwardAPI"))]
-        sources += [
-            _map(_map(s).get("downwardAPI"))
-            for s in _list(_map(vol.get("projected")).get("sources"))
-        ]
-        for source in sources:
-            if any(
-                _map(_map(item).get("fieldRef")).get("fieldPath") == "metadata.annotations"
-                for item in _list(source.get("items"))
-            ):
-                found.add(str(vol.get("name")))
-    return found
-
-
 def _add_notice(
     build: _Builder,
     at: tuple[str | int, ...],
-    body: Mapping[str, Json],
+    body: _Container,
     notice: FaultNotice,
     result: Mutation,
 ) -> None:
     """Mount the annotations file where the fault notice reads it, unless the container already
     sees its annotations somewhere (then it knows where) or uses the directory otherwise."""
-    mounted = {str(_map(m).get("name")) for m in _list(body.get("volumeMounts"))}
-    if mounted & _annotation_volumes(_map(build.obj["spec"])):
+    mounted = {m.name for m in body.volume_mounts or ()}
+    if any(v.name in mounted and v.shows_annotations for v in _now(build).volumes or ()):
         return
-    name = str(body.get("name", ""))
-    if _mounts_at(body, notice.mount_path):
+    if body.mounts_at(notice.mount_path):
         result.warnings.append(
-            f"container {name[:63]}: {notice.mount_path} is taken; the fault notice "
+            f"container {body.name[:63]}: {notice.mount_path} is taken; the fault notice "
             "(rdmaplane.io/fault) reaches it by SIGTERM only"
         )
         return
@@ -443,71 +546,68 @@ def _add_notice(
     build.insert(
         (*at, "volumeMounts"), {"name": volume, "mountPath": notice.mount_path, "readOnly": True}
     )
-    if not any(_map(e).get("name") == notice.env for e in _list(body.get("env"))):
+    if not any(e.name == notice.env for e in body.env or ()):
         build.insert((*at, "env"), {"name": notice.env, "value": notice.path})
 
 
-def _wants_doctor(pod: Mapping[str, Json]) -> bool:
-    annotations = _map(_map(pod.get("metadata")).get("annotations"))
-    return str(annotations.get(DOCTOR_ANNOTATION, "")).lower() in ("true", "enabled")
+def _wants_doctor(pod: _Pod) -> bool:
+    return pod.annotations.get(DOCTOR_ANNOTATION, "").lower() in ("true", "enabled")
 
 
 def _add_doctor(
-    build: _Builder, policy: InjectPolicy, doctor: Doctor, gpus: int, rdma: Mapping[str, str]
+    build: _Builder, doctor: Doctor, gpus: Mapping[str, int], rdma: Mapping[str, str]
 ) -> None:
     """`rdmaplane doctor` as the first init container, with the largest container's GPUs and
     RDMA devices (the kubelet hands them on to the app containers), IPC_LOCK and /dev/shm."""
-    spec = _map(build.obj["spec"])
-    inits = _list(spec.get("initContainers"))
-    if any(_map(c).get("name") == DOCTOR_CONTAINER for c in inits):
+    spec = _now(build)
+    if any(c.name == DOCTOR_CONTAINER for c in spec.init_containers or ()):
         return
-    limits = {policy.resources.gpu: str(gpus), **rdma}
+    limits = {**{n: str(k) for n, k in gpus.items()}, **rdma}
     container: dict[str, Json] = {
         "name": DOCTOR_CONTAINER,
         "image": doctor.image,
         "command": ["rdmaplane"],
         "args": list(doctor.args),
         "resources": {"limits": limits},
-        "securityContext": {
+        "securityContext": {  # root: a non-root process gets no effective IPC_LOCK
+            "runAsUser": 0,
             "allowPrivilegeEscalation": False,
             "capabilities": {"add": [IPC_LOCK]},
         },
     }
     shm = next(
         (
-            _map(m)
-            for kind in ("containers", "initContainers")
-            for c in _list(spec.get(kind))
-            for m in _list(_map(c).get("volumeMounts"))
-            if str(_map(m).get("mountPath", "")).rstrip("/") == SHM_PATH
+            m
+            for listed in (spec.containers, spec.init_containers)
+            for c in listed or ()
+            for m in c.volume_mounts or ()
+            if m.mount_path.rstrip("/") == SHM_PATH
         ),
         None,
     )
     if shm is not None:
-        container["volumeMounts"] = [{"name": shm.get("name"), "mountPath": SHM_PATH}]
+        container["volumeMounts"] = [{"name": shm.name, "mountPath": SHM_PATH}]
     build.insert(("spec", "initContainers"), container, 0)
 
 
-def _warnings(spec: Mapping[str, Json]) -> Iterator[str]:
+def _warnings(spec: _Spec, hca: str) -> Iterator[str]:
     """What the webhook will not fix: device directories mounted from the host (they bypass
     the device cgroup, so NCCL/UCX see HCAs the pod was not given) and privileged containers."""
     host_dev = {
-        str(_map(v).get("name"))
-        for v in _list(spec.get("volumes"))
-        if str(_map(_map(v).get("hostPath")).get("path", "")).rstrip("/") in _DEVICE_DIRS
+        v.name
+        for v in spec.volumes or ()
+        if v.host_path is not None and v.host_path.path.rstrip("/") in _DEVICE_DIRS
     }
-    for kind in ("initContainers", "containers"):
-        for c in _list(spec.get(kind)):
-            body = _map(c)
-            name = str(body.get("name", ""))[:63]
-            if _map(body.get("securityContext")).get("privileged") is True:
+    for _, _, body in spec.every():
+        name = body.name[:63]
+        if body.privileged:
+            yield (
+                f"container {name} is privileged: RDMA needs only IPC_LOCK and the "
+                f"{hca} devices; drop privileged"
+            )
+        for m in body.volume_mounts or ():
+            if m.name in host_dev:
                 yield (
-                    f"container {name} is privileged: RDMA needs only IPC_LOCK and the "
-                    "rdmaplane.io/hca devices; drop privileged"
+                    f"container {name} mounts hostPath /dev or /dev/infiniband: it bypasses "
+                    f"the device cgroup; remove it and request {hca}"
                 )
-            for m in _list(body.get("volumeMounts")):
-                if _map(m).get("name") in host_dev:
-                    yield (
-                        f"container {name} mounts hostPath /dev or /dev/infiniband: it bypasses "
-                        "the device cgroup; remove it and request rdmaplane.io/hca"
-                    )

@@ -13,13 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import orjson
 
+from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.errors import InputError
 from rdmaplane.webhook.inject import Mutation
 
 API_VERSION: Final = "admission.k8s.io/v1"
-POD: Final = {"group": "", "version": "v1", "kind": "Pod"}
+POD: Final = ("", "v1", "Pod")
 
 
 class ReviewError(InputError):
@@ -34,32 +36,53 @@ class Request:
     pod: Mapping[str, Any]
 
 
+class _Kind(msgspec.Struct, frozen=True):
+    group: str = ""
+    version: str = ""
+    kind: str = ""
+
+
+class _Request(msgspec.Struct, frozen=True):
+    uid: str = ""
+    kind: _Kind | None = None
+    operation: str = ""
+    namespace: str | None = None
+    object: dict[str, Any] | None = None  # the pod: patched as it came, every field kept
+
+
+class _Review(msgspec.Struct, frozen=True, rename="camel"):
+    api_version: str | None = None
+    kind: str | None = None
+    request: _Request | None = None
+
+
 def parse(review: object) -> Request:
     """The request in a decoded AdmissionReview."""
-    if not isinstance(review, dict):
-        raise ReviewError(f"expected an AdmissionReview object, got {_what(review)}")
-    if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
+    try:
+        doc = convert(review, _Review)
+    except DecodeError as e:
+        if not e.path:
+            raise ReviewError(f"expected an AdmissionReview object, got {_what(review)}") from None
+        raise ReviewError(str(e)) from None
+    if doc.api_version != API_VERSION or doc.kind != "AdmissionReview":
         raise ReviewError(
             f"expected apiVersion {API_VERSION}, kind AdmissionReview; got "
-            f"{_short(review.get('apiVersion'))}, {_short(review.get('kind'))}"
+            f"{_short(doc.api_version)}, {_short(doc.kind)}"
         )
-    request = review.get("request")
-    if not isinstance(request, dict):
+    request = doc.request
+    if request is None:
         raise ReviewError("request: missing or not an object")
-    uid = request.get("uid")
-    if not isinstance(uid, str) or not uid:
+    if not request.uid:
         raise ReviewError("request.uid: missing or not a string")
-    kind = request.get("kind")
-    if not isinstance(kind, dict) or {k: kind.get(k) for k in POD} != POD:
+    kind = request.kind or _Kind()
+    if (kind.group, kind.version, kind.kind) != POD:
         raise ReviewError(
-            f"request.kind: {_short(kind)} is not a core/v1 Pod; the webhook's rules should "
-            "match pods only"
+            f"request.kind: {_short(f'{kind.group}/{kind.version} {kind.kind}')} is not a "
+            "core/v1 Pod; the webhook's rules should match pods only"
         )
-    pod = request.get("object")
-    operation = request.get("operation")
-    if operation == "CREATE" and not isinstance(pod, dict):
+    if request.operation == "CREATE" and request.object is None:
         raise ReviewError("request.object: missing or not an object")
-    return Request(uid, str(operation), str(request.get("namespace") or ""), pod or {})
+    return Request(request.uid, request.operation, request.namespace or "", request.object or {})
 
 
 def respond(uid: str, mutation: Mutation | None = None, denied: str | None = None) -> bytes:

@@ -8,22 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from rdmaplane import DOCTOR_IMAGE, nrt
+from rdmaplane import IMAGE, nrt
+from rdmaplane.resources import Mode, Vocabulary
 from rdmaplane.setting import Seconds, setting
 from rdmaplane.untrusted import FieldError, SettingsError
-
-Mode = Literal["exclusive", "shared"]
-
-
-@dataclass(frozen=True, slots=True)
-class WebhookResources:
-    """The extended resource names."""
-
-    gpu: str = setting(nrt.GPU, "marks a GPU container (in its limits)")
-    hca: str = setting(nrt.HCA, "exclusive HCAs, added in exclusive mode")
-    hca_shared: str = setting(nrt.HCA_SHARED, "a shared slot, in shared mode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,11 +60,10 @@ class FaultNotice:
 @dataclass(frozen=True, slots=True)
 class Doctor:
     """The init container for pods annotated rdmaplane.io/doctor: "true": its image and
-    `rdmaplane` arguments (its command is `rdmaplane`, whatever entry point the image has: the
-    doctor image's is `rdmaplane doctor`)."""
+    `rdmaplane` arguments (its command is `rdmaplane`, whatever entry point the image has)."""
 
     enabled: bool = setting(True, "honour the annotation")
-    image: str = setting(DOCTOR_IMAGE, "an image with rdmaplane (the doctor image)")
+    image: str = setting(IMAGE, "an image with rdmaplane (rdmaplane's own)")
     args: tuple[str, ...] = setting(("doctor",), "rdmaplane's arguments")
 
 
@@ -110,10 +98,11 @@ class Tls:
 
 @dataclass(frozen=True, slots=True)
 class InjectPolicy:
-    """What the webhook adds to GPU pods."""
+    """What the webhook adds to GPU pods. `resources` names at least one GPU resource and one
+    pool of each mode: the first pool of a mode is what it adds."""
 
     mode: Mode = setting("exclusive", "what `auto` and a namespace opt-in mean")
-    resources: WebhookResources = setting(factory=WebhookResources, doc="names")
+    resources: Vocabulary = setting(factory=Vocabulary, doc="names")
     hcas_per_gpu: float = setting(
         1.0, "exclusive HCAs per GPU (rounded up, at least 1)", gt=0, le=64
     )
@@ -125,6 +114,21 @@ class InjectPolicy:
         factory=FaultNotice, doc="the fault notice's annotations file"
     )
     doctor: Doctor = setting(factory=Doctor, doc="rdmaplane.io/doctor")
+
+    def __post_init__(self) -> None:
+        v = self.resources
+        if not (v.gpus and v.exclusive and v.shared):
+            raise FieldError("resources", "name a GPU resource and a pool of each mode")
+
+    @property
+    def hca(self) -> str:
+        """The exclusive pool it adds."""
+        return self.resources.exclusive[0]
+
+    @property
+    def hca_shared(self) -> str:
+        """The shared pool it adds."""
+        return self.resources.shared[0]
 
     @property
     def default_class(self) -> NodeClass:

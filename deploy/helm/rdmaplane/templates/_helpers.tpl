@@ -42,13 +42,23 @@ true
 - rdmaplane-webhook.{{ .Release.Namespace }}.svc.cluster.local
 {{- end -}}
 
-{{/* The null-safe CEL: does the pod ask for GPUs (in any container's or init container's limits)? */}}
+{{/* A `resources` value (one name, or a list of names) as a JSON list. */}}
+{{- define "rdmaplane.names" -}}
+{{- if kindIs "slice" . }}{{ toJson . }}{{ else }}{{ toJson (list .) }}{{ end -}}
+{{- end -}}
+
+{{/* The null-safe CEL: does the pod ask for GPUs (any of resources.gpu, in any container's or
+init container's limits)? */}}
 {{- define "rdmaplane.asksForGpus" -}}
-{{- $gpu := .Values.resources.gpu -}}
+{{- $names := include "rdmaplane.names" .Values.resources.gpu | fromJsonArray -}}
+{{- $in := list -}}
+{{- range $names }}{{ $in = append $in (printf "'%s' in c.resources.limits" .) }}{{ end -}}
+{{- $gpu := join " || " $in -}}
+{{- if gt (len $names) 1 }}{{ $gpu = printf "(%s)" $gpu }}{{ end -}}
 object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
-'{{ $gpu }}' in c.resources.limits) ||
+{{ $gpu }}) ||
 (has(object.spec.initContainers) && object.spec.initContainers.exists(c,
-has(c.resources) && has(c.resources.limits) && '{{ $gpu }}' in c.resources.limits))
+has(c.resources) && has(c.resources.limits) && {{ $gpu }}))
 {{- end -}}
 
 {{/* The node agents' users (the agent, the DRA driver): who the own-node policies bind. */}}
