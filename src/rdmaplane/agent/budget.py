@@ -112,13 +112,15 @@ class FaultBudget:
     # ---------------------------------------------------------------- the census
 
     async def census(self) -> list[B.ScopeCount]:
-        """The cluster, and this node's domain when its labels place it."""
+        """The cluster, and this node's domain when its labels place it; counted as of the
+        moment the first list was asked for (the lists are at least that new)."""
+        at = self._clock()
         faulty = await self._metadata(Node, f"{FAULT_SINCE_LABEL}")
-        scopes = [B.ScopeCount(B.CLUSTER, await self._cluster_size(), _since(faulty))]
+        scopes = [B.ScopeCount(B.CLUSTER, await self._cluster_size(), _since(faulty), at)]
         domain = self._domain(await self._own_labels())
         if domain is not None:
             members = await self._metadata(Node, domain)
-            scopes.append(B.ScopeCount(domain, len(members), _since(members)))
+            scopes.append(B.ScopeCount(domain, len(members), _since(members), at))
         return scopes
 
     def _domain(self, labels: Mapping[str, str]) -> str | None:
