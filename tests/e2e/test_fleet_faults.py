@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import shutil
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import pytest_asyncio
@@ -46,6 +47,7 @@ from tests.e2e.conftest import KwokCluster
 from tests.e2e.faultrig import PUBLISH, Proxy, holding, pod_resources_server
 from tests.e2e.test_agent import Lister, eventually, running_agent
 
+V = TypeVar("V")
 NODES, LEAVES = 200, 8
 PER_LEAF = NODES // LEAVES
 WINDOW_S = 3.0  # a node counts as faulty this long: the storm's span in this test
@@ -263,13 +265,10 @@ class Recorded:
     def evicted_at(self, pod: str) -> list[float]:
         """When the pod was evicted through the eviction subresource (the API server's
         DisruptionTarget condition appearing), each time it appeared."""
-        times, before = [], False
-        for t, version in self.pods.get(pod, []):
-            now = version is not None and _evicted_by_api(version)
-            if now and not before:
-                times.append(t)
-            before = now
-        return times
+        versions = self.pods.get(pod, [])
+        return [
+            t for on, t in _flips(versions, lambda v: v is not None and _evicted_by_api(v)) if on
+        ]
 
     def deleted(self, pod: str) -> bool:
         return any(v is None for _, v in self.pods.get(pod, []))
@@ -353,13 +352,17 @@ def _open_scopes(budget: Mapping[str, Any]) -> set[str]:
     return {o["scope"] for o in budget.get("open") or ()}
 
 
-def _transitions(
-    versions: list[tuple[float, dict[str, Any]]], scope: str
+def _scope_open(scope: str, budget: Mapping[str, Any]) -> bool:
+    return scope in _open_scopes(budget)
+
+
+def _flips(
+    versions: Sequence[tuple[float, V]], test: Callable[[V], bool]
 ) -> list[tuple[bool, float]]:
-    """When `scope` opened (True) and closed (False), version by version."""
+    """When `test` became true (True) and false again (False), version by version."""
     out, before = [], False
-    for t, budget in versions:
-        now = scope in _open_scopes(budget)
+    for t, version in versions:
+        now = test(version)
         if now != before:
             out.append((now, t))
         before = now
@@ -483,7 +486,7 @@ async def test_a_leaf_storm_evicts_every_pod_still_hurt_once_within_the_budget(
     # The breaker: each scope it opened (the leaf's among them) opened once and closed once.
     scopes = set().union(*(_open_scopes(b) for _, b in recorded.budgets))
     assert leaf_scope in scopes
-    flips = {s: _transitions(recorded.budgets, s) for s in scopes}
+    flips = {s: _flips(recorded.budgets, functools.partial(_scope_open, s)) for s in scopes}
     assert all([o for o, _ in f] == [True, False] for f in flips.values()), flips
     opened_at = min(f[0][1] for f in flips.values())
     closed_at = max(f[1][1] for f in flips.values())
