@@ -7,6 +7,7 @@ scheduling goes on (`ignorable`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
@@ -39,8 +40,16 @@ SCHEDULER_CONFIG = REPO / "deploy" / "scheduler" / "kube-scheduler-config.yaml"
 
 @pytest.fixture
 def extender(kube_cluster: KubeCluster, nrt_crd: type[NodeResourceTopology]) -> Iterator[str]:
+    with in_process_extender(kube_cluster) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def in_process_extender(cluster: KubeCluster) -> Iterator[str]:
+    """The extender in a thread of this process, watching `cluster` as its admin; yields its
+    URL once /readyz says it has listed everything."""
     cache = ClusterCache()
-    kubeconfig = kube_cluster.kubeconfig
+    kubeconfig = cluster.kubeconfig
     app = create_app(
         cache,
         ExtenderSettings(),
