@@ -28,7 +28,7 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 from prometheus_client import Counter, Gauge
 
-from rdmaplane import faults as F
+from rdmaplane import faults as policy  # what to do about faults, decided purely
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.health import HealthState
 from rdmaplane.agent.inventory import Offered
@@ -56,7 +56,7 @@ def device_hcas(
     }
 
 
-def notice(fault: F.Fault, wall_since: float) -> str:
+def notice(fault: policy.Fault, wall_since: float) -> str:
     """The `rdmaplane.io/fault` annotation: what broke, how badly, why, since when."""
     since = dt.datetime.fromtimestamp(wall_since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     doc = {
@@ -120,15 +120,15 @@ class FaultActor:
         self._node_event = node_event
         self._clock = clock
         self.rules = rules  # the health monitor's: one rule table for both
-        self.fault_rules = F.FaultRules(config.fatal_after_s, config.clear_after_s)
-        self.decision_rules = F.DecisionRules(
-            F.Action(config.action), config.grace_s, config.max_evictions_per_minute
+        self.fault_rules = policy.FaultRules(config.fatal_after_s, config.clear_after_s)
+        self.decision_rules = policy.DecisionRules(
+            policy.Action(config.action), config.grace_s, config.max_evictions_per_minute
         )
-        self.state = F.FaultState()
-        self.ledger = F.Ledger()
-        self.hurt: dict[str, tuple[F.Fault, ...]] = {}
-        self.taint: F.Taint | None = None
-        self._taint_written: tuple[F.Taint | None] | None = None  # None: not known
+        self.state = policy.FaultState()
+        self.ledger = policy.Ledger()
+        self.hurt: dict[str, tuple[policy.Fault, ...]] = {}
+        self.taint: policy.Taint | None = None
+        self._taint_written: tuple[policy.Taint | None] | None = None  # None: not known
         self._watched: dict[str, tuple[int, ...]] = {}
         self._gid_index: int | None = None
         self._api_problem: str | None = None
@@ -166,7 +166,7 @@ class FaultActor:
             return
         self._watched_from = (topo, managed)
         ports = compute_ports(topo)
-        self._watched = F.watched_ports(
+        self._watched = policy.watched_ports(
             topo, managed, [(h.name, p.number) for h, p in ports], self._watched
         )
         gid_index = plan_node(topo, ports).uniform_index if ports else None
@@ -191,7 +191,7 @@ class FaultActor:
             topology=topo,
             gid_index=self._gid_index,
         )
-        self.state, changes = F.step(self.state, now, F.classify(found), self.fault_rules)
+        self.state, changes = policy.step(self.state, now, policy.classify(found), self.fault_rules)
         for change in changes:
             self._report(change)
         faults = self.state.faults
@@ -199,14 +199,14 @@ class FaultActor:
             self.active.labels(cls.value).set(sum(1 for f in faults.values() if f.cls == cls))
         pods = {p.key: p.devices for p in allocations.pods}
         self._pods = set(pods)
-        self.hurt = F.pods_hurt(faults, device_hcas(offered, topo, resources), pods)
-        self.taint = F.node_taint(
+        self.hurt = policy.pods_hurt(faults, device_hcas(offered, topo, resources), pods)
+        self.taint = policy.node_taint(
             faults, self._watched, self.config.taint_effect, self.config.degraded_taint_effect
         )
         self.tainted.set(1 if self.taint is not None else 0)
         self._wake.set()
 
-    def _report(self, change: F.FaultChange) -> None:
+    def _report(self, change: policy.FaultChange) -> None:
         hca, port = change.key
         if change.after is None:
             message = f"{hca} port {port}: fault cleared"
@@ -231,29 +231,29 @@ class FaultActor:
     def stale(self) -> str | None:
         return self._api_problem or stale_view(self._view(), self._clock())
 
-    async def act_once(self) -> list[F.Decision]:
+    async def act_once(self) -> list[policy.Decision]:
         """One round: decide on the current view, carry out each decision, reconcile the taint
         (which needs no PodResources, only a reachable API server)."""
         now = self._clock()
         self.ledger = self.ledger.forget_gone(self._pods, now)
-        decisions = F.decide(now, self.hurt, self.ledger, self.decision_rules, self.stale())
+        decisions = policy.decide(now, self.hurt, self.ledger, self.decision_rules, self.stale())
         for decision in decisions:
             await self._carry_out(decision, now)
         api_up = self._api_problem is None and not self._view().api_failures
-        if self.kube is not None and self.decision_rules.action != F.Action.OBSERVE and api_up:
+        if self.kube is not None and self.decision_rules.action != policy.Action.OBSERVE and api_up:
             await self._guarded(self._reconcile_taint())
         self.rounds += 1
         return decisions
 
-    async def _carry_out(self, d: F.Decision, now: float) -> None:
-        if d.verb == F.Verb.HOLD:
+    async def _carry_out(self, d: policy.Decision, now: float) -> None:
+        if d.verb == policy.Verb.HOLD:
             if self._held.get(d.pod) != d.why:
                 log.warning("fault: holding %s: %s", d.pod, d.why, extra={"pod": d.pod})
                 self._held[d.pod] = d.why
             self.decisions.labels(d.verb.value, "held").inc()
             return
         self._held.pop(d.pod, None)
-        if d.verb == F.Verb.OBSERVE:
+        if d.verb == policy.Verb.OBSERVE:
             log.warning(
                 "fault: %s holds %s (action observe: nothing done)",
                 d.pod,
@@ -283,17 +283,17 @@ class FaultActor:
         self._api_problem = None
         return "done"
 
-    async def _do(self, d: F.Decision, now: float) -> None:
+    async def _do(self, d: policy.Decision, now: float) -> None:
         assert self.kube is not None
         namespace, name = d.pod.split("/", 1)
         try:
-            if d.verb == F.Verb.NOTIFY:
+            if d.verb == policy.Verb.NOTIFY:
                 await self._notify(namespace, name, d.faults)
                 self.ledger = self.ledger.noticed(d.pod, d.faults, now)
-            elif d.verb == F.Verb.CLEAR:
+            elif d.verb == policy.Verb.CLEAR:
                 await self._clear(namespace, name)
                 self.ledger = self.ledger.cleared(d.pod)
-            elif d.verb == F.Verb.ACT:
+            elif d.verb == policy.Verb.ACT:
                 await self._act(namespace, name, d.faults, d.evict)
                 self.ledger = self.ledger.acted(d.pod, now, d.evict)
         except _Skip:
@@ -319,16 +319,16 @@ class FaultActor:
             raise _Skip(f"{namespace}/{name} is already terminating")
         return pod
 
-    async def _notify(self, namespace: str, name: str, faults: Sequence[F.Fault]) -> None:
+    async def _notify(self, namespace: str, name: str, faults: Sequence[policy.Fault]) -> None:
         assert self.kube is not None
         pod = await self._ours(namespace, name)
         worst = faults[0]
         wall = time.time() - (self._clock() - worst.since)
-        patch = {"metadata": {"annotations": {F.ANNOTATION: notice(worst, wall)}}}
+        patch = {"metadata": {"annotations": {policy.ANNOTATION: notice(worst, wall)}}}
         await self.kube.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
         then = {
-            F.Action.EVICT: f"; evicting in {self.config.grace_s:g} s",
-            F.Action.NOTIFY: f"; condition {F.CONDITION} in {self.config.grace_s:g} s",
+            policy.Action.EVICT: f"; evicting in {self.config.grace_s:g} s",
+            policy.Action.NOTIFY: f"; condition {policy.CONDITION} in {self.config.grace_s:g} s",
         }.get(self.decision_rules.action, "")
         fatal = worst.cls == FaultClass.FATAL
         message = _describe(faults) + (then if fatal else "")
@@ -338,18 +338,20 @@ class FaultActor:
     async def _clear(self, namespace: str, name: str) -> None:
         assert self.kube is not None
         pod = await self._ours(namespace, name)
-        patch = {"metadata": {"annotations": {F.ANNOTATION: None}}}
+        patch = {"metadata": {"annotations": {policy.ANNOTATION: None}}}
         await self.kube.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
         await self._pod_event(pod, "Normal", "RDMAFaultCleared", "the RDMA devices recovered")
         log.info("fault notice cleared on %s/%s", namespace, name)
 
-    async def _act(self, namespace: str, name: str, faults: Sequence[F.Fault], evict: bool) -> None:
+    async def _act(
+        self, namespace: str, name: str, faults: Sequence[policy.Fault], evict: bool
+    ) -> None:
         """The RDMAFault condition first (so the job controller sees why when the pod fails),
         then the eviction."""
         assert self.kube is not None
         pod = await self._ours(namespace, name)
         condition = {
-            "type": F.CONDITION,
+            "type": policy.CONDITION,
             "status": "True",
             "reason": "FatalPortFault",
             "message": _describe(faults)[:1024],
@@ -360,7 +362,7 @@ class FaultActor:
             Pod.Status, name, patch, namespace=namespace, patch_type=PatchType.STRATEGIC
         )
         if not evict:
-            log.warning("fault: %s/%s marked %s", namespace, name, F.CONDITION)
+            log.warning("fault: %s/%s marked %s", namespace, name, policy.CONDITION)
             return
         eviction = Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace))
         await self.kube.create(eviction, name, namespace=namespace)
@@ -404,8 +406,8 @@ class FaultActor:
             return
         node = await self.kube.get(Node, self.node_name)
         current = list((node.spec.taints if node.spec else None) or [])
-        kept = [t.to_dict() for t in current if t.key != F.TAINT_KEY]
-        ours = [t for t in current if t.key == F.TAINT_KEY]
+        kept = [t.to_dict() for t in current if t.key != policy.TAINT_KEY]
+        ours = [t for t in current if t.key == policy.TAINT_KEY]
         wanted = self.taint
         same = (
             len(ours) == 1
@@ -430,12 +432,12 @@ class FaultActor:
             self._node_event("Warning", "RDMANodeTainted", message)
             log.warning(message)
         else:
-            self._node_event("Normal", "RDMANodeUntainted", f"taint {F.TAINT_KEY} removed")
-            log.info("taint %s removed", F.TAINT_KEY)
+            self._node_event("Normal", "RDMANodeUntainted", f"taint {policy.TAINT_KEY} removed")
+            log.info("taint %s removed", policy.TAINT_KEY)
         self.decisions.labels("taint" if wanted else "untaint", "done").inc()
 
 
-def _describe(faults: Iterable[F.Fault]) -> str:
+def _describe(faults: Iterable[policy.Fault]) -> str:
     return "; ".join(f"{f.hca} port {f.port} {f.cls.value}: {f.reason}" for f in faults)
 
 
