@@ -33,10 +33,11 @@ FUNCTION = re.compile(r"\((rate|increase)\(rdmaplane_port_")
 
 
 def docs_table() -> str:
-    """Every counter: file, where it lives, the metric, its default health rule, what it counts."""
+    """Every counter: file, where it lives, the metric, its default health rules (within the
+    window, within an hour), what it counts."""
     lines = [
-        "| counter file | directory | metric | default threshold | class | counts |",
-        "|---|---|---|---|---|---|",
+        "| counter file | directory | metric | default threshold | class | per hour | class | counts |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in PORT_COUNTERS:
         where = "`hw_counters/` (mlx5)" if c.directory == HW else "`ports/N/counters/` (PMA)"
@@ -45,7 +46,10 @@ def docs_table() -> str:
             metric += f" (× {c.scale})"
         threshold = "—" if c.threshold is None else str(c.threshold)
         cls = c.cls.value if c.cls is not None else "—"
-        lines.append(f"| `{c.name}` | {where} | {metric} | {threshold} | {cls} | {c.help} |")
+        hourly = "—" if c.hourly is None else str(c.hourly)
+        hourly_cls = c.hourly_cls.value if c.hourly_cls is not None else "—"
+        rules = f"{threshold} | {cls} | {hourly} | {hourly_cls}"
+        lines.append(f"| `{c.name}` | {where} | {metric} | {rules} | {c.help} |")
     return "\n".join(lines)
 
 

@@ -25,8 +25,10 @@ class PortCounter:
     """One counter file. `metric`: `rdmaplane_port_<metric>_total`, None when not exported;
     `scale`: what one count is worth in the metric's unit (the PMA data counters count 4-octet
     words); `threshold`: the increments within the health window tolerated by default, None when
-    not watched by default; `cls`: what a rise over that threshold is by default; `panel`: the
-    Grafana dashboard panel that draws it, None when none does."""
+    not watched by default; `cls`: what a rise over that threshold is by default; `hourly` and
+    `hourly_cls`: the same for the increments within an hour (a rate: a steady trickle under
+    the window's limit); `panel`: the Grafana dashboard panel that draws it, None when none
+    does."""
 
     name: str
     directory: str  # PMA (`ports/N/counters/`) or HW (`hw_counters/`)
@@ -35,6 +37,8 @@ class PortCounter:
     scale: int = 1
     threshold: int | None = None
     cls: FaultClass | None = None
+    hourly: int | None = None
+    hourly_cls: FaultClass | None = None
     panel: str | None = None
 
 
@@ -58,6 +62,8 @@ PORT_COUNTERS: tuple[PortCounter, ...] = (
         "symbol_errors",
         threshold=100,
         cls=_D,
+        hourly=120,  # the IBTA bit error rate limit, as NVSentinel applies it: more is fatal
+        hourly_cls=_F,
         panel="Link errors",
     ),
     PortCounter(
@@ -65,6 +71,8 @@ PORT_COUNTERS: tuple[PortCounter, ...] = (
         _P,
         "Successful link error recoveries",
         "link_error_recoveries",
+        hourly=300,  # 5 a minute, every minute (NVSentinel's rate for link retraining)
+        hourly_cls=_D,
         panel="Link errors",
     ),
     PortCounter(
@@ -74,6 +82,8 @@ PORT_COUNTERS: tuple[PortCounter, ...] = (
         "receive_errors",
         threshold=100,
         cls=_D,
+        hourly=600,
+        hourly_cls=_D,
         panel="Receive errors and discards",
     ),
     PortCounter(
@@ -141,6 +151,8 @@ PORT_COUNTERS: tuple[PortCounter, ...] = (
         "local_ack_timeout_errors",
         threshold=100,
         cls=_D,
+        hourly=600,
+        hourly_cls=_D,
         panel="Transport errors (mlx5 hw_counters)",
     ),
     PortCounter(
@@ -148,6 +160,8 @@ PORT_COUNTERS: tuple[PortCounter, ...] = (
         _H,
         "Out-of-sequence packets received",
         "out_of_sequence_packets",
+        hourly=600,
+        hourly_cls=_D,
         panel="Transport errors (mlx5 hw_counters)",
     ),
     PortCounter(
@@ -155,6 +169,8 @@ PORT_COUNTERS: tuple[PortCounter, ...] = (
         _H,
         "NAKs for packet sequence errors received",
         "packet_sequence_errors",
+        hourly=600,
+        hourly_cls=_D,
         panel="Transport errors (mlx5 hw_counters)",
     ),
     PortCounter(
@@ -162,6 +178,8 @@ PORT_COUNTERS: tuple[PortCounter, ...] = (
         _H,
         "RNR NAK retries exhausted",
         "rnr_nak_retry_errors",
+        hourly=60,
+        hourly_cls=_D,
         panel="Transport errors (mlx5 hw_counters)",
     ),
     PortCounter("out_of_buffer", _H, "Drops for lack of receive WQEs", "out_of_buffer_drops"),
@@ -217,8 +235,13 @@ PORT_COUNTERS: tuple[PortCounter, ...] = (
 BY_NAME = {c.name: c for c in PORT_COUNTERS}
 KNOWN_COUNTERS = frozenset(BY_NAME)
 
-# The health rules' defaults (`health.thresholds`, `fault.fatalThresholds`).
+# The health rules' defaults (`health.thresholds`, `fault.fatalThresholds`): within the window.
 DEFAULT_THRESHOLDS = {c.name: c.threshold for c in PORT_COUNTERS if c.threshold is not None}
 DEFAULT_FATAL_THRESHOLDS = {
     c.name: c.threshold for c in PORT_COUNTERS if c.threshold is not None and c.cls is _F
+}
+# Per hour (`health.hourlyThresholds`, `fault.hourlyFatalThresholds`).
+DEFAULT_HOURLY_THRESHOLDS = {c.name: c.hourly for c in PORT_COUNTERS if c.hourly is not None}
+DEFAULT_HOURLY_FATAL_THRESHOLDS = {
+    c.name: c.hourly for c in PORT_COUNTERS if c.hourly is not None and c.hourly_cls is _F
 }

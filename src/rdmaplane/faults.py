@@ -19,12 +19,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from rdmaplane.breaker import Answer, Verdict
 from rdmaplane.model import NodeTopology
 from rdmaplane.porthealth import FaultClass, PortKey, Symptom
 
 ANNOTATION = "rdmaplane.io/fault"
 CONDITION = "RDMAFault"
 TAINT_KEY = "rdmaplane.io/rdma-unhealthy"
+# On the Node while a compute port has a fatal fault: when it began (Unix seconds). The
+# blast-radius breaker's census counts the faulty nodes by it (`rdmaplane.agent.budget`).
+FAULT_SINCE_LABEL = "rdmaplane.io/fault-since"
 
 
 class Action(StrEnum):
@@ -125,6 +129,30 @@ class FaultState:
     @property
     def faults(self) -> dict[PortKey, Fault]:
         return {k: m.raised for k, m in sorted(self.ports.items()) if m.raised is not None}
+
+    @property
+    def fatal(self) -> set[PortKey]:
+        """The ports with a raised fatal fault."""
+        return {k for k, f in self.faults.items() if f.cls == FaultClass.FATAL}
+
+    @property
+    def pending(self) -> set[PortKey]:
+        """The ports with fatal symptoms not yet raised (persisting less than `fatalAfter`)."""
+        return {
+            k
+            for k, m in self.ports.items()
+            if m.fatal_since is not None and (m.raised is None or m.raised.cls != FaultClass.FATAL)
+        }
+
+    def due(self, rules: FaultRules) -> float | None:
+        """When the earliest pending fatal symptoms will have persisted `fatalAfter` (a poll
+        then raises the fault without waiting for the next interval); None when none is."""
+        times = [
+            m.fatal_since + rules.fatal_after_s
+            for k, m in self.ports.items()
+            if k in self.pending and m.fatal_since is not None
+        ]
+        return min(times, default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,17 +322,20 @@ class Decision:
     faults: tuple[Fault, ...] = ()
     why: str = ""
     evict: bool = False
+    held: str = ""  # a notice's: why the breaker holds the action (`gate`)
 
 
 @dataclass(frozen=True, slots=True)
 class PodRecord:
-    """What was done to a pod: the notice it holds (the faults' identities) and when the first
-    notice of a fatal fault went out (the grace period runs from there)."""
+    """What was done to a pod: the notice it holds (the faults' identities, and the breaker's
+    reason when it said one) and when the first notice of a fatal fault went out (the grace
+    period runs from there)."""
 
     notice: tuple[tuple[str, int, str], ...] = ()
     fatal_noticed_at: float | None = None
     acted_at: float | None = None
     failed_at: float | None = None
+    held: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,11 +343,13 @@ class Ledger:
     pods: Mapping[str, PodRecord] = field(default_factory=dict)
     evictions: tuple[float, ...] = ()  # when evictions were made (the last minute's matter)
 
-    def noticed(self, pod: str, faults: Sequence[Fault], now: float) -> Ledger:
+    def noticed(self, pod: str, faults: Sequence[Fault], now: float, held: str = "") -> Ledger:
         record = self.pods.get(pod, PodRecord())
         fatal = any(f.cls == FaultClass.FATAL for f in faults)
         at = record.fatal_noticed_at if record.fatal_noticed_at is not None else now
-        record = replace(record, notice=notice_key(faults), fatal_noticed_at=at if fatal else None)
+        record = replace(
+            record, notice=notice_key(faults), fatal_noticed_at=at if fatal else None, held=held
+        )
         return replace(self, pods={**self.pods, pod: record})
 
     def cleared(self, pod: str) -> Ledger:
@@ -392,3 +425,30 @@ def _wanted(
     if now - noticed < rules.grace_s:
         return None
     return Decision(Verb.ACT, pod, fatal, fatal[0].reason, evict=rules.action == Action.EVICT)
+
+
+def gate(
+    decisions: Sequence[Decision],
+    hurt: Mapping[str, tuple[Fault, ...]],
+    ledger: Ledger,
+    answer: Answer | None,
+) -> list[Decision]:
+    """The decisions the blast-radius breaker (`rdmaplane.breaker`) lets through, `answer`
+    being its word for this node (None: nothing was asked, nothing needs asking). An act
+    without a token waits (`HOLD`, with the breaker's reason); a notice while a storm holds
+    the node says so (`held`), and a pod noticed before the storm is told once."""
+    storming = answer is not None and answer.storming
+    granted = answer is not None and answer.verdict == Verdict.GRANTED
+    out = []
+    for d in decisions:
+        if d.verb == Verb.NOTIFY and storming:
+            out.append(replace(d, held=answer.why if answer else ""))
+        elif d.verb == Verb.ACT and not granted:
+            why = answer.why if answer is not None else "the fault budget was not asked"
+            out.append(Decision(Verb.HOLD, d.pod, d.faults, why))
+            if storming and not ledger.pods.get(d.pod, PodRecord()).held:
+                faults = hurt.get(d.pod, d.faults)
+                out.append(Decision(Verb.NOTIFY, d.pod, faults, faults[0].reason, held=why))
+        else:
+            out.append(d)
+    return out

@@ -20,6 +20,9 @@ SCHEMA = "rdmaplane.io/node-topology/v1"
 MAX_NUMA_NODES = 1024
 # No RDMA port runs faster (XDR: 1.6 Tb/s on a 4x port); a rate above, or not above 0, is junk.
 MAX_RATE_GBPS = 10_000.0
+# PCIe 7.0 runs 128 GT/s per lane; the widest link the spec allows is x32.
+MAX_PCIE_GTS = 128.0
+MAX_PCIE_WIDTH = 32
 
 NVIDIA_VENDOR = "0x10de"
 MELLANOX_VENDOR = "0x15b3"
@@ -121,6 +124,28 @@ class Gid:
 
 
 @dataclass(frozen=True, slots=True)
+class PcieLink:
+    """A PCI function's link (`current_link_speed`/`_width`, `max_link_speed`/`_width`) and, when
+    known, the maximum of the port above it (the slot's: a x16 card in a x8 slot runs x8 by
+    design). Speeds in GT/s."""
+
+    speed_gts: float
+    width: int
+    max_speed_gts: float
+    max_width: int
+    slot_speed_gts: float | None = None
+    slot_width: int | None = None
+
+    @property
+    def expected_speed_gts(self) -> float:
+        return min(self.max_speed_gts, self.slot_speed_gts or self.max_speed_gts)
+
+    @property
+    def expected_width(self) -> int:
+        return min(self.max_width, self.slot_width or self.max_width)
+
+
+@dataclass(frozen=True, slots=True)
 class PciDevice:
     """A PCI function and where it hangs in the PCIe tree.
 
@@ -137,6 +162,7 @@ class PciDevice:
     numa: int | None = None
     driver: str | None = None
     local_cpus: str | None = None
+    link: PcieLink | None = None
 
     @property
     def parent(self) -> str:

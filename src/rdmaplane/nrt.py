@@ -10,7 +10,9 @@ A node's GPU/RDMA topology travels as an upstream-compatible `NodeResourceTopolo
   node names a resource the defaults do not, `rdmaplane.io/resources` says which resources are
   GPUs, exclusive HCA pools and shared pools (`rdmaplane.resources`:
   `amd.com/gpu=gpu,example.com/ib=exclusive,rdma/hca_shared_devices_a=shared`); an NRT
-  without it (default names, or an older agent) is read with the reader's own names.
+  without it (default names, or an older agent) is read with the reader's own names. For the
+  fleet audit (`rdmaplane.audit`): `rdmaplane.io/hca-firmware` (each HCA's firmware) and, when
+  a link trained short, `rdmaplane.io/pcie-downtrained`.
 - one zone per NUMA node (`node-<id>`, type `Node`, `costs` = NUMA distances) with
   `capacity/allocatable/available` of each of those resources (by default `nvidia.com/gpu`,
   `rdmaplane.io/hca` and `rdmaplane.io/hca-shared`), GPUs first, then exclusive pools, then
@@ -54,6 +56,8 @@ GROUP = "topology.node.k8s.io"
 ATTR_POLICY = "topologyManagerPolicy"
 ATTR_SCOPE = "topologyManagerScope"
 ATTR_ACCOUNTED_PODS = "rdmaplane.io/accounted-pods"
+ATTR_HCA_FIRMWARE = "rdmaplane.io/hca-firmware"
+ATTR_PCIE_DOWNTRAINED = "rdmaplane.io/pcie-downtrained"
 ATTR_RESOURCES = "rdmaplane.io/resources"
 ZONE_ATTR_SHARED_HCAS = "rdmaplane.io/shared-hcas"
 ZONE_ATTR_TIER0_SWITCH = "rdmaplane.io/tier-0-switch"

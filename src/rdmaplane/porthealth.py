@@ -17,17 +17,24 @@ place in the topology, a counter's rise within the row's window) and, when it fi
 - `fault`: fatal or degraded for the fault classes (`rdmaplane.faults`: their hysteresis, the
   pod notices and evictions, the DRA driver's fault taints), which read only the compute ports.
 
-A new kind of evidence (an error rate over an hour, link flaps, a downtrained PCIe link, kernel
-log events) is a new input of `PortView` and new rows; the consumers stay as they are.
+Evidence beyond a poll's reading comes in as inputs of `PortView`, each read by its own rows:
+a counter's rise within each row's window (the health window, and an hour for the rates), link
+falls per hour, the HCA's PCIe link (`rdmaplane.pcie`), mlx5's kernel log events
+(`rdmaplane.kernellog`), whether the port is in service at all (a port no pool offers and that
+was never up is not: an uncabled or disabled spare is never a fault), and a quarantine for
+ports that keep failing (`rdmaplane.repeat`). The consumers stay as they are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+import bisect
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from enum import StrEnum
 
+from rdmaplane import kernellog
 from rdmaplane.gid import gid_problem
+from rdmaplane.kernellog import KernelEvent
 from rdmaplane.model import (
     Hca,
     LinkLayer,
@@ -37,6 +44,7 @@ from rdmaplane.model import (
     PortObservation,
     PortState,
 )
+from rdmaplane.pcie import DOWNTRAINED, downtrained
 from rdmaplane.usability import PORT_DOWN
 
 PortKey = tuple[str, int]  # (hca, port)
@@ -55,25 +63,63 @@ HCA_GONE = "HcaGone"
 PORT_GONE = "PortGone"
 NO_NETDEV = "NoNetdev"
 GID_INDEX_LOST = "GidIndexLost"
+LINK_FLAPPING = "LinkFlapping"
+QUARANTINED = "Quarantined"
 GONE = (HCA_GONE, PORT_GONE)
+HOUR_S = 3600.0  # the window of the rates (`health.hourlyThresholds`) and of link flaps
 
 
 # ----------------------------------------------------------------- per-port memory
 
 
 @dataclass(frozen=True, slots=True)
+class Rises:
+    """One counter's increments within the memory, oldest first: when each came and the running
+    total after it (`base`: the total before the first kept), so a window's rise is a lookup,
+    however many polls an hour holds."""
+
+    times: tuple[float, ...] = ()
+    totals: tuple[int, ...] = ()
+    base: int = 0
+
+    def since(self, start: float) -> int:
+        """The increments after `start`."""
+        i = bisect.bisect_right(self.times, start)
+        if i == len(self.times):
+            return 0
+        return self.totals[-1] - (self.totals[i - 1] if i else self.base)
+
+    def add(self, at: float, delta: int, keep_after: float) -> Rises:
+        """With `delta` (0: none) at `at`, and without increments at or before `keep_after`."""
+        drop = bisect.bisect_right(self.times, keep_after)
+        base = self.totals[drop - 1] if drop else self.base
+        times, totals = self.times[drop:], self.totals[drop:]
+        if delta > 0:
+            times += (at,)
+            totals += ((totals[-1] if totals else base) + delta,)
+        return Rises(times, totals, base)
+
+
+@dataclass(frozen=True, slots=True)
 class PortMemory:
-    """One port's counters: their last good values, and the increments (time, counter, delta
-    > 0) within the window, as of `at` (the poll that last observed the port)."""
+    """One port as of `at` (the poll that last observed it): its counters' last good values,
+    their increments, and the polls that found it down after it had been up (`falls`), all
+    within the longest window a row reads; `up`: whether that poll found it up."""
 
     at: float
     last: Mapping[str, int]
-    increments: tuple[tuple[float, str, int], ...] = ()
+    rises: Mapping[str, Rises] = field(default_factory=dict)
+    falls: tuple[float, ...] = ()
+    up: bool | None = None
 
     def risen(self, counter: str, window_s: float) -> int:
         """How much `counter` rose within the `window_s` seconds up to `at`."""
-        start = self.at - window_s
-        return sum(d for t, name, d in self.increments if name == counter and t > start)
+        rises = self.rises.get(counter)
+        return rises.since(self.at - window_s) if rises is not None else 0
+
+    def fell(self, window_s: float) -> int:
+        """How often the port was found fallen within the `window_s` seconds up to `at`."""
+        return sum(1 for t in self.falls if t > self.at - window_s)
 
 
 def remember(
@@ -82,8 +128,8 @@ def remember(
     observations: Iterable[PortObservation],
     keep_s: float,
 ) -> dict[PortKey, PortMemory]:
-    """Fold one poll into every observed port's memory, keeping increments for `keep_s`; ports
-    not observed are forgotten."""
+    """Fold one poll into every observed port's memory, keeping what is younger than `keep_s`;
+    ports not observed are forgotten."""
     return {
         (o.hca, o.port): _fold(memory.get((o.hca, o.port)), o, now, keep_s) for o in observations
     }
@@ -91,13 +137,19 @@ def remember(
 
 def _fold(memory: PortMemory | None, obs: PortObservation, now: float, keep_s: float) -> PortMemory:
     last = memory.last if memory else {}
-    kept = tuple(i for i in (memory.increments if memory else ()) if i[0] > now - keep_s)
-    new = tuple(
-        (now, name, value - last[name])
-        for name, value in sorted(obs.counters.items())
-        if name in last and value > last[name]
-    )
-    return PortMemory(now, {**last, **obs.counters}, kept + new)
+    before = memory.rises if memory else {}
+    keep_after = now - keep_s
+    rises = {}
+    for name in sorted({*before, *obs.counters}):
+        value = obs.counters.get(name)
+        delta = value - last[name] if value is not None and name in last else 0
+        kept = before.get(name, Rises()).add(now, delta, keep_after)
+        if kept.times:
+            rises[name] = kept
+    falls = tuple(t for t in (memory.falls if memory else ()) if t > keep_after)
+    if memory is not None and memory.up and not obs.is_up:
+        falls += (now,)
+    return PortMemory(now, {**last, **obs.counters}, rises, falls, obs.is_up)
 
 
 # ----------------------------------------------------------------- what the rules read
@@ -106,14 +158,19 @@ def _fold(memory: PortMemory | None, obs: PortObservation, now: float, keep_s: f
 @dataclass(frozen=True, slots=True)
 class PortView:
     """What the rules read of one port in one poll: its observation and memory (None: not
-    observed), and the node's topology and unified GID index (None: not given, so the rows that
-    read them do not apply)."""
+    observed), the node's topology and unified GID index, the time, whether the port is in
+    service, its HCA's kernel log events and its quarantine (None or empty: not given, so the
+    rows that read them do not apply)."""
 
     key: PortKey
     observation: PortObservation | None = None
     memory: PortMemory | None = None
     topology: NodeTopology | None = None
     gid_index: int | None = None
+    now: float | None = None
+    in_service: bool | None = None  # None: not known, so in service
+    kernel: tuple[KernelEvent, ...] = ()  # the HCA's recognised kernel log lines
+    quarantined: str | None = None  # why the port stays out of service, if it does
 
     @property
     def number(self) -> int:
@@ -155,8 +212,9 @@ def port_gone(v: PortView) -> str | None:
 
 
 def port_not_up(v: PortView) -> str | None:
+    """Down, unless the port is not in service (no pool offers it and it was never up)."""
     link = v.link
-    if link is None or link == (PortState.ACTIVE, PhysState.LINK_UP):
+    if link is None or link == (PortState.ACTIVE, PhysState.LINK_UP) or v.in_service is False:
         return None
     return f"port {v.number} {link[0].name} ({link[1].name})"
 
@@ -176,6 +234,15 @@ def gid_index_lost(v: PortView) -> str | None:
     return None if problem is None else f"port {v.number} GID index {v.gid_index} {problem}"
 
 
+def pcie_downtrained(v: PortView) -> str | None:
+    hca = v.hca
+    return downtrained(hca.pci.link) if hca is not None and hca.pci is not None else None
+
+
+def quarantined(v: PortView) -> str | None:
+    return v.quarantined
+
+
 @dataclass(frozen=True, slots=True)
 class CounterRise:
     """A counter that rose by more than `limit` within `window_s`."""
@@ -184,12 +251,55 @@ class CounterRise:
     limit: int
     window_s: float
 
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return (self.counter,)
+
     def __call__(self, v: PortView) -> str | None:
         risen = v.memory.risen(self.counter, self.window_s) if v.memory is not None else 0
         if risen <= self.limit:
             return None
         within = f"within {self.window_s:g} s (max {self.limit})"
         return f"port {v.number} {self.counter} +{risen} {within}"
+
+
+@dataclass(frozen=True, slots=True)
+class LinkFlaps:
+    """More than `limit` falls within an hour: `link_downed` counts every one the hardware saw,
+    the polls those they caught (a port whose counter does not move flaps all the same)."""
+
+    limit: int
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return ("link_downed",)
+
+    def __call__(self, v: PortView) -> str | None:
+        if v.memory is None:
+            return None
+        flaps = max(v.memory.risen("link_downed", HOUR_S), v.memory.fell(HOUR_S))
+        if flaps <= self.limit:
+            return None
+        return f"port {v.number} went down {flaps} times within {HOUR_S:g} s (max {self.limit})"
+
+
+@dataclass(frozen=True, slots=True)
+class KernelSaid:
+    """The HCA's driver logged a line of `reason` (`rdmaplane.kernellog`) within `window_s`:
+    the newest is quoted."""
+
+    reason: str
+    window_s: float
+
+    def __call__(self, v: PortView) -> str | None:
+        if v.now is None:
+            return None
+        said = [e for e in v.kernel if e.reason == self.reason and v.now - e.at < self.window_s]
+        if not said:
+            return None
+        newest = max(said, key=lambda e: e.at)
+        more = f" (and {len(said) - 1} more within {self.window_s:g} s)" if len(said) > 1 else ""
+        return newest.quoted + more
 
 
 # ----------------------------------------------------------------- the rule table
@@ -224,7 +334,7 @@ class RuleTable:
     @property
     def counters(self) -> list[str]:
         """The counters the rows read (what a poll must read)."""
-        return sorted({r.check.counter for r in self.rows if isinstance(r.check, CounterRise)})
+        return sorted({c for r in self.rows for c in getattr(r.check, "reads", ())})
 
 
 FATAL, DEGRADED = FaultClass.FATAL, FaultClass.DEGRADED
@@ -240,14 +350,51 @@ PORT_RULES = (
 )
 
 
+# The kernel's word (`rdmaplane.kernellog`): the firmware stopped or stopped answering is
+# fatal; too little slot power only slows the card.
+KERNEL_CLASSES = {
+    kernellog.FIRMWARE_FATAL: (True, FATAL),
+    kernellog.HEALTH_COMPROMISED: (True, FATAL),
+    kernellog.COMMAND_TIMEOUT: (True, FATAL),
+    kernellog.PCIE_SLOT_POWER: (False, DEGRADED),
+}
+
+
 def rule_table(
-    window_s: float, thresholds: Mapping[str, int], fatal_thresholds: Mapping[str, int]
+    window_s: float,
+    thresholds: Mapping[str, int],
+    fatal_thresholds: Mapping[str, int],
+    *,
+    hourly: Mapping[str, int] | None = None,
+    hourly_fatal: Mapping[str, int] | None = None,
+    flaps_per_hour: int | None = None,
 ) -> RuleTable:
-    """`PORT_RULES`, then one row per counter limit, by counter name. A rise over
-    `thresholds[c]` is unhealthy and degraded; over `fatal_thresholds[c]` fatal (a counter
-    with a fatal limit is never degraded). The same limit in both is one row, unhealthy and
-    fatal."""
+    """`PORT_RULES`; one row per counter limit, by counter name, for the health window and
+    then for the hour (`hourly`, `hourly_fatal`: the rates); link flaps per hour; a
+    quarantine; the kernel's events; a downtrained PCIe link.
+
+    Per window, a rise over `thresholds[c]` is unhealthy and degraded, over
+    `fatal_thresholds[c]` fatal (a counter with a fatal limit is never degraded); the same limit
+    in both is one row, unhealthy and fatal. More falls in an hour than `flaps_per_hour` is
+    unhealthy and fatal. A quarantined port is unhealthy, no fault (its pods are not evicted
+    for it). Kernel events count for the health window."""
     rows = list(PORT_RULES)
+    rows += _counter_rows(window_s, thresholds, fatal_thresholds)
+    rows += _counter_rows(HOUR_S, hourly or {}, hourly_fatal or {})
+    if flaps_per_hour is not None:
+        rows.append(Rule(LINK_FLAPPING, LinkFlaps(flaps_per_hour), True, FATAL))
+    rows.append(Rule(QUARANTINED, quarantined, unhealthy=True, fault=None))
+    for reason, (unhealthy, cls) in KERNEL_CLASSES.items():
+        rows.append(Rule(reason, KernelSaid(reason, window_s), unhealthy, cls))
+    rows.append(Rule(DOWNTRAINED, pcie_downtrained, unhealthy=False, fault=DEGRADED))
+    longest = HOUR_S if hourly or hourly_fatal or flaps_per_hour is not None else 0.0
+    return RuleTable(tuple(rows), max(window_s, longest))
+
+
+def _counter_rows(
+    window_s: float, thresholds: Mapping[str, int], fatal_thresholds: Mapping[str, int]
+) -> list[Rule]:
+    rows = []
     for name in sorted({*thresholds, *fatal_thresholds}):
         limit, fatal = thresholds.get(name), fatal_thresholds.get(name)
         if limit is not None:
@@ -255,7 +402,7 @@ def rule_table(
             rows.append(Rule(ERRORS_RISING, CounterRise(name, limit, window_s), True, cls))
         if fatal is not None and fatal != limit:
             rows.append(Rule(ERRORS_RISING, CounterRise(name, fatal, window_s), False, FATAL))
-    return RuleTable(tuple(rows), window_s)
+    return rows
 
 
 def judge(
@@ -266,12 +413,30 @@ def judge(
     memory: Mapping[PortKey, PortMemory],
     topology: NodeTopology | None = None,
     gid_index: int | None = None,
+    now: float | None = None,
+    in_service: Collection[PortKey] | None = None,
+    kernel: Sequence[KernelEvent] = (),
+    quarantined: Mapping[PortKey, str] | None = None,
 ) -> dict[PortKey, tuple[Symptom, ...]]:
     """Each port's symptoms, in the table's order (none: an empty tuple). A port that is gone
-    has no other symptom."""
+    has no other symptom. `in_service` None: every port is."""
+    by_pci: dict[str, list[KernelEvent]] = {}
+    for event in kernel:
+        by_pci.setdefault(event.pci, []).append(event)
     out = {}
     for key in keys:
-        view = PortView(key, observations.get(key), memory.get(key), topology, gid_index)
+        hca = topology.hca(key[0]) if topology is not None else None
+        view = PortView(
+            key,
+            observations.get(key),
+            memory.get(key),
+            topology,
+            gid_index,
+            now,
+            None if in_service is None else key in in_service,
+            tuple(by_pci.get(hca.pci.address, ())) if hca is not None and hca.pci else (),
+            (quarantined or {}).get(key),
+        )
         found = tuple(
             Symptom(rule.reason, text, rule.unhealthy, rule.fault)
             for rule in rules.rows

@@ -19,6 +19,8 @@ import msgspec
 from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.model import (
     MAX_NUMA_NODES,
+    MAX_PCIE_GTS,
+    MAX_PCIE_WIDTH,
     MAX_RATE_GBPS,
     SCHEMA,
     Gid,
@@ -32,6 +34,7 @@ from rdmaplane.model import (
     NodeTopology,
     NumaNode,
     PciDevice,
+    PcieLink,
     PhysState,
     Port,
     PortState,
@@ -80,6 +83,15 @@ class _NumaDoc(_Doc):
     distances: tuple[int, ...] = ()
 
 
+class _LinkDoc(_Doc):
+    speed_gts: float
+    width: int
+    max_speed_gts: float
+    max_width: int
+    slot_speed_gts: float | None = None  # the port above it: the slot's maximum
+    slot_width: int | None = None
+
+
 class _PciDoc(_Doc, rename={"class_code": "class"}):
     address: str
     root: str
@@ -90,6 +102,7 @@ class _PciDoc(_Doc, rename={"class_code": "class"}):
     numa: int | None = None
     driver: str | None = None
     local_cpus: str | None = None
+    link: _LinkDoc | None = None
 
 
 class _GpuDoc(_Doc, kw_only=True, rename={"address": "pci", "pci": "pci_device"}):
@@ -243,7 +256,7 @@ def to_document(topo: NodeTopology) -> dict[str, Any]:
 
 
 def _gpu_doc(g: Gpu) -> _GpuDoc:
-    pci = _doc(g.pci, _PciDoc)
+    pci = _pci_doc(g.pci)
     links = dict(g.nvlinks) if g.nvlinks is not None else None
     where = {"address": g.pci.address, "numa": g.pci.numa, "pcie_root": g.pci.root}
     return _doc(g, _GpuDoc, pci=pci, nvlinks=links, **where)  # type: ignore[no-any-return]
@@ -256,10 +269,15 @@ def _hca_doc(h: Hca) -> _HcaDoc:
         address=h.pci.address if h.pci else None,
         numa=h.numa,
         pcie_root=h.pcie_root,
-        pci=_doc(h.pci, _PciDoc) if h.pci else None,
-        data_direct=_doc(h.data_direct, _PciDoc) if h.data_direct else None,
+        pci=_pci_doc(h.pci) if h.pci else None,
+        data_direct=_pci_doc(h.data_direct) if h.data_direct else None,
         ports=[_port_doc(p) for p in h.ports],
     )
+
+
+def _pci_doc(p: PciDevice) -> _PciDoc:
+    link = _doc(p.link, _LinkDoc) if p.link else None
+    return _doc(p, _PciDoc, link=link)  # type: ignore[no-any-return]
 
 
 def _port_doc(p: Port) -> _PortDoc:
@@ -324,7 +342,26 @@ class _Reader:
         return _model(n, NumaNode, cpus=cpus)
 
     def pci(self, p: _PciDoc, at: str) -> PciDevice:
-        return _model(p, PciDevice, numa=self.numa(p.numa, f"{at}.numa"))
+        link = self.link(p.link, f"{at}.link") if p.link else None
+        return _model(p, PciDevice, numa=self.numa(p.numa, f"{at}.numa"), link=link)
+
+    def link(self, d: _LinkDoc, at: str) -> PcieLink | None:
+        """A PCIe link; one with a speed or width no link has is left out with a warning."""
+        for key in ("speed_gts", "max_speed_gts", "slot_speed_gts"):
+            speed = getattr(d, key)
+            if speed is not None and not 0 < speed <= MAX_PCIE_GTS:
+                self.absurd(
+                    f"{at}.{key}", speed, f"is no PCIe link speed (up to {MAX_PCIE_GTS:g} GT/s)"
+                )
+                return None
+        for key in ("width", "max_width", "slot_width"):
+            width = getattr(d, key)
+            if width is not None and not 0 <= width <= MAX_PCIE_WIDTH:
+                self.absurd(
+                    f"{at}.{key}", width, f"is no PCIe link width (x0 to x{MAX_PCIE_WIDTH})"
+                )
+                return None
+        return _model(d, PcieLink)
 
     def gpu(self, g: _GpuDoc, at: str) -> Gpu:
         links = tuple(sorted(g.nvlinks.items())) if g.nvlinks is not None else None

@@ -133,16 +133,19 @@ async def running_agent(
     plugin_config: PluginSettings | None = None,
     **config: Any,
 ) -> AsyncIterator[Agent]:
+    settings: dict[str, Any] = {
+        "poll_interval_s": POLL_S,
+        "allocation_interval_s": POLL_S,
+        **config,  # a caller may set the intervals too (bench/fault.py --poll)
+    }
     cfg = AgentSettings(
         node_name=node_name,
         sysfs_root=tree,
         kubelet_dir=workdir / "kubelet",
         dev_root=workdir / "dev",
-        poll_interval_s=POLL_S,
-        allocation_interval_s=POLL_S,
         metrics_address="127.0.0.1",
         metrics_port=0,
-        **config,
+        **settings,
     )
     if not (cfg.dev_root / "infiniband").exists():  # the HCAs' device nodes, or none is healthy
         device_nodes(tree, cfg.dev_root)

@@ -18,7 +18,7 @@ import functools
 import json
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,13 @@ import httpx
 import pytest
 import yaml
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Node, Pod
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Event, Node, Pod
 
+from rdmaplane.agent.budget import BUDGET_ANNOTATION
 from rdmaplane.agent.service import Agent
+from rdmaplane.agent.settings import BreakerSettings, RepeatSettings
+from rdmaplane.repeat import CLEAR_ANNOTATION, HISTORY_ANNOTATION, QUARANTINE_TAINT_KEY
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
 from tests.e2e.controlplane import KubeCluster, Process, launch_scheduler
@@ -163,6 +167,15 @@ async def test_port_down_notice_condition_eviction_replacement(chain: RigFactory
         assert status is not None and not status.failed  # Ignored: no failure counted
         acted = await _metric(agent, "rdmaplane_agent_fault_decisions_total", verb="act")
         assert acted == 1
+        # The eviction took a token from the fleet's budget (the Lease, made and written with
+        # the agent's own credential under deploy/agent/rbac.yaml).
+        breaker = agent.config.fault.breaker
+        lease = await kube.get(Lease, breaker.lease, namespace=breaker.namespace)
+        assert lease.metadata is not None and lease.metadata.annotations is not None
+        budget = json.loads(lease.metadata.annotations[BUDGET_ANNOTATION])
+        assert rig.a in [t["node"] for t in budget["tokens"]] and budget["open"] == []
+        granted = "rdmaplane_agent_fault_breaker_answers_total"
+        assert await _metric(agent, granted, verdict="granted") == 1
 
 
 async def test_flapping_port_evicts_at_most_once(chain: RigFactory):
@@ -225,6 +238,126 @@ async def test_every_compute_hca_fatal_taints_the_node_until_clear_after(chain: 
         await asyncio.sleep(2)  # < clearAfter: still tainted
         assert await taint() is not None
         await eventually(lambda: absent(taint), CHAIN_S)
+
+
+async def test_the_breaker_holds_the_eviction_until_the_storm_is_over(chain: RigFactory):
+    """Part 1 with the agent as deployed: a breaker so tight that one faulty node is a storm
+    (`minFaultyNodes` 1, `maxFaultyShare` 0) holds the eviction: the notice says why (`held`),
+    the breaker's opening is one Event on the budget's Lease; once the fault is older than the
+    breaker's window it closes (one Event), and the pod still hurt is evicted, once."""
+    breaker = BreakerSettings(min_faulty_nodes=1, max_faulty_share=0.0, window_s=4.0)
+    async with chain(fault=replace(FAULT, breaker=breaker)) as (rig, agent):
+        kube = rig.kube
+        await start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
+        victim = next(p for p, n in placed.items() if n == rig.a)
+        await add_spare(rig)
+        rig.port("mlx5_3", up=False)
+
+        def evicted() -> float | None:
+            return rig.first(lambda v: condition_true(v, "DisruptionTarget") is not None, victim)
+
+        async def is_evicted() -> bool:
+            return evicted() is not None
+
+        await eventually(is_evicted, CHAIN_S)
+        notices = [
+            json.loads(v["metadata"]["annotations"][NOTICE])
+            for v in rig.versions(victim)
+            if NOTICE in (v["metadata"].get("annotations") or {})
+        ]
+        held = [n["held"] for n in notices if "held" in n]
+        assert held and held[0].startswith("breaker open: 1 of ") and "in the cluster" in held[0]
+        lease_events = [
+            e
+            async for e in kube.list(Event, namespace=breaker.namespace)
+            if e.involvedObject.kind == "Lease" and e.involvedObject.name == breaker.lease
+        ]
+        reasons = sorted(e.reason or "" for e in lease_events)
+        assert reasons.count("RDMAFaultBreakerOpen") == 1, reasons
+        assert reasons.count("RDMAFaultBreakerClosed") == 1, reasons
+        evictions = await _metric(agent, "rdmaplane_agent_fault_decisions_total", verb="act")
+        assert evictions == 1
+        refused = "rdmaplane_agent_fault_breaker_answers_total"
+        assert await _metric(agent, refused, verdict="refused") >= 1
+
+
+async def test_the_breaker_in_observe_mode_only_says_what_it_would_hold(chain: RigFactory):
+    """`mode: observe`: the same storm is judged and counted as refused, yet the eviction goes
+    ahead after graceSeconds and the notice says nothing of a hold."""
+    breaker = BreakerSettings(mode="observe", min_faulty_nodes=1, max_faulty_share=0.0)
+    async with chain(fault=replace(FAULT, breaker=breaker)) as (rig, agent):
+        await start_job(rig)
+        placed = await placed_on(rig, {rig.a, rig.b})
+        victim = next(p for p, n in placed.items() if n == rig.a)
+        await add_spare(rig)
+        rig.port("mlx5_3", up=False)
+
+        async def is_evicted() -> bool:
+            return (
+                rig.first(lambda v: condition_true(v, "DisruptionTarget") is not None, victim)
+                is not None
+            )
+
+        await eventually(is_evicted, CHAIN_S)
+        notices = [
+            json.loads(v["metadata"]["annotations"][NOTICE])
+            for v in rig.versions(victim)
+            if NOTICE in (v["metadata"].get("annotations") or {})
+        ]
+        assert notices and not any("held" in n for n in notices)
+        refused = "rdmaplane_agent_fault_breaker_answers_total"
+        assert await _metric(agent, refused, verdict="refused") >= 1
+
+
+async def test_a_port_that_keeps_failing_is_quarantined_until_cleared(chain: RigFactory):
+    """Part 3 with the agent as deployed (its credential, the own-node policies): with
+    `repeat.count` 2, a port's second fatal fault quarantines it: the node tainted
+    rdmaplane.io/rdma-quarantine NoSchedule and the HCA Unhealthy while the port is up again;
+    the operator's clear annotation lifts both and is removed."""
+    repeat = RepeatSettings(count=2, window_s=3600.0)
+    async with chain(fault=replace(FAULT, repeat=repeat)) as (rig, agent):
+        kube = rig.kube
+
+        async def node() -> Node:
+            return await kube.get(Node, rig.a)
+
+        async def quarantine_taint() -> Any:
+            spec = (await node()).spec
+            taints = (spec.taints if spec else None) or []
+            return next((t for t in taints if t.key == QUARANTINE_TAINT_KEY), None)
+
+        def raised() -> bool:
+            return ("mlx5_3", 1) in agent.faults.state.fatal
+
+        async def fault_raised() -> bool:
+            return raised()
+
+        async def fault_cleared() -> bool:
+            return not raised() and not agent.faults.state.faults
+
+        for _ in range(2):
+            rig.port("mlx5_3", up=False)
+            await eventually(fault_raised, CHAIN_S)
+            rig.port("mlx5_3", up=True)
+            await eventually(fault_cleared, CHAIN_S)
+        found = await eventually(quarantine_taint, CHAIN_S)
+        assert (found.value, found.effect) == ("1-ports", "NoSchedule")
+        assert not agent.health_state.hcas["mlx5_3"].healthy, "the port is up, yet out of service"
+        metadata = (await node()).metadata
+        assert metadata is not None and metadata.annotations is not None
+        history = json.loads(metadata.annotations[HISTORY_ANNOTATION])
+        assert len(history["ports"]["mlx5_3/1"]["faults"]) == 2
+
+        await kube.patch(Node, rig.a, {"metadata": {"annotations": {CLEAR_ANNOTATION: "mlx5_3"}}})
+        await eventually(lambda: absent(quarantine_taint), CHAIN_S)
+
+        async def healthy_again() -> bool:
+            return agent.health_state.hcas["mlx5_3"].healthy
+
+        await eventually(healthy_again, CHAIN_S)
+        metadata = (await node()).metadata
+        assert metadata is not None and CLEAR_ANNOTATION not in (metadata.annotations or {})
 
 
 async def test_api_server_away_during_the_fault_then_the_right_action(

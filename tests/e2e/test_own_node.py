@@ -23,6 +23,7 @@ from lightkube.types import PatchType
 from rdmaplane import faults, nrt
 from rdmaplane.fabric import DEFAULT_TIER_LABELS
 from rdmaplane.kube import NodeResourceTopology, async_client
+from rdmaplane.repeat import QUARANTINE_TAINT_KEY
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
 from tests.e2e.controlplane import KubeCluster, add_ready_node, write_kubeconfig
@@ -136,12 +137,14 @@ def _pod(patch: dict[str, Any], status: bool = False) -> Write:
 
 
 async def _own_taint(client: AsyncClient, node: str, ns: str) -> Any:
-    """The agent's way (faultaction._reconcile_taint): read the taints, add ours, keep the
-    rest, under the read resourceVersion."""
+    """The agent's way (faultaction._reconcile_taints): read the taints, add ours (the fault
+    taint and the repeat offenders' quarantine), keep the rest, under the read
+    resourceVersion."""
     got = await client.get(Node, node)
     assert got.metadata is not None and got.spec is not None
     taints = [t.to_dict() for t in got.spec.taints or []]
     taints.append({"key": faults.TAINT_KEY, "value": "8-hcas", "effect": "NoExecute"})
+    taints.append({"key": QUARANTINE_TAINT_KEY, "value": "1-ports", "effect": "NoSchedule"})
     version = got.metadata.resourceVersion
     patch = {"metadata": {"resourceVersion": version}, "spec": {"taints": taints}}
     return await client.patch(Node, node, patch, patch_type=PatchType.MERGE)
@@ -177,7 +180,7 @@ AGENT_WRITES: list[tuple[str, Write]] = [
         ),
     ),
     ("RDMAReady", _node_status(_condition(nrt.CONDITION_RDMA_READY))),
-    ("its taint", _own_taint),
+    ("its taints", _own_taint),
     ("its NodeResourceTopology", _nrt),
     ("fault notice", _pod({"metadata": {"annotations": {faults.ANNOTATION: "{}"}}})),
     ("RDMAFault", _pod({"status": _condition(faults.CONDITION)}, status=True)),
@@ -240,6 +243,7 @@ async def test_an_agent_may_write_only_its_own_node_and_pods(scene: Scene, on_a:
     assert [(t.key, t.effect) for t in node.spec.taints or []] == [
         ("other", "NoSchedule"),
         (faults.TAINT_KEY, "NoExecute"),
+        (QUARANTINE_TAINT_KEY, "NoSchedule"),
     ]
     assert {c.type: c.status for c in node.status.conditions or []} == {
         "Ready": "True",

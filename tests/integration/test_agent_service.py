@@ -276,7 +276,9 @@ async def test_rising_errors_reach_the_device_plugin(
     """The embedded plugin learns of counter-based ill health from the agent (it sees port
     states itself): ListAndWatch turns the HCA Unhealthy, Allocate refuses it naming the counter,
     and it turns Healthy again once it recovers."""
-    cfg, plugin = with_plugin(node, short_dir, health=HealthSettings(1.0, {"symbol_error": 10}))
+    cfg, plugin = with_plugin(
+        node, short_dir, health=HealthSettings(1.0, {"symbol_error": 10}, hourly_thresholds={})
+    )
     mlx5_2 = sample_nodes["hgx-h100-roce"].hca("mlx5_2").pci.address
     counter = node / "class/infiniband/mlx5_2/ports/1/counters/symbol_error"
     async with Running(Agent(cfg, plugin=plugin)):
@@ -418,6 +420,7 @@ async def test_each_task_that_dies_is_restarted_and_healthz_fails_meanwhile(
             lambda: agent.publisher.record_event("Normal", "Test", "wake up"),
         ),
         "faults": (agent.faults, "act_once", Broken, lambda: None),  # acts after every poll
+        "states": (agent, "_states_changed", BrokenSync, lambda: None),  # every second
         pool.task_name: (
             pool,
             "_still_served",

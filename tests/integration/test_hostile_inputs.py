@@ -220,6 +220,12 @@ SLOTS: list[Slot] = [
     Slot("gid audit", ("{}",), DOCUMENTS),
     Slot("gid audit", ("--snapshot", "{}"), ARCHIVES),
     Slot("gid audit", ("--sample", "{}"), SAMPLE_NAMES),
+    Slot("audit", ("{}",), DOCUMENTS),
+    Slot("audit", ("--snapshot", "{}"), ARCHIVES),
+    Slot("audit", ("--sample", "{}"), SAMPLE_NAMES),
+    Slot("audit", ("--nrt", "{}"), DOCUMENTS),
+    Slot("audit", ("--kubeconfig", "{}"), DOCUMENTS),
+    Slot("audit", (*WS, "-o", "{}"), values(("xml", "'xml'"))),
     Slot("nrt", (*WS, "--device-plugin-config", "{}"), DOCUMENTS),
     Slot("nrt", (*WS, "--dev-root", "{}"), DIRS),
     Slot(

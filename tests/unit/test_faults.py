@@ -5,13 +5,15 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rdmaplane import breaker as B
 from rdmaplane import faults as F
 from rdmaplane.discovery.samples import read_sample
 from rdmaplane.model import PhysState, PortObservation, PortState
-from rdmaplane.porthealth import FaultClass, PortMemory, judge, rule_table
+from rdmaplane.porthealth import FaultClass, judge, rule_table
+from tests.health_memory import risen_memory
 
 RULES = F.FaultRules(fatal_after_s=5.0, clear_after_s=60.0)
 WINDOW_S = 300.0
@@ -46,10 +48,7 @@ def run(polls, rules=RULES):
 def symptoms(topo, watched, observations, risen, gid_index):
     """The fault classes' view of the watched ports, their counters having risen by `risen`
     (port → counter → increments) within the window."""
-    memory = {
-        key: PortMemory(0.0, {}, tuple((0.0, c, n) for c, n in sorted(counts.items())))
-        for key, counts in risen.items()
-    }
+    memory = {key: risen_memory(counts, key) for key, counts in risen.items()}
     found = judge(
         [(hca, n) for hca, numbers in watched.items() for n in numbers],
         SYMPTOM_RULES,
@@ -421,3 +420,61 @@ def test_no_port_joins_while_a_watched_one_is_down(hgx):
         hgx, ["mlx5_0", "mlx5_1", "mlx5_bond_0"], [*compute, ("mlx5_bond_0", 1)], later
     )
     assert again == {**first, "mlx5_bond_0": (1,)}
+
+
+# ----------------------------------------------------------------- the blast-radius breaker
+
+
+def through_breaker(ledger, decisions, now):
+    """As `carry_out`, the breaker's reason kept with the notice (what the actor records)."""
+    for d in decisions:
+        if d.verb == F.Verb.NOTIFY:
+            ledger = ledger.noticed(d.pod, d.faults, now, d.held)
+        elif d.verb == F.Verb.ACT:
+            ledger = ledger.acted(d.pod, now, d.evict)
+    return ledger
+
+
+STORM = B.Answer(B.Verdict.REFUSED, "breaker open: a storm", storming=True)
+SPENT = B.Answer(B.Verdict.REFUSED, "budget spent")
+GRANTED = B.Answer(B.Verdict.GRANTED, "token held", 1e9)
+UNKNOWN = B.Answer(B.Verdict.UNKNOWN, "the fault budget could not be read: HTTP 503")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 6),
+    st.lists(st.sampled_from([STORM, SPENT, UNKNOWN, GRANTED, None]), min_size=1, max_size=30),
+)
+def test_nothing_acts_without_a_token_and_every_pod_is_acted_on_once(pods, answers):
+    """Whatever the budget answers round after round, a pod is acted on only in a round with a
+    token, at most once; a pod held by a storm is told so once; once tokens come, every pod
+    still hurt is acted on (nothing forgotten while it was held)."""
+    hurt = {f"ns/p{i}": (fault(f"mlx5_{i}"),) for i in range(pods)}
+    rules = F.DecisionRules(F.Action.EVICT, grace_s=0.0, max_evictions_per_minute=100)
+    ledger, acted, held_notices = F.Ledger(), [], []
+    for now, answer in enumerate([*answers, GRANTED, GRANTED]):
+        wanted = F.decide(float(now), hurt, ledger, rules)
+        decisions = F.gate(wanted, hurt, ledger, answer)
+        granted = answer is not None and answer.verdict == B.Verdict.GRANTED
+        for d in decisions:
+            if d.verb == F.Verb.ACT:
+                assert granted, "an act without a token"
+                acted.append(d.pod)
+            if d.verb == F.Verb.NOTIFY and d.held:
+                held_notices.append(d.pod)
+        ledger = through_breaker(ledger, decisions, float(now))
+    assert sorted(acted) == sorted(hurt), "each hurt pod acted on exactly once"
+    assert len(held_notices) == len(set(held_notices)), "told of the storm once"
+
+
+def test_a_storm_holds_the_act_and_tells_the_pod_why():
+    hurt = {"ns/p": (fault("mlx5_0"),)}
+    act = F.Decision(F.Verb.ACT, "ns/p", hurt["ns/p"], "port 1 DOWN")
+    hold, notify = F.gate([act], hurt, F.Ledger(), STORM)
+    assert (hold.verb, hold.why) == (F.Verb.HOLD, "breaker open: a storm")
+    assert (notify.verb, notify.held) == (F.Verb.NOTIFY, "breaker open: a storm")
+    (spent,) = F.gate([act], hurt, F.Ledger(), SPENT)  # a spent budget: wait, no notice
+    assert (spent.verb, spent.why) == (F.Verb.HOLD, "budget spent")
+    (unknown,) = F.gate([act], hurt, F.Ledger(), None)
+    assert unknown.verb == F.Verb.HOLD

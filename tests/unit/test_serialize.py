@@ -150,3 +150,20 @@ def test_any_damage_is_a_document_error(sample_nodes: dict[str, NodeTopology], d
         from_document(doc, where="node.json")
     except DocumentError as e:
         assert str(e).startswith("node.json: ") and "\n" not in str(e)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [("width", 64), ("speed_gts", 0.0), ("max_speed_gts", 1e9)]
+)
+def test_a_pcie_link_no_machine_has_is_left_out_with_a_warning(
+    key: str, value: float, sample_nodes: dict[str, NodeTopology]
+) -> None:
+    doc = to_document(sample_nodes["degraded"])
+    pci = next(h["pci_device"] for h in doc["hcas"] if h["pci_device"]["link"])
+    pci["link"][key] = value
+    topo = from_document(doc, where="n.json")
+    read = next(h for h in topo.hcas if h.pci and h.pci.address == pci["address"])
+    assert read.pci is not None and read.pci.link is None
+    assert any(
+        f"pci_device.link.{key}: {value!r} is no PCIe link" in w.message for w in topo.warnings
+    )

@@ -1,5 +1,5 @@
 """The agent acting on RDMA faults: the fault notice, the RDMAFault condition, the eviction and
-the node taint, decided by `rdmaplane.faults` and carried out against the API server.
+the node taints, decided by `rdmaplane.faults` and carried out against the API server.
 
 `FaultActor.observe` runs on every poll (pure steps: symptoms, hysteresis, whom it hurts, the
 taint wanted); its own task (`run`) then asks `faults.decide` what to do now and does it, so a
@@ -8,6 +8,11 @@ counted (`rdmaplane_agent_fault_decisions_total{verb,outcome}`); nothing is done
 is stale (the API server unreachable, PodResources older than two intervals): a pod is checked
 to still be ours before anything is written to it, and the eviction goes through the Eviction
 API (never a delete), so PodDisruptionBudgets and the job controllers' rules apply.
+
+Before an eviction or a NoExecute taint the actor asks the fleet's budget for a token (the
+blast-radius breaker, `rdmaplane.agent.budget`): refused, the pods wait, their notices say why,
+and the breaker opening or closing is one Event for the cluster. The Node's fault history
+(`rdmaplane.agent.offenders`) quarantines a port that keeps failing.
 """
 
 from __future__ import annotations
@@ -17,31 +22,35 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 from prometheus_client import Counter, Gauge
 
+from rdmaplane import breaker as fleet_breaker
 from rdmaplane import faults as policy  # what to do about faults, decided purely
+from rdmaplane import repeat
 from rdmaplane.agent.allocation import Allocations
+from rdmaplane.agent.budget import FaultBudget
 from rdmaplane.agent.health import HealthState
 from rdmaplane.agent.inventory import Offered
 from rdmaplane.agent.metrics import AgentMetrics
+from rdmaplane.agent.offenders import Offenders
 from rdmaplane.agent.settings import FaultSettings
 from rdmaplane.gid import plan_node
+from rdmaplane.kernellog import KernelEvent
+from rdmaplane.kube.client import API_ERRORS
 from rdmaplane.model import NodeTopology, PortObservation
-from rdmaplane.porthealth import FaultClass, RuleTable, judge
+from rdmaplane.porthealth import FaultClass, PortKey, RuleTable, judge
 from rdmaplane.selectors import compute_ports
 
 log = logging.getLogger("rdmaplane.agent.faults")
 COMPONENT = "rdmaplane-agent"
-API_ERRORS = (ApiError, httpx2.HTTPError, OSError, TimeoutError)
 
 
 def device_hcas(
@@ -56,8 +65,9 @@ def device_hcas(
     }
 
 
-def notice(fault: policy.Fault, wall_since: float) -> str:
-    """The `rdmaplane.io/fault` annotation: what broke, how badly, why, since when."""
+def notice(fault: policy.Fault, wall_since: float, held: str = "") -> str:
+    """The `rdmaplane.io/fault` annotation: what broke, how badly, why, since when, and why
+    the breaker holds the action back (`held`), when it does."""
     since = dt.datetime.fromtimestamp(wall_since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     doc = {
         "hca": fault.hca,
@@ -65,6 +75,7 @@ def notice(fault: policy.Fault, wall_since: float) -> str:
         "class": fault.cls.value,
         "reason": fault.reason,
         "since": since,
+        **({"held": held} if held else {}),
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
 
@@ -112,6 +123,7 @@ class FaultActor:
         view: Callable[[], View],
         node_event: Callable[[str, str, str], None] = lambda *_: None,
         clock: Callable[[], float] = time.monotonic,
+        event_namespace: str = "default",
     ) -> None:
         self.config = config
         self.node_name = node_name
@@ -119,6 +131,26 @@ class FaultActor:
         self._view = view
         self._node_event = node_event
         self._clock = clock
+        self.event_namespace = event_namespace
+        breaker = config.breaker
+        self.budget = (
+            FaultBudget(kube, node_name, breaker) if kube and breaker.mode != "off" else None
+        )
+        self._answer: tuple[float, fleet_breaker.Answer] | None = (
+            None  # the last, and when (monotonic)
+        )
+        self._token_until = -float("inf")  # wall clock
+        self.offenders = (
+            Offenders(
+                kube,
+                node_name,
+                repeat.RepeatRules(config.repeat.count, config.repeat.window_s),
+                node_event,
+            )
+            if kube
+            else None
+        )
+        self.faulty_since: float | None = None  # wall clock: the fault-since label's value
         self.rules = rules  # the health monitor's: one rule table for both
         self.fault_rules = policy.FaultRules(config.fatal_after_s, config.clear_after_s)
         self.decision_rules = policy.DecisionRules(
@@ -128,7 +160,9 @@ class FaultActor:
         self.ledger = policy.Ledger()
         self.hurt: dict[str, tuple[policy.Fault, ...]] = {}
         self.taint: policy.Taint | None = None
-        self._taint_written: tuple[policy.Taint | None] | None = None  # None: not known
+        self._taints_written: dict[str, policy.Taint] | None = (
+            None  # ours on the Node; None: not known
+        )
         self._watched: dict[str, tuple[int, ...]] = {}
         self._gid_index: int | None = None
         self._api_problem: str | None = None
@@ -156,6 +190,34 @@ class FaultActor:
         self.tainted = Gauge(
             "rdmaplane_agent_node_tainted", "1 while the rdma-unhealthy taint is wanted", registry=r
         )
+        self.breaker_answers = Counter(
+            "rdmaplane_agent_fault_breaker_answers",
+            "The fault budget's answers to this agent (granted, refused, unknown)",
+            ["verdict"],
+            registry=r,
+        )
+        self.breaker_open = Gauge(
+            "rdmaplane_agent_fault_breaker_open",
+            "1 while the blast-radius breaker holds this node's fault actions (a storm)",
+            registry=r,
+        )
+        self.quarantined_ports = Gauge(
+            "rdmaplane_agent_quarantined_ports",
+            "Ports out of service for failing again and again, until an operator clears them",
+            registry=r,
+        )
+
+    @property
+    def quarantined(self) -> dict[PortKey, str]:
+        """Ports that keep failing, out of service until cleared (the health rules read it)."""
+        return self.offenders.quarantined if self.offenders is not None else {}
+
+    def node_labels(self) -> dict[str, str]:
+        """`rdmaplane.io/fault-since` while a compute port has a fatal fault (the breaker's
+        census reads it)."""
+        if self.faulty_since is None:
+            return {}
+        return {policy.FAULT_SINCE_LABEL: str(int(self.faulty_since))}
 
     # ---------------------------------------------------------------- pure steps, every poll
 
@@ -181,6 +243,7 @@ class FaultActor:
         offered: Sequence[Offered],
         allocations: Allocations,
         resources: Iterable[str],
+        kernel: Sequence[KernelEvent] = (),
     ) -> None:
         now = self._clock()
         found = judge(
@@ -190,11 +253,21 @@ class FaultActor:
             memory=health.ports,
             topology=topo,
             gid_index=self._gid_index,
+            now=now,
+            in_service=health.in_service,
+            kernel=kernel,
+            quarantined=self.quarantined,
         )
         self.state, changes = policy.step(self.state, now, policy.classify(found), self.fault_rules)
         for change in changes:
             self._report(change)
         faults = self.state.faults
+        fatal = [f.since for f in faults.values() if f.cls == FaultClass.FATAL]
+        if not fatal:
+            self.faulty_since = None
+        elif self.faulty_since is None:
+            self.faulty_since = time.time() - (now - min(fatal))
+        self.quarantined_ports.set(len(self.quarantined))
         for cls in FaultClass:
             self.active.labels(cls.value).set(sum(1 for f in faults.values() if f.cls == cls))
         pods = {p.key: p.devices for p in allocations.pods}
@@ -232,18 +305,104 @@ class FaultActor:
         return self._api_problem or stale_view(self._view(), self._clock())
 
     async def act_once(self) -> list[policy.Decision]:
-        """One round: decide on the current view, carry out each decision, reconcile the taint
-        (which needs no PodResources, only a reachable API server)."""
+        """One round: decide on the current view, ask the budget when an act (or a NoExecute
+        taint) is due, carry out each decision, keep the Node's fault history and reconcile the
+        taints (which need no PodResources, only a reachable API server)."""
         now = self._clock()
         self.ledger = self.ledger.forget_gone(self._pods, now)
-        decisions = policy.decide(now, self.hurt, self.ledger, self.decision_rules, self.stale())
+        stale = self.stale()
+        wanted = policy.decide(now, self.hurt, self.ledger, self.decision_rules, stale)
+        new_noexecute = self._new_noexecute()
+        answer = await self._ask(wanted, new_noexecute) if stale is None else None
+        decisions = policy.gate(wanted, self.hurt, self.ledger, answer)
         for decision in decisions:
             await self._carry_out(decision, now)
         api_up = self._api_problem is None and not self._view().api_failures
+        if self.kube is not None and api_up and self.offenders is not None:
+            await self._guarded(self.offenders.sync(self.state.fatal, self.state.pending))
         if self.kube is not None and self.decision_rules.action != policy.Action.OBSERVE and api_up:
-            await self._guarded(self._reconcile_taint())
+            may_taint = not new_noexecute or (
+                answer is not None and answer.verdict == fleet_breaker.Verdict.GRANTED
+            )
+            await self._guarded(self._reconcile_taints(may_taint))
         self.rounds += 1
         return decisions
+
+    def _new_noexecute(self) -> bool:
+        """The rdma-unhealthy taint wanted evicts (NoExecute) and is not on the Node yet."""
+        taint = self.taint
+        written = (self._taints_written or {}).get(policy.TAINT_KEY)
+        return taint is not None and taint.effect == "NoExecute" and written != taint
+
+    async def _ask(
+        self, wanted: Sequence[policy.Decision], new_noexecute: bool
+    ) -> fleet_breaker.Answer | None:
+        """The budget's word for this round: a token when an act or a NoExecute taint is due
+        (a token held is used until it ends; a refusal is asked again after `retry_s`), else,
+        when a notice goes out, whether a storm holds the node (for the notice to say)."""
+        acting = new_noexecute or any(d.verb == policy.Verb.ACT for d in wanted)
+        if self.budget is None:
+            return (
+                fleet_breaker.Answer(fleet_breaker.Verdict.GRANTED, "no fault budget")
+                if acting
+                else None
+            )
+        if not acting:
+            if any(d.verb == policy.Verb.NOTIFY for d in wanted):
+                peeked = await self.budget.peek()
+                return self._said(peeked) if peeked is not None else None
+            return None
+        if time.time() < self._token_until:
+            return fleet_breaker.Answer(
+                fleet_breaker.Verdict.GRANTED, "token held", self._token_until
+            )
+        now = self._clock()
+        if self._answer is not None and now - self._answer[0] < self.decision_rules.retry_s:
+            return self._said(self._answer[1])
+        answer, changes = await self.budget.take()
+        self._answer = (now, answer)
+        self.breaker_answers.labels(answer.verdict.value).inc()
+        self.breaker_open.set(1 if answer.storming else 0)
+        if answer.verdict == fleet_breaker.Verdict.GRANTED and answer.until is not None:
+            self._token_until = answer.until
+            self._answer = None
+        for change in changes:
+            await self._guarded(self._breaker_event(change))
+        if answer.verdict != fleet_breaker.Verdict.GRANTED:
+            log.warning("fault budget: %s: %s", answer.verdict.value, answer.why)
+        return self._said(answer)
+
+    def _said(self, answer: fleet_breaker.Answer) -> fleet_breaker.Answer:
+        """In `observe` mode a refusal is only said: the act goes ahead, the notice holds
+        nothing."""
+        if (
+            self.config.breaker.mode == "observe"
+            and answer.verdict != fleet_breaker.Verdict.GRANTED
+        ):
+            return fleet_breaker.Answer(
+                fleet_breaker.Verdict.GRANTED, f"observe mode, would hold: {answer.why}"
+            )
+        return answer
+
+    async def _breaker_event(self, change: fleet_breaker.Change) -> None:
+        """One Event for the cluster when the breaker opens or closes: on the budget's Lease,
+        posted by the agent whose write changed it."""
+        assert self.kube is not None
+        reason = "RDMAFaultBreakerOpen" if change.opened else "RDMAFaultBreakerClosed"
+        said = f"breaker open: {change.reason}" if change.opened else change.reason
+        if change.opened:
+            said += "; fault actions held (notices only) until the storm is over"
+        else:
+            said += "; held fault actions go ahead within the budget"
+        lease = {"name": self.config.breaker.lease, "namespace": self.config.breaker.namespace}
+        await self._event(
+            {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", **lease},
+            lease["namespace"],
+            "Warning" if change.opened else "Normal",
+            reason,
+            said,
+        )
+        log.warning("%s (%s)", said, reason)
 
     async def _carry_out(self, d: policy.Decision, now: float) -> None:
         if d.verb == policy.Verb.HOLD:
@@ -252,7 +411,8 @@ class FaultActor:
                 self._held[d.pod] = d.why
             self.decisions.labels(d.verb.value, "held").inc()
             return
-        self._held.pop(d.pod, None)
+        if d.verb != policy.Verb.NOTIFY or not d.held:
+            self._held.pop(d.pod, None)
         if d.verb == policy.Verb.OBSERVE:
             log.warning(
                 "fault: %s holds %s (action observe: nothing done)",
@@ -288,8 +448,8 @@ class FaultActor:
         namespace, name = d.pod.split("/", 1)
         try:
             if d.verb == policy.Verb.NOTIFY:
-                await self._notify(namespace, name, d.faults)
-                self.ledger = self.ledger.noticed(d.pod, d.faults, now)
+                await self._notify(namespace, name, d.faults, d.held)
+                self.ledger = self.ledger.noticed(d.pod, d.faults, now, d.held)
             elif d.verb == policy.Verb.CLEAR:
                 await self._clear(namespace, name)
                 self.ledger = self.ledger.cleared(d.pod)
@@ -319,17 +479,21 @@ class FaultActor:
             raise _Skip(f"{namespace}/{name} is already terminating")
         return pod
 
-    async def _notify(self, namespace: str, name: str, faults: Sequence[policy.Fault]) -> None:
+    async def _notify(
+        self, namespace: str, name: str, faults: Sequence[policy.Fault], held: str = ""
+    ) -> None:
         assert self.kube is not None
         pod = await self._ours(namespace, name)
         worst = faults[0]
         wall = time.time() - (self._clock() - worst.since)
-        patch = {"metadata": {"annotations": {policy.ANNOTATION: notice(worst, wall)}}}
+        patch = {"metadata": {"annotations": {policy.ANNOTATION: notice(worst, wall, held)}}}
         await self.kube.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
         then = {
             policy.Action.EVICT: f"; evicting in {self.config.grace_s:g} s",
             policy.Action.NOTIFY: f"; condition {policy.CONDITION} in {self.config.grace_s:g} s",
         }.get(self.decision_rules.action, "")
+        if held:
+            then = f"; held: {held}"
         fatal = worst.cls == FaultClass.FATAL
         message = _describe(faults) + (then if fatal else "")
         await self._pod_event(pod, "Warning", "RDMAFault", message)
@@ -370,22 +534,26 @@ class FaultActor:
         log.warning("fault: evicted %s/%s: %s", namespace, name, _describe(faults))
 
     async def _pod_event(self, pod: Pod, type_: str, reason: str, message: str) -> None:
-        assert self.kube is not None and pod.metadata is not None
+        assert pod.metadata is not None and pod.metadata.namespace is not None
+        involved = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "name": pod.metadata.name,
+            "namespace": pod.metadata.namespace,
+            "uid": pod.metadata.uid,
+        }
+        await self._event(involved, pod.metadata.namespace, type_, reason, message)
+
+    async def _event(
+        self, involved: Mapping[str, object], namespace: str, type_: str, reason: str, message: str
+    ) -> None:
+        assert self.kube is not None
         now = _timestamp()
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {
-                "generateName": f"{pod.metadata.name}.",
-                "namespace": pod.metadata.namespace,
-            },
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "name": pod.metadata.name,
-                "namespace": pod.metadata.namespace,
-                "uid": pod.metadata.uid,
-            },
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": involved,
             "type": type_,
             "reason": reason,
             "message": message[:1024],
@@ -398,43 +566,69 @@ class FaultActor:
         }
         await self.kube.create(cast(Event, Event.from_dict(event)))
 
-    async def _reconcile_taint(self) -> None:
-        """Make the node carry exactly the taint wanted (under our key), by an optimistic
-        update: a concurrent change of the taints (409) is retried on the next round."""
+    def wanted_taints(self) -> dict[str, policy.Taint]:
+        """Our taints on the Node, by key: rdma-unhealthy (every compute HCA fatal) and
+        rdma-quarantine (a port out of service for failing again and again)."""
+        out = {policy.TAINT_KEY: self.taint} if self.taint is not None else {}
+        effect, quarantined = self.config.repeat.taint_effect, self.quarantined
+        if effect is not None and quarantined:
+            value = f"{len(quarantined)}-ports"
+            out[repeat.QUARANTINE_TAINT_KEY] = policy.Taint(
+                repeat.QUARANTINE_TAINT_KEY, value, effect
+            )
+        return out
+
+    async def _reconcile_taints(self, may_taint: bool) -> None:
+        """Make the node carry exactly the taints wanted under our keys, by an optimistic
+        update: a concurrent change of the taints (409) is retried on the next round. A new
+        NoExecute taint waits for the budget's token (`may_taint`)."""
         assert self.kube is not None
-        if self._taint_written == (self.taint,):
+        wanted = self.wanted_taints()
+        if not may_taint and policy.TAINT_KEY in wanted:
+            wanted = {k: t for k, t in wanted.items() if k != policy.TAINT_KEY}
+            if self._taints_written is not None and policy.TAINT_KEY in self._taints_written:
+                wanted[policy.TAINT_KEY] = self._taints_written[policy.TAINT_KEY]
+        if wanted == self._taints_written:
             return
         node = await self.kube.get(Node, self.node_name)
         current = list((node.spec.taints if node.spec else None) or [])
-        kept = [t.to_dict() for t in current if t.key != policy.TAINT_KEY]
-        ours = [t for t in current if t.key == policy.TAINT_KEY]
-        wanted = self.taint
-        same = (
-            len(ours) == 1
-            and wanted is not None
-            and (ours[0].value, ours[0].effect) == (wanted.value, wanted.effect)
-        )
-        if same or (not ours and wanted is None):
-            self._taint_written = (wanted,)
+        ours = {
+            t.key: policy.Taint(t.key, t.value or "", t.effect) for t in current if t.key in OURS
+        }
+        if ours == wanted:
+            self._taints_written = wanted
             return
-        taints = kept + (
-            [{"key": wanted.key, "value": wanted.value, "effect": wanted.effect}] if wanted else []
-        )
+        kept = [t.to_dict() for t in current if t.key not in OURS]
+        taints = kept + [
+            {"key": t.key, "value": t.value, "effect": t.effect} for t in wanted.values()
+        ]
         assert node.metadata is not None
         patch = {
             "metadata": {"resourceVersion": node.metadata.resourceVersion},
             "spec": {"taints": taints},
         }
         await self.kube.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
-        self._taint_written = (wanted,)
-        if wanted is not None:
-            message = f"taint {wanted.key}={wanted.value}:{wanted.effect}: every compute HCA fatal"
+        self._taints_written = wanted
+        for key in sorted(wanted.keys() | ours.keys()):
+            self._said_taint(key, ours.get(key), wanted.get(key))
+
+    def _said_taint(
+        self, key: str, before: policy.Taint | None, after: policy.Taint | None
+    ) -> None:
+        if before == after:
+            return
+        if after is not None:
+            why = {policy.TAINT_KEY: "every compute HCA fatal"}.get(key, "ports quarantined")
+            message = f"taint {after.key}={after.value}:{after.effect}: {why}"
             self._node_event("Warning", "RDMANodeTainted", message)
             log.warning(message)
         else:
-            self._node_event("Normal", "RDMANodeUntainted", f"taint {policy.TAINT_KEY} removed")
-            log.info("taint %s removed", policy.TAINT_KEY)
-        self.decisions.labels("taint" if wanted else "untaint", "done").inc()
+            self._node_event("Normal", "RDMANodeUntainted", f"taint {key} removed")
+            log.info("taint %s removed", key)
+        self.decisions.labels("taint" if after else "untaint", "done").inc()
+
+
+OURS = (policy.TAINT_KEY, repeat.QUARANTINE_TAINT_KEY)
 
 
 def _describe(faults: Iterable[policy.Fault]) -> str:

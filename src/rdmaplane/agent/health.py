@@ -3,16 +3,19 @@ report out. Pure (no I/O, time passed in).
 
 Each poll folds the observations into the ports' memory and judges every observed port by the
 rule table (`rdmaplane.porthealth`). An HCA is unhealthy while any of its ports has an
-unhealthy symptom (not ACTIVE/LinkUp, an error counter over its limit within the window); it
-recovers by itself once the port is up and the increments have aged out of the window.
+unhealthy symptom (not ACTIVE/LinkUp, an error counter over its limit within the window, a
+fatal kernel log event, a quarantine); it recovers by itself once the port is up and the
+increments have aged out of the window. A port is in service once it has been up, or while a
+pool offers it: an uncabled or disabled spare is never down in the rules' eyes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rdmaplane.model import PortObservation
+from rdmaplane.kernellog import KernelEvent
+from rdmaplane.model import NodeTopology, PortObservation
 from rdmaplane.porthealth import PortKey, PortMemory, RuleTable, Symptom, judge, remember
 from rdmaplane.usability import PORT_DOWN
 
@@ -41,15 +44,38 @@ class HealthState:
     ports: Mapping[PortKey, PortMemory] = field(default_factory=dict)
     symptoms: Mapping[PortKey, tuple[Symptom, ...]] = field(default_factory=dict)  # observed
     hcas: Mapping[str, HcaHealth] = field(default_factory=dict)
+    been_up: frozenset[PortKey] = frozenset()  # ports seen up since the agent started
+    in_service: frozenset[PortKey] | None = None  # None: every port (no pools given)
 
 
 def step(
-    state: HealthState, now: float, observations: Iterable[PortObservation], rules: RuleTable
+    state: HealthState,
+    now: float,
+    observations: Iterable[PortObservation],
+    rules: RuleTable,
+    *,
+    topology: NodeTopology | None = None,
+    offered: Collection[PortKey] | None = None,
+    kernel: Sequence[KernelEvent] = (),
+    quarantined: Mapping[PortKey, str] | None = None,
 ) -> tuple[HealthState, list[Transition]]:
-    """Fold one poll into the state; the transitions are the HCAs whose healthiness changed."""
+    """Fold one poll into the state; the transitions are the HCAs whose healthiness changed.
+    `offered`: the ports the pools offer (None: not known, every port is in service)."""
     seen = {(o.hca, o.port): o for o in sorted(observations, key=lambda o: (o.hca, o.port))}
     ports = remember(state.ports, now, seen.values(), rules.keep_s)
-    symptoms = judge(seen, rules, observations=seen, memory=ports)
+    been_up = state.been_up | {k for k, o in seen.items() if o.is_up}
+    in_service = None if offered is None else been_up | frozenset(offered)
+    symptoms = judge(
+        seen,
+        rules,
+        observations=seen,
+        memory=ports,
+        topology=topology,
+        now=now,
+        in_service=in_service,
+        kernel=kernel,
+        quarantined=quarantined,
+    )
     problems: dict[str, list[Symptom]] = {}
     for (hca, _), found in symptoms.items():
         problems.setdefault(hca, []).extend(s for s in found if s.unhealthy)
@@ -59,7 +85,7 @@ def step(
         for name in sorted(set(state.hcas) | set(hcas))
         if _flipped(state.hcas.get(name), hcas.get(name))
     ]
-    return HealthState(ports, symptoms, hcas), transitions
+    return HealthState(ports, symptoms, hcas, been_up, in_service), transitions
 
 
 def _flipped(before: HcaHealth | None, after: HcaHealth | None) -> bool:

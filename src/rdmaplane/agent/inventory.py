@@ -15,10 +15,10 @@ with them, so the extender reads renamed pools and other GPU vendors as they are
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from rdmaplane import nrt
+from rdmaplane import audit, nrt
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.health import HcaHealth
 from rdmaplane.deviceplugin.settings import Pool
@@ -170,7 +170,8 @@ def nrt_object(
         uplinks=uplinks,
         vocabulary=vocabulary(gpu_resource, pools, offered),
     )
-    return nrt.to_object(topology)
+    fleet = tuple(nrt.Attribute(k, v) for k, v in audit.attributes(topo).items())
+    return nrt.to_object(replace(topology, attributes=topology.attributes + fleet))
 
 
 def _shared_pool(topo: NodeTopology, offered: Iterable[Offered]) -> list[nrt.PoolHca]:

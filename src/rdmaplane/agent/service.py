@@ -6,8 +6,10 @@ when no HCA is in another network namespace.
 
 Loops, each its own task so none can stall another, each under one `Supervisor` (a task that
 fails is logged, restarted with backoff, and `/healthz` fails until it runs again):
-- poll (every `poll_interval_s`): cheap probe; full rediscovery (in a thread) only when the
-  fingerprint changed or `rediscover_interval_s` passed; health step; feed the device plugin;
+- poll (every `poll_interval_s`, and at once when called): cheap probe; full rediscovery (in a
+  thread) only when the fingerprint changed or `rediscover_interval_s` passed; health step;
+  feed the device plugin; also when pending fatal symptoms reach `fault.fatalAfter`;
+- states (every `state_poll_interval_s`): the ports' states alone; a change calls the poll;
 - allocations (every `allocation_interval_s`): the kubelet's PodResources;
 - publish: the `Publisher`, woken whenever the desired state changed;
 - the device plugin's, one per pool: staying registered with the kubelet.
@@ -18,6 +20,7 @@ server or kubelet only ever affects the publisher and the allocation figures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import time
@@ -51,13 +54,17 @@ from rdmaplane.agent.settings import AgentSettings
 from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.discovery import read_node
+from rdmaplane.discovery.kmsg import KernelLog
 from rdmaplane.discovery.probe import Probe, Reading, settle
 from rdmaplane.discovery.rdma_netlink import NetlinkError, RdmaNetlink
 from rdmaplane.discovery.sysfs import hcas_in_other_namespaces
 from rdmaplane.dra.driver import DraDriver
 from rdmaplane.dra.metrics import DraCollector
+from rdmaplane.faults import FAULT_SINCE_LABEL
+from rdmaplane.kernellog import KernelEvent
 from rdmaplane.model import NetnsMode, NodeTopology
-from rdmaplane.porthealth import rule_table
+from rdmaplane.porthealth import PortKey, rule_table
+from rdmaplane.selectors import compute_ports
 from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.agent")
@@ -143,8 +150,17 @@ class Agent:
         self._plugin_fed: tuple[NodeTopology, dict[str, str]] | None = None
         self._published_from: tuple[object, ...] | None = None
         self._allocation_problem: str | None = None
+        health = config.health
         self._rules = rule_table(
-            config.health.window_s, config.health.thresholds, config.fault.fatal_thresholds
+            health.window_s,
+            health.thresholds,
+            config.fault.fatal_thresholds,
+            hourly=health.hourly_thresholds,
+            hourly_fatal=config.fault.hourly_fatal_thresholds,
+            flaps_per_hour=health.flaps_per_hour,
+        )
+        self.kernel_log = (
+            KernelLog(health.kernel_log, health.window_s) if health.kernel_log else None
         )
         self._allocations_at: float | None = None
         self.faults = FaultActor(
@@ -155,7 +171,11 @@ class Agent:
             self.metrics,
             view=self._fault_view,
             node_event=self.publisher.record_event if self.publisher else lambda *_: None,
+            event_namespace=config.publish.event_namespace,
         )
+        self._poll_now = asyncio.Event()
+        self._polled_states: tuple[object, ...] | None = None
+        self._offered: tuple[NodeTopology, frozenset[PortKey]] | None = None
         self.policy, self.scope = self._topology_manager()
         self.http = HttpServer(
             {"/metrics": self._metrics, "/healthz": self._healthz, "/readyz": self._readyz},
@@ -185,6 +205,8 @@ class Agent:
                 await self.dra.start(self.tasks)
             self.ready.set()
             self.tasks.spawn("poll", self._poll_loop)
+            if self.config.state_poll_interval_s is not None:
+                self.tasks.spawn("states", self._state_loop)
             if self.allocation_source is not None:
                 await self.refresh_allocations()
                 self.tasks.spawn("allocations", self._allocation_loop)
@@ -202,12 +224,36 @@ class Agent:
                 await self.dra.stop()
             if self.allocation_source is not None:
                 await self.allocation_source.close()
+            if self.kernel_log is not None:
+                self.kernel_log.close()
             await self.http.close()
 
     async def _poll_loop(self) -> None:
+        """A poll every interval, at once when the state check calls, and when pending fatal
+        symptoms have persisted `fatalAfter` (so the fault is raised then, not a poll later)."""
         while True:
-            await asyncio.sleep(self.config.poll_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poll_now.wait(), self._next_poll_in())
+            self._poll_now.clear()
             await self.poll()
+
+    def _next_poll_in(self) -> float:
+        now = time.monotonic()
+        due = self._polled_at + self.config.poll_interval_s
+        fatal = self.faults.state.due(self.faults.fault_rules)
+        return max(0.0, min(due, fatal if fatal is not None else due) - now)
+
+    async def _state_loop(self) -> None:
+        """The ports' states every `state_poll_interval_s` (a few small reads): a port that
+        changed since the last poll calls the next poll now."""
+        assert self.config.state_poll_interval_s is not None
+        while True:
+            await asyncio.sleep(self.config.state_poll_interval_s)
+            if self._states_changed():
+                self._poll_now.set()
+
+    def _states_changed(self) -> bool:
+        return self._probe is not None and self._probe.states() != self._polled_states
 
     async def _allocation_loop(self) -> None:
         while True:
@@ -231,6 +277,7 @@ class Agent:
         self.topo, self._probe = settled.topo, settled.probe
         self.node_fabric = await asyncio.to_thread(self.fabric.read, settled.topo)
         self._discovered_at = self._polled_at = time.monotonic()
+        self._polled_states = settled.probe.states()
         self._observe(settled.reading, settled.fingerprint)
 
     async def poll(self) -> None:
@@ -238,6 +285,7 @@ class Agent:
         assert self._probe is not None and self.topo is not None
         started = time.perf_counter()
         reading = self._probe.read()
+        self._polled_states = self._probe.states()
         self.metrics.poll_seconds.observe(time.perf_counter() - started)
         self._polled_at = time.monotonic()
         stale = time.monotonic() - self._discovered_at >= self.config.rediscover_interval_s
@@ -249,15 +297,23 @@ class Agent:
     def _observe(self, reading: Reading, fingerprint: tuple[object, ...] | None) -> None:
         """Step the health monitor on a probe reading and pass the result on."""
         self._fingerprint = fingerprint
+        kernel = self.kernel_log.read() if self.kernel_log is not None else ()
         self.health_state, transitions = step(
-            self.health_state, time.monotonic(), reading.ports, self._rules
+            self.health_state,
+            time.monotonic(),
+            reading.ports,
+            self._rules,
+            topology=self.topo,
+            offered=self._offered_ports(),
+            kernel=kernel,
+            quarantined=self.faults.quarantined,
         )
         for t in transitions:
             self._report(t)
         self._feed_plugin()
         if self.dra is not None and self.topo is not None:
             self.dra.offer(self.topo, self.node_fabric.uplinks)  # what the fault classes watch
-        self._observe_faults(reading)
+        self._observe_faults(reading, kernel)
         if self.dra is not None:
             self.dra.taint(self.faults.state.faults, reported_by_port(self.health_state))
         self._publish()
@@ -323,7 +379,7 @@ class Agent:
         else:
             self.plugin.recheck()  # device nodes that came or went
 
-    def _observe_faults(self, reading: Reading) -> None:
+    def _observe_faults(self, reading: Reading, kernel: Sequence[KernelEvent]) -> None:
         """Fault classes and whom they hurt (docs/faults.md); the actor's task does the rest."""
         assert self.topo is not None
         offered = self.plugin.offered() if self.plugin is not None else []
@@ -336,7 +392,26 @@ class Agent:
             offered,
             self.allocations,
             resources - {self.config.gpu_resource},
+            kernel,
         )
+
+    def _offered_ports(self) -> frozenset[PortKey]:
+        """The ports a pool offers (the DRA driver: every port of its HCAs); with the ports
+        seen up, those in service (`rdmaplane.agent.health`). Recomputed for a new topology."""
+        assert self.topo is not None
+        if self._offered is None or self._offered[0] is not self.topo:
+            topo = self.topo
+            if self.dra is not None:
+                hcas = [h for n in self.dra.hcas() if (h := topo.hca(n)) is not None]
+                ports = {(h.name, p.number) for h in hcas for p in h.ports}
+            else:
+                ports = {
+                    (h.name, p.number)
+                    for m in self._pool_managers
+                    for h, p in compute_ports(topo, m.pool.selectors)
+                }
+            self._offered = (topo, frozenset(ports))
+        return self._offered[1]
 
     def _fault_view(self) -> View:
         failures = self.publisher.failures if self.publisher is not None else 0
@@ -398,8 +473,12 @@ class Agent:
         offered = self.plugin.offered() if self.plugin is not None else []
         return Desired(
             labels=want.owned_labels(
-                {**nrt.node_labels(topo, gid_index=facts.gid_index), **self.node_fabric.labels},
-                self.fabric.owned_keys,
+                {
+                    **nrt.node_labels(topo, gid_index=facts.gid_index),
+                    **self.node_fabric.labels,
+                    **self.faults.node_labels(),
+                },
+                (*self.fabric.owned_keys, FAULT_SINCE_LABEL),
             ),
             annotations={
                 want.ANNOTATION_TOPOLOGY: want.topology_annotation(topo, health, gpu_ids(topo))
@@ -424,7 +503,14 @@ class Agent:
         if self.topo is None:
             return
         offered = self.plugin.offered() if self.plugin is not None else []
-        inputs = (self.topo, self.health_state.hcas, self.allocations, offered, self.node_fabric)
+        inputs = (
+            self.topo,
+            self.health_state.hcas,
+            self.allocations,
+            offered,
+            self.node_fabric,
+            self.faults.faulty_since,
+        )
         if inputs == self._published_from:
             return
         self._published_from = inputs

@@ -10,7 +10,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rdmaplane.counters import DEFAULT_FATAL_THRESHOLDS, DEFAULT_THRESHOLDS, KNOWN_COUNTERS
+from rdmaplane.counters import (
+    DEFAULT_FATAL_THRESHOLDS,
+    DEFAULT_HOURLY_FATAL_THRESHOLDS,
+    DEFAULT_HOURLY_THRESHOLDS,
+    DEFAULT_THRESHOLDS,
+    KNOWN_COUNTERS,
+)
 from rdmaplane.dra.settings import DraSettings
 from rdmaplane.fabric import DEFAULT_TIER_LABELS
 from rdmaplane.nrt import TopologyPolicy, TopologyScope
@@ -41,9 +47,58 @@ class HealthSettings:
         factory=lambda: dict(DEFAULT_THRESHOLDS),
         doc="counter file → increments tolerated within the window (more: Unhealthy)",
     )
+    hourly_thresholds: dict[str, int] = setting(
+        factory=lambda: dict(DEFAULT_HOURLY_THRESHOLDS),
+        doc="counter file → increments tolerated within an hour (more: Unhealthy)",
+    )
+    flaps_per_hour: int | None = setting(
+        2, "more link falls within an hour: Unhealthy and fatal; null: not judged", ge=0
+    )
+    kernel_log: Path | None = setting(
+        None, "mlx5 health events from /dev/kmsg or a syslog file; null: not read"
+    )
 
     def __post_init__(self) -> None:
         check_counter_limits("thresholds", self.thresholds)
+        check_counter_limits("hourly_thresholds", self.hourly_thresholds)
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    """The blast-radius breaker: one budget in the API server (a Lease) for every agent's
+    evictions and NoExecute taints, closed while a fault looks wider than a node."""
+
+    mode: Literal["enforce", "observe", "off"] = setting(
+        "enforce", "observe: take tokens and judge, never hold; off: no budget"
+    )
+    max_nodes_per_minute: int = setting(
+        10, "nodes acting on faults cluster-wide in any minute", ge=0
+    )
+    max_faulty_share: float = setting(
+        0.1,
+        "no action while more of a fabric domain's or the cluster's nodes are faulty",
+        ge=0,
+        le=1,
+    )
+    min_faulty_nodes: int = setting(3, "fewer faulty nodes never open the breaker", ge=1)
+    window_s: Seconds = setting(
+        600.0, "a node counts as faulty this long after its fault began (a storm's span)", gt=0
+    )
+    domain_tier: int = setting(0, "the fabric tier whose switches are the domains (0: leaf)", ge=0)
+    lease: str = setting("rdmaplane-fault-budget", "the budget's Lease")
+    namespace: str = setting("rdmaplane", "the Lease's namespace")
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatSettings:
+    """Repeat offenders: a port that faulted `count` times within `window_s` stays out of
+    service until an operator clears it (the count lives on the Node, not in memory)."""
+
+    count: int = setting(3, "fatal faults of one port within the window ...", ge=1)
+    window_s: Seconds = setting(86400.0, "... this window", gt=0)
+    taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = setting(
+        "NoSchedule", "rdmaplane.io/rdma-quarantine on the node meanwhile; null: the plugin only"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +126,10 @@ class FaultSettings:
         factory=lambda: dict(DEFAULT_FATAL_THRESHOLDS),
         doc="counter → increments within health.window that are fatal (others: degraded)",
     )
+    hourly_fatal_thresholds: dict[str, int] = setting(
+        factory=lambda: dict(DEFAULT_HOURLY_FATAL_THRESHOLDS),
+        doc="counter → increments within an hour that are fatal",
+    )
     taint_effect: Literal["NoExecute", "NoSchedule", "PreferNoSchedule"] | None = setting(
         "NoExecute",
         "rdmaplane.io/rdma-unhealthy when every compute HCA is fatal; null: never",
@@ -78,9 +137,16 @@ class FaultSettings:
     degraded_taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = setting(
         None, "the same taint when every compute HCA is at least degraded"
     )
+    breaker: BreakerSettings = setting(
+        factory=BreakerSettings, doc="the fleet's budget for acting on faults (docs/faults.md)"
+    )
+    repeat: RepeatSettings = setting(
+        factory=RepeatSettings, doc="ports that keep failing stay out of service (docs/faults.md)"
+    )
 
     def __post_init__(self) -> None:
         check_counter_limits("fatal_thresholds", self.fatal_thresholds)
+        check_counter_limits("hourly_fatal_thresholds", self.hourly_fatal_thresholds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +216,9 @@ class AgentSettings:
         Path("/dev"), "where to look for /dev/infiniband/* (/host/dev in a pod)"
     )
     poll_interval_s: Seconds = setting(5.0, "cheap change detection + health counters", gt=0)
+    state_poll_interval_s: Seconds | None = setting(
+        1.0, "port states alone, between polls; null: off", gt=0
+    )
     rediscover_interval_s: Seconds = setting(
         600.0, "full discovery even when nothing seemed to change", gt=0
     )

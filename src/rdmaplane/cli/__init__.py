@@ -45,6 +45,10 @@ COMMANDS: Final[dict[str, tuple[str, str]]] = {
         "Print the NCCL/UCX environment for this node's compute ports.",
     ),
     "gid": ("rdmaplane.cli.gid:app", "The GID index NCCL should use: explain it, audit it."),
+    "audit": (
+        "rdmaplane.cli.audit:audit_command",
+        "Firmware versions and PCIe links across nodes: the outliers.",
+    ),
     "nrt": (
         "rdmaplane.cli.nrt:nrt_command",
         "Print the NodeResourceTopology the node agent would publish.",

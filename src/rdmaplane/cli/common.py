@@ -226,3 +226,39 @@ def existing_dir(flag: str, path: str | Path) -> None:
     kubelet's root) are never created, so a wrong path is said at once."""
     if not str(path) or not Path(path).is_dir():  # Path("") is ".", the working directory
         fail(f"{flag} {str(path) or repr('')}: not a directory")
+
+
+def read_node_document(path: str) -> NodeTopology:
+    """A node document (`rdmaplane inspect -o json`); its DocumentError (exit 2) when it
+    cannot be read, exit 1 when it has no RDMA device."""
+    from rdmaplane.documents import read_document
+    from rdmaplane.serialize import from_document
+
+    topo = from_document(read_document(path), where=path)
+    say_warnings(topo)
+    if not topo.hcas:
+        fail(f"no RDMA device in node document {path}", code=1)
+    return topo
+
+
+# The nodes of a fleet-wide check (`gid audit`, `audit`): node documents, snapshots, samples.
+NodeDocumentsArgument = Annotated[
+    list[str] | None,
+    typer.Argument(metavar="FILE...", help="Node documents (`rdmaplane inspect -o json`)."),
+]
+SnapshotsOption = Annotated[
+    list[str] | None, typer.Option("--snapshot", metavar="FILE", help="A snapshot (repeat).")
+]
+SamplesOption = Annotated[
+    list[str] | None, typer.Option("--sample", metavar="NAME", help="A sample node (repeat).")
+]
+
+
+def load_nodes(
+    files: list[str] | None, snapshots: list[str] | None, samples: list[str] | None
+) -> list[NodeTopology]:
+    """The nodes given as node documents, snapshots and samples, in that order."""
+    nodes = [read_node_document(f) for f in files or ()]
+    nodes += [load_rdma_node(None, s, None) for s in snapshots or ()]
+    nodes += [load_rdma_node(None, None, s) for s in samples or ()]
+    return nodes

@@ -10,12 +10,15 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 
 from rdmaplane.cli.common import (
+    NodeDocumentsArgument,
     SampleOption,
+    SamplesOption,
     SnapshotOption,
+    SnapshotsOption,
     SysfsRootOption,
     fail,
+    load_nodes,
     load_rdma_node,
-    say_warnings,
 )
 from rdmaplane.gid import (
     ClusterAudit,
@@ -334,16 +337,9 @@ def _gid_doc(g: Gid, c: GidChoice, policy: GidPolicy) -> dict[str, Any]:
 
 @app.command("audit")
 def audit_command(
-    files: Annotated[
-        list[str] | None,
-        typer.Argument(metavar="FILE...", help="Node documents (`rdmaplane inspect -o json`)."),
-    ] = None,
-    snapshot: Annotated[
-        list[str] | None, typer.Option("--snapshot", metavar="FILE", help="A snapshot (repeat).")
-    ] = None,
-    sample: Annotated[
-        list[str] | None, typer.Option("--sample", metavar="NAME", help="A sample node (repeat).")
-    ] = None,
+    files: NodeDocumentsArgument = None,
+    snapshot: SnapshotsOption = None,
+    sample: SamplesOption = None,
     hca: HcaOption = None,
     family: FamilyOption = 4,
     addr_range: RangeOption = None,
@@ -353,9 +349,7 @@ def audit_command(
     """Is one GID index right for every compute port of every node? Exit 1 when not (or when a
     node has no RDMA device), 2 on bad input."""
     policy = _policy(family, addr_range, roce_version)
-    nodes = [_read_node_document(f) for f in files or ()]
-    nodes += [load_rdma_node(None, s, None) for s in snapshot or ()]
-    nodes += [load_rdma_node(None, None, s) for s in sample or ()]
+    nodes = load_nodes(files, snapshot, sample)
     if not nodes:
         fail("give node documents, --snapshot FILE or --sample NAME")
     result = audit(nodes, _selectors(hca), policy)
@@ -365,17 +359,6 @@ def audit_command(
         _print_audit(result)
     if not result.uniform:
         raise typer.Exit(1)
-
-
-def _read_node_document(path: str) -> NodeTopology:
-    from rdmaplane.documents import read_document
-    from rdmaplane.serialize import from_document
-
-    topo = from_document(read_document(path), where=path)
-    say_warnings(topo)
-    if not topo.hcas:
-        fail(f"no RDMA device in node document {path}", code=1)
-    return topo
 
 
 def _print_audit(result: ClusterAudit) -> None:

@@ -97,6 +97,10 @@ def print_summary(topo: NodeTopology) -> None:
         console.print(_gpu_table(topo))
     if topo.hcas:
         console.print(_hca_table(topo))
+    from rdmaplane.pcie import node_downtrained
+
+    for d in node_downtrained(topo):
+        console.print(f"[yellow]PCIe downtrained:[/] {d.device} ({d.pci}): {d.why}")
 
 
 def _gpu_table(topo: NodeTopology) -> Table:

@@ -231,9 +231,11 @@ class ClusterError(RdmaplaneError):
     """The API server cannot be reached or refuses (exit 1); the message is one line."""
 
 
-def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
-    """NRTs, nodes and bound pods from the cluster; `KubeconfigError` for an unusable
-    kubeconfig, `ClusterError` when the server cannot be read."""
+def list_cluster(
+    kubeconfig: Path, kinds: tuple[str, ...] = ("nrt", "node", "pod")
+) -> dict[str, list[dict[str, Any]]]:
+    """NRTs, nodes and bound pods from the cluster (those of `kinds`); `KubeconfigError` for an
+    unusable kubeconfig, `ClusterError` when the server cannot be read."""
     import httpx2  # lightkube's transport: its errors are what an unreachable server raises
     from lightkube import ApiError, operators
     from lightkube.resources.core_v1 import Node, Pod
@@ -243,12 +245,16 @@ def list_cluster(kubeconfig: Path) -> dict[str, list[dict[str, Any]]]:
 
     client = sync_client(kubeconfig)
     bound: dict[str, Any] = {"spec.nodeName": operators.not_equal("")}
+
+    def listed(kind: str) -> list[dict[str, Any]]:
+        if kind == "nrt":
+            return [as_dict(o) for o in client.list(NodeResourceTopology)]
+        if kind == "node":
+            return [as_dict(o) for o in client.list(Node)]
+        return [as_dict(o) for o in client.list(Pod, namespace="*", fields=bound)]
+
     try:
-        return {
-            "nrt": [as_dict(o) for o in client.list(NodeResourceTopology)],
-            "node": [as_dict(o) for o in client.list(Node)],
-            "pod": [as_dict(o) for o in client.list(Pod, namespace="*", fields=bound)],
-        }
+        return {kind: listed(kind) for kind in kinds}
     except ApiError as exc:
         raise ClusterError(f"the API server refused: {exc.status.message or exc}") from None
     except (httpx2.HTTPError, OSError) as exc:

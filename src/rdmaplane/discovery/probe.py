@@ -9,7 +9,11 @@ A full `read_node` of an HGX node opens thousands of files (every GID table has 
   new GID (a v1/v2 pair per added address) into the lowest free slots, so an added address
   shows up there, and a removed one zeroes a known entry;
 - per port the error counters the health monitor watches;
+- per HCA its PCIe link's current speed and width (a link that retrains narrower);
 - ib_core's `netns_mode` parameter (`rdma system set netns` flips it at run time).
+
+`states` reads the ports' `state` and `phys_state` alone (two small files a port), for the
+agent's fast check between polls: a change there calls the poll at once.
 
 Everything but the counters forms the fingerprint; a different fingerprint triggers a full
 rediscovery; `settle` pairs a full read with its probe's first reading. (All counters of every
@@ -133,6 +137,16 @@ class Probe:
                     )
                 )
         self._plans = tuple(plans)
+        self._links = tuple(
+            f"{root}/bus/pci/devices/{hca.pci.address}/current_link_{what}"
+            for hca in topo.hcas
+            if hca.pci is not None and hca.pci.link is not None
+            for what in ("speed", "width")
+        )
+
+    def states(self) -> tuple[bytes | None, ...]:
+        """Every port's `state` and `phys_state`, as read now."""
+        return tuple(read_small(p) for plan in self._plans for p in (plan.state, plan.phys_state))
 
     def read(self) -> Reading:
         fingerprint: list[object] = []
@@ -142,6 +156,7 @@ class Probe:
             except OSError:
                 fingerprint.append(None)
         fingerprint.append(read_small(f"{self.root}/{NETNS_PARAMETER}"))
+        fingerprint += [read_small(p) for p in self._links]
         ports = []
         for plan in self._plans:
             state_raw, phys_raw = read_small(plan.state), read_small(plan.phys_state)

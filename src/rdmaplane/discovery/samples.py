@@ -6,12 +6,13 @@ GIDs, per-port GID tables with empty entries) rather than the code's own assumpt
 
 Spec shorthand: a PCI path `17:01.0/18:00.0/1a:00.0` means `pci0000:17/0000:17:01.0/…`, root
 complex first, endpoint last; `roots` maps each root complex to its NUMA node (-1 = unknown).
-`netns_mode` is what ib_core's parameter reads (`shared`, default; `exclusive`; `none`: a
-kernel without the parameter); an HCA with `netns: pod` was moved into a pod's network
-namespace (by an RDMA CNI, exclusive mode): only its verbs device shows on the node. An HCA
-with `data_direct: PATH` (ConnectX-8) has a Data Direct function there (Mellanox 0x2100,
-bound to mlx5_ib), tied to it as the kernel ties them: both functions' VPD carry the card's
-`vuid` in the read-only keyword `VU`.
+NICs and GPUs get PCIe link files at their model's maximum (`PCIE_LINKS`), unless
+`pcie: {speed, width}` says the link trained short. `netns_mode` is what ib_core's parameter
+reads (`shared`, default; `exclusive`; `none`: a kernel without the parameter); an HCA with
+`netns: pod` was moved into a pod's network namespace (by an RDMA CNI, exclusive mode): only
+its verbs device shows on the node. An HCA with `data_direct: PATH` (ConnectX-8) has a Data
+Direct function there (Mellanox 0x2100, bound to mlx5_ib), tied to it as the kernel ties
+them: both functions' VPD carry the card's `vuid` in the read-only keyword `VU`.
 """
 
 from __future__ import annotations
@@ -81,6 +82,20 @@ CARDS: dict[str, dict[str, str]] = {
         "board_id": "MT_0000000080",
         "fw": "16.35.2000",
     },
+}
+# PCIe link maxima (GT/s, lanes) by (vendor, device): the NICs and GPUs the samples hold. A
+# function without an entry (NVMe, NVSwitch, another vendor's NIC, a VF) gets no link files.
+PCIE_LINKS: dict[tuple[str, str], tuple[float, int]] = {
+    ("0x15b3", "0x1021"): (32.0, 16),  # ConnectX-7: PCIe 5.0 x16
+    ("0x15b3", "0x101d"): (16.0, 16),  # ConnectX-6 Dx: PCIe 4.0 x16
+    ("0x15b3", "0x101b"): (16.0, 16),  # ConnectX-6
+    ("0x15b3", "0x1017"): (8.0, 16),  # ConnectX-5: PCIe 3.0 x16
+    ("0x10de", "0x2330"): (32.0, 16),  # H100 SXM5
+    ("0x10de", "0x2335"): (32.0, 16),  # H200 SXM
+    ("0x10de", "0x20b0"): (16.0, 16),  # A100 SXM4
+    ("0x10de", "0x20b5"): (16.0, 16),  # A100 80GB PCIe
+    ("0x10de", "0x26b9"): (16.0, 16),  # L40S
+    ("0x10de", "0x26b1"): (16.0, 16),  # RTX 6000 Ada
 }
 PORT_STATES = {"DOWN": "1: DOWN", "INIT": "2: INIT", "ARMED": "3: ARMED", "ACTIVE": "4: ACTIVE"}
 PHYS_STATES = {"Polling": "2: Polling", "Disabled": "3: Disabled", "LinkUp": "5: LinkUp"}
@@ -238,16 +253,28 @@ class _Builder:
         self.tree.add_link(rel, posixpath.join(posixpath.relpath(folder or ".", here or "."), name))
 
     # --- PCI
-    def pci_function(self, short: str, vendor: str, device: str, cls: str, driver: str) -> str:
-        """Create the function's directory (and its bridges); returns its `devices/…` path."""
+    def pci_function(
+        self,
+        short: str,
+        vendor: str,
+        device: str,
+        cls: str,
+        driver: str,
+        pcie: dict[str, Any] | None = None,
+    ) -> str:
+        """Create the function's directory (and its bridges); returns its `devices/…` path.
+        `pcie` ({speed, width}) is a link that trained short of its maximum."""
         root, parts = expand_path(short)
         if root not in self.roots:
             raise SampleError(f"PCI path {short}: root complex {root} missing from 'roots'")
         numa = self.roots[root]
         rel = f"devices/{root}"
+        limits = PCIE_LINKS.get((vendor, device))
         for i, addr in enumerate(parts):
             rel = f"{rel}/{addr}"
             last = i == len(parts) - 1
+            if limits is not None and i >= len(parts) - 2:  # the function and its slot's port
+                self.pcie_link(rel, limits, pcie or {})
             self.write(f"{rel}/vendor", vendor if last else "0x8086")
             self.write(f"{rel}/device", device if last else "0x1234")
             self.write(f"{rel}/class", cls if last else "0x060400")
@@ -257,6 +284,18 @@ class _Builder:
             self.link(f"{rel}/driver", f"bus/pci/drivers/{drv}")
             self.link(f"bus/pci/devices/{addr}", rel)
         return rel
+
+    def pcie_link(self, rel: str, limits: tuple[float, int], short: dict[str, Any]) -> None:
+        """The link files of a function or of the port above it (the same link, seen from
+        both ends), as `lspci`'s kernel writes them: `16.0 GT/s PCIe`, `16`."""
+        speed, width = float(short.get("speed", limits[0])), int(short.get("width", limits[1]))
+        for name, value in (
+            ("current_link_speed", f"{speed:.1f} GT/s PCIe"),
+            ("current_link_width", str(width)),
+            ("max_link_speed", f"{limits[0]:.1f} GT/s PCIe"),
+            ("max_link_width", str(limits[1])),
+        ):
+            self.write(f"{rel}/{name}", value)
 
     # --- whole node
     def build(self) -> None:
@@ -272,6 +311,7 @@ class _Builder:
                 gpu.get("device", "0x2330"),
                 gpu.get("class", "0x030200"),
                 "nvidia",
+                gpu.get("pcie"),
             )
             gpus[rel.rsplit("/", 1)[1]] = {
                 "uuid": gpu.get("uuid") or self.gpu_uuid(i),
@@ -353,6 +393,7 @@ class _Builder:
                 card["device"],
                 h.get("class", "0x020700" if h.get("ib") else "0x020000"),
                 "mlx5_core",
+                h.get("pcie"),
             )
             rel = f"{fn}/infiniband/{name}"
             self.link(f"{rel}/device", fn)

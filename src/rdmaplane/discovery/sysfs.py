@@ -20,6 +20,8 @@ from rdmaplane.discovery.tree import DiskTree, Tree
 from rdmaplane.model import (
     DATA_DIRECT_DEVICE,
     MAX_NUMA_NODES,
+    MAX_PCIE_GTS,
+    MAX_PCIE_WIDTH,
     MELLANOX_VENDOR,
     NVIDIA_VENDOR,
     Gid,
@@ -33,6 +35,7 @@ from rdmaplane.model import (
     NodeTopology,
     NumaNode,
     PciDevice,
+    PcieLink,
     PhysState,
     Port,
     PortState,
@@ -421,7 +424,48 @@ def _read_pci(fs: _Sysfs, address: str) -> PciDevice | None:
         numa=fs.parsed(f"{rel}/numa_node", _parse_numa, optional=True),
         driver=fs.link_name(f"{rel}/driver"),
         local_cpus=fs.text(f"{rel}/local_cpulist", optional=True),
+        link=_read_link(fs, rel, bridges[-1] if bridges else None),
     )
+
+
+def _read_link(fs: _Sysfs, rel: str, upstream: str | None) -> PcieLink | None:
+    """The function's PCIe link, and the maximum of the port above it (its slot); None where
+    the kernel shows no link (a function on the root complex's own bus, a virtual function)."""
+    speed = fs.parsed(f"{rel}/current_link_speed", _parse_link_speed, optional=True)
+    width = fs.parsed(f"{rel}/current_link_width", _parse_link_width, optional=True)
+    max_speed = fs.parsed(f"{rel}/max_link_speed", _parse_link_speed, optional=True)
+    max_width = fs.parsed(f"{rel}/max_link_width", _parse_link_width, optional=True)
+    if speed is None or width is None or max_speed is None or max_width is None:
+        return None
+    slot = f"bus/pci/devices/{upstream}" if upstream else None
+    return PcieLink(
+        speed,
+        width,
+        max_speed,
+        max_width,
+        fs.parsed(f"{slot}/max_link_speed", _parse_link_speed, optional=True) if slot else None,
+        fs.parsed(f"{slot}/max_link_width", _parse_link_width, optional=True) if slot else None,
+    )
+
+
+def _parse_link_speed(text: str) -> float | None:
+    """`16.0 GT/s PCIe` (older kernels: `8 GT/s`) → 16.0; `Unknown` (no link) → None."""
+    if text.startswith("Unknown"):
+        return None
+    number, unit = text.split()[:2]
+    if unit != "GT/s":
+        raise ValueError(text)
+    value = float(number)
+    if not 0 < value <= MAX_PCIE_GTS:
+        raise _Absurd(f"is no PCIe link speed (up to {MAX_PCIE_GTS:g} GT/s)")
+    return value
+
+
+def _parse_link_width(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= MAX_PCIE_WIDTH:
+        raise _Absurd(f"is no PCIe link width (x0 to x{MAX_PCIE_WIDTH})")
+    return value
 
 
 def _read_gpus(

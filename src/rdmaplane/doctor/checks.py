@@ -26,6 +26,7 @@ from rdmaplane.gid import GidPolicy, gid_problem, select_gid
 from rdmaplane.model import Gpu, Hca, LinkLayer, NetnsMode, NodeTopology, Port
 from rdmaplane.nccl import default_socket_ifname, link_layer_mix
 from rdmaplane.netns import HOW_TO_SHARE
+from rdmaplane.pcie import downtrained
 from rdmaplane.topology import Relation, pci_relation
 
 CAP_IPC_LOCK = 14
@@ -569,6 +570,33 @@ def gpu_nic(host: Host, node: Node) -> Finding:
     )
 
 
+def pcie_links(host: Host, node: Node) -> Finding:
+    """The PCIe links of the pod's HCAs and GPUs against what device and slot allow
+    (`rdmaplane.pcie`): a NIC at x8 of x16 moves half the data it should."""
+    name = "pcie-links"
+    gpus, _, _ = _visible_gpus(host, node.topo)
+    short = [
+        f"{h.name} ({h.pci.address}): {why}"
+        for h in node.usable
+        if h.pci is not None and (why := downtrained(h.pci.link))
+    ]
+    short += [
+        f"GPU{g.index} ({g.pci.address}): {why}"
+        for g in gpus
+        if (why := downtrained(g.pci.link, judge_speed=False))
+    ]
+    if not short:
+        return Finding(name, Status.PASS, "every HCA and GPU link at its device's and slot's best")
+    return Finding(
+        name,
+        Status.WARN,
+        "downtrained: " + "; ".join(short),
+        "a link short of its slot halves (or worse) what crosses it: reseat the card or its "
+        "riser, check `lspci -vv -s <PCI address>` (LnkSta against LnkCap) and the BIOS slot "
+        "settings; meanwhile run the job elsewhere",
+    )
+
+
 def _visible_gpus(host: Host, topo: NodeTopology) -> tuple[list[Gpu], dict[str, int], list[str]]:
     """GPUs whose /dev/nvidiaN the pod has (all of them when /dev shows none: a host run), the
     minor of each GPU by PCI address, and the device nodes no GPU could be found for.
@@ -713,6 +741,7 @@ CHECKS: tuple[Callable[[Host, Node], Finding], ...] = (
     libraries,
     nccl_env,
     gpu_nic,
+    pcie_links,
     gdr_module,
     shm,
 )

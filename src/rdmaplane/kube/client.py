@@ -9,12 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TypeVar
 
-from lightkube import AsyncClient, Client, ConfigError, KubeConfig
+import httpx2  # lightkube's transport; its errors are what an unreachable server raises
+from lightkube import ApiError, AsyncClient, Client, ConfigError, KubeConfig
 
 from rdmaplane.documents import DocumentError, expect_mapping, read_document
 from rdmaplane.errors import InputError
 
 FIELD_MANAGER = "rdmaplane"
+# What one request to the API server may raise: a refusal, or the server out of reach.
+API_ERRORS = (ApiError, httpx2.HTTPError, OSError, TimeoutError)
 
 
 class KubeconfigError(InputError):
