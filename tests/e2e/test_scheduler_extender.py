@@ -28,10 +28,10 @@ from rdmaplane.cli import app
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.layouts import layout
 from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node, free_port, launch_extender
+from tests.layouts import layout
 from tests.scheduler_helpers import pod, serve
 
 REPO = Path(__file__).resolve().parents[2]

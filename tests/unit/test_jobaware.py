@@ -18,9 +18,9 @@ from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.decisions import Decisions
-from rdmaplane.scheduler.layouts import hgx_uplinks, layout
 from rdmaplane.scheduler.settings import FabricScoring
 from tests.fabrics import leaf_spine, rail_optimised
+from tests.layouts import hgx_uplinks, layout
 from tests.scheduler_helpers import pod
 
 JOB = "batch.kubernetes.io/job-name"
