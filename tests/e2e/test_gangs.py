@@ -9,7 +9,10 @@ key. Some nodes are half used, so only leaf 1 has room for 8 four-GPU pods:
 - an 8-pod gang lands under leaf 1, all 8 bound together, with the extender scoring;
 - a 10-pod gang (room for it in the cluster, under no leaf) binds no pod, while the same 10 pods
   without a PodGroup bind pod by pod across leaves;
-- a gang with the extender `ignorable` and down lands under leaf 1 by the labels alone.
+- a gang with the extender `ignorable` and down lands under leaf 1 by the labels alone;
+- examples/gangs/ (an Indexed Job and a JobSet with their Workload and PodGroup) pass a
+  server-side dry run here, each PodGroup keeping a topology key that is one of the agent's tier
+  labels (a server without the gate drops the field).
 
 No Job controller runs: the tests create the Workload, the PodGroup and the pods (naming the
 PodGroup in `spec.schedulingGroup`) as a controller would.
@@ -26,15 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import ApiError, AsyncClient
-from lightkube.generic_resource import create_namespaced_resource
+from lightkube import ApiError, AsyncClient, codecs
+from lightkube.generic_resource import create_namespaced_resource, load_in_cluster_generic_resources
 from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
 from rdmaplane.kube import NodeResourceTopology
-from rdmaplane.scheduler.layouts import layout
-from tests.e2e.conftest import install_nrt_crd
+from tests.e2e.conftest import _wait_established, install_nrt_crd
 from tests.e2e.controlplane import (
     KubeCluster,
     Process,
@@ -45,8 +47,12 @@ from tests.e2e.controlplane import (
 )
 from tests.e2e.scalerig import metric
 from tests.e2e.test_scheduler_extender import _scheduler_config, in_process_extender
+from tests.layouts import layout
 from tests.scheduler_helpers import pod
 
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "examples" / "gangs").glob("*.yaml"))
+JOBSET_CRD = Path(__file__).parent / "fixtures" / "crds" / "jobset.yaml"
 GATES = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
 LEAF = fab.DEFAULT_TIER_LABELS[0]  # "one leaf": the agent's tier-0 label
 Workload = create_namespaced_resource("scheduling.k8s.io", "v1beta1", "Workload", "workloads")
@@ -271,3 +277,24 @@ async def test_a_gang_lands_by_labels_alone_with_the_extender_down(
     assert {fabric.leaf[n] for n in placed.values()} == {fabric.leaf[fabric.nodes[4]]}, placed
     log = scheduler.log_path.read_text(errors="replace")
     assert "Skipping extender" in log  # it was asked, and passed over as ignorable
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_gang_example_is_accepted_with_its_topology_key(
+    gang_cluster: KubeCluster, gang_namespace: str, path: Path
+) -> None:
+    with gang_cluster.client() as client:
+        crd = codecs.load_all_yaml(JOBSET_CRD.read_text())[0]
+        client.apply(crd, field_manager="rdmaplane-e2e", force=True)
+        _wait_established(client, crd.metadata.name)
+        load_in_cluster_generic_resources(client)
+        kinds = []
+        for doc in codecs.load_all_yaml(path.read_text()):
+            doc.metadata.namespace = gang_namespace
+            got = client.apply(doc, field_manager="rdmaplane-e2e", dry_run=True)
+            kinds.append(doc.kind)
+            if doc.kind == "PodGroup":
+                topology = got["spec"]["schedulingConstraints"]["topology"]
+                assert next(t["key"] for t in topology) in fab.DEFAULT_TIER_LABELS
+    assert kinds[:2] == ["Workload", "PodGroup"] and kinds[2] in ("Job", "JobSet")
+    assert len(EXAMPLES) == 2
