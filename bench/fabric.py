@@ -319,13 +319,13 @@ class RailTally:
 class RailCluster:
     """Kubelet harnesses (one per node) and an extender cache fed their published NRTs."""
 
-    def __init__(self, backend: Any, sample: Any, weights: FabricScoring) -> None:
+    def __init__(self, backend: Any, sample: Any, weights: FabricScoring, prefix: str) -> None:
         from tests.kubelet.harness import KubeletHarness
 
         self.weights = weights
         self.nodes = {
-            f"r{i:02d}": KubeletHarness(
-                sample, "best-effort", "container", name=f"r{i:02d}", backend=backend
+            f"{prefix}{i:02d}": KubeletHarness(
+                sample, "best-effort", "container", name=f"{prefix}{i:02d}", backend=backend
             ).start()
             for i in range(RAIL_NODES)
         }
@@ -463,7 +463,7 @@ def rails_main(args: argparse.Namespace) -> None:
     try:
         with sample_node(RAIL_SAMPLE) as sample:
             for name in ("default", "rdmaplane"):
-                cluster = RailCluster(backend, sample, FabricScoring())
+                cluster = RailCluster(backend, sample, FabricScoring(), name)
                 t = run_rails(cluster, arrivals, args.seed, name == "rdmaplane")
                 print(
                     f"{name:<10} {t.pods:>5} {t.unplaced:>9} {t.pairs:>6} "
