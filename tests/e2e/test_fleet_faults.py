@@ -532,8 +532,8 @@ async def test_a_leaf_storm_evicts_every_pod_still_hurt_once_within_the_budget(
     print(
         f"\nstorm: {len(leaf)} nodes of {NODES} lose every port; agents up in {ready_s:.1f} s; "
         f"breaker open {opened_at - cut:.1f} s after the cut ({len(scopes)} scopes), closed at "
-        f"{closed_at - cut:.1f} s (window {STORM_WINDOW_S:g} s); {len(early)} tokens before the "
-        f"storm was seen; evictions per minute after the close: "
+        f"{closed_at - cut:.1f} s (window {STORM_WINDOW_S:g} s); tokens before the storm was seen: "
+        f"{len(early)}; evictions per minute after the close: "
         f"{[per_minute[m] for m in range(max(per_minute) + 1)]} (max {STORM_PER_MINUTE}); "
         f"busiest minute of tokens {busiest}; evictions from {evicted_at[0] - cut:.1f} s to "
         f"{evicted_at[-1] - cut:.1f} s after the cut; run {run_s:.0f} s"
