@@ -338,9 +338,11 @@ class FaultActor:
         self, wanted: Sequence[policy.Decision], new_noexecute: bool
     ) -> fleet_breaker.Answer | None:
         """The budget's word for this round: a token when an act or a NoExecute taint is due
-        (a token held is used until it ends; a refusal is asked again after `retry_s`), else,
-        when a notice goes out, whether a storm holds the node (for the notice to say)."""
-        acting = new_noexecute or any(d.verb == policy.Verb.ACT for d in wanted)
+        (a token held is used for a taint until it ends; an eviction asks again, so a token
+        taken just before a storm was seen does not outlive the storm; a refusal is asked again
+        after `retry_s`), else, when a notice goes out, whether a storm holds the node."""
+        evicting = any(d.verb == policy.Verb.ACT for d in wanted)
+        acting = new_noexecute or evicting
         if self.budget is None:
             return (
                 fleet_breaker.Answer(fleet_breaker.Verdict.GRANTED, "no fault budget")
@@ -352,7 +354,7 @@ class FaultActor:
                 peeked = await self.budget.peek()
                 return self._said(peeked) if peeked is not None else None
             return None
-        if time.time() < self._token_until:
+        if time.time() < self._token_until and not evicting:
             return fleet_breaker.Answer(
                 fleet_breaker.Verdict.GRANTED, "token held", self._token_until
             )
