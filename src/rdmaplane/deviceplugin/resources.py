@@ -81,6 +81,26 @@ class _Member:
         return sum(p.rate_gbps or 0.0 for p in self.up_ports)
 
 
+def pool_gid_index(topo: NodeTopology, pool: Pool) -> tuple[bool, int | None]:
+    """(the pool has RoCE ports up, the NCCL_IB_GID_INDEX Allocate gives a pod holding the
+    whole pool): the same plan Allocate makes, so the node's gid-index label and the pods'
+    environment cannot disagree. None when no one index holds (NCCL ≥ 2.21 then picks by
+    address) or no plan is possible. Pure: the agent asks it of pools another process serves."""
+    ports = [(h, p) for h, p in compute_ports(topo, pool.selectors) if p.is_up]
+    if not any(p.link_layer == LinkLayer.ETHERNET for _, p in ports):
+        return False, None
+    try:
+        index = nccl_env(topo, ports, pool.nccl).get("NCCL_IB_GID_INDEX")
+    except NcclPlanError:
+        return True, None
+    return True, None if index is None else int(index)
+
+
+def pool_members(topo: NodeTopology, pool: Pool) -> list[str]:
+    """The names of the HCAs with a compute port the pool's selectors match, in order."""
+    return list(dict.fromkeys(h.name for h, _ in compute_ports(topo, pool.selectors)))
+
+
 def device_id(hca: Hca) -> str:
     """Stable across reboots: the PCI address; software devices have only their name."""
     return hca.pci.address if hca.pci else hca.name
@@ -205,20 +225,6 @@ class ResourceManager:
         return Candidate(
             dev_id, member.hca.numa, member.hca.pcie_root, dev.healthy, member.rate_gbps
         )
-
-    def pool_gid_index(self) -> tuple[bool, int | None]:
-        """(the pool has RoCE ports up, the NCCL_IB_GID_INDEX Allocate gives a pod holding the
-        whole pool): the same plan Allocate makes, so the node's gid-index label and the pods'
-        environment cannot disagree. None when no one index holds (NCCL ≥ 2.21 then picks by
-        address) or no plan is possible."""
-        members = list(self._members.values())
-        if not any(p.link_layer == LinkLayer.ETHERNET for m in members for p in m.up_ports):
-            return False, None
-        try:
-            index = self._envs(members).get("NCCL_IB_GID_INDEX")
-        except AllocateError:
-            return True, None
-        return True, None if index is None else int(index)
 
     # --- Allocate
     def allocate(self, ids: Sequence[str]) -> ContainerAllocation:
