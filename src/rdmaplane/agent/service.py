@@ -52,7 +52,8 @@ from rdmaplane.agent.httpserver import HttpServer, Response
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
 from rdmaplane.agent.kubeletconfig import read_kubelet_topology_manager
 from rdmaplane.agent.metrics import AgentMetrics, NodeView
-from rdmaplane.agent.podresources import PodResourcesError
+from rdmaplane.agent.plugin import EmbeddedPlugin
+from rdmaplane.agent.podresources import PodResourcesClient, PodResourcesError
 from rdmaplane.agent.publisher import Desired, Publisher
 from rdmaplane.agent.settings import AgentSettings
 from rdmaplane.deviceplugin.settings import PluginSettings, Pool
@@ -65,6 +66,7 @@ from rdmaplane.dra.driver import DraDriver
 from rdmaplane.dra.metrics import DraCollector
 from rdmaplane.faults import FAULT_SINCE_LABEL
 from rdmaplane.kernellog import KernelEvent
+from rdmaplane.kube import async_client
 from rdmaplane.model import NetnsMode, NodeTopology
 from rdmaplane.porthealth import rule_table
 from rdmaplane.supervisor import Supervisor
@@ -97,11 +99,33 @@ NETNS_REFUSALS = {
 }
 
 
+def configured_agent(config: AgentSettings, pools: PluginSettings) -> Agent:
+    """The agent's composition root: the peers `config` runs — the API server client unless
+    publishing is off, the embedded device plugin serving `pools` or the DRA driver when
+    enabled, PodResources — handed to the agent, which builds the rest."""
+    kube = async_client(config.kubeconfig) if config.publish.enabled else None
+    plugin = (
+        EmbeddedPlugin(pools, kubelet_dir=config.kubelet_dir, dev_root=config.dev_root)
+        if config.device_plugin_enabled
+        else None
+    )
+    dra = DraDriver(config, pools.pools, kube) if config.dra.enabled else None
+    resources = [config.gpu_resource, *(plugin.resources if plugin else [])]
+    return Agent(
+        config,
+        kube=kube,
+        plugin=plugin,
+        allocation_source=PodResourcesClient(config.pod_resources_socket, resources),
+        pools=pools.pools,
+        dra=dra,
+    )
+
+
 class Agent:
-    """The agent's shell and composition root: it builds what the configuration runs (the
-    publisher only with an API server, the kernel log only when configured, the embedded
-    plugin and the DRA driver only when given), does the I/O, keeps what it read in
-    `self.node` and leaves what it means to `rdmaplane.agent.decider`."""
+    """The agent's shell: given its peers (`configured_agent` picks them), it builds what the
+    configuration runs (the publisher only with an API server, the kernel log only when
+    configured), does the I/O, keeps what it read in `self.node` and leaves what it means to
+    `rdmaplane.agent.decider`."""
 
     def __init__(
         self,
