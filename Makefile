@@ -42,6 +42,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_DIRS)
 	$(BIN)/ruff format --check $(LINT_DIRS)
+	$(BIN)/lint-imports --no-cache  # the layers: pyproject's [tool.importlinter]
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -25,13 +25,17 @@ import os
 import random
 import socket
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/layouts.py
 
 import orjson
 
 from rdmaplane import nrt
-from rdmaplane.scheduler.layouts import layout
+from tests.layouts import layout
 
 LAYOUTS = ("hgx", "dgx-a100", "one-socket-nics", "split-roots")
 POLICIES = ("single-numa-node", "restricted", "best-effort")

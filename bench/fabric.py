@@ -34,16 +34,20 @@ import argparse
 import heapq
 import itertools
 import random
+import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/layouts.py
 
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.layouts import layout
+from tests.layouts import layout
 
 LEAVES, PER_LEAF, LEAVES_PER_SPINE = 16, 16, 4
 SIZES = ((2, 0.35), (4, 0.3), (8, 0.25), (16, 0.1))

@@ -321,9 +321,6 @@ class NodeTopology:
     def netdev(self, name: str) -> Netdev | None:
         return next((n for n in self.netdevs if n.name == name), None)
 
-    def gpu_by_pci(self, address: str) -> Gpu | None:
-        return next((g for g in self.gpus if g.pci.address == address), None)
-
 
 def parse_cpulist(text: str) -> tuple[int, ...]:
     """The kernel's CPU list notation: `0-3,8,10-11` → (0, 1, 2, 3, 8, 10, 11).

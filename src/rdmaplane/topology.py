@@ -91,7 +91,7 @@ def relations(topo: NodeTopology) -> dict[str, dict[str, str | None]]:
     }
 
 
-def closest_hcas(gpu: Gpu, hcas: tuple[Hca, ...] | list[Hca]) -> list[tuple[Hca, Relation]]:
+def _closest_hcas(gpu: Gpu, hcas: tuple[Hca, ...] | list[Hca]) -> list[tuple[Hca, Relation]]:
     """HCAs with a PCI function ordered nearest first (ties keep the given order), by where
     their DMA goes through (`Hca.dma_pci`)."""
     pairs = [(h, pci_relation(gpu.pci, h.dma_pci)) for h in hcas if h.dma_pci is not None]
@@ -105,7 +105,7 @@ def nearest_hcas(topo: NodeTopology) -> dict[int, tuple[Hca, Relation]]:
     taken: dict[str, int] = {}
     out: dict[int, tuple[Hca, Relation]] = {}
     for gpu in topo.gpus:
-        ranked = closest_hcas(gpu, topo.hcas)
+        ranked = _closest_hcas(gpu, topo.hcas)
         if not ranked:
             continue
         best = ranked[0][1]

@@ -116,7 +116,7 @@ def kwok_cluster(k8s_bin_dir: Path, kwok_bin: Path) -> Iterator[KwokCluster]:
     try:
         with contextlib.ExitStack() as stack:
             cluster = stack.enter_context(control_plane(k8s_bin_dir))
-            _install_nrt_crd(cluster)
+            install_nrt_crd(cluster)
             kcm = launch_controller_manager(cluster)
             stack.callback(kcm.stop)
             kwok = launch_kwok(cluster, kwok_bin)
@@ -185,11 +185,11 @@ def _names(objects: Iterable[Any]) -> set[tuple[str, str]]:
 
 @pytest.fixture(scope="session")
 def nrt_crd(kube_cluster: KubeCluster) -> type[NodeResourceTopology]:
-    _install_nrt_crd(kube_cluster)
+    install_nrt_crd(kube_cluster)
     return NodeResourceTopology
 
 
-def _install_nrt_crd(cluster: KubeCluster) -> None:
+def install_nrt_crd(cluster: KubeCluster) -> None:
     with cluster.client() as client:
         for crd in codecs.load_all_yaml(NRT_CRD.read_text()):
             client.apply(crd, force=True)

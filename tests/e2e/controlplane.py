@@ -454,8 +454,11 @@ def scheduler_configuration(config: SchedulerConfig | None, kubeconfig: Path) ->
     return result
 
 
-def launch_scheduler(cluster: KubeCluster, config: SchedulerConfig | None = None) -> Process:
-    """kube-scheduler running as `system:kube-scheduler` (its default RBAC role) with `config`.
+def launch_scheduler(
+    cluster: KubeCluster, config: SchedulerConfig | None = None, args: Sequence[str] = ()
+) -> Process:
+    """kube-scheduler running as `system:kube-scheduler` (its default RBAC role) with `config`
+    and further flags `args` (e.g. `--feature-gates`).
 
     Ready means /readyz is 200, which includes the informer caches having synced.
     """
@@ -478,6 +481,7 @@ def launch_scheduler(cluster: KubeCluster, config: SchedulerConfig | None = None
             f"--tls-private-key-file={serving_key}",
             f"--authentication-kubeconfig={kubeconfig}",
             f"--authorization-kubeconfig={kubeconfig}",
+            *args,
         ],
         Path(file.name).with_suffix(".log"),
     )

@@ -37,12 +37,12 @@ from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
 from rdmaplane.model import NodeTopology
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.layouts import layout
 from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_kwok_node
 from tests.e2e.test_agent import GPU, HCA, Lister, eventually, running_agent
 from tests.e2e.test_scheduler_extender import _scheduler_config
+from tests.layouts import layout
 from tests.scheduler_helpers import serve
 
 REPO = Path(__file__).resolve().parents[2]

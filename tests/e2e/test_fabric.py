@@ -36,7 +36,6 @@ from rdmaplane import fabric as fab
 from rdmaplane import nrt
 from rdmaplane.cli import app
 from rdmaplane.kube import NodeResourceTopology
-from rdmaplane.scheduler.layouts import layout
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node, poll_until
 from tests.e2e.test_scheduler_extender import (  # noqa: F401 (the extender fixture)
     _scheduler_config,
@@ -44,6 +43,7 @@ from tests.e2e.test_scheduler_extender import (  # noqa: F401 (the extender fixt
     extender,
 )
 from tests.fabrics import leaf_spine
+from tests.layouts import layout
 from tests.scheduler_helpers import pod
 
 KUEUE_MODULE = "sigs.k8s.io/kueue@v0.17.0"

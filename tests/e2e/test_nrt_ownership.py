@@ -22,10 +22,10 @@ from rdmaplane import nrt
 from rdmaplane.agent.publisher import Publisher
 from rdmaplane.agent.settings import PublishSettings
 from rdmaplane.kube import NodeResourceTopology, async_client
-from rdmaplane.scheduler.layouts import layout
 from tests.e2e.controlplane import KubeCluster, launch_controller_manager
 from tests.e2e.test_agent import eventually, install_rbac
 from tests.e2e.test_publisher import _desired, _publishing
+from tests.layouts import layout
 
 NFD = "nfd-topology-updater"  # the field manager NFD's topology-updater writes as
 NFD_ATTRIBUTE = {"name": "nodeTopologyPodsFingerprint", "value": "pfp0v0010123456789abcdef"}

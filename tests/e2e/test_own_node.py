@@ -24,10 +24,10 @@ from rdmaplane import faults, nrt
 from rdmaplane.fabric import DEFAULT_TIER_LABELS
 from rdmaplane.kube import NodeResourceTopology, async_client
 from rdmaplane.repeat import QUARANTINE_TAINT_KEY
-from rdmaplane.scheduler.layouts import layout
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
 from tests.e2e.controlplane import KubeCluster, add_ready_node, write_kubeconfig
+from tests.layouts import layout
 
 DAEMONSETS = [nodeaccess.AGENT_DAEMONSET, nodeaccess.DRA_DAEMONSET]
 # Both policies' refusals name the caller's node: "... only its own node and the pods bound to

@@ -31,9 +31,9 @@ from rdmaplane.agent.metrics import AgentMetrics, NodeView
 from rdmaplane.agent.publisher import Desired, Publisher
 from rdmaplane.agent.settings import PublishSettings
 from rdmaplane.kube import NodeResourceTopology, async_client
-from rdmaplane.scheduler.layouts import layout
 from tests.e2e.controlplane import KubeCluster
 from tests.e2e.test_agent import condition, eventually, install_rbac
+from tests.layouts import layout
 
 THROTTLED_USER = "e2e-throttled-agent"
 # The Retry-After APF sends while drops stay few: it doubles (up to 32 s) once a priority level

@@ -7,6 +7,7 @@ scheduling goes on (`ignorable`)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import ssl
 import time
@@ -27,10 +28,10 @@ from rdmaplane.cli import app
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.layouts import layout
 from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node, free_port, launch_extender
+from tests.layouts import layout
 from tests.scheduler_helpers import pod, serve
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +40,16 @@ SCHEDULER_CONFIG = REPO / "deploy" / "scheduler" / "kube-scheduler-config.yaml"
 
 @pytest.fixture
 def extender(kube_cluster: KubeCluster, nrt_crd: type[NodeResourceTopology]) -> Iterator[str]:
+    with in_process_extender(kube_cluster) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def in_process_extender(cluster: KubeCluster) -> Iterator[str]:
+    """The extender in a thread of this process, watching `cluster` as its admin; yields its
+    URL once /readyz says it has listed everything."""
     cache = ClusterCache()
-    kubeconfig = kube_cluster.kubeconfig
+    kubeconfig = cluster.kubeconfig
     app = create_app(
         cache,
         ExtenderSettings(),

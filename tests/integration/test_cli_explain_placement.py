@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from rdmaplane import nrt
 from rdmaplane.cli import app
-from rdmaplane.scheduler.layouts import layout
+from tests.layouts import layout
 from tests.scheduler_helpers import node, pod
 
 runner = CliRunner()

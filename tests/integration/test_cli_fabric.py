@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
 from rdmaplane.cli import app
-from rdmaplane.scheduler.layouts import hgx_uplinks, layout
 from tests.fabrics import leaf_spine, rail_optimised
+from tests.layouts import hgx_uplinks, layout
 from tests.scheduler_helpers import pod
 
 runner = CliRunner()

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from rdmaplane import nrt
 from rdmaplane.cli import app
-from rdmaplane.scheduler.layouts import layout
+from tests.layouts import layout
 from tests.workload_manifests import MANIFESTS, manifest
 
 runner = CliRunner()

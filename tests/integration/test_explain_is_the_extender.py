@@ -22,7 +22,7 @@ from rdmaplane.config import parse
 from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.layouts import layout
+from tests.layouts import layout
 from tests.scheduler_helpers import node, pod, serve
 
 LEAF = "fabric.topograph.run/tier-0"

@@ -31,9 +31,9 @@ from typer.testing import CliRunner
 from rdmaplane import nrt
 from rdmaplane.cli import COMMANDS, app, load_command
 from rdmaplane.discovery import samples
-from rdmaplane.scheduler.layouts import layout
 from rdmaplane.untrusted import printable
 from tests.fabrics import leaf_spine
+from tests.layouts import layout
 from tests.scheduler_helpers import node, pod
 
 REPO = Path(__file__).resolve().parents[2]

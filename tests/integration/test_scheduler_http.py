@@ -17,9 +17,9 @@ import pytest
 from rdmaplane import nrt
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.layouts import layout
 from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.scheduler.watch import make_client, watch_all
+from tests.layouts import layout
 from tests.scheduler_helpers import node, pod, serve, unreachable_kubeconfig
 
 NAMES = ["paired", "lopsided", "full", "bare"]

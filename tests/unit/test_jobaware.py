@@ -8,6 +8,8 @@ import random
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
@@ -16,9 +18,9 @@ from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.decisions import Decisions
-from rdmaplane.scheduler.layouts import hgx_uplinks, layout
 from rdmaplane.scheduler.settings import FabricScoring
 from tests.fabrics import leaf_spine, rail_optimised
+from tests.layouts import hgx_uplinks, layout
 from tests.scheduler_helpers import pod
 
 JOB = "batch.kubernetes.io/job-name"
@@ -274,3 +276,101 @@ def test_an_assumption_gives_way_to_the_watched_bind_and_to_time() -> None:
     assert cache.job_context(probe) == ja.JobContext(("gpu-001",), 1)
     now[0] = 30.0  # kube-scheduler chose another node or could not bind: the watch is silent
     assert cache.job_context(probe) == ja.JobContext((), 2)  # both pending again
+
+
+def gang_pod(name: str, group: str | None) -> dict[str, Any]:
+    obj = job_pod(name, {JOB: "gang"})
+    if group is not None:
+        obj["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return obj
+
+
+def schedule_by_placements(decide: Decisions, pods: list[dict[str, Any]], tier: int) -> list[str]:
+    """kube-scheduler's pod-group cycle with a `TopologyConstraint` on tier `tier`'s label:
+    one placement per domain, in name order; each pod asked about with the free nodes of that
+    placement only; the first placement where every pod finds a node wins (its last tried
+    placement is the one kept by the extender's assumptions only when it wins)."""
+    domains = sorted({where.tiers[tier] for where in decide.cache.locations.values()})
+    for domain in domains:
+        members = [n for n, w in sorted(decide.cache.locations.items()) if w.tiers[tier] == domain]
+        taken: set[str] = set()
+        placed = []
+        for p in pods:
+            passed = decide.filter(p, [n for n in members if n not in taken]).passed
+            if not passed:
+                break
+            scores = decide.answer_prioritize(p, passed).scores
+            placed.append(passed[max(range(len(passed)), key=scores.__getitem__)])
+            taken.add(placed[-1])
+        else:
+            return placed
+    raise AssertionError("no placement holds the gang")
+
+
+@pytest.mark.parametrize("gang", [True, False])
+def test_a_gang_under_one_spine_takes_the_leaf_that_holds_it_after_a_failed_spine(
+    gang: bool,
+) -> None:
+    """Spine 0 (7 free nodes) is tried first and fails at the eighth pod, leaving seven
+    assumptions there. Spine 1 has leaf 2 (5 free, lowest names) and leaf 3 (9 free). A pod
+    naming its PodGroup leaves the peers assumed in spine 0 out and asks for room for all
+    eight: leaf 3. Counted with them, the first pod sees peers equally far from every node of
+    spine 1, takes the lowest name, and the gang splits across leaves 2 and 3."""
+    cache = cluster(leaf_spine(4, 16))
+    occupy(cache, {0: 13, 1: 12, 2: 11, 3: 7})  # free: 3, 4 | 5, 9
+    pods = [gang_pod(f"g-{i}", "gang-workers" if gang else None) for i in range(8)]
+    for p in pods:
+        cache.apply("pod", "ADDED", p)
+    placed = schedule_by_placements(Decisions(cache, FabricScoring()), pods, tier=1)
+    leaves = {leaf_of(cache, n) for n in placed}
+    assert (leaves == {"leaf-3"}) is gang, leaves
+
+
+def test_peers_outside_the_switch_all_candidates_share_are_left_out() -> None:
+    where = {
+        "a": fab.Location(("leaf-0", "spine-0")),
+        "b": fab.Location(("leaf-1", "spine-0")),
+        "c": fab.Location(("leaf-2", "spine-1")),
+    }
+    peers = list(where.values())
+    assert ja.within_candidates(peers, [where["a"], where["b"]]) == peers[:2]  # spine-0
+    assert ja.within_candidates(peers, [where["a"]]) == peers[:1]  # leaf-0, not spine-0
+    assert ja.within_candidates(peers, [where["a"], where["c"]]) == peers  # no shared switch
+    assert ja.within_candidates(peers, []) == peers
+
+
+def test_a_pod_naming_its_podgroup_is_grouped_by_it_without_job_labels() -> None:
+    obj = pod("w-0", 8, 8, ns="ml")
+    obj["spec"]["schedulingGroup"] = {"podGroupName": "train-workers"}
+    assert ja.pod_group(obj) == ja.PodGroup("ml/train-workers", None, None, "ml/train-workers")
+    obj["metadata"]["labels"] = {JOB: "train"}
+    assert ja.pod_group(obj).group == "ml/train"  # the job's label still names the group
+
+
+def _tree_location(index: int) -> fab.Location:
+    """Node `index` of a 3-tier tree: 4 nodes a leaf, 2 leaves a spine, 2 spines a core."""
+    leaf, spine, core = index // 4, index // 8, index // 16
+    return fab.Location((f"leaf-{leaf}", f"spine-{spine}", f"core-{core}"))
+
+
+@given(
+    st.lists(st.integers(0, 31), min_size=1, max_size=8),
+    st.lists(st.integers(0, 31), min_size=1, max_size=12),
+)
+def test_leaving_out_peers_outside_the_candidates_switch_never_reorders_them(
+    candidates: list[int], peers: list[int]
+) -> None:
+    """Closeness to a peer outside the closest switch all candidates share is the same from
+    every candidate: leaving such peers out changes no candidate's rank, only the spread."""
+    names = [f"n{i}" for i in candidates]
+    locations = {f"n{i}": _tree_location(i) for i in range(32)}
+    peer_nodes = tuple(f"n{i}" for i in peers)
+    kept = ja.within_candidates([locations[n] for n in peer_nodes], [locations[n] for n in names])
+    every = ja.fabric_terms(names, lambda i, cap: 1, locations, ja.JobContext(peer_nodes, 1))
+    gang = ja.fabric_terms(names, lambda i, cap: 1, locations, ja.JobContext(peer_nodes, 1, True))
+    assert every is not None and gang is not None
+    if kept:
+        pairs = [(a, b) for a in range(len(names)) for b in range(len(names))]
+        assert all((every[a] < every[b]) == (gang[a] < gang[b]) for a, b in pairs)
+    else:  # every peer elsewhere: all candidates were equally far, now the room term decides
+        assert len(set(every)) == 1

@@ -1,186 +1,70 @@
-"""The shape of the code: a pure core, the components' settings, a config layer that reads
-files into them, adapters, services that never import each other."""
+"""The shape of the code is checked by `lint-imports` (pyproject's [tool.importlinter], run by
+`make lint`): these tests keep the contracts honest — the core they name is held to mypy
+--strict, and the allow-list contract type breaks when a module imports what it may not."""
 
 from __future__ import annotations
 
-import ast
+import os
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
-import pytest
-
-SRC = Path(__file__).resolve().parents[2] / "src" / "rdmaplane"
-# The pure core, by dotted name: a module that moves or goes must be renamed here, not dropped.
-# A pure module used by one package lives in that package (alloc in the device plugin,
-# placement in the scheduler) and is held to the same rules.
-CORE = [
-    "rdmaplane.model",
-    "rdmaplane.topology",
-    "rdmaplane.gid",
-    "rdmaplane.nccl",
-    "rdmaplane.serialize",
-    "rdmaplane.selectors",
-    "rdmaplane.nrt",
-    "rdmaplane.resources",
-    "rdmaplane.decoding",
-    "rdmaplane.counters",
-    "rdmaplane.porthealth",
-    "rdmaplane.netns",
-    "rdmaplane.usability",
-    "rdmaplane.deviceplugin.alloc",
-    "rdmaplane.deviceplugin.settings",
-    "rdmaplane.scheduler.placement",
-    "rdmaplane.agent.health",
-    "rdmaplane.agent.desired",
-    "rdmaplane.agent.allocation",
-    "rdmaplane.agent.inventory",
-    "rdmaplane.untrusted",
-    "rdmaplane.errors",
-    "rdmaplane.setting",
-    "rdmaplane.workloads",
-    "rdmaplane.fabric",
-    "rdmaplane.fabric_export",
-    "rdmaplane.scheduler.jobaware",
-    "rdmaplane.webhook.inject",
-    "rdmaplane.webhook.review",
-    "rdmaplane.webhook.certs",
-    "rdmaplane.faults",
-    "rdmaplane.dra.devices",
-    "rdmaplane.dra.slices",
-    "rdmaplane.dra.readiness",
-    "rdmaplane.dra.claims",
-    "rdmaplane.breaker",
-    "rdmaplane.repeat",
-    "rdmaplane.kernellog",
-    "rdmaplane.pcie",
-    "rdmaplane.audit",
-]
-# Each component's settings, defined once (frozen dataclasses): the core and the stdlib's value
-# types (a `Path` setting) only, never I/O, so the core reads them and the config layer fills
-# them without importing a service.
-SETTINGS = [
-    "rdmaplane.deviceplugin.settings",
-    "rdmaplane.agent.settings",
-    "rdmaplane.dra.settings",
-    "rdmaplane.scheduler.settings",
-    "rdmaplane.webhook.settings",
-]
-SERVICES = ["agent", "scheduler", "doctor", "webhook"]
-IO_MODULES = {
-    "os",
-    "io",
-    "pathlib",
-    "shutil",
-    "socket",
-    "subprocess",
-    "tempfile",
-    "tarfile",
-    "asyncio",
-    "grpc",
-    "lightkube",
-    "httpx",
-    "fastapi",
-    "uvicorn",
-    "prometheus_client",
-    "pynvml",
-    "requests",
-}
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
-def module_path(dotted: str) -> Path:
-    """The file of a module or package named `rdmaplane.x.y`."""
-    rel = Path(*dotted.split(".")[1:])
-    package = SRC / rel / "__init__.py"
-    return package if package.exists() else SRC / rel.with_suffix(".py")
-
-
-def imports(path: Path) -> set[str]:
-    """Every module `path` imports; `from rdmaplane import x` counts as `rdmaplane.x`."""
-    tree = ast.parse(path.read_text())
-    found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module)
-            if node.module == "rdmaplane":  # a module of the package, not a name of its root
-                found |= {
-                    f"rdmaplane.{a.name}"
-                    for a in node.names
-                    if module_path(f"rdmaplane.{a.name}").exists()
-                }
-    return found
-
-
-def calls_open(path: Path) -> bool:
-    return any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "open"
-        for n in ast.walk(ast.parse(path.read_text()))
-    )
-
-
-@pytest.mark.parametrize("name", CORE)
-def test_core_does_no_io(name: str) -> None:
-    path = module_path(name)
-    assert path.exists(), f"{name} is listed as core but does not exist: update CORE"
-    found = imports(path)
-    bad = {m for m in found if m.split(".")[0] in IO_MODULES}
-    bad |= {m for m in found if _ours(m) and m not in CORE and m not in SETTINGS}
-    assert not bad, f"{name} imports {bad}"
-    assert not calls_open(path)
-
-
-def _ours(module: str) -> bool:
-    return module.startswith("rdmaplane") and module != "rdmaplane"
-
-
-@pytest.mark.parametrize("name", SETTINGS)
-def test_settings_import_only_the_core(name: str) -> None:
-    import sys
-
-    path = module_path(name)
-    found = imports(path)
-    bad = {m for m in found if _ours(m) and m not in CORE and m not in SETTINGS}
-    foreign = {m for m in found if m.split(".")[0] not in {*sys.stdlib_module_names, "rdmaplane"}}
-    bad |= foreign
-    bad |= {m for m in found if m.split(".")[0] in IO_MODULES - {"pathlib"}}
-    assert not bad, f"{name} imports {bad}"
-    assert not calls_open(path)
-
-
-def test_the_config_layer_imports_no_service() -> None:
-    """`rdmaplane.config` reads files into the settings: it imports them, the core and the
-    document reader, never a service or an adapter (which import it)."""
-    allowed = {*CORE, *SETTINGS, "rdmaplane.documents"}
-    for path in (SRC / "config").rglob("*.py"):
-        ours = {m for m in imports(path) if _ours(m) and not m.startswith("rdmaplane.config")}
-        assert ours <= allowed, f"{path.relative_to(SRC)} imports {ours - allowed}"
+def contract(contract_id: str) -> dict[str, object]:
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return next(c for c in contracts["contracts"] if c["id"] == contract_id)
 
 
 def test_core_is_held_to_mypy_strict() -> None:
-    """Every core module is in pyproject's `strict = true` override."""
-    pyproject = (SRC.parents[1] / "pyproject.toml").read_text()
-    missing = [name for name in CORE if f'"{name}"' not in pyproject]
+    """Every module the `core` and `settings` contracts name is in a `strict = true` override."""
+    strict: set[str] = set()
+    for override in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"][
+        "overrides"
+    ]:
+        if override.get("strict"):
+            strict |= set(override["module"])
+    names = [*contract("core")["source_modules"], *contract("settings")["source_modules"]]  # type: ignore[misc]
+    missing = [n for n in names if n not in strict]
     assert not missing, f"not under mypy --strict: {missing}"
 
 
-@pytest.mark.parametrize("service", SERVICES)
-def test_services_do_not_import_each_other(service: str) -> None:
-    assert (SRC / service).is_dir(), f"service package rdmaplane.{service} does not exist"
-    others = {f"rdmaplane.{s}" for s in SERVICES if s != service}
-    for path in (SRC / service).rglob("*.py"):
-        bad = {m for m in imports(path) if any(m == o or m.startswith(o + ".") for o in others)}
-        assert not bad, f"{path.relative_to(SRC)} imports {bad}"
+def test_the_core_and_its_io_contract_name_the_same_modules() -> None:
+    assert contract("core")["source_modules"] == contract("core-io")["source_modules"]
+    assert contract("settings")["source_modules"] == contract("settings-io")["source_modules"]
 
 
-def test_train_is_standalone() -> None:
-    """`rdmaplane.train` runs inside training pods: the standard library (and torch in its
-    PyTorch helpers) only, nothing else of rdmaplane, no third-party package."""
-    import sys
+def lint(tmp_path: Path, module_text: str) -> subprocess.CompletedProcess[str]:
+    """`lint-imports` over a two-module package `toy` whose `toy.pure` may import only the
+    standard library, `toy.values` and `msgspec`."""
+    package = tmp_path / "toy"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "values.py").write_text("X = 1\n")
+    (package / "shell.py").write_text("import os\n")
+    (package / "pure.py").write_text(module_text)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.importlinter]\nroot_package = "toy"\ninclude_external_packages = true\n'
+        'contract_types = ["allowed: tests.import_contracts.AllowedImportsContract"]\n'
+        '[[tool.importlinter.contracts]]\nname = "pure"\ntype = "allowed"\n'
+        'source_modules = ["toy.pure"]\nallowed_modules = ["toy.values", "msgspec"]\n'
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache"], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
 
-    allowed = set(sys.stdlib_module_names) | {"torch", "rdmaplane"}
-    for path in (SRC / "train").rglob("*.py"):
-        found = imports(path)
-        bad = {m for m in found if m.split(".")[0] not in allowed}
-        ours = {m for m in found if m.startswith("rdmaplane.")}
-        bad |= {m for m in ours if not m.startswith("rdmaplane.train")}
-        assert not bad, f"{path.relative_to(SRC)} imports {bad}"
+
+def test_the_allow_list_keeps_what_it_allows(tmp_path: Path) -> None:
+    done = lint(tmp_path, "import re\nimport msgspec\nfrom toy import values\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_allow_list_names_each_import_it_does_not_allow(tmp_path: Path) -> None:
+    done = lint(tmp_path, "import re\nimport httpx2\nfrom toy import shell\n")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "toy.pure imports httpx2 (l.2), not on the allow-list" in done.stdout
+    assert "toy.pure imports toy.shell (l.3), not on the allow-list" in done.stdout

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from rdmaplane import nrt
 from rdmaplane.resources import DEFAULT, NONE, Amounts
 from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler.layouts import layout
+from tests.layouts import layout
 
 
 def _v(gpus: int, hcas: int, shared: int) -> Amounts:

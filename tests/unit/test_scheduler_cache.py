@@ -13,7 +13,7 @@ from rdmaplane import nrt
 from rdmaplane.scheduler import cache as cache_module
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.layouts import layout
+from tests.layouts import layout
 from tests.scheduler_helpers import node, pod
 
 

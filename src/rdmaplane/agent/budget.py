@@ -26,7 +26,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 
-from rdmaplane import breaker as B
+from rdmaplane import breaker as fleet_breaker
 from rdmaplane import fabric
 from rdmaplane.agent.settings import BreakerSettings
 from rdmaplane.faults import FAULT_SINCE_LABEL
@@ -41,8 +41,8 @@ LABELS_FOR_S = 600.0  # the node's own labels and the cluster's size change seld
 PEEK_FOR_S = 5.0  # a notice may say what the Lease said this long ago
 
 
-def rules_of(config: BreakerSettings) -> B.BreakerRules:
-    return B.BreakerRules(
+def rules_of(config: BreakerSettings) -> fleet_breaker.BreakerRules:
+    return fleet_breaker.BreakerRules(
         config.max_nodes_per_minute,
         config.max_faulty_share,
         config.min_faulty_nodes,
@@ -73,52 +73,63 @@ class FaultBudget:
         self._clock = clock
         self._labels: tuple[float, Mapping[str, str]] | None = None
         self._cluster_nodes: tuple[float, int] | None = None
-        self._peeked: tuple[float, B.Budget] | None = None
+        self._peeked: tuple[float, fleet_breaker.Budget] | None = None
 
     # ---------------------------------------------------------------- asking
 
-    async def take(self) -> tuple[B.Answer, list[B.Change]]:
+    async def take(self) -> tuple[fleet_breaker.Answer, list[fleet_breaker.Change]]:
         """This node's token, or why not; the scopes this answer opened or closed."""
         try:
             census = await self.census()
             for _ in range(CONFLICT_RETRIES):
                 lease, budget = await self._read()
-                after, answer, changes = B.take(
+                after, answer, changes = fleet_breaker.take(
                     budget, self.node, self._clock(), census, self.rules
                 )
                 if not (answer.fresh or changes) or await self._write(lease, after):
                     return answer, changes
-            return B.Answer(B.Verdict.UNKNOWN, "the fault budget changed under every write"), []
+            return fleet_breaker.Answer(
+                fleet_breaker.Verdict.UNKNOWN, "the fault budget changed under every write"
+            ), []
         except (*API_ERRORS, ValueError, KeyError, TypeError) as e:
-            return B.Answer(
-                B.Verdict.UNKNOWN, f"the fault budget could not be read: {_said(e)}"
+            return fleet_breaker.Answer(
+                fleet_breaker.Verdict.UNKNOWN, f"the fault budget could not be read: {_said(e)}"
             ), []
 
-    async def peek(self) -> B.Answer | None:
+    async def peek(self) -> fleet_breaker.Answer | None:
         """The storm holding this node as the Lease says (None: none, or not readable): what a
         notice carries. Cached for a few seconds; takes nothing."""
         now = self._clock()
         try:
             if self._peeked is None or now - self._peeked[0] > PEEK_FOR_S:
                 self._peeked = (now, (await self._read())[1])
-            scopes = [B.CLUSTER, *([d] if (d := self._domain(await self._own_labels())) else [])]
+            scopes = [
+                fleet_breaker.CLUSTER,
+                *([d] if (d := self._domain(await self._own_labels())) else []),
+            ]
         except (*API_ERRORS, ValueError, KeyError, TypeError):
             return None
-        opened = B.open_for(self._peeked[1], scopes)
+        opened = fleet_breaker.open_for(self._peeked[1], scopes)
         if opened is None:
             return None
-        return B.Answer(B.Verdict.REFUSED, f"breaker open: {opened.reason}", storming=True)
+        return fleet_breaker.Answer(
+            fleet_breaker.Verdict.REFUSED, f"breaker open: {opened.reason}", storming=True
+        )
 
     # ---------------------------------------------------------------- the census
 
-    async def census(self) -> list[B.ScopeCount]:
+    async def census(self) -> list[fleet_breaker.ScopeCount]:
         """The cluster, and this node's domain when its labels place it."""
         faulty = await self._metadata(Node, f"{FAULT_SINCE_LABEL}")
-        scopes = [B.ScopeCount(B.CLUSTER, await self._cluster_size(), _since(faulty))]
+        scopes = [
+            fleet_breaker.ScopeCount(
+                fleet_breaker.CLUSTER, await self._cluster_size(), _since(faulty)
+            )
+        ]
         domain = self._domain(await self._own_labels())
         if domain is not None:
             members = await self._metadata(Node, domain)
-            scopes.append(B.ScopeCount(domain, len(members), _since(members)))
+            scopes.append(fleet_breaker.ScopeCount(domain, len(members), _since(members)))
         return scopes
 
     def _domain(self, labels: Mapping[str, str]) -> str | None:
@@ -163,7 +174,7 @@ class FaultBudget:
 
     # ---------------------------------------------------------------- the Lease
 
-    async def _read(self) -> tuple[Lease, B.Budget]:
+    async def _read(self) -> tuple[Lease, fleet_breaker.Budget]:
         """The Lease and its budget, the Lease made when there is none yet."""
         name, namespace = self.config.lease, self.config.namespace
         try:
@@ -181,13 +192,17 @@ class FaultBudget:
         text = ((lease.metadata.annotations if lease.metadata else None) or {}).get(
             BUDGET_ANNOTATION
         )
-        return lease, B.from_document(json.loads(text)) if text else B.Budget()
+        return lease, fleet_breaker.from_document(
+            json.loads(text)
+        ) if text else fleet_breaker.Budget()
 
-    async def _write(self, lease: Lease, budget: B.Budget) -> bool:
+    async def _write(self, lease: Lease, budget: fleet_breaker.Budget) -> bool:
         """Replace the Lease as read (its resourceVersion: a concurrent write is a 409, False)."""
         assert lease.metadata is not None
         annotations = dict(lease.metadata.annotations or {})
-        annotations[BUDGET_ANNOTATION] = json.dumps(B.to_document(budget), separators=(",", ":"))
+        annotations[BUDGET_ANNOTATION] = json.dumps(
+            fleet_breaker.to_document(budget), separators=(",", ":")
+        )
         lease.metadata.annotations = annotations
         try:
             await self.kube.replace(lease)

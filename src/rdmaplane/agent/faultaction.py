@@ -32,8 +32,8 @@ from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 from prometheus_client import Counter, Gauge
 
-from rdmaplane import breaker as B
-from rdmaplane import faults as F
+from rdmaplane import breaker as fleet_breaker
+from rdmaplane import faults as policy  # what to do about faults, decided purely
 from rdmaplane import repeat
 from rdmaplane.agent.allocation import Allocations
 from rdmaplane.agent.budget import FaultBudget
@@ -65,7 +65,7 @@ def device_hcas(
     }
 
 
-def notice(fault: F.Fault, wall_since: float, held: str = "") -> str:
+def notice(fault: policy.Fault, wall_since: float, held: str = "") -> str:
     """The `rdmaplane.io/fault` annotation: what broke, how badly, why, since when, and why
     the breaker holds the action back (`held`), when it does."""
     since = dt.datetime.fromtimestamp(wall_since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -136,7 +136,9 @@ class FaultActor:
         self.budget = (
             FaultBudget(kube, node_name, breaker) if kube and breaker.mode != "off" else None
         )
-        self._answer: tuple[float, B.Answer] | None = None  # the last, and when (monotonic)
+        self._answer: tuple[float, fleet_breaker.Answer] | None = (
+            None  # the last, and when (monotonic)
+        )
         self._token_until = -float("inf")  # wall clock
         self.offenders = (
             Offenders(
@@ -150,15 +152,17 @@ class FaultActor:
         )
         self.faulty_since: float | None = None  # wall clock: the fault-since label's value
         self.rules = rules  # the health monitor's: one rule table for both
-        self.fault_rules = F.FaultRules(config.fatal_after_s, config.clear_after_s)
-        self.decision_rules = F.DecisionRules(
-            F.Action(config.action), config.grace_s, config.max_evictions_per_minute
+        self.fault_rules = policy.FaultRules(config.fatal_after_s, config.clear_after_s)
+        self.decision_rules = policy.DecisionRules(
+            policy.Action(config.action), config.grace_s, config.max_evictions_per_minute
         )
-        self.state = F.FaultState()
-        self.ledger = F.Ledger()
-        self.hurt: dict[str, tuple[F.Fault, ...]] = {}
-        self.taint: F.Taint | None = None
-        self._taints_written: dict[str, F.Taint] | None = None  # ours on the Node; None: not known
+        self.state = policy.FaultState()
+        self.ledger = policy.Ledger()
+        self.hurt: dict[str, tuple[policy.Fault, ...]] = {}
+        self.taint: policy.Taint | None = None
+        self._taints_written: dict[str, policy.Taint] | None = (
+            None  # ours on the Node; None: not known
+        )
         self._watched: dict[str, tuple[int, ...]] = {}
         self._gid_index: int | None = None
         self._api_problem: str | None = None
@@ -213,7 +217,7 @@ class FaultActor:
         census reads it)."""
         if self.faulty_since is None:
             return {}
-        return {F.FAULT_SINCE_LABEL: str(int(self.faulty_since))}
+        return {policy.FAULT_SINCE_LABEL: str(int(self.faulty_since))}
 
     # ---------------------------------------------------------------- pure steps, every poll
 
@@ -224,7 +228,7 @@ class FaultActor:
             return
         self._watched_from = (topo, managed)
         ports = compute_ports(topo)
-        self._watched = F.watched_ports(
+        self._watched = policy.watched_ports(
             topo, managed, [(h.name, p.number) for h, p in ports], self._watched
         )
         gid_index = plan_node(topo, ports).uniform_index if ports else None
@@ -254,7 +258,7 @@ class FaultActor:
             kernel=kernel,
             quarantined=self.quarantined,
         )
-        self.state, changes = F.step(self.state, now, F.classify(found), self.fault_rules)
+        self.state, changes = policy.step(self.state, now, policy.classify(found), self.fault_rules)
         for change in changes:
             self._report(change)
         faults = self.state.faults
@@ -268,14 +272,14 @@ class FaultActor:
             self.active.labels(cls.value).set(sum(1 for f in faults.values() if f.cls == cls))
         pods = {p.key: p.devices for p in allocations.pods}
         self._pods = set(pods)
-        self.hurt = F.pods_hurt(faults, device_hcas(offered, topo, resources), pods)
-        self.taint = F.node_taint(
+        self.hurt = policy.pods_hurt(faults, device_hcas(offered, topo, resources), pods)
+        self.taint = policy.node_taint(
             faults, self._watched, self.config.taint_effect, self.config.degraded_taint_effect
         )
         self.tainted.set(1 if self.taint is not None else 0)
         self._wake.set()
 
-    def _report(self, change: F.FaultChange) -> None:
+    def _report(self, change: policy.FaultChange) -> None:
         hca, port = change.key
         if change.after is None:
             message = f"{hca} port {port}: fault cleared"
@@ -300,25 +304,25 @@ class FaultActor:
     def stale(self) -> str | None:
         return self._api_problem or stale_view(self._view(), self._clock())
 
-    async def act_once(self) -> list[F.Decision]:
+    async def act_once(self) -> list[policy.Decision]:
         """One round: decide on the current view, ask the budget when an act (or a NoExecute
         taint) is due, carry out each decision, keep the Node's fault history and reconcile the
         taints (which need no PodResources, only a reachable API server)."""
         now = self._clock()
         self.ledger = self.ledger.forget_gone(self._pods, now)
         stale = self.stale()
-        wanted = F.decide(now, self.hurt, self.ledger, self.decision_rules, stale)
+        wanted = policy.decide(now, self.hurt, self.ledger, self.decision_rules, stale)
         new_noexecute = self._new_noexecute()
         answer = await self._ask(wanted, new_noexecute) if stale is None else None
-        decisions = F.gate(wanted, self.hurt, self.ledger, answer)
+        decisions = policy.gate(wanted, self.hurt, self.ledger, answer)
         for decision in decisions:
             await self._carry_out(decision, now)
         api_up = self._api_problem is None and not self._view().api_failures
         if self.kube is not None and api_up and self.offenders is not None:
             await self._guarded(self.offenders.sync(self.state.fatal, self.state.pending))
-        if self.kube is not None and self.decision_rules.action != F.Action.OBSERVE and api_up:
+        if self.kube is not None and self.decision_rules.action != policy.Action.OBSERVE and api_up:
             may_taint = not new_noexecute or (
-                answer is not None and answer.verdict == B.Verdict.GRANTED
+                answer is not None and answer.verdict == fleet_breaker.Verdict.GRANTED
             )
             await self._guarded(self._reconcile_taints(may_taint))
         self.rounds += 1
@@ -327,23 +331,31 @@ class FaultActor:
     def _new_noexecute(self) -> bool:
         """The rdma-unhealthy taint wanted evicts (NoExecute) and is not on the Node yet."""
         taint = self.taint
-        written = (self._taints_written or {}).get(F.TAINT_KEY)
+        written = (self._taints_written or {}).get(policy.TAINT_KEY)
         return taint is not None and taint.effect == "NoExecute" and written != taint
 
-    async def _ask(self, wanted: Sequence[F.Decision], new_noexecute: bool) -> B.Answer | None:
+    async def _ask(
+        self, wanted: Sequence[policy.Decision], new_noexecute: bool
+    ) -> fleet_breaker.Answer | None:
         """The budget's word for this round: a token when an act or a NoExecute taint is due
         (a token held is used until it ends; a refusal is asked again after `retry_s`), else,
         when a notice goes out, whether a storm holds the node (for the notice to say)."""
-        acting = new_noexecute or any(d.verb == F.Verb.ACT for d in wanted)
+        acting = new_noexecute or any(d.verb == policy.Verb.ACT for d in wanted)
         if self.budget is None:
-            return B.Answer(B.Verdict.GRANTED, "no fault budget") if acting else None
+            return (
+                fleet_breaker.Answer(fleet_breaker.Verdict.GRANTED, "no fault budget")
+                if acting
+                else None
+            )
         if not acting:
-            if any(d.verb == F.Verb.NOTIFY for d in wanted):
+            if any(d.verb == policy.Verb.NOTIFY for d in wanted):
                 peeked = await self.budget.peek()
                 return self._said(peeked) if peeked is not None else None
             return None
         if time.time() < self._token_until:
-            return B.Answer(B.Verdict.GRANTED, "token held", self._token_until)
+            return fleet_breaker.Answer(
+                fleet_breaker.Verdict.GRANTED, "token held", self._token_until
+            )
         now = self._clock()
         if self._answer is not None and now - self._answer[0] < self.decision_rules.retry_s:
             return self._said(self._answer[1])
@@ -351,23 +363,28 @@ class FaultActor:
         self._answer = (now, answer)
         self.breaker_answers.labels(answer.verdict.value).inc()
         self.breaker_open.set(1 if answer.storming else 0)
-        if answer.verdict == B.Verdict.GRANTED and answer.until is not None:
+        if answer.verdict == fleet_breaker.Verdict.GRANTED and answer.until is not None:
             self._token_until = answer.until
             self._answer = None
         for change in changes:
             await self._guarded(self._breaker_event(change))
-        if answer.verdict != B.Verdict.GRANTED:
+        if answer.verdict != fleet_breaker.Verdict.GRANTED:
             log.warning("fault budget: %s: %s", answer.verdict.value, answer.why)
         return self._said(answer)
 
-    def _said(self, answer: B.Answer) -> B.Answer:
+    def _said(self, answer: fleet_breaker.Answer) -> fleet_breaker.Answer:
         """In `observe` mode a refusal is only said: the act goes ahead, the notice holds
         nothing."""
-        if self.config.breaker.mode == "observe" and answer.verdict != B.Verdict.GRANTED:
-            return B.Answer(B.Verdict.GRANTED, f"observe mode, would hold: {answer.why}")
+        if (
+            self.config.breaker.mode == "observe"
+            and answer.verdict != fleet_breaker.Verdict.GRANTED
+        ):
+            return fleet_breaker.Answer(
+                fleet_breaker.Verdict.GRANTED, f"observe mode, would hold: {answer.why}"
+            )
         return answer
 
-    async def _breaker_event(self, change: B.Change) -> None:
+    async def _breaker_event(self, change: fleet_breaker.Change) -> None:
         """One Event for the cluster when the breaker opens or closes: on the budget's Lease,
         posted by the agent whose write changed it."""
         assert self.kube is not None
@@ -387,16 +404,16 @@ class FaultActor:
         )
         log.warning("%s (%s)", said, reason)
 
-    async def _carry_out(self, d: F.Decision, now: float) -> None:
-        if d.verb == F.Verb.HOLD:
+    async def _carry_out(self, d: policy.Decision, now: float) -> None:
+        if d.verb == policy.Verb.HOLD:
             if self._held.get(d.pod) != d.why:
                 log.warning("fault: holding %s: %s", d.pod, d.why, extra={"pod": d.pod})
                 self._held[d.pod] = d.why
             self.decisions.labels(d.verb.value, "held").inc()
             return
-        if d.verb != F.Verb.NOTIFY or not d.held:
+        if d.verb != policy.Verb.NOTIFY or not d.held:
             self._held.pop(d.pod, None)
-        if d.verb == F.Verb.OBSERVE:
+        if d.verb == policy.Verb.OBSERVE:
             log.warning(
                 "fault: %s holds %s (action observe: nothing done)",
                 d.pod,
@@ -426,17 +443,17 @@ class FaultActor:
         self._api_problem = None
         return "done"
 
-    async def _do(self, d: F.Decision, now: float) -> None:
+    async def _do(self, d: policy.Decision, now: float) -> None:
         assert self.kube is not None
         namespace, name = d.pod.split("/", 1)
         try:
-            if d.verb == F.Verb.NOTIFY:
+            if d.verb == policy.Verb.NOTIFY:
                 await self._notify(namespace, name, d.faults, d.held)
                 self.ledger = self.ledger.noticed(d.pod, d.faults, now, d.held)
-            elif d.verb == F.Verb.CLEAR:
+            elif d.verb == policy.Verb.CLEAR:
                 await self._clear(namespace, name)
                 self.ledger = self.ledger.cleared(d.pod)
-            elif d.verb == F.Verb.ACT:
+            elif d.verb == policy.Verb.ACT:
                 await self._act(namespace, name, d.faults, d.evict)
                 self.ledger = self.ledger.acted(d.pod, now, d.evict)
         except _Skip:
@@ -463,17 +480,17 @@ class FaultActor:
         return pod
 
     async def _notify(
-        self, namespace: str, name: str, faults: Sequence[F.Fault], held: str = ""
+        self, namespace: str, name: str, faults: Sequence[policy.Fault], held: str = ""
     ) -> None:
         assert self.kube is not None
         pod = await self._ours(namespace, name)
         worst = faults[0]
         wall = time.time() - (self._clock() - worst.since)
-        patch = {"metadata": {"annotations": {F.ANNOTATION: notice(worst, wall, held)}}}
+        patch = {"metadata": {"annotations": {policy.ANNOTATION: notice(worst, wall, held)}}}
         await self.kube.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
         then = {
-            F.Action.EVICT: f"; evicting in {self.config.grace_s:g} s",
-            F.Action.NOTIFY: f"; condition {F.CONDITION} in {self.config.grace_s:g} s",
+            policy.Action.EVICT: f"; evicting in {self.config.grace_s:g} s",
+            policy.Action.NOTIFY: f"; condition {policy.CONDITION} in {self.config.grace_s:g} s",
         }.get(self.decision_rules.action, "")
         if held:
             then = f"; held: {held}"
@@ -485,18 +502,20 @@ class FaultActor:
     async def _clear(self, namespace: str, name: str) -> None:
         assert self.kube is not None
         pod = await self._ours(namespace, name)
-        patch = {"metadata": {"annotations": {F.ANNOTATION: None}}}
+        patch = {"metadata": {"annotations": {policy.ANNOTATION: None}}}
         await self.kube.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
         await self._pod_event(pod, "Normal", "RDMAFaultCleared", "the RDMA devices recovered")
         log.info("fault notice cleared on %s/%s", namespace, name)
 
-    async def _act(self, namespace: str, name: str, faults: Sequence[F.Fault], evict: bool) -> None:
+    async def _act(
+        self, namespace: str, name: str, faults: Sequence[policy.Fault], evict: bool
+    ) -> None:
         """The RDMAFault condition first (so the job controller sees why when the pod fails),
         then the eviction."""
         assert self.kube is not None
         pod = await self._ours(namespace, name)
         condition = {
-            "type": F.CONDITION,
+            "type": policy.CONDITION,
             "status": "True",
             "reason": "FatalPortFault",
             "message": _describe(faults)[:1024],
@@ -507,7 +526,7 @@ class FaultActor:
             Pod.Status, name, patch, namespace=namespace, patch_type=PatchType.STRATEGIC
         )
         if not evict:
-            log.warning("fault: %s/%s marked %s", namespace, name, F.CONDITION)
+            log.warning("fault: %s/%s marked %s", namespace, name, policy.CONDITION)
             return
         eviction = Pod.Eviction(metadata=ObjectMeta(name=name, namespace=namespace))
         await self.kube.create(eviction, name, namespace=namespace)
@@ -547,14 +566,16 @@ class FaultActor:
         }
         await self.kube.create(cast(Event, Event.from_dict(event)))
 
-    def wanted_taints(self) -> dict[str, F.Taint]:
+    def wanted_taints(self) -> dict[str, policy.Taint]:
         """Our taints on the Node, by key: rdma-unhealthy (every compute HCA fatal) and
         rdma-quarantine (a port out of service for failing again and again)."""
-        out = {F.TAINT_KEY: self.taint} if self.taint is not None else {}
+        out = {policy.TAINT_KEY: self.taint} if self.taint is not None else {}
         effect, quarantined = self.config.repeat.taint_effect, self.quarantined
         if effect is not None and quarantined:
             value = f"{len(quarantined)}-ports"
-            out[repeat.QUARANTINE_TAINT_KEY] = F.Taint(repeat.QUARANTINE_TAINT_KEY, value, effect)
+            out[repeat.QUARANTINE_TAINT_KEY] = policy.Taint(
+                repeat.QUARANTINE_TAINT_KEY, value, effect
+            )
         return out
 
     async def _reconcile_taints(self, may_taint: bool) -> None:
@@ -563,15 +584,17 @@ class FaultActor:
         NoExecute taint waits for the budget's token (`may_taint`)."""
         assert self.kube is not None
         wanted = self.wanted_taints()
-        if not may_taint and F.TAINT_KEY in wanted:
-            wanted = {k: t for k, t in wanted.items() if k != F.TAINT_KEY}
-            if self._taints_written is not None and F.TAINT_KEY in self._taints_written:
-                wanted[F.TAINT_KEY] = self._taints_written[F.TAINT_KEY]
+        if not may_taint and policy.TAINT_KEY in wanted:
+            wanted = {k: t for k, t in wanted.items() if k != policy.TAINT_KEY}
+            if self._taints_written is not None and policy.TAINT_KEY in self._taints_written:
+                wanted[policy.TAINT_KEY] = self._taints_written[policy.TAINT_KEY]
         if wanted == self._taints_written:
             return
         node = await self.kube.get(Node, self.node_name)
         current = list((node.spec.taints if node.spec else None) or [])
-        ours = {t.key: F.Taint(t.key, t.value or "", t.effect) for t in current if t.key in OURS}
+        ours = {
+            t.key: policy.Taint(t.key, t.value or "", t.effect) for t in current if t.key in OURS
+        }
         if ours == wanted:
             self._taints_written = wanted
             return
@@ -589,11 +612,13 @@ class FaultActor:
         for key in sorted(wanted.keys() | ours.keys()):
             self._said_taint(key, ours.get(key), wanted.get(key))
 
-    def _said_taint(self, key: str, before: F.Taint | None, after: F.Taint | None) -> None:
+    def _said_taint(
+        self, key: str, before: policy.Taint | None, after: policy.Taint | None
+    ) -> None:
         if before == after:
             return
         if after is not None:
-            why = {F.TAINT_KEY: "every compute HCA fatal"}.get(key, "ports quarantined")
+            why = {policy.TAINT_KEY: "every compute HCA fatal"}.get(key, "ports quarantined")
             message = f"taint {after.key}={after.value}:{after.effect}: {why}"
             self._node_event("Warning", "RDMANodeTainted", message)
             log.warning(message)
@@ -603,10 +628,10 @@ class FaultActor:
         self.decisions.labels("taint" if after else "untaint", "done").inc()
 
 
-OURS = (F.TAINT_KEY, repeat.QUARANTINE_TAINT_KEY)
+OURS = (policy.TAINT_KEY, repeat.QUARANTINE_TAINT_KEY)
 
 
-def _describe(faults: Iterable[F.Fault]) -> str:
+def _describe(faults: Iterable[policy.Fault]) -> str:
     return "; ".join(f"{f.hca} port {f.port} {f.cls.value}: {f.reason}" for f in faults)
 
 

@@ -51,7 +51,7 @@ def audit_command(
     which PCIe links (NICs, GPUs) trained short of their slot. Put the node documents first:
     --nrt takes every file that follows it. Exit 1 when there are outliers (or the cluster
     cannot be read), 2 on bad input."""
-    from rdmaplane import audit as A
+    from rdmaplane.audit import audit
 
     nodes = [_topology_facts(t) for t in load_nodes(files, snapshot, sample)]
     objects = read_objects(nrt or (), "NodeResourceTopology")
@@ -62,7 +62,7 @@ def audit_command(
     nodes += [_nrt_facts(o) for o in objects]
     if not nodes:
         fail("give node documents, --snapshot FILE, --sample NAME, --nrt FILE or --kubeconfig")
-    result = A.audit(_unique(nodes))
+    result = audit(_unique(nodes))
     if output == Format.json:
         typer.echo(json.dumps(_document(result), indent=2))
     else:

@@ -513,7 +513,8 @@ class ClusterCache:
         readers = len(self._readers.get(group.group or "", {}))
         if readers and not bound:
             remaining = (remaining or 1) + readers
-        return ja.JobContext(peers, max(remaining, 1) if remaining is not None else None)
+        left = max(remaining, 1) if remaining is not None else None
+        return ja.JobContext(peers, left, group.gang is not None)
 
     def job_scores(
         self,

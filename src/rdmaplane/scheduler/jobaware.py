@@ -15,6 +15,14 @@ kube-scheduler asks about one pod at a time. What this adds to each node's node-
   for larger jobs), other switches that hold it 0.5–0.8, switches too small for it below 0.45:
   steps wide enough to survive the rounding to whole scores. When the size is unknown, the
   switch with the most room scores highest.
+- **Gangs.** A pod naming a PodGroup (`spec.schedulingGroup.podGroupName`, kube-scheduler's
+  Workload API) is asked about only with the nodes of the one domain kube-scheduler is trying
+  for the whole group (its `TopologyConstraint`). Peers outside the closest switch all
+  candidates share are left out: they are where the same pods were assumed while another
+  domain was tried, and (closeness to them being the same from every candidate) they would only
+  flatten the scores; they count as still to place, so the room term asks for room for the
+  whole gang.
+  A gang pod with no PodGroup label of ours is grouped by its PodGroup.
 - The node's score is `10 × (node × local/10 + fabric × F) / (node + fabric)`, weights
   configurable; a pod with no group, or no known fabric, keeps its node-local score.
 
@@ -57,11 +65,13 @@ class PodGroup:
     group: str | None  # "namespace/name", None when the pod belongs to no job we know
     kv_peers: str | None  # "namespace/name" of the group whose KV cache it reads
     size: int | None  # stated size of the group, if any
+    gang: str | None = None  # "namespace/name" of its PodGroup, when it names one
 
 
 def pod_group(pod: Pod | Mapping[str, Any]) -> PodGroup:
     """The group a pod belongs to, by its labels and annotations (`placement.read_pod`)."""
-    meta = read_pod(pod).metadata
+    read = read_pod(pod)
+    meta = read.metadata
     labels, annotations = meta.labels or {}, meta.annotations or {}
     namespace = meta.namespace or "default"
     group = None
@@ -76,7 +86,10 @@ def pod_group(pod: Pod | Mapping[str, Any]) -> PodGroup:
     sizes = [_count(labels.get(GROUP_SIZE)), _count(annotations.get(GROUP_SIZE))]
     sizes.append(_count(annotations.get(LWS_SIZE)))
     known = [s for s in sizes if s]
-    return PodGroup(group, f"{namespace}/{kv}" if kv else None, max(known) if known else None)
+    named = read.spec.scheduling_group if read.spec else None
+    gang = f"{namespace}/{named.pod_group_name}" if named and named.pod_group_name else None
+    kv_group = f"{namespace}/{kv}" if kv else None
+    return PodGroup(group or gang, kv_group, max(known) if known else None, gang)
 
 
 def _count(value: str | None) -> int | None:
@@ -89,6 +102,7 @@ class JobContext:
 
     peer_nodes: tuple[str, ...]  # one entry per bound peer (own group and KV peers)
     remaining: int | None  # pods of its own group still to place, this one included
+    gang: bool = False  # the pod names a PodGroup: its candidates are one domain's nodes
 
 
 def fabric_terms(
@@ -105,6 +119,12 @@ def fabric_terms(
     if not any(n in locations for n in names):
         return None
     peers = [locations[n] for n in job.peer_nodes if n in locations]
+    remaining = job.remaining
+    if job.gang:
+        inside = within_candidates(peers, [locations[n] for n in names if n in locations])
+        if remaining is not None:  # the peers left out are still to place in this domain
+            remaining += len(peers) - len(inside)
+        peers = inside
     if peers:
         near: dict[Location, float] = {}  # nodes under one switch share a location: once each
         terms = []
@@ -114,9 +134,19 @@ def fabric_terms(
                 near[here] = sum(closeness(here, p) for p in peers) / len(peers)
             terms.append(near[here] if here is not None else 0.0)
         return terms
-    if job.peer_nodes:
+    if job.peer_nodes and not job.gang:
         return None  # peers bound on nodes of unknown place: no direction to give
-    return _room_terms(names, slots, locations, job.remaining)
+    return _room_terms(names, slots, locations, remaining)
+
+
+def within_candidates(peers: Sequence[Location], candidates: Sequence[Location]) -> list[Location]:
+    """The peers under the closest switch that every candidate is under (all peers when the
+    candidates share none)."""
+    first, rest = (candidates[0], candidates[1:]) if candidates else (None, ())
+    for switch in first.tiers if first else ():
+        if all(switch in c.tiers for c in rest):
+            return [p for p in peers if switch in p.tiers]
+    return list(peers)
 
 
 def _room_terms(

@@ -149,10 +149,15 @@ class Container(msgspec.Struct, frozen=True, rename="camel"):
     restart_policy: str | None = None  # "Always" makes an init container a sidecar
 
 
+class SchedulingGroup(msgspec.Struct, frozen=True, rename="camel"):
+    pod_group_name: str | None = None  # the PodGroup (scheduling.k8s.io) of a gang
+
+
 class PodSpec(msgspec.Struct, frozen=True, rename="camel"):
     containers: tuple[Container, ...] | None = None
     init_containers: tuple[Container, ...] | None = None
     node_name: str | None = None
+    scheduling_group: SchedulingGroup | None = None
 
 
 class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
