@@ -17,7 +17,8 @@ from rdmaplane.agent.decider import (
 )
 from rdmaplane.agent.health import HcaHealth, Transition
 from rdmaplane.config.base import validate
-from rdmaplane.deviceplugin.resources import ResourceManager, pool_gid_index
+from rdmaplane.deviceplugin.poolplan import pool_gid_index
+from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.model import NetnsMode, NodeTopology
 from rdmaplane.porthealth import Symptom

@@ -8,13 +8,8 @@ from pathlib import Path
 import pytest
 
 from rdmaplane.config.base import validate
-from rdmaplane.deviceplugin.resources import (
-    AllocateError,
-    ResourceManager,
-    device_id,
-    pool_gid_index,
-    pool_members,
-)
+from rdmaplane.deviceplugin.poolplan import pool_gid_index, pool_members
+from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
 from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.model import Hca, NetnsMode, NodeTopology, PhysState, PortState
 from rdmaplane.netns import NETNS_EXCLUSIVE

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from rdmaplane import netns
 from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
-from rdmaplane.agent.fabricsource import NOTHING, NodeFabric
 from rdmaplane.agent.health import HcaHealth, HealthState, Transition
 from rdmaplane.agent.inventory import Offered
-from rdmaplane.deviceplugin.resources import pool_gid_index, pool_members
+from rdmaplane.deviceplugin.poolplan import pool_gid_index, pool_members
 from rdmaplane.deviceplugin.settings import Pool
+from rdmaplane.fabric import NOTHING, NodeFabric
 from rdmaplane.model import NetnsMode, NodeTopology
 from rdmaplane.porthealth import PortKey
 from rdmaplane.selectors import compute_ports
