@@ -248,7 +248,7 @@ async def publish_latency(
     gpus = agent.topo.gpus
     for i in range(cycles):
         held = {"nvidia.com/gpu": frozenset({gpus[i % len(gpus)].uuid})}
-        agent.allocations = Allocations(pods=(PodDevices("bench", f"p{i}", held),))
+        agent.node.allocations = Allocations(pods=(PodDevices("bench", f"p{i}", held),))
         agent.publisher.set_desired(agent.desired())
         started = time.perf_counter()
         assert await agent.publisher.publish_once()

@@ -114,7 +114,7 @@ async def agent_states(sample: str, policy: str, scope: str) -> States:
         assert agent.topo is not None
         devices = [(nrt.GPU, list(gpu_ids(agent.topo).values()))]
         devices += [(o.resource, [o.device_id]) for o in plugin.offered()]
-        agent.allocations = Allocations((merge_containers("jobs", "train", [devices]),))
+        agent.node.allocations = Allocations((merge_containers("jobs", "train", [devices]),))
         return States(idle, agent.desired())
 
 

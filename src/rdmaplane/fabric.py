@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from rdmaplane import nrt
 from rdmaplane.errors import InputError
 
 API_VERSION = "rdmaplane.io/v1alpha1"
@@ -404,3 +405,15 @@ def _contradiction(
         if up is not None and known is not None and known != up:
             return f"{node}: tier-{level} {name} sits under {up} here but under {known} elsewhere"
     return None
+
+
+@dataclass(frozen=True)
+class NodeFabric:
+    """What the agent publishes about its place on the fabric."""
+
+    labels: dict[str, str]
+    uplinks: tuple[nrt.Uplink, ...]
+    source: str  # "file", "lldp" or "" (nothing known)
+
+
+NOTHING = NodeFabric({}, (), "")

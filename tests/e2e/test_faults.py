@@ -343,7 +343,7 @@ async def test_a_port_that_keeps_failing_is_quarantined_until_cleared(chain: Rig
             await eventually(fault_cleared, CHAIN_S)
         found = await eventually(quarantine_taint, CHAIN_S)
         assert (found.value, found.effect) == ("1-ports", "NoSchedule")
-        assert not agent.health_state.hcas["mlx5_3"].healthy, "the port is up, yet out of service"
+        assert not agent.node.health.hcas["mlx5_3"].healthy, "the port is up, yet out of service"
         metadata = (await node()).metadata
         assert metadata is not None and metadata.annotations is not None
         history = json.loads(metadata.annotations[HISTORY_ANNOTATION])
@@ -353,7 +353,7 @@ async def test_a_port_that_keeps_failing_is_quarantined_until_cleared(chain: Rig
         await eventually(lambda: absent(quarantine_taint), CHAIN_S)
 
         async def healthy_again() -> bool:
-            return agent.health_state.hcas["mlx5_3"].healthy
+            return agent.node.health.hcas["mlx5_3"].healthy
 
         await eventually(healthy_again, CHAIN_S)
         metadata = (await node()).metadata
@@ -409,7 +409,7 @@ async def _raised(agent: Agent) -> bool:
 
 
 async def _holds(agent: Agent, rig: Rig, pod: str) -> bool:
-    return f"{rig.namespace}/{pod}" in {p.key for p in agent.allocations.pods}
+    return f"{rig.namespace}/{pod}" in {p.key for p in agent.node.allocations.pods}
 
 
 async def _held(agent: Agent) -> bool:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rdmaplane.config.base import validate
+from rdmaplane.deviceplugin.poolplan import pool_gid_index, pool_members
 from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
 from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.model import Hca, NetnsMode, NodeTopology, PhysState, PortState
@@ -78,6 +79,7 @@ def test_selectors_pick_the_pool(hgx: NodeTopology, dev: Path) -> None:
     m = manager({"selectors": {"ifNames": ["ens108np0", "bond0"]}}, dev)
     m.update(hgx)
     assert sorted(h.name for h in m.members) == ["mlx5_0", "mlx5_bond_0"]
+    assert pool_members(hgx, m.pool) == [h.name for h in m.members]  # the agent's view of it
 
 
 def test_port_down_is_unhealthy_with_a_reason(hgx: NodeTopology, dev: Path) -> None:
@@ -290,7 +292,7 @@ def test_pool_gid_index_is_what_allocate_injects(
 ) -> None:
     m = manager({"nccl": {"gid": gid}}, device_nodes(sample_nodes[sample], tmp_path / "dev"))
     m.update(sample_nodes[sample])
-    assert m.pool_gid_index() == expected
+    assert pool_gid_index(sample_nodes[sample], m.pool) == expected
     every = [d.id for d in m.devices if d.healthy]
     if gid.get("addrFamily") == 6:
         assert not every and {d.problem.reason for d in m.devices if d.problem} == {NO_NCCL_PLAN}
@@ -304,4 +306,4 @@ def test_an_infiniband_pool_needs_no_gid_index(
 ) -> None:
     m = manager({"selectors": {"linkTypes": ["infiniband"]}}, tmp_path)
     m.update(sample_nodes["hgx-h200-ib"])
-    assert m.members and m.pool_gid_index() == (False, None)
+    assert m.members and pool_gid_index(sample_nodes["hgx-h200-ib"], m.pool) == (False, None)

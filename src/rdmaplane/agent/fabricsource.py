@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
@@ -20,21 +19,10 @@ from rdmaplane.agent.settings import FabricSettings
 from rdmaplane.config.fabric import fabric_from_document
 from rdmaplane.discovery import lldp
 from rdmaplane.documents import DocumentError, read_document
+from rdmaplane.fabric import NOTHING, NodeFabric
 from rdmaplane.model import NodeTopology
 
 log = logging.getLogger("rdmaplane.agent.fabric")
-
-
-@dataclass(frozen=True)
-class NodeFabric:
-    """What the agent publishes about its place on the fabric."""
-
-    labels: dict[str, str]
-    uplinks: tuple[nrt.Uplink, ...]
-    source: str  # "file", "lldp" or "" (nothing known)
-
-
-NOTHING = NodeFabric({}, (), "")
 
 
 class FabricSource:

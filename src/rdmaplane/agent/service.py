@@ -25,33 +25,37 @@ import errno
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from lightkube import AsyncClient
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from rdmaplane import netns, nrt
+from rdmaplane import nrt
 from rdmaplane.agent import desired as want
 from rdmaplane.agent.allocation import Allocations
-from rdmaplane.agent.fabricsource import NOTHING, FabricSource, NodeFabric
-from rdmaplane.agent.faultaction import FaultActor, View
-from rdmaplane.agent.health import (
-    HealthState,
-    Transition,
-    reported_by_hca,
-    reported_by_port,
-    step,
+from rdmaplane.agent.decider import (
+    Announcement,
+    NodeState,
+    PoolFacts,
+    PublishInputs,
+    TopologyFacts,
+    health_flip,
+    pool_changes,
+    pool_facts,
+    ports_in_service,
 )
+from rdmaplane.agent.fabricsource import FabricSource
+from rdmaplane.agent.faultaction import FaultActor, View
+from rdmaplane.agent.health import Transition, reported_by_hca, reported_by_port, step
 from rdmaplane.agent.httpserver import HttpServer, Response
 from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
 from rdmaplane.agent.kubeletconfig import read_kubelet_topology_manager
 from rdmaplane.agent.metrics import AgentMetrics, NodeView
-from rdmaplane.agent.podresources import PodResourcesError
+from rdmaplane.agent.plugin import EmbeddedPlugin
+from rdmaplane.agent.podresources import PodResourcesClient, PodResourcesError
 from rdmaplane.agent.publisher import Desired, Publisher
 from rdmaplane.agent.settings import AgentSettings
-from rdmaplane.deviceplugin.resources import ResourceManager
 from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.discovery import read_node
 from rdmaplane.discovery.kmsg import KernelLog
@@ -62,9 +66,9 @@ from rdmaplane.dra.driver import DraDriver
 from rdmaplane.dra.metrics import DraCollector
 from rdmaplane.faults import FAULT_SINCE_LABEL
 from rdmaplane.kernellog import KernelEvent
+from rdmaplane.kube import async_client
 from rdmaplane.model import NetnsMode, NodeTopology
-from rdmaplane.porthealth import PortKey, rule_table
-from rdmaplane.selectors import compute_ports
+from rdmaplane.porthealth import rule_table
 from rdmaplane.supervisor import Supervisor
 
 log = logging.getLogger("rdmaplane.agent")
@@ -86,16 +90,6 @@ class AllocationSource(Protocol):
     async def close(self) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class PoolFacts:
-    """What the device plugin's pools make of a topology: the gid-index label and a mismatch
-    between pools (`want.gid_label`), and why exclusive netns mode blocks shared pools."""
-
-    gid_index: int | None
-    gid_problem: str | None
-    netns_problem: str | None
-
-
 # Why the kernel may refuse to switch the netns mode, said the way an operator can act on it.
 NETNS_REFUSALS = {
     errno.EPERM: "the agent needs the NET_ADMIN capability (securityContext.capabilities.add)",
@@ -105,7 +99,34 @@ NETNS_REFUSALS = {
 }
 
 
+def configured_agent(config: AgentSettings, pools: PluginSettings) -> Agent:
+    """The agent's composition root: the peers `config` runs — the API server client unless
+    publishing is off, the embedded device plugin serving `pools` or the DRA driver when
+    enabled, PodResources — handed to the agent, which builds the rest."""
+    kube = async_client(config.kubeconfig) if config.publish.enabled else None
+    plugin = (
+        EmbeddedPlugin(pools, kubelet_dir=config.kubelet_dir, dev_root=config.dev_root)
+        if config.device_plugin_enabled
+        else None
+    )
+    dra = DraDriver(config, pools.pools, kube) if config.dra.enabled else None
+    resources = [config.gpu_resource, *(plugin.resources if plugin else [])]
+    return Agent(
+        config,
+        kube=kube,
+        plugin=plugin,
+        allocation_source=PodResourcesClient(config.pod_resources_socket, resources),
+        pools=pools.pools,
+        dra=dra,
+    )
+
+
 class Agent:
+    """The agent's shell: given its peers (`configured_agent` picks them), it builds what the
+    configuration runs (the publisher only with an API server, the kernel log only when
+    configured), does the I/O, keeps what it read in `self.node` and leaves what it means to
+    `rdmaplane.agent.decider`."""
+
     def __init__(
         self,
         config: AgentSettings,
@@ -118,38 +139,14 @@ class Agent:
         dra: DraDriver | None = None,
     ) -> None:
         self.config = config
-        self.dra = dra
+        # the peers: each present only when the configuration runs it
+        self.plugin, self.dra, self.allocation_source = plugin, dra, allocation_source
+        self.netlink = netlink or RdmaNetlink()
         # the device plugin's pools (also when another process serves them): their GID policy
         # gives the NCCL_IB_GID_INDEX pods get, and so the node's gid-index label; shared ones
         # need shared RDMA netns mode
-        self.pools = list(pools if pools is not None else PluginSettings().pools)
-        self._pool_managers = [ResourceManager(p) for p in self.pools]
-        self._facts: tuple[NodeTopology, PoolFacts] | None = None
-        self._gid_problem: str | None = None
-        self._netns_problem: str | None = None
-        self.netlink = netlink or RdmaNetlink()
-        self.root = str(config.sysfs_root)
-        self.plugin = plugin
-        self.allocation_source = allocation_source
-        self.metrics = AgentMetrics(self.view)
-        if plugin is not None:
-            self.metrics.registry.register(plugin)
-        if dra is not None:
-            self.metrics.registry.register(DraCollector(dra))
-        self.publisher = (
-            Publisher(kube, config.node_name, config.publish, self.metrics) if kube else None
-        )
-        self.topo: NodeTopology | None = None
-        self.allocations = Allocations()
-        self.health_state = HealthState()
-        self.condition: want.Condition | None = None
-        self._probe: Probe | None = None
-        self._fingerprint: tuple[object, ...] | None = None
-        self._discovered_at = 0.0
-        self._polled_at = 0.0
-        self._plugin_fed: tuple[NodeTopology, dict[str, str]] | None = None
-        self._published_from: tuple[object, ...] | None = None
-        self._allocation_problem: str | None = None
+        self.pools = tuple(pools if pools is not None else PluginSettings().pools)
+        self.policy, self.scope = self._topology_manager()
         health = config.health
         self._rules = rule_table(
             health.window_s,
@@ -162,7 +159,11 @@ class Agent:
         self.kernel_log = (
             KernelLog(health.kernel_log, health.window_s) if health.kernel_log else None
         )
-        self._allocations_at: float | None = None
+        self.fabric = FabricSource(config.fabric, config.node_name)
+        self.metrics = self._metrics_registry()
+        self.publisher = (
+            Publisher(kube, config.node_name, config.publish, self.metrics) if kube else None
+        )
         self.faults = FaultActor(
             config.fault,
             self._rules,
@@ -173,20 +174,41 @@ class Agent:
             node_event=self.publisher.record_event if self.publisher else lambda *_: None,
             event_namespace=config.publish.event_namespace,
         )
-        self._poll_now = asyncio.Event()
-        self._polled_states: tuple[object, ...] | None = None
-        self._offered: tuple[NodeTopology, frozenset[PortKey]] | None = None
-        self.policy, self.scope = self._topology_manager()
         self.http = HttpServer(
             {"/metrics": self._metrics, "/healthz": self._healthz, "/readyz": self._readyz},
             config.metrics_address,
             config.metrics_port,
         )
-        self.ready = asyncio.Event()
-        self.fabric = FabricSource(config.fabric, config.node_name)
-        self.node_fabric: NodeFabric = NOTHING
         restarts = self.metrics.task_restarts
         self.tasks = Supervisor(on_restart=lambda name: restarts.labels(name).inc())
+        # what was read, and what was last passed on (so only changes are)
+        self.node = NodeState()
+        self._probe: Probe | None = None
+        self._facts: TopologyFacts | None = None
+        self._plugin_fed: tuple[NodeTopology, dict[str, str]] | None = None
+        self._published_from: PublishInputs | None = None
+        self._told_pools: PoolFacts | None = None
+        self._allocation_problem: str | None = None
+        self.condition: want.Condition | None = None
+        self._poll_now = asyncio.Event()
+        self.ready = asyncio.Event()
+
+    def _metrics_registry(self) -> AgentMetrics:
+        """The agent's metrics, with the embedded plugin's and the DRA driver's when they run."""
+        metrics = AgentMetrics(self.view)
+        if self.plugin is not None:
+            metrics.registry.register(self.plugin)
+        if self.dra is not None:
+            metrics.registry.register(DraCollector(self.dra))
+        return metrics
+
+    @property
+    def root(self) -> str:
+        return str(self.config.sysfs_root)
+
+    @property
+    def topo(self) -> NodeTopology | None:
+        return self.node.topo
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -239,7 +261,7 @@ class Agent:
 
     def _next_poll_in(self) -> float:
         now = time.monotonic()
-        due = self._polled_at + self.config.poll_interval_s
+        due = self.node.polled_at + self.config.poll_interval_s
         fatal = self.faults.state.due(self.faults.fault_rules)
         return max(0.0, min(due, fatal if fatal is not None else due) - now)
 
@@ -253,7 +275,7 @@ class Agent:
                 self._poll_now.set()
 
     def _states_changed(self) -> bool:
-        return self._probe is not None and self._probe.states() != self._polled_states
+        return self._probe is not None and self._probe.states() != self.node.port_states
 
     async def _allocation_loop(self) -> None:
         while True:
@@ -274,10 +296,10 @@ class Agent:
         self.metrics.discoveries.labels(trigger).inc()
         if trigger != "start":
             log.info("node changed (%s): rediscovered %d HCAs", trigger, len(settled.topo.hcas))
-        self.topo, self._probe = settled.topo, settled.probe
-        self.node_fabric = await asyncio.to_thread(self.fabric.read, settled.topo)
-        self._discovered_at = self._polled_at = time.monotonic()
-        self._polled_states = settled.probe.states()
+        self.node.topo, self._probe = settled.topo, settled.probe
+        self.node.fabric = await asyncio.to_thread(self.fabric.read, settled.topo)
+        self.node.discovered_at = self.node.polled_at = time.monotonic()
+        self.node.port_states = settled.probe.states()
         self._observe(settled.reading, settled.fingerprint)
 
     async def poll(self) -> None:
@@ -285,26 +307,26 @@ class Agent:
         assert self._probe is not None and self.topo is not None
         started = time.perf_counter()
         reading = self._probe.read()
-        self._polled_states = self._probe.states()
+        self.node.port_states = self._probe.states()
         self.metrics.poll_seconds.observe(time.perf_counter() - started)
-        self._polled_at = time.monotonic()
-        stale = time.monotonic() - self._discovered_at >= self.config.rediscover_interval_s
-        if reading.fingerprint != self._fingerprint or stale:
+        self.node.polled_at = time.monotonic()
+        stale = time.monotonic() - self.node.discovered_at >= self.config.rediscover_interval_s
+        if reading.fingerprint != self.node.fingerprint or stale:
             await self.discover("changed" if not stale else "periodic")
             return
         self._observe(reading, reading.fingerprint)
 
     def _observe(self, reading: Reading, fingerprint: tuple[object, ...] | None) -> None:
         """Step the health monitor on a probe reading and pass the result on."""
-        self._fingerprint = fingerprint
+        self.node.fingerprint = fingerprint
         kernel = self.kernel_log.read() if self.kernel_log is not None else ()
-        self.health_state, transitions = step(
-            self.health_state,
+        self.node.health, transitions = step(
+            self.node.health,
             time.monotonic(),
             reading.ports,
             self._rules,
             topology=self.topo,
-            offered=self._offered_ports(),
+            offered=self._topology_facts().ports_in_service,
             kernel=kernel,
             quarantined=self.faults.quarantined,
         )
@@ -312,26 +334,17 @@ class Agent:
             self._report(t)
         self._feed_plugin()
         if self.dra is not None and self.topo is not None:
-            self.dra.offer(self.topo, self.node_fabric.uplinks)  # what the fault classes watch
+            self.dra.offer(self.topo, self.node.fabric.uplinks)  # what the fault classes watch
         self._observe_faults(reading, kernel)
         if self.dra is not None:
-            self.dra.taint(self.faults.state.faults, reported_by_port(self.health_state))
+            self.dra.taint(self.faults.state.faults, reported_by_port(self.node.health))
         self._publish()
 
     def _report(self, t: Transition) -> None:
         """Log, count and (through the publisher) post an Event for one health flip."""
-        if t.after is None:
-            direction, reason, message = "gone", "RDMADeviceGone", f"{t.hca} disappeared"
-        elif t.after.healthy:
-            direction, reason, message = "healthy", "RDMADeviceHealthy", f"{t.hca} is healthy"
-        else:
-            problems = "; ".join(map(str, t.after.problems))
-            direction, reason, message = "unhealthy", "RDMADeviceUnhealthy", f"{t.hca}: {problems}"
+        direction, said = health_flip(t)
         self.metrics.health_transitions.labels(direction).inc()
-        good = direction == "healthy"
-        log.log(logging.INFO if good else logging.WARNING, message, extra={"hca": t.hca})
-        if self.publisher is not None:
-            self.publisher.record_event("Normal" if good else "Warning", reason, message)
+        self._say(said, hca=t.hca)
 
     async def fix_netns_mode(self) -> None:
         """`fixNetnsMode`: switch an exclusive-mode node to shared through RDMA netlink, but
@@ -344,35 +357,31 @@ class Agent:
         refused = "not switching the RDMA subsystem to shared network-namespace mode"
         if elsewhere:
             why = f"{', '.join(elsewhere)} {'is' if len(elsewhere) == 1 else 'are'} in other"
-            self._announce(
-                False, "RDMANetnsModeKept", f"{refused}: {why} network namespaces (RDMA CNI?)"
-            )
+            said = f"{refused}: {why} network namespaces (RDMA CNI?)"
+            self._say(Announcement(False, "RDMANetnsModeKept", said))
             return
         try:
             await asyncio.to_thread(self.netlink.set_netns_mode, NetnsMode.SHARED)
         except NetlinkError as e:
             hint = NETNS_REFUSALS.get(e.errno or 0)
             said = f"{refused}: the kernel refused ({e.strerror}){f'; {hint}' if hint else ''}"
-            self._announce(False, "RDMANetnsModeKept", said)
+            self._say(Announcement(False, "RDMANetnsModeKept", said))
             return
-        self._announce(
-            True,
-            "RDMANetnsModeShared",
-            "switched the RDMA subsystem from exclusive to shared network-namespace mode "
-            "(fixNetnsMode)",
-        )
+        said = "switched the RDMA subsystem from exclusive to shared network-namespace mode"
+        self._say(Announcement(True, "RDMANetnsModeShared", f"{said} (fixNetnsMode)"))
         await self.discover("changed")
 
-    def _announce(self, good: bool, reason: str, message: str) -> None:
-        """Log, and post a Node Event (Normal when `good`, else Warning)."""
-        log.log(logging.INFO if good else logging.WARNING, message)
-        if self.publisher is not None:
-            self.publisher.record_event("Normal" if good else "Warning", reason, message)
+    def _say(self, said: Announcement, **extra: str) -> None:
+        """Log, and post a Node Event when it has a reason (Normal when good, else Warning)."""
+        log.log(logging.INFO if said.good else logging.WARNING, said.message, extra=extra or None)
+        if said.reason is not None and self.publisher is not None:
+            kind = "Normal" if said.good else "Warning"
+            self.publisher.record_event(kind, said.reason, said.message)
 
     def _feed_plugin(self) -> None:
         if self.plugin is None or self.topo is None:
             return
-        fed = (self.topo, reported_by_hca(self.health_state))
+        fed = (self.topo, reported_by_hca(self.node.health))
         if fed != self._plugin_fed:  # the same topology object compares by identity: cheap
             self.plugin.update(*fed)
             self._plugin_fed = fed
@@ -384,38 +393,33 @@ class Agent:
         assert self.topo is not None
         offered = self.plugin.offered() if self.plugin is not None else []
         self.faults.watch(self.topo, self.managed())
-        resources = {r for p in self.allocations.pods for r in p.devices}
+        allocations = self.node.allocations
+        resources = {r for p in allocations.pods for r in p.devices}
         self.faults.observe(
             self.topo,
             reading.ports,
-            self.health_state,
+            self.node.health,
             offered,
-            self.allocations,
+            allocations,
             resources - {self.config.gpu_resource},
             kernel,
         )
 
-    def _offered_ports(self) -> frozenset[PortKey]:
-        """The ports a pool offers (the DRA driver: every port of its HCAs); with the ports
-        seen up, those in service (`rdmaplane.agent.health`). Recomputed for a new topology."""
-        assert self.topo is not None
-        if self._offered is None or self._offered[0] is not self.topo:
-            topo = self.topo
-            if self.dra is not None:
-                hcas = [h for n in self.dra.hcas() if (h := topo.hca(n)) is not None]
-                ports = {(h.name, p.number) for h in hcas for p in h.ports}
-            else:
-                ports = {
-                    (h.name, p.number)
-                    for m in self._pool_managers
-                    for h, p in compute_ports(topo, m.pool.selectors)
-                }
-            self._offered = (topo, frozenset(ports))
-        return self._offered[1]
+    def _topology_facts(self) -> TopologyFacts:
+        """What the current topology means for the pools and the ports in service; worked out
+        once per topology."""
+        topo = self.topo
+        assert topo is not None
+        if self._facts is None or self._facts.topo is not topo:
+            dra_hcas = self.dra.hcas() if self.dra is not None else None
+            self._facts = TopologyFacts(
+                topo, pool_facts(topo, self.pools), ports_in_service(topo, self.pools, dra_hcas)
+            )
+        return self._facts
 
     def _fault_view(self) -> View:
         failures = self.publisher.failures if self.publisher is not None else 0
-        return View(failures, self._allocations_at, self.config.allocation_interval_s)
+        return View(failures, self.node.allocations_at, self.config.allocation_interval_s)
 
     # ---------------------------------------------------------------- allocations
 
@@ -429,12 +433,12 @@ class Agent:
                 log.warning("%s; keeping the last known allocations", e)
                 self._allocation_problem = str(e)
             return
-        self._allocations_at = time.monotonic()
+        self.node.allocations_at = time.monotonic()
         if self._allocation_problem is not None:
             log.info("PodResources answers again")
             self._allocation_problem = None
-        if allocations != self.allocations:
-            self.allocations = allocations
+        if allocations != self.node.allocations:
+            self.node.allocations = allocations
             self._publish()
 
     # ---------------------------------------------------------------- publishing
@@ -448,34 +452,17 @@ class Agent:
             return self.dra.hcas()
         return [h.name for h in self.topo.hcas if h.pci is not None] if self.topo else []
 
-    def pool_facts(self) -> PoolFacts:
-        """`PoolFacts` from the pools' own Allocate plans and members; recomputed only for a
-        new topology."""
-        assert self.topo is not None
-        if self._facts is None or self._facts[0] is not self.topo:
-            gids, shared = [], []
-            for manager in self._pool_managers:
-                manager.update(self.topo)
-                name = manager.pool.resource_name
-                gids.append(want.PoolGid(name, *manager.pool_gid_index()))
-                if manager.shared:
-                    shared.append((name, [h.name for h in manager.members]))
-            gid_index, gid_problem = want.gid_label(gids)
-            blocked = netns.shared_pools_blocked(self.topo.netns_mode, shared)
-            self._facts = (self.topo, PoolFacts(gid_index, gid_problem, blocked))
-        return self._facts[1]
-
     def desired(self) -> Desired:
         assert self.topo is not None
-        topo, health = self.topo, self.health_state.hcas
-        facts = self.pool_facts()
+        topo, health = self.topo, self.node.health.hcas
+        facts = self._topology_facts().pools
         managed = self.managed()
         offered = self.plugin.offered() if self.plugin is not None else []
         return Desired(
             labels=want.owned_labels(
                 {
                     **nrt.node_labels(topo, gid_index=facts.gid_index),
-                    **self.node_fabric.labels,
+                    **self.node.fabric.labels,
                     **self.faults.node_labels(),
                 },
                 (*self.fabric.owned_keys, FAULT_SINCE_LABEL),
@@ -489,12 +476,12 @@ class Agent:
                 topo,
                 offered,
                 health,
-                self.allocations,
+                self.node.allocations,
                 gpu_resource=self.config.gpu_resource,
                 policy=self.policy,
                 scope=self.scope,
-                uplinks=self.node_fabric.uplinks,
-                pools=[m.pool for m in self._pool_managers],
+                uplinks=self.node.fabric.uplinks,
+                pools=list(self.pools),
             ),
         )
 
@@ -502,49 +489,25 @@ class Agent:
         """Recompute the desired state when one of its inputs changed, and hand it over."""
         if self.topo is None:
             return
-        offered = self.plugin.offered() if self.plugin is not None else []
-        inputs = (
+        inputs = PublishInputs(
             self.topo,
-            self.health_state.hcas,
-            self.allocations,
-            offered,
-            self.node_fabric,
+            self.node.health.hcas,
+            self.node.allocations,
+            self.plugin.offered() if self.plugin is not None else [],
+            self.node.fabric,
             self.faults.faulty_since,
         )
         if inputs == self._published_from:
             return
         self._published_from = inputs
         desired = self.desired()
-        if desired.condition != self.condition:
-            self.condition = desired.condition
-        facts = self.pool_facts()
-        self._report_gid(facts.gid_problem)
-        self._report_netns(facts.netns_problem)
+        self.condition = desired.condition
+        facts = self._topology_facts().pools
+        for said in pool_changes(self._told_pools, facts, self.topo.netns_mode):
+            self._say(said)
+        self._told_pools = facts
         if self.publisher is not None:
             self.publisher.set_desired(desired)
-
-    def _report_gid(self, problem: str | None) -> None:
-        """Log and post an Event when the pools' GID indexes start (or stop) disagreeing (the
-        condition stays True, so no flip of it says so)."""
-        if problem == self._gid_problem:
-            return
-        self._gid_problem = problem
-        if problem is None:
-            self._announce(True, "RDMAGidIndexAgrees", "the device plugin pools agree on the GID")
-        else:
-            self._announce(False, "RDMAGidIndexMismatch", f"{problem}; no gid-index label")
-
-    def _report_netns(self, problem: str | None) -> None:
-        """Log when exclusive netns mode starts (or stops) blocking the shared pools; the
-        RDMAReady condition's flip carries the Event."""
-        if problem == self._netns_problem:
-            return
-        self._netns_problem = problem
-        if problem is not None:
-            log.warning(problem)
-        else:
-            assert self.topo is not None
-            log.info("the shared pools are served again (RDMA netns mode %s)", self.topo.netns_mode)
 
     def _topology_manager(self) -> tuple[str, str]:
         policy, scope, problem = read_kubelet_topology_manager(self.config.kubelet_config_path)
@@ -562,7 +525,7 @@ class Agent:
         return NodeView(
             self.root,
             self.topo,
-            self.health_state.hcas,
+            self.node.health.hcas,
             self.condition.status if self.condition else None,
         )
 
@@ -575,8 +538,9 @@ class Agent:
             lines = "".join(f"task {name} is down: {fault}\n" for name, fault in down.items())
             return Response(503, lines.encode())
         limit = max(3 * self.config.poll_interval_s, 30.0)
-        age = time.monotonic() - self._polled_at
-        if self._polled_at and age > limit:
+        polled_at = self.node.polled_at
+        age = time.monotonic() - polled_at
+        if polled_at and age > limit:
             return Response(503, f"last poll {age:.0f} s ago\n".encode())
         return Response(200, b"ok\n")
 

@@ -22,10 +22,8 @@ from rdmaplane.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from rdmaplane.agent.plugin import EmbeddedPlugin
     from rdmaplane.agent.service import Agent
     from rdmaplane.agent.settings import AgentSettings
-    from rdmaplane.deviceplugin.settings import PluginSettings
 
 log = logging.getLogger("rdmaplane.agent")
 
@@ -161,12 +159,9 @@ def configured(
 def serve(cfg: AgentSettings, verbose: bool, source: Path | None) -> None:
     """Run the agent as `cfg` (read from `source`) says: with the device plugin, the DRA
     driver, or neither."""
-    from rdmaplane.agent.podresources import PodResourcesClient
-    from rdmaplane.agent.service import Agent
+    from rdmaplane.agent.service import configured_agent
     from rdmaplane.config import load
     from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-    from rdmaplane.dra.driver import DraDriver
-    from rdmaplane.kube import async_client
 
     where = f"{source}: " if source else ""
     if not cfg.node_name:
@@ -178,31 +173,11 @@ def serve(cfg: AgentSettings, verbose: bool, source: Path | None) -> None:
     if cfg.device_plugin_enabled or cfg.dra.enabled:
         existing_dir("--kubelet-dir", cfg.kubelet_dir)
     start_logging(cfg.log_format, verbose, cfg.log_level)
-    kube = async_client(cfg.kubeconfig) if cfg.publish.enabled else None
-    plugin = _plugin(cfg, plugin_config)
-    dra = DraDriver(cfg, plugin_config.pools, kube) if cfg.dra.enabled else None
-    resources = [cfg.gpu_resource, *(plugin.resources if plugin else [])]
-    pod_resources = PodResourcesClient(cfg.pod_resources_socket, resources)
-    service = Agent(
-        cfg,
-        kube=kube,
-        plugin=plugin,
-        allocation_source=pod_resources,
-        pools=plugin_config.pools,
-        dra=dra,
-    )
+    service = configured_agent(cfg, plugin_config)
     try:
         asyncio.run(_serve(service))
     except OSError as e:  # the metrics port unusable (a kubelet folder: ServeError, exit 1)
         fail(str(e), code=1)
-
-
-def _plugin(cfg: AgentSettings, plugin_config: PluginSettings) -> EmbeddedPlugin | None:
-    from rdmaplane.agent.plugin import EmbeddedPlugin
-
-    if not cfg.device_plugin_enabled:
-        return None
-    return EmbeddedPlugin(plugin_config, kubelet_dir=cfg.kubelet_dir, dev_root=cfg.dev_root)
 
 
 async def _serve(service: Agent) -> None:

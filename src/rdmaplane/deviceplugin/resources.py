@@ -20,7 +20,7 @@ from rdmaplane.deviceplugin.alloc import Candidate, preferred_allocation
 from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.discovery.devnodes import device_nodes
 from rdmaplane.errors import RdmaplaneError
-from rdmaplane.model import Hca, LinkLayer, NodeTopology, Port
+from rdmaplane.model import Hca, NodeTopology, Port
 from rdmaplane.nccl import NcclPlanError, nccl_env
 from rdmaplane.selectors import compute_ports
 from rdmaplane.usability import (
@@ -205,20 +205,6 @@ class ResourceManager:
         return Candidate(
             dev_id, member.hca.numa, member.hca.pcie_root, dev.healthy, member.rate_gbps
         )
-
-    def pool_gid_index(self) -> tuple[bool, int | None]:
-        """(the pool has RoCE ports up, the NCCL_IB_GID_INDEX Allocate gives a pod holding the
-        whole pool): the same plan Allocate makes, so the node's gid-index label and the pods'
-        environment cannot disagree. None when no one index holds (NCCL ≥ 2.21 then picks by
-        address) or no plan is possible."""
-        members = list(self._members.values())
-        if not any(p.link_layer == LinkLayer.ETHERNET for m in members for p in m.up_ports):
-            return False, None
-        try:
-            index = self._envs(members).get("NCCL_IB_GID_INDEX")
-        except AllocateError:
-            return True, None
-        return True, None if index is None else int(index)
 
     # --- Allocate
     def allocate(self, ids: Sequence[str]) -> ContainerAllocation:

@@ -14,7 +14,7 @@ import functools
 import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any
 
@@ -117,27 +117,24 @@ def _synced(cache: ClusterCache, kind: str) -> float:
     return float(cache.synced[kind])
 
 
-def create_app(
-    cache: ClusterCache, config: ExtenderSettings, watcher: Watcher | None = None
-) -> FastAPI:
-    metrics = Metrics(cache)
+class ExtenderShell:
+    """The extender's transport: it parses what kube-scheduler sends, serialises what the
+    decider (`Decisions`) answers, maps faults to HTTP codes and counts requests. No decision
+    is made here."""
 
-    tasks = Supervisor()  # a watch task that fails is restarted, /healthz fails meanwhile
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        gc.freeze()  # what exists at startup (a pre-filled cache) is never garbage
-        if watcher is not None:
-            restarted = metrics.restarts.labels
-            tasks.spawn("watch", lambda: watcher(cache, lambda kind: restarted(kind).inc()))
-        yield
-        await tasks.close()
-
-    app = FastAPI(title="rdmaplane scheduler extender", lifespan=lifespan, openapi_url=None)
-    app.state.metrics = metrics
-    app.state.tasks = tasks
+    def __init__(self, cache: ClusterCache, decide: Decisions, metrics: Metrics) -> None:
+        self.cache = cache
+        self.decide = decide
+        self.metrics = metrics
+        self._outcomes = [metrics.nodes.labels(o) for o in ("passed", "failed", "unresolvable")]
+        self.decisions: dict[str, tuple[str, Callable[[wire.ExtenderArgs], bytes]]] = {
+            "/filter": ("filter", self.filter),
+            "/prioritize": ("prioritize", self.prioritize),
+            "/debug/explain": ("explain", self.explain),
+        }
 
     async def handle(
+        self,
         verb: str,
         read: Callable[[], Awaitable[bytes]],
         answer: Callable[[wire.ExtenderArgs], bytes],
@@ -150,8 +147,9 @@ def create_app(
                 body = await read()
             except BodyTooLarge as exc:
                 raise _Reject(413, str(exc)) from None
-            if not cache.ready:
-                raise _Reject(503, f"cache not synced yet: {_unsynced(cache)}; ask again later")
+            if not self.cache.ready:
+                unsynced = _unsynced(self.cache)
+                raise _Reject(503, f"cache not synced yet: {unsynced}; ask again later")
             args = wire.parse_args(body)
             status, content = 200, answer(args)
             headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1000:.3f}"
@@ -167,42 +165,31 @@ def create_app(
         except Exception as exc:  # never a 500: say what broke, keep serving
             log.exception("%s failed", verb)
             status, content = 503, _error_body(f"internal error: {type(exc).__name__}: {exc}")
-        metrics.count(verb, status, time.perf_counter() - start)
+        self.metrics.count(verb, status, time.perf_counter() - start)
         return status, content, headers
 
-    decide = Decisions(cache, config.fabric)
-    passed_nodes, failed_nodes, unresolvable_nodes = (
-        metrics.nodes.labels(o) for o in ("passed", "failed", "unresolvable")
-    )
-
-    def do_filter(args: wire.ExtenderArgs) -> bytes:
-        found = decide.filter(args.pod, args.node_names)
+    def filter(self, args: wire.ExtenderArgs) -> bytes:
+        found = self.decide.filter(args.pod, args.node_names)
         failed = dict(zip(found.failed, map(_wire_reason, found.failed.values()), strict=True))
         unresolvable = dict(
             zip(found.unresolvable, map(_wire_reason, found.unresolvable.values()), strict=True)
         )
+        passed_nodes, failed_nodes, unresolvable_nodes = self._outcomes
         passed_nodes.inc(len(found.passed))
         failed_nodes.inc(len(failed))
         unresolvable_nodes.inc(len(unresolvable))
         return wire.filter_result(args, found.passed, failed, unresolvable)
 
-    def do_prioritize(args: wire.ExtenderArgs) -> bytes:
-        scored = decide.answer_prioritize(args.pod, args.node_names)
+    def prioritize(self, args: wire.ExtenderArgs) -> bytes:
+        scored = self.decide.answer_prioritize(args.pod, args.node_names)
         return wire.priorities(zip(args.node_names, scored.scores, strict=True))
 
-    def do_explain(args: wire.ExtenderArgs) -> bytes:
-        return orjson.dumps(decide.explain(args.pod, args.node_names))
+    def explain(self, args: wire.ExtenderArgs) -> bytes:
+        return orjson.dumps(self.decide.explain(args.pod, args.node_names))
 
-    decisions = {
-        "/filter": ("filter", do_filter),
-        "/prioritize": ("prioritize", do_prioritize),
-        "/debug/explain": ("explain", do_explain),
-    }
-    app.add_middleware(DecisionRoutes, decisions=decisions, handle=handle, config=config)
-
-    @app.get("/debug/nodes/{name}")
-    async def node(name: str) -> Response:
-        entry = cache.entry(name)
+    def node(self, name: str) -> Response:
+        """`/debug/nodes/{name}`: the cached state of one node."""
+        entry = self.cache.entry(name)
         if entry is None:
             return _error(404, f"no NodeResourceTopology cached for node {name!r}")
         body = {
@@ -212,26 +199,65 @@ def create_app(
         }
         return Response(orjson.dumps(body), media_type="application/json")
 
+    def readyz(self) -> Response:
+        if self.cache.ready:
+            return Response("ok\n", media_type="text/plain")
+        return Response(
+            f"cache not synced yet: {_unsynced(self.cache)}\n",
+            status_code=503,
+            media_type="text/plain",
+        )
+
+    def metrics_page(self) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def create_app(
+    cache: ClusterCache, config: ExtenderSettings, watcher: Watcher | None = None
+) -> FastAPI:
+    """The extender's composition root: the cache's watch under a supervisor, the decider
+    over the cache, the shell in front of it, the routes."""
+    metrics = Metrics(cache)
+    tasks = Supervisor()  # a watch task that fails is restarted, /healthz fails meanwhile
+    shell = ExtenderShell(cache, Decisions(cache, config.fabric), metrics)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        gc.freeze()  # what exists at startup (a pre-filled cache) is never garbage
+        if watcher is not None:
+            restarted = metrics.restarts.labels
+            tasks.spawn("watch", lambda: watcher(cache, lambda kind: restarted(kind).inc()))
+        yield
+        await tasks.close()
+
+    app = FastAPI(title="rdmaplane scheduler extender", lifespan=lifespan, openapi_url=None)
+    app.state.tasks = tasks  # its backoffs are the tests' to shorten
+    app.add_middleware(DecisionRoutes, shell=shell, limit=config.max_request_bytes)
+
+    @app.get("/debug/nodes/{name}")
+    async def node(name: str) -> Response:
+        return shell.node(name)
+
     @app.get("/healthz")
     async def healthz() -> Response:
-        down = "".join(f"task {name} is down: {fault}\n" for name, fault in tasks.down.items())
-        if down:
-            return Response(down, status_code=503, media_type="text/plain")
-        return Response("ok\n", media_type="text/plain")
+        return _healthz(tasks)
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        if cache.ready:
-            return Response("ok\n", media_type="text/plain")
-        return Response(
-            f"cache not synced yet: {_unsynced(cache)}\n", status_code=503, media_type="text/plain"
-        )
+        return shell.readyz()
 
     @app.get("/metrics")
-    async def metrics_() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def metrics_page() -> Response:
+        return shell.metrics_page()
 
     return app
+
+
+def _healthz(tasks: Supervisor) -> Response:
+    down = "".join(f"task {name} is down: {fault}\n" for name, fault in tasks.down.items())
+    if down:
+        return Response(down, status_code=503, media_type="text/plain")
+    return Response("ok\n", media_type="text/plain")
 
 
 def _unsynced(cache: ClusterCache) -> str:
@@ -247,9 +273,6 @@ def _error(status: int, message: str) -> Response:
 
 
 Answer = tuple[int, bytes, dict[str, str]]
-Handler = Callable[
-    [str, Callable[[], Awaitable[bytes]], Callable[[wire.ExtenderArgs], bytes]], Awaitable[Answer]
-]
 _JSON = (b"content-type", b"application/json")
 
 
@@ -260,17 +283,11 @@ class DecisionRoutes:
     middleware cost more than the decision itself (about half the request's CPU, measured in
     bench/cluster.py). Everything else goes on to the app."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        decisions: Mapping[str, tuple[str, Callable[[wire.ExtenderArgs], bytes]]],
-        handle: Handler,
-        config: ExtenderSettings,
-    ) -> None:
+    def __init__(self, app: ASGIApp, shell: ExtenderShell, limit: int) -> None:
         self.app = app
-        self.decisions = decisions
-        self.handle = handle
-        self.limit = config.max_request_bytes
+        self.decisions = shell.decisions
+        self.handle = shell.handle
+        self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = self.decisions.get(scope["path"]) if scope["type"] == "http" else None

@@ -48,29 +48,41 @@ class Scored:
     terms: list[float] | None
 
 
+@dataclass(frozen=True, slots=True)
+class LastFilter:
+    """The last filter call's pod (by UID), the nodes it passed and their verdicts: the
+    scheduler's prioritize call for that pod follows it with exactly those nodes, and is
+    answered from the same view (as kube-scheduler scores on its cycle's snapshot)."""
+
+    uid: str
+    passed: list[str]
+    request: pl.PodRequest
+    verdicts: list[pl.Verdict]
+
+    def answers(self, pod: pl.Pod, names: list[str]) -> bool:
+        """Whether a prioritize call for `pod` over `names` is the one that follows."""
+        return self.uid == _uid(pod) and self.passed == names
+
+
 class Decisions:
+    """The extender's decider: its one piece of state besides the cache is `last`."""
+
     def __init__(self, cache: ClusterCache, weights: FabricScoring) -> None:
         self.cache = cache
         self.weights = weights
-        # The last filter call's pod (by UID), the nodes it passed and their verdicts: the
-        # scheduler's prioritize call for that pod follows it with exactly those nodes, and is
-        # answered from the same view (as kube-scheduler scores on its cycle's snapshot).
-        self._last: tuple[str | None, list[str], pl.PodRequest | None, list[pl.Verdict]] = (
-            None,
-            [],
-            None,
-            [],
-        )
+        self.last: LastFilter | None = None
 
     def filter(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Filtered:
         """Raises `placement.RequestError` for a pod whose request cannot be read."""
-        self._last = (None, [], None, [])
+        self.last = None
         pod = pl.read_pod(pod)
         request = pl.pod_request(pod)
         found = self.cache.verdicts(names, request)
         fits = list(map(_FITS, found))
         passed = list(compress(names, fits))
-        self._last = (_uid(pod), passed, request, list(compress(found, fits)))
+        uid = _uid(pod)
+        if uid is not None:
+            self.last = LastFilter(uid, passed, request, list(compress(found, fits)))
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         if len(passed) < len(names):  # C-level passes over the failures, no Python loop
@@ -84,8 +96,10 @@ class Decisions:
 
     def prioritize(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Scored:
         pod = pl.read_pod(pod)
-        uid, passed, request, found = self._last
-        if request is None or uid is None or uid != _uid(pod) or passed != names:
+        last = self.last
+        if last is not None and last.answers(pod, names):
+            request, found = last.request, last.verdicts
+        else:
             request = pl.pod_request(pod)
             found = list(self.cache.verdicts(names, request))
         scores, terms = self.cache.job_scores(pod, names, request, found, self.weights)

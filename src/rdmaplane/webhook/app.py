@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import orjson
 from fastapi import FastAPI, Request, Response
@@ -22,6 +23,7 @@ from prometheus_client import (
 )
 
 from rdmaplane.documents import DocumentError, check_depth
+from rdmaplane.errors import InputError
 from rdmaplane.httpbody import BodyTooLarge, read_body
 from rdmaplane.webhook import inject, review
 from rdmaplane.webhook.settings import InjectPolicy
@@ -29,8 +31,8 @@ from rdmaplane.webhook.settings import InjectPolicy
 log = logging.getLogger("rdmaplane.webhook")
 
 
-class _Reject(Exception):
-    """Bad input: a 400 with the message."""
+class BadReview(InputError):
+    """A request body that is not an AdmissionReview for a Pod: a 400 with the message."""
 
 
 class Metrics:
@@ -55,44 +57,59 @@ class Metrics:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """An AdmissionReview answered: the response body, the outcome (the metric's label:
+    ignored, denied, patched, unchanged) and how many warnings it carries."""
+
+    response: bytes
+    outcome: str
+    warnings: int = 0
+
+
+def admit(body: bytes, policy: InjectPolicy) -> Admitted:
+    """The webhook's decision on one request body, with no I/O; `BadReview` for bad input."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadReview(f"body is not JSON: {exc}") from None
+    try:
+        check_depth(doc, "AdmissionReview")
+        request = review.parse(doc)
+    except (DocumentError, review.ReviewError) as exc:
+        raise BadReview(str(exc)) from None
+    if request.operation != "CREATE":
+        return Admitted(review.respond(request.uid), "ignored")
+    try:
+        mutation = inject.mutate(request.pod, policy)
+    except inject.PodError as exc:
+        return Admitted(review.respond(request.uid, denied=str(exc)), "denied")
+    outcome = "patched" if mutation.patch else "unchanged"
+    return Admitted(review.respond(request.uid, mutation), outcome, len(mutation.warnings))
+
+
 def create_app(
     policy: InjectPolicy, max_request_bytes: int, ready: Callable[[], str | None]
 ) -> FastAPI:
-    """`ready()` returns None when the webhook can serve, else why not (no certificate yet,
-    caBundle not written)."""
+    """The webhook's HTTP shell over `admit`: bodies read with a bound, faults mapped to
+    400/413/503, requests counted. `ready()` returns None when the webhook can serve, else
+    why not (no certificate yet, caBundle not written)."""
     app = FastAPI(title="rdmaplane admission webhook", openapi_url=None)
     metrics = Metrics()
     app.state.metrics = metrics
-
-    def admit(body: bytes) -> tuple[bytes, str]:
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise _Reject(f"body is not JSON: {exc}") from None
-        try:
-            check_depth(doc, "AdmissionReview")
-            request = review.parse(doc)
-        except (DocumentError, review.ReviewError) as exc:
-            raise _Reject(str(exc)) from None
-        if request.operation != "CREATE":
-            return review.respond(request.uid), "ignored"
-        try:
-            mutation = inject.mutate(request.pod, policy)
-        except inject.PodError as exc:
-            return review.respond(request.uid, denied=str(exc)), "denied"
-        metrics.warnings.inc(len(mutation.warnings))
-        return review.respond(request.uid, mutation), "patched" if mutation.patch else "unchanged"
 
     @app.post("/mutate")
     async def mutate(request: Request) -> Response:
         start = time.perf_counter()
         try:
-            body, outcome = admit(await read_body(request, max_request_bytes))
+            admitted = admit(await read_body(request, max_request_bytes), policy)
+            metrics.warnings.inc(admitted.warnings)
+            body, outcome = admitted.response, admitted.outcome
             response = Response(body, media_type="application/json")
         except BodyTooLarge as exc:
             response, outcome = _error(413, str(exc)), "rejected"
             response.headers["Connection"] = "close"
-        except _Reject as exc:
+        except BadReview as exc:
             response, outcome = _error(400, str(exc)), "rejected"
         except Exception as exc:  # never a crash: say what broke, keep serving
             log.exception("admission failed")
