@@ -25,6 +25,13 @@ pods landed, not measured on a network:
   over the whole fabric;
 - PD: share of decode pods under a leaf that holds one of their prefill's pods.
 
+`--rails`: a job trace of 2-4 pods of 2 or 4 GPUs (+ as many NICs) on 16 rail-optimised sample
+nodes, each pod admitted by its node's real kubelet admission (the harness, tests/kubelet); the
+share of a job's cross-node pod pairs whose rails match, from the NICs the kubelet allocated,
+default (least-allocated) vs rdmaplane.
+
+    python bench/fabric.py --rails [--jobs 300] [--seed 11]
+
 With `--real N`, the trace's first N arrivals then go through the real thing: kube-scheduler
 v1.37.2 (scripts/build-k8s.sh) on a control plane with the Workload API gates on, the 256 nodes
 as KWOK nodes with the agent's tier labels and NRTs, the extender as deployed (its own process,
@@ -75,6 +82,7 @@ from rdmaplane import fabric as fab
 from rdmaplane import nrt
 from rdmaplane.kube import load_config
 from rdmaplane.scheduler import placement as pl
+from rdmaplane.scheduler import rails as rl
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.settings import FabricScoring
 from tests.e2e import fleet, scalerig
@@ -284,9 +292,15 @@ def main() -> None:
         default=0,
         metavar="ARRIVALS",
         help="also send the trace's first ARRIVALS arrivals through the real kube-scheduler on "
-        "KWOK, three ways (needs `make k8s-bins`)",
+        "KWOK, four ways (needs `make k8s-bins`)",
+    )
+    parser.add_argument(
+        "--rails", action="store_true", help="matching rails, judged by the kubelet harness"
     )
     args = parser.parse_args()
+    if args.rails:
+        rails_main(args)
+        return
     fabric = build_fabric()
     rng = random.Random(args.seed)
     arrivals = trace(args.jobs, rng)
@@ -367,6 +381,186 @@ def _report(
     print(
         "one leaf = share of jobs under one leaf, of those that could fit under one when they "
         "arrived; hops and PD by rdmaplane's own fabric model, not measured on a network"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# --rails: matching rails across a job's pods, judged by the kubelet's own allocation
+
+RAIL_NODES, RAIL_SAMPLE = 16, "hgx-h100-roce"  # one GPU + one NIC per PCIe root: rail-optimised
+RAIL_SIZES = ((2, 0.5), (4, 0.5))  # GPUs (and NICs) per pod
+RAIL_PODS = (2, 3, 4)  # pods per job
+
+
+@dataclass
+class RailTally:
+    pairs: int = 0  # cross-node pairs of one job's pods
+    matched: int = 0  # ... whose rails (the kubelet's allocation) match
+    pods: int = 0
+    predicted: int = 0  # pods whose rails the extender predicted as the kubelet gave them
+    unplaced: int = 0
+
+
+class RailCluster:
+    """Kubelet harnesses (one per node) and an extender cache fed their published NRTs."""
+
+    def __init__(self, backend: Any, sample: Any, weights: FabricScoring, prefix: str) -> None:
+        from tests.kubelet.harness import KubeletHarness
+
+        self.weights = weights
+        self.nodes = {
+            f"{prefix}{i:02d}": KubeletHarness(
+                sample, "best-effort", "container", name=f"{prefix}{i:02d}", backend=backend
+            ).start()
+            for i in range(RAIL_NODES)
+        }
+        self.names = sorted(self.nodes)
+        self.cache = ClusterCache()
+        self.cache.replace("node", [{"metadata": {"name": n}} for n in self.names])
+        self.cache.replace("nrt", [self._nrt(n) for n in self.names])
+        self.cache.replace("pod", [])
+
+    def _nrt(self, name: str) -> dict[str, Any]:
+        h = self.nodes[name]
+        return nrt.to_object(h.published(h.rail_uplinks()))
+
+    def choose(self, pod: dict[str, Any], rng: random.Random, rdmaplane: bool) -> str | None:
+        request = pl.pod_request(pod)
+        verdicts = self.cache.verdicts(self.names, request)
+        if rdmaplane:
+            scores, _ = self.cache.job_scores(pod, self.names, request, verdicts, self.weights)
+        else:  # kube-scheduler's default NodeResourcesFit: least allocated GPUs
+            gpus = request.total[nrt.GPU]
+            scores = [self._free_gpus(n) - gpus for n in self.names]
+        fits = [(s, n) for s, n, v in zip(scores, self.names, verdicts, strict=True) if v.fits]
+        if not fits:
+            return None
+        top = max(s for s, _ in fits)
+        return rng.choice([n for s, n in fits if s == top])
+
+    def _free_gpus(self, name: str) -> int:
+        entry = self.cache.entry(name)
+        return sum(z.free[nrt.GPU] for z in entry.state.zones) if entry else 0
+
+    def bind(self, pod: dict[str, Any], name: str) -> tuple[str, frozenset[int], bool] | None:
+        """Bind the pod, let the node's kubelet admit it; (uid, its real rails, predicted?)."""
+        request = pl.pod_request(pod)
+        predicted = self.cache.rails_at(name, self.cache.verdict(name, request))
+        h = self.nodes[name]
+        admission = h.admit(pod)
+        if not admission.admitted:
+            return None
+        bound = {**pod, "spec": {**pod["spec"], "nodeName": name}}
+        self.cache.apply("pod", "MODIFIED", bound)
+        self.cache.apply("nrt", "MODIFIED", self._nrt(name))
+        got = h.rails(admission)
+        return admission.uid, got, got == predicted
+
+    def end(self, pod: dict[str, Any], name: str, uid: str) -> None:
+        self.nodes[name].delete(uid)
+        self.cache.apply("pod", "DELETED", pod)
+        self.cache.apply("nrt", "MODIFIED", self._nrt(name))
+
+
+def rail_pod(job: str, i: int, gpus: int) -> dict[str, Any]:
+    limits = {nrt.GPU: str(gpus), nrt.HCA: str(gpus)}
+    return {
+        "metadata": {"name": f"{job}-{i}", "namespace": "bench", "labels": {JOB: job}},
+        "spec": {
+            "containers": [{"name": "m", "resources": {"limits": limits, "requests": limits}}]
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def rail_trace(count: int, rng: random.Random) -> list[tuple[str, int, int, float]]:
+    """(job, pods, GPUs per pod, lifetime in arrivals) per arrival."""
+    return [
+        (
+            f"j{k}",
+            rng.choice(RAIL_PODS),
+            rng.choices([s for s, _ in RAIL_SIZES], [w for _, w in RAIL_SIZES])[0],
+            rng.expovariate(1 / 12),
+        )
+        for k in range(count)
+    ]
+
+
+def run_rails(
+    cluster: RailCluster, arrivals: list[tuple[str, int, int, float]], seed: int, rdmaplane: bool
+) -> RailTally:
+    rng, tally = random.Random(seed), RailTally()
+    running: list[tuple[float, int, list[tuple[dict[str, Any], str, str]]]] = []
+    for now, (job, count, gpus, life) in enumerate(arrivals):
+        while running and running[0][0] <= now:
+            for pod, name, uid in heapq.heappop(running)[2]:
+                cluster.end(pod, name, uid)
+        pods = [rail_pod(job, i, gpus) for i in range(count)]
+        for p in pods:  # the job's pods exist before the first is scheduled
+            cluster.cache.apply("pod", "ADDED", p)
+        held: list[tuple[dict[str, Any], str, str]] = []
+        rails: list[tuple[str, frozenset[int]]] = []
+        for p in pods:
+            name = cluster.choose(p, rng, rdmaplane)
+            got = cluster.bind(p, name) if name is not None else None
+            if name is None or got is None:
+                tally.unplaced += 1
+                cluster.cache.apply("pod", "DELETED", p)
+                continue
+            uid, real, predicted = got
+            held.append((p, name, uid))
+            rails.append((name, real))
+            tally.pods += 1
+            tally.predicted += predicted
+        for (na, ra), (nb, rb) in itertools.combinations(rails, 2):
+            if na != nb:
+                tally.pairs += 1
+                tally.matched += rl.rails_match(ra, rb)
+        heapq.heappush(running, (now + life, now, held))
+    for _, _, held in running:
+        for pod, name, uid in held:
+            cluster.end(pod, name, uid)
+    return tally
+
+
+def rails_main(args: argparse.Namespace) -> None:
+    """Default vs rdmaplane on matching rails, every pod admitted by a real kubelet."""
+    from tests.kubelet.harness import Backend, HarnessMissing, sample_node
+
+    arrivals = rail_trace(args.jobs, random.Random(args.seed))
+    try:
+        backend = Backend.start()
+    except HarnessMissing as exc:
+        sys.exit(
+            f"error: the kubelet harness is not built ({exc}); "
+            "run scripts/build-k8s.sh kubelet-harness"
+        )
+    print(
+        f"rails: {RAIL_NODES} {RAIL_SAMPLE} nodes (8 GPUs, NIC k on rail k), one rail group; "
+        f"{len(arrivals)} jobs of {'/'.join(map(str, RAIL_PODS))} pods x "
+        f"{'/'.join(str(s) for s, _ in RAIL_SIZES)} GPUs+NICs (seed {args.seed}); "
+        "rails from the NICs each pod's kubelet allocated"
+    )
+    print(
+        f"{'scheduler':<10} {'pods':>5} {'unplaced':>9} {'pairs':>6} {'rails match':>12} "
+        f"{'predicted':>10}"
+    )
+    try:
+        with sample_node(RAIL_SAMPLE) as sample:
+            for name in ("default", "rdmaplane"):
+                cluster = RailCluster(backend, sample, FabricScoring(), name)
+                t = run_rails(cluster, arrivals, args.seed, name == "rdmaplane")
+                print(
+                    f"{name:<10} {t.pods:>5} {t.unplaced:>9} {t.pairs:>6} "
+                    f"{100 * t.matched / max(1, t.pairs):>11.1f}% "
+                    f"{100 * t.predicted / max(1, t.pods):>9.1f}%"
+                )
+    finally:
+        backend.close()
+    print(
+        "rails match = share of a job's pod pairs on different nodes whose NICs' rails match "
+        "(one's among the other's), by the kubelet's own allocation; predicted = share of pods "
+        "whose rails the extender predicted as the kubelet gave them"
     )
 
 

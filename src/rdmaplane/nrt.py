@@ -207,14 +207,17 @@ class NodeResourceTopology:
         return tuple(z for z in self.zones if z.type == ZONE_PCIE_ROOT and z.parent == numa_zone)
 
     def uplinks(self) -> tuple[Uplink, ...]:
-        """The HCA zones' uplinks (tier-0 switch, rail), in zone order; malformed ones skipped."""
+        """The HCA zones' uplinks (tier-0 switch, rail, the PCIe root zone they hang below), in
+        zone order; malformed ones skipped."""
+        roots = {z.name for z in self.zones if z.type == ZONE_PCIE_ROOT}
         found = []
         for z in self.zones:
             switch, rail = z.attribute(ZONE_ATTR_TIER0_SWITCH), z.attribute(ZONE_ATTR_RAIL)
             if z.type == ZONE_HCA and switch:
                 number = int(rail) if rail is not None and rail.isdigit() else None
                 port = z.attribute(ZONE_ATTR_SWITCH_PORT) or ""
-                found.append(Uplink(z.name, switch, number, port))
+                root = z.parent if z.parent in roots else None
+                found.append(Uplink(z.name, switch, number, port, pcie_root=root))
         return tuple(found)
 
     def _policy_and_scope(self) -> tuple[str, str]:

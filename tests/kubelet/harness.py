@@ -44,13 +44,13 @@ from typing import Any, TypeVar
 from rdmaplane import nrt
 from rdmaplane.agent.allocation import Allocations, merge_containers
 from rdmaplane.agent.health import HcaHealth
-from rdmaplane.agent.inventory import gpu_ids, nrt_object
+from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.deviceplugin.settings import PluginSettings, Pool
 from rdmaplane.discovery import samples
 from rdmaplane.discovery.sysfs import read_node
 from rdmaplane.model import NodeTopology
-from rdmaplane.selectors import Selectors, compute_ports
+from rdmaplane.selectors import Selectors, compute_ports, natural_key
 from tests.integration.kubelet_standin import device_nodes
 from tests.kubelet.gpu_plugin import RESOURCE as GPU
 from tests.kubelet.gpu_plugin import Gpu, GpuPluginStandIn
@@ -471,8 +471,33 @@ class KubeletHarness:
         )
         return Allocations(tuple(p for p in pods if p.devices))
 
-    def published(self) -> nrt.NodeResourceTopology:
-        """The NRT the node agent would publish now, from the kubelet's real allocations."""
+    def rail_uplinks(self) -> list[nrt.Uplink]:
+        """The node's compute HCAs cabled rail-optimised: HCA k (natural name order) into
+        switch `rail-k` on rail k, as `fabric.hca_rails` numbers them when nothing says more."""
+        offered = sorted({h for o in self.offered_exclusive() for h in o.hcas}, key=natural_key)
+        topo = self.node.topology
+        hcas = [h for h in (topo.hca(n) for n in offered) if h is not None]
+        return [
+            nrt.Uplink(
+                h.name, f"rail-{k}", k, "", h.numa if h.numa is not None else -1, h.pcie_root
+            )
+            for k, h in enumerate(hcas)
+        ]
+
+    def offered_exclusive(self) -> list[Offered]:
+        assert self.rdma is not None
+        return [o for o in self.rdma.offered() if not o.shared and o.resource == self.resources[1]]
+
+    def rails(self, admission: Admission) -> frozenset[int]:
+        """The rails of the exclusive NICs the kubelet gave the pod (by `rail_uplinks`)."""
+        rail = {u.hca: u.rail for u in self.rail_uplinks()}
+        hcas = {o.device_id: o.hcas for o in self.offered_exclusive()}
+        held = admission.devices(self.resources[1])
+        return frozenset(r for d in held for h in hcas.get(d, ()) if (r := rail.get(h)) is not None)
+
+    def published(self, uplinks: Sequence[nrt.Uplink] = ()) -> nrt.NodeResourceTopology:
+        """The NRT the node agent would publish now, from the kubelet's real allocations (with
+        HCA zones for `uplinks`)."""
         assert self.rdma is not None
         health = {h.name: HcaHealth(h.name) for h in self.node.topology.hcas}
         obj = nrt_object(
@@ -485,5 +510,6 @@ class KubeletHarness:
             policy=self.policy,
             scope=self.scope,
             pools=self.rdma.plugin.config.pools,
+            uplinks=uplinks,
         )
         return nrt.from_object(obj)

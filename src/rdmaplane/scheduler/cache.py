@@ -8,7 +8,8 @@ Decisions are memoised per (pod request, node state): identical nodes share them
 touches only dict lookups for nodes that did not change.
 
 For job-aware scoring it also keeps each node's place on the fabric (tier ids from its labels,
-per-HCA rails from the NRT's HCA zones) and the members of every pod group it has seen, bound or
+per-HCA rails from the NRT's HCA zones), the rails each bound pod's NICs are predicted on
+(`rails.pod_rails`), and the members of every pod group it has seen, bound or
 still pending, with the node each is bound to. Like kube-scheduler's own cache, it *assumes* a
 job's pod on the node it scored best (`assume`) until the watch shows where the pod was bound:
 a job's pods are scored back to back, each before its predecessors' binds reach the watch, and
@@ -30,6 +31,7 @@ from rdmaplane import nrt as nrtmod
 from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.scheduler import jobaware as ja
 from rdmaplane.scheduler import placement as pl
+from rdmaplane.scheduler import rails as rl
 from rdmaplane.scheduler.settings import ExtenderSettings, FabricScoring
 
 KINDS = ("nrt", "node", "pod")
@@ -131,12 +133,15 @@ class ClusterCache:
         self._slots: dict[tuple[int, pl.PodRequest, int], int] = {}
         self._tiers: dict[str, tuple[str, ...]] = {}  # node → tier ids from its labels
         self._rails: dict[str, tuple[tuple[int, str], ...]] = {}  # node → rails from its NRT
+        self._root_rails: dict[str, dict[str, tuple[int, ...]]] = {}  # node → root → rails
+        self._pod_rails: dict[str, rl.Rails] = {}  # bound pod's key → its predicted rails
         self.locations: dict[str, fab.Location] = {}
         self._group_of: dict[str, tuple[str, str]] = {}  # pod key → (group, node or "")
         self._members: dict[str, dict[str, str]] = {}  # group → {pod key: node or ""}
         self._readers: dict[str, dict[str, str]] = {}  # group → {pending reader: its group}
         self._reads: dict[str, str] = {}  # pending reader's key → the group it reads
-        self._assumed: dict[str, dict[str, tuple[str, float]]] = {}  # group → {key: (node, until)}
+        # group → {key: (node, until, rails there)}
+        self._assumed: dict[str, dict[str, tuple[str, float, rl.Rails]]] = {}
         self._assumed_in: dict[str, str] = {}  # assumed pod's key → its group
 
     @classmethod
@@ -191,6 +196,7 @@ class ClusterCache:
         self._rails[name] = tuple(
             sorted({(u.rail, u.switch) for u in uplinks if u.rail is not None})
         )
+        self._root_rails[name] = rl.root_rails(uplinks)
         self._relocate(name)
         self._rebuild(name)
 
@@ -199,6 +205,7 @@ class ClusterCache:
         self._published.pop(name, None)
         self._nrt_errors.pop(name, None)
         self._rails.pop(name, None)
+        self._root_rails.pop(name, None)
         self._relocate(name)
         self._rebuild(name)
 
@@ -287,8 +294,13 @@ class ClusterCache:
         key = pod_key(pod)
         if not group or self._group_of.get(key, ("", ""))[1]:
             return
+        try:
+            rails = self.rails_at(node, self.verdict(node, pl.pod_request(pod)))
+        except pl.RequestError:
+            rails = rl.NONE
         self._unassume(key)
-        self._assumed.setdefault(group, {})[key] = (node, self._clock() + self._assume_for_s)
+        until = self._clock() + self._assume_for_s
+        self._assumed.setdefault(group, {})[key] = (node, until, rails)
         self._assumed_in[key] = group
 
     def _unassume(self, key: str) -> None:
@@ -299,17 +311,28 @@ class ClusterCache:
             if not assumed:
                 del self._assumed[group]
 
-    def _placed(self, group: str | None) -> dict[str, str]:
-        """The group's pods with the node each is bound to, or assumed on ("" if neither);
-        assumptions past their time are dropped here."""
-        members = dict(self._members.get(group or "", {}))
+    def _placed(self, group: str | None) -> dict[str, tuple[str, rl.Rails]]:
+        """The group's pods with the node each is bound to, or assumed on ("" if neither), and
+        their rails there; assumptions past their time are dropped here."""
+        members = {
+            k: (n, self._pod_rails.get(k, rl.NONE))
+            for k, n in self._members.get(group or "", {}).items()
+        }
         now = self._clock()
-        for key, (node, until) in list(self._assumed.get(group or "", {}).items()):
+        for key, (node, until, rails) in list(self._assumed.get(group or "", {}).items()):
             if until <= now:
                 self._unassume(key)
-            elif not members.get(key):
-                members[key] = node
+            elif not members.get(key, ("", rl.NONE))[0]:
+                members[key] = (node, rails)
         return members
+
+    def rails_at(self, name: str, verdict: pl.Verdict) -> rl.Rails:
+        """The rails a pod gets on the node, by the verdict for it on the node's current state
+        (empty when it does not fit or the node names no rails per PCIe root)."""
+        entry, roots = self._entries.get(name), self._root_rails.get(name)
+        if entry is None or not roots or not verdict.fits:
+            return rl.NONE
+        return rl.pod_rails(entry.state, verdict.placements, roots)
 
     def _track_reader(self, key: str, kv_peers: str | None, group: str | None) -> None:
         """Pending pods that read another group's KV cache, by that group: its first pod makes
@@ -331,6 +354,7 @@ class ClusterCache:
 
     def _drop_pod(self, key: str) -> None:
         pod = self._pods.pop(key, None)
+        self._pod_rails.pop(key, None)
         if pod is not None:
             self._pods_by_node.get(pod.node, set()).discard(key)
             self._rebuild(pod.node)
@@ -376,8 +400,11 @@ class ClusterCache:
         the node's entry. Each placement is the decision memoised for the pod's request on
         that state: the filter call that chose this node for the pod usually made it."""
         sid = self._intern(state)
+        roots = self._root_rails.get(name)
         for pod in pods:
             verdict = self._decided(sid, pod.request)
+            if roots and verdict.fits:
+                self._pod_rails[pod.key] = rl.pod_rails(state, verdict.placements, roots)
             if verdict.fits and verdict.state_after is not None:
                 state = verdict.state_after
                 sid = self._intern(state)
@@ -505,8 +532,9 @@ class ClusterCache:
         me = pod_key(pod)
         own = {k: n for k, n in self._placed(group.group).items() if k != me}
         kv = self._placed(group.kv_peers) if group.kv_peers != group.group else {}
-        bound = [n for n in own.values() if n]
-        peers = tuple(bound + [n for k, n in kv.items() if n and k != me])
+        bound = [n for n, _ in own.values() if n]
+        placed = [p for p in own.values() if p[0]] + [p for k, p in kv.items() if p[0] and k != me]
+        peers = tuple(n for n, _ in placed)
         known = len(own) + 1
         size = max(group.size or 0, known) if group.group else 0
         remaining = size - len(bound) if group.size or known > 1 else None
@@ -514,7 +542,8 @@ class ClusterCache:
         if readers and not bound:
             remaining = (remaining or 1) + readers
         left = max(remaining, 1) if remaining is not None else None
-        return ja.JobContext(peers, left, group.gang is not None)
+        rails = tuple(r for _, r in placed) if any(r for _, r in placed) else ()
+        return ja.JobContext(peers, left, group.gang is not None, rails)
 
     def job_scores(
         self,
@@ -535,6 +564,7 @@ class ClusterCache:
             lambda i, cap: self.slots(names[i], request, cap) if verdicts[i].fits else 0,
             self.locations,
             job,
+            lambda i: self.rails_at(names[i], verdicts[i]),
         )
         if terms is None:
             return scores, None

@@ -15,6 +15,11 @@ kube-scheduler asks about one pod at a time. What this adds to each node's node-
   for larger jobs), other switches that hold it 0.5–0.8, switches too small for it below 0.45:
   steps wide enough to survive the rounding to whole scores. When the size is unknown, the
   switch with the most room scores highest.
+- **Rails.** When peers' rails are known (`rails.pod_rails`, from the devices the kubelet is
+  predicted to give them), a candidate's closeness is scaled by `1 - RAIL_SHARE` times the share
+  of those peers whose rails its own predicted rails do not match: a node where the pod lands on
+  the job's rails wins over one under the same switch where it would not, yet never over a
+  closer switch (a mismatched node under the peers' tier-0 still scores 0.75, their tier-1 0.5).
 - **Gangs.** A pod naming a PodGroup (`spec.schedulingGroup.podGroupName`, kube-scheduler's
   Workload API) is asked about only with the nodes of the one domain kube-scheduler is trying
   for the whole group (its `TopologyConstraint`). Peers outside the closest switch all
@@ -39,6 +44,7 @@ from typing import Any
 
 from rdmaplane.fabric import Location, closeness
 from rdmaplane.scheduler.placement import Pod, read_pod
+from rdmaplane.scheduler.rails import NONE, Rails, match_share
 from rdmaplane.scheduler.settings import FabricScoring
 
 GROUP_LABEL = "rdmaplane.io/group"
@@ -58,6 +64,7 @@ GROUP_LABELS = (
     "batch.kubernetes.io/job-name",
 )
 MAX_SLOTS = 16  # copies of a pod counted per node when the job's size is unknown
+RAIL_SHARE = 0.25  # of the closeness a candidate loses on rails that match no peer's
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +110,7 @@ class JobContext:
     peer_nodes: tuple[str, ...]  # one entry per bound peer (own group and KV peers)
     remaining: int | None  # pods of its own group still to place, this one included
     gang: bool = False  # the pod names a PodGroup: its candidates are one domain's nodes
+    peer_rails: tuple[Rails, ...] = ()  # per entry of `peer_nodes`, its rails (empty: unknown)
 
 
 def fabric_terms(
@@ -110,29 +118,37 @@ def fabric_terms(
     slots: Callable[[int, int], int],
     locations: Mapping[str, Location],
     job: JobContext,
+    rails: Callable[[int], Rails] | None = None,
 ) -> list[float] | None:
     """The fabric term (0–1) per candidate node, or None when it has nothing to say.
 
     `slots(i, cap)` is how many copies of the pod node `names[i]` can still take, at most
-    `cap` (0 when it takes none).
+    `cap` (0 when it takes none); `rails(i)` the rails the pod would get on `names[i]`.
     """
     if not any(n in locations for n in names):
         return None
-    peers = [locations[n] for n in job.peer_nodes if n in locations]
+    peer_rails = job.peer_rails or (NONE,) * len(job.peer_nodes)
+    placed = [
+        (locations[n], r) for n, r in zip(job.peer_nodes, peer_rails, strict=True) if n in locations
+    ]
+    peers = [loc for loc, _ in placed]
     remaining = job.remaining
     if job.gang:
         inside = within_candidates(peers, [locations[n] for n in names if n in locations])
         if remaining is not None:  # the peers left out are still to place in this domain
             remaining += len(peers) - len(inside)
+        placed = [(loc, r) for loc, r in placed if loc in inside]
         peers = inside
     if peers:
         near: dict[Location, float] = {}  # nodes under one switch share a location: once each
         terms = []
-        for n in names:
+        for i, n in enumerate(names):
             here = locations.get(n)
             if here is not None and here not in near:
                 near[here] = sum(closeness(here, p) for p in peers) / len(peers)
-            terms.append(near[here] if here is not None else 0.0)
+            term = near[here] if here is not None else 0.0
+            share = match_share(rails(i), [r for _, r in placed]) if rails else None
+            terms.append(term if share is None else term * (1 - RAIL_SHARE * (1 - share)))
         return terms
     if job.peer_nodes and not job.gang:
         return None  # peers bound on nodes of unknown place: no direction to give
