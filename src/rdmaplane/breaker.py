@@ -36,12 +36,13 @@ class BreakerRules:
 
 @dataclass(frozen=True, slots=True)
 class ScopeCount:
-    """One scope as an agent counted it: its nodes, and when each faulty one's fault began
-    (wall-clock seconds)."""
+    """One scope as an agent counted it: its nodes, when each faulty one's fault began, and
+    when it was counted (wall-clock seconds; None: as the agent asks)."""
 
     scope: str
     nodes: int
     faulty_since: tuple[float, ...] = ()
+    counted_at: float | None = None
 
     def faulty(self, now: float, window_s: float) -> int:
         return sum(1 for t in self.faulty_since if now - t < window_s)
@@ -107,8 +108,10 @@ def take(
     budget: Budget, node: str, now: float, census: Sequence[ScopeCount], rules: BreakerRules
 ) -> tuple[Budget, Answer, list[Change]]:
     """Ask for `node`'s token. The scopes in `census` are judged again (their open state in
-    the budget follows); a node still holding a token keeps it; otherwise one is given if no
-    scope of the census storms and fewer than `max_nodes_per_minute` tokens are out."""
+    the budget follows; a census counted before a scope opened cannot close it: at a storm's
+    onset the agents' counts differ by the labels published in between, and the breaker
+    would flap); a node still holding a token keeps it; otherwise one is given if no scope of
+    the census storms and fewer than `max_nodes_per_minute` tokens are out."""
     tokens = tuple((n, t) for n, t in budget.tokens if now - t < MINUTE_S)
     opened = {o.scope: o for o in budget.open}
     changes = []
@@ -119,7 +122,7 @@ def take(
             changes.append(Change(count.scope, True, why))
         elif why is not None:
             opened[count.scope] = replace(opened[count.scope], reason=why)
-        elif count.scope in opened:
+        elif count.scope in opened and opened[count.scope].since <= _counted(count, now):
             del opened[count.scope]
             changes.append(Change(count.scope, False, f"storm over {where(count.scope)}"))
     after = Budget(tokens, tuple(opened[s] for s in sorted(opened)))
@@ -138,6 +141,10 @@ def take(
         return after, Answer(Verdict.REFUSED, f"{why} (max {rules.max_nodes_per_minute})"), changes
     granted = replace(after, tokens=(*tokens, (node, now)))
     return granted, Answer(Verdict.GRANTED, "token given", now + MINUTE_S, fresh=True), changes
+
+
+def _counted(count: ScopeCount, now: float) -> float:
+    return count.counted_at if count.counted_at is not None else now
 
 
 def open_for(budget: Budget, scopes: Sequence[str]) -> Opened | None:

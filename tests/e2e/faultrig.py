@@ -103,7 +103,7 @@ class Rig:
         return min(times) if times else None
 
 
-def _holding(topo_lister: Lister, pods: list[Pod], node: str) -> list[pr.PodResources]:
+def holding(topo_lister: Lister, pods: list[Pod], node: str) -> list[pr.PodResources]:
     """What the kubelet's PodResources would report on `node`: every GPU and HCA (the pods ask
     for the whole node) for each live pod bound there."""
     gpus = list(topo_lister.allocatable[0].device_ids)
@@ -129,7 +129,7 @@ def _holding(topo_lister: Lister, pods: list[Pod], node: str) -> list[pr.PodReso
 async def _stand_in_kubelet(rig: Rig) -> None:
     """Keep PodResources in step with the pods bound to A."""
     while True:
-        rig.lister.pods = _holding(rig.lister, await rig.pods(), rig.a)
+        rig.lister.pods = holding(rig.lister, await rig.pods(), rig.a)
         await asyncio.sleep(0.1)
 
 

@@ -82,6 +82,29 @@ def test_the_breaker_opens_and_closes_by_itself(faulty, later):
     assert bool(again.open) == still
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.floats(0, 5, allow_nan=False), min_size=25, max_size=25),
+    st.lists(
+        st.tuples(st.floats(0, 10, allow_nan=False), st.floats(0, 2, allow_nan=False)),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_a_census_counted_before_the_breaker_opened_does_not_close_it(faults, asks):
+    """A leaf's nodes fault one after another (their labels appear one by one); agents ask
+    in turn, each with a census counted a little before it asks. Once a scope opened, no
+    census counted before that closes it: the breaker does not flap at a storm's onset."""
+    budget, was_open = B.Budget(), False
+    for at, lag in sorted(asks):
+        counted = at - lag
+        since = tuple(t for t in faults if t <= counted)
+        census = [B.ScopeCount("leaf=l1", 25, since, counted)]
+        budget, _, changes = B.take(budget, "n1", at, census, RULES)
+        assert not (was_open and any(not c.opened for c in changes))
+        was_open = bool(budget.open)
+
+
 def test_a_token_held_does_not_act_through_a_storm():
     budget, first, _ = B.take(B.Budget(), "n1", 0.0, CALM, RULES)
     assert first.verdict == B.Verdict.GRANTED

@@ -119,17 +119,16 @@ class FaultBudget:
     # ---------------------------------------------------------------- the census
 
     async def census(self) -> list[fleet_breaker.ScopeCount]:
-        """The cluster, and this node's domain when its labels place it."""
+        """The cluster, and this node's domain when its labels place it; counted as of the
+        moment the first list was asked for (the lists are at least that new)."""
+        at = self._clock()
         faulty = await self._metadata(Node, f"{FAULT_SINCE_LABEL}")
-        scopes = [
-            fleet_breaker.ScopeCount(
-                fleet_breaker.CLUSTER, await self._cluster_size(), _since(faulty)
-            )
-        ]
+        size = await self._cluster_size()
+        scopes = [fleet_breaker.ScopeCount(fleet_breaker.CLUSTER, size, _since(faulty), at)]
         domain = self._domain(await self._own_labels())
         if domain is not None:
             members = await self._metadata(Node, domain)
-            scopes.append(fleet_breaker.ScopeCount(domain, len(members), _since(members)))
+            scopes.append(fleet_breaker.ScopeCount(domain, len(members), _since(members), at))
         return scopes
 
     def _domain(self, labels: Mapping[str, str]) -> str | None:
