@@ -228,9 +228,12 @@ async def one_round(env: Env, config: str, index: int) -> Round:
 
 
 @contextlib.contextmanager
-def cluster_with_kwok(bin_dir: Path, kwok_bin: Path) -> Iterator[KubeCluster]:
-    """etcd, kube-apiserver, the NRT CRD, the extender's RBAC, and KWOK."""
-    with control_plane(bin_dir) as cluster:
+def cluster_with_kwok(
+    bin_dir: Path, kwok_bin: Path, apiserver_flags: Sequence[str] = ()
+) -> Iterator[KubeCluster]:
+    """etcd, kube-apiserver (with `apiserver_flags`), the NRT CRD, the extender's RBAC, and
+    KWOK."""
+    with control_plane(bin_dir, lambda _: apiserver_flags) as cluster:
         with cluster.client() as client:
             for crd in codecs.load_all_yaml(NRT_CRD.read_text()):
                 client.apply(crd, force=True)

@@ -25,36 +25,82 @@ pods landed, not measured on a network:
   over the whole fabric;
 - PD: share of decode pods under a leaf that holds one of their prefill's pods.
 
-    python bench/fabric.py [--jobs 1500] [--seed 11]
-
 `--rails`: a job trace of 2-4 pods of 2 or 4 GPUs (+ as many NICs) on 16 rail-optimised sample
 nodes, each pod admitted by its node's real kubelet admission (the harness, tests/kubelet); the
 share of a job's cross-node pod pairs whose rails match, from the NICs the kubelet allocated,
 default (least-allocated) vs rdmaplane.
 
     python bench/fabric.py --rails [--jobs 300] [--seed 11]
+
+With `--real N`, the trace's first N arrivals then go through the real thing: kube-scheduler
+v1.37.2 (scripts/build-k8s.sh) on a control plane with the Workload API gates on, the 256 nodes
+as KWOK nodes with the agent's tier labels and NRTs, the extender as deployed (its own process,
+its RBAC). Each arm runs alone in turn on the same nodes, in a fresh namespace with a fresh
+kube-scheduler, one arrival at a time: finished jobs' pods are deleted, a job's pods are created
+held by a scheduling gate (and, with the extender, until it counts the job whole: the model's
+"all created before the first is scheduled"), the gate lifted, and the bindings awaited:
+
+- default: kube-scheduler alone;
+- extender: with deploy/scheduler's config (httpTimeout raised to 30 s: the extender shares
+  a loaded machine, and an ignorable timeout would hand the pod to the default scoring);
+- extender-all: the same with `percentageOfNodesToScore: 100` (kube-scheduler's default stops
+  looking after ~48 % of 256 nodes have passed its filters, so the extender sees only those);
+- gangs: each job (each PD group) a Workload API gang (`gang.minCount` = its size, topology key
+  the leaf label), with the extender. A gang no leaf has room for is judged unschedulable by
+  kube-scheduler and withdrawn (it would wait holding nothing): *left waiting*.
+
+One leaf, hops and PD are then counted from those bindings (hops on our fabric model), beside
+the model on the same N arrivals.
+
+    python bench/fabric.py [--jobs 1500] [--seed 11] [--real 600]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import heapq
 import itertools
+import os
 import random
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/layouts.py
 
+import httpx2
+from cluster import cluster_with_kwok
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import Pod
+from lightkube.types import PatchType
+
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
+from rdmaplane.kube import load_config
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import rails as rl
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.settings import FabricScoring
+from tests.e2e import fleet, scalerig
+from tests.e2e.controlplane import (
+    KubeCluster,
+    build_dir,
+    free_port,
+    launch_extender,
+    launch_scheduler,
+)
+from tests.e2e.test_fabric import _job_seen_whole
+from tests.e2e.test_gangs import (
+    APISERVER_FLAGS,
+    GATES,
+    PodGroup,
+    Workload,
+    gang_objects,
+)
 from tests.layouts import layout
 
 LEAVES, PER_LEAF, LEAVES_PER_SPINE = 16, 16, 4
@@ -65,15 +111,15 @@ TOP_HOPS = 5.0
 JOB = "batch.kubernetes.io/job-name"
 
 
-def build_fabric() -> fab.Fabric:
-    spines = LEAVES // LEAVES_PER_SPINE
+def build_fabric(
+    leaves: int = LEAVES, per_leaf: int = PER_LEAF, per_spine: int = LEAVES_PER_SPINE
+) -> fab.Fabric:
+    spines = -(-leaves // per_spine)
     switches = [fab.Switch("core", 2)]
     switches += [fab.Switch(f"spine-{s}", 1, "core") for s in range(spines)]
-    switches += [
-        fab.Switch(f"leaf-{i:02d}", 0, f"spine-{i // LEAVES_PER_SPINE}") for i in range(LEAVES)
-    ]
-    nodes = [f"gpu-{k:03d}" for k in range(LEAVES * PER_LEAF)]
-    links = [fab.Link(n, f"leaf-{k // PER_LEAF:02d}") for k, n in enumerate(nodes)]
+    switches += [fab.Switch(f"leaf-{i:02d}", 0, f"spine-{i // per_spine}") for i in range(leaves)]
+    nodes = [f"gpu-{k:03d}" for k in range(leaves * per_leaf)]
+    links = [fab.Link(n, f"leaf-{k // per_leaf:02d}") for k, n in enumerate(nodes)]
     return fab.build_fabric(switches, links, nodes)
 
 
@@ -184,40 +230,42 @@ def mean_hops(where: dict[str, fab.Location], nodes: list[str]) -> float:
     return sum(fab.hops(where[a], where[b]) for a, b in pairs) / len(pairs) if pairs else 1.0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--jobs", type=int, default=1500)
-    parser.add_argument("--seed", type=int, default=11)
-    parser.add_argument(
-        "--rails", action="store_true", help="matching rails, judged by the kubelet harness"
-    )
-    args = parser.parse_args()
-    if args.rails:
-        rails_main(args)
-        return
-    fabric = build_fabric()
-    where = fabric.locations()
-    leaf = {n: loc.tiers[0] for n, loc in where.items()}
-    rng = random.Random(args.seed)
-    arrivals = trace(args.jobs, rng)
-    mean_size = sum(s * w for s, w in SIZES)
-    gap = mean_size / (len(fabric.nodes) * TARGET_UTILISATION)  # mean duration 1.0
-    schedulers = [Scheduler(n, fabric, args.seed) for n in ("default", "rdmaplane")]
+def leaves_of(fabric: fab.Fabric) -> dict[str, str]:
+    return {n: loc.tiers[0] for n, loc in fabric.locations().items()}
+
+
+Schedule = list[tuple[float, float, tuple[Job, ...]]]
+
+
+def timed(arrivals: list[tuple[Job, ...]], gap: float, rng: random.Random) -> Schedule:
+    """Each arrival's moment and how long it runs (mean 1.0): drawn once, the same for every
+    scheduler, model or real."""
+    out, now = [], 0.0
+    for group in arrivals:
+        now += rng.expovariate(1 / gap)
+        out.append((now, rng.expovariate(1.0), group))
+    return out
+
+
+def run_model(
+    schedule: Schedule, fabric: fab.Fabric, seed: int
+) -> tuple[dict[str, Tally], list[Scheduler], int]:
+    """Both model schedulers in lockstep over `schedule`: tallies, schedulers, turned away."""
+    where, leaf = fabric.locations(), leaves_of(fabric)
+    schedulers = [Scheduler(n, fabric, seed) for n in ("default", "rdmaplane")]
     tallies = {s.name: Tally() for s in schedulers}
     running: list[tuple[float, int, Job, dict[str, list[str]]]] = []
     free = len(fabric.nodes)
-    now, turned_away, seq = 0.0, 0, 0
-    for group in arrivals:
-        now += rng.expovariate(1 / gap)
+    turned_away, seq = 0, 0
+    for now, duration, group in schedule:
         while running and running[0][0] <= now:
-            _, _, job, placed = heapq.heappop(running)
-            free += job.size
+            _, _, done, _ = heapq.heappop(running)
+            free += done.size
             for s in schedulers:
-                s.finish(job)
+                s.finish(done)
         if sum(j.size for j in group) > free:
             turned_away += 1
             continue
-        duration = rng.expovariate(1.0)
         for s in schedulers:  # a job's pods (a PD pair's both groups) exist before any is placed
             for job in group:
                 s.add(job)
@@ -231,7 +279,38 @@ def main() -> None:
             free -= job.size
             seq += 1
             heapq.heappush(running, (now + duration, seq, job, placed_by))
+    return tallies, schedulers, turned_away
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--jobs", type=int, default=1500)
+    parser.add_argument("--seed", type=int, default=11)
+    parser.add_argument(
+        "--real",
+        type=int,
+        default=0,
+        metavar="ARRIVALS",
+        help="also send the trace's first ARRIVALS arrivals through the real kube-scheduler on "
+        "KWOK, four ways (needs `make k8s-bins`)",
+    )
+    parser.add_argument(
+        "--rails", action="store_true", help="matching rails, judged by the kubelet harness"
+    )
+    args = parser.parse_args()
+    if args.rails:
+        rails_main(args)
+        return
+    fabric = build_fabric()
+    rng = random.Random(args.seed)
+    arrivals = trace(args.jobs, rng)
+    mean_size = sum(s * w for s, w in SIZES)
+    gap = mean_size / (len(fabric.nodes) * TARGET_UTILISATION)  # mean duration 1.0
+    schedule = timed(arrivals, gap, rng)
+    tallies, schedulers, turned_away = run_model(schedule, fabric, args.seed)
     _report(tallies, schedulers, args, turned_away, len(arrivals))
+    if args.real:
+        real(schedule[: args.real], fabric)
 
 
 def _free_per_leaf(cache: ClusterCache, leaf: dict[str, str]) -> dict[str, int]:
@@ -265,6 +344,21 @@ def _count(
         tally.decode_near += sum(leaf[n] in near for n in placed)
 
 
+COLUMNS = (
+    f"{'scheduler':<22} {'jobs':>5} {'one leaf':>9} {'mean hops':>10} {'saved':>6} {'PD near':>8}"
+)
+
+
+def _row(name: str, t: Tally) -> str:
+    """A scheduler's figures: one leaf, mean hops, hops saved, PD near."""
+    hops = t.hops / max(1, t.jobs)
+    return (
+        f"{name:<22} {t.jobs:>5} {100 * t.one_leaf / max(1, t.fit_possible):>8.1f}% "
+        f"{hops:>10.2f} {TOP_HOPS - hops:>6.2f} "
+        f"{100 * t.decode_near / max(1, t.decode_pods):>7.1f}%"
+    )
+
+
 def _report(
     tallies: dict[str, Tally],
     schedulers: list[Scheduler],
@@ -276,21 +370,12 @@ def _report(
         f"fabric: {LEAVES} leaves x {PER_LEAF} nodes, {LEAVES // LEAVES_PER_SPINE} spines, 1 core;"
         f" {arrivals} arrivals (seed {args.seed}), {turned_away} turned away (cluster full)"
     )
-    print(
-        f"{'scheduler':<10} {'jobs':>5} {'one leaf':>9} {'mean hops':>10} {'saved':>6} "
-        f"{'PD near':>8} {'ms/pod':>7}"
-    )
+    print(f"{COLUMNS} {'ms/pod':>7}")
     saved = {}
     for s in schedulers:
         t = tallies[s.name]
-        hops = t.hops / t.jobs
-        saved[s.name] = TOP_HOPS - hops
-        print(
-            f"{s.name:<10} {t.jobs:>5} {100 * t.one_leaf / max(1, t.fit_possible):>8.1f}% "
-            f"{hops:>10.2f} {saved[s.name]:>6.2f} "
-            f"{100 * t.decode_near / max(1, t.decode_pods):>7.1f}% "
-            f"{1000 * s.seconds / max(1, s.pods):>7.2f}"
-        )
+        saved[s.name] = TOP_HOPS - t.hops / t.jobs
+        print(f"{_row(s.name, t)} {1000 * s.seconds / max(1, s.pods):>7.2f}")
     ratio = saved["rdmaplane"] / saved["default"] if saved["default"] > 0 else float("inf")
     print(f"hops saved, rdmaplane vs default: {ratio:.1f}x")
     print(
@@ -476,6 +561,247 @@ def rails_main(args: argparse.Namespace) -> None:
         "rails match = share of a job's pod pairs on different nodes whose NICs' rails match "
         "(one's among the other's), by the kubelet's own allocation; predicted = share of pods "
         "whose rails the extender predicted as the kubelet gave them"
+    )
+
+
+# ---------------------------------------------------------------- the real kube-scheduler (--real)
+
+
+@dataclass(frozen=True)
+class ArmSetup:
+    label: str
+    extender: bool  # kube-scheduler calls rdmaplane's extender (deploy/scheduler's config)
+    gangs: bool  # each job a Workload API gang, all under one leaf
+    score_all: bool = False  # percentageOfNodesToScore: 100 (default: kube-scheduler's own)
+
+
+REAL_ARMS = {
+    "default": ArmSetup("kube-scheduler alone", False, False),
+    "extender": ArmSetup("kube-scheduler + rdmaplane's extender", True, False),
+    "extender-all": ArmSetup("the same, percentageOfNodesToScore: 100", True, False, True),
+    "gangs": ArmSetup("Workload API gangs, one leaf each, + the extender", True, True),
+}
+HOLD = "rdmaplane.io/bench-hold"  # a scheduling gate, lifted once all of a job's pods exist
+PLACED_WITHIN_S = 300.0  # generous: a loaded 2-core machine
+SCHEDULER_QPS = 1000.0  # kube-scheduler's default 50 QPS would pace the binds, not the judging
+
+
+def kwok_nodes(fabric: fab.Fabric) -> list[fleet.FleetNode]:
+    """The fabric's nodes as KWOK nodes: the agent's tier labels, 8 GPUs + 8 HCAs, its NRT."""
+    where = fabric.locations()
+    return [
+        fleet.FleetNode(
+            n,
+            "hgx",
+            "best-effort",
+            "container",
+            {**fab.tier_labels(where[n], fab.DEFAULT_TIER_LABELS), fleet.FLEET_LABEL: "fabric"},
+            {nrt.GPU: "8", nrt.HCA: "8"},
+            nrt.to_object(layout("hgx", n)),
+        )
+        for n in sorted(fabric.nodes)
+    ]
+
+
+def real_pod(body: dict[str, Any], namespace: str, pod_group: str | None) -> dict[str, Any]:
+    """`pods_of`'s pod as created: held by a scheduling gate, naming its PodGroup if any."""
+    spec = {**body["spec"], "terminationGracePeriodSeconds": 0, "schedulingGates": [{"name": HOLD}]}
+    spec["containers"] = [{**c, "image": "trainer"} for c in spec["containers"]]
+    if pod_group is not None:
+        spec["schedulingGroup"] = {"podGroupName": pod_group}
+    meta = {**body["metadata"], "namespace": namespace}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+@dataclass
+class RealArm:
+    """One scheduler setup, its namespace, and the bindings a watch of it saw."""
+
+    name: str
+    kube: AsyncClient
+    namespace: str
+    seen: fleet.Bindings
+    extender: str | None  # its URL, when kube-scheduler calls it
+    gangs: bool
+
+
+@dataclass
+class RealResult:
+    tally: Tally
+    turned_away: int
+    left_waiting: int  # gangs judged unschedulable (no leaf had room), withdrawn
+    seconds: float
+
+
+async def place(arm: RealArm, job: Job, fits_a_leaf: bool) -> list[str] | None:
+    """Create the job's pods (and its gang), lift their gate once the extender counts the job
+    whole, and return the nodes kube-scheduler bound them to; None for a gang it judged
+    unschedulable when no leaf had room for it (withdrawn: it would wait, holding nothing)."""
+    group = f"{job.name}-workers" if arm.gangs else None
+    if arm.gangs:
+        workload, pod_group = gang_objects(arm.namespace, job.name, job.size)
+        await arm.kube.create(Workload.from_dict(workload))
+        await arm.kube.create(PodGroup.from_dict(pod_group))
+    bodies = [real_pod(p, arm.namespace, group) for p in pods_of(job)]
+    await asyncio.gather(*(arm.kube.create(Pod.from_dict(b)) for b in bodies))
+    if arm.extender is not None:  # as the model: every pod of the job exists before any binds
+        await _job_seen_whole(arm.extender, bodies[0], job.size)
+    names = [b["metadata"]["name"] for b in bodies]
+    lift = {"spec": {"schedulingGates": None}}
+    await asyncio.gather(
+        *(arm.kube.patch(Pod, n, lift, namespace=arm.namespace, patch_type=PatchType.MERGE)
+          for n in names)
+    )  # fmt: skip
+    deadline = time.monotonic() + PLACED_WITHIN_S
+    while waiting := await arm.seen.wait_for(names, 1.0):
+        if group is not None and not fits_a_leaf and await _unschedulable(arm, group):
+            await finish(arm, job)
+            return None
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{arm.name}: {len(waiting)} pods of {job.name} still unbound")
+    return [arm.seen.bound[n].node for n in names]
+
+
+async def _unschedulable(arm: RealArm, pod_group: str) -> bool:
+    got = await arm.kube.get(PodGroup, pod_group, namespace=arm.namespace)
+    conditions = (got.get("status") or {}).get("conditions") or []
+    return any(
+        c["type"] == "PodGroupInitiallyScheduled" and c["status"] == "False" for c in conditions
+    )
+
+
+async def finish(arm: RealArm, job: Job) -> None:
+    """The job's pods go at once (grace 0), and its gang with them."""
+    kube, ns = arm.kube, arm.namespace
+    await asyncio.gather(
+        *(kube.delete(Pod, p["metadata"]["name"], namespace=ns, grace_period=0)
+          for p in pods_of(job))
+    )  # fmt: skip
+    if arm.gangs:
+        await kube.delete(PodGroup, f"{job.name}-workers", namespace=ns)
+        await kube.delete(Workload, job.name, namespace=ns)
+
+
+async def run_arm(arm: RealArm, schedule: Schedule, fabric: fab.Fabric) -> tuple[Tally, int, int]:
+    """The model's loop, one job at a time through the real scheduler: finished jobs leave, an
+    arrival with fewer free nodes than it needs is turned away, the rest are placed and
+    tallied from their real bindings."""
+    where, leaf = fabric.locations(), leaves_of(fabric)
+    tally, busy = Tally(), set[str]()
+    running: list[tuple[float, int, Job, dict[str, list[str]]]] = []
+    turned_away = left_waiting = seq = 0
+    for now, duration, group in schedule:
+        while running and running[0][0] <= now:
+            _, _, done, placed_by = heapq.heappop(running)
+            await finish(arm, done)
+            busy -= set(placed_by[arm.name])
+        if sum(j.size for j in group) > len(where) - len(busy):
+            turned_away += 1
+            continue
+        for i, job in enumerate(group):
+            room = dict(Counter(leaf[n] for n in where if n not in busy))
+            placed = await place(arm, job, max(room.values()) >= job.size)
+            if placed is None:
+                left_waiting += len(group) - i  # a decode waits on its prefill
+                break
+            busy |= set(placed)
+            _count(tally, job, placed, room, where, leaf, running, arm.name)
+            seq += 1
+            heapq.heappush(running, (now + duration, seq, job, {arm.name: placed}))
+    return tally, turned_away, left_waiting
+
+
+async def one_arm(
+    cluster: KubeCluster, kube: AsyncClient, name: str, extender: str, schedule: Schedule,
+    fabric: fab.Fabric,
+) -> RealResult:  # fmt: skip
+    """A fresh namespace and kube-scheduler for arm `name`; the cluster emptied after it."""
+    setup = REAL_ARMS[name]
+    namespace = await scalerig.create_namespace(kube, f"fabric-{name}")
+    url = extender if setup.extender else None
+    config = scalerig.scheduler_config(url, SCHEDULER_QPS)
+    # a pod tried while its nodes' previous pods were still being deleted retries in 1 s
+    config.update(podInitialBackoffSeconds=1, podMaxBackoffSeconds=1)
+    if setup.score_all:
+        config["percentageOfNodesToScore"] = 100
+    if url is not None:  # the extender shares 2 loaded cores: judge its answers, not its speed
+        config["extenders"][0]["httpTimeout"] = "30s"
+    scheduler = launch_scheduler(cluster, config, [GATES] if setup.gangs else [])
+    started = time.monotonic()
+    try:
+        async with fleet.Bindings(kube, namespace) as seen:
+            arm = RealArm(name, kube, namespace, seen, url, setup.gangs)
+            tally, turned_away, left_waiting = await run_arm(arm, schedule, fabric)
+    finally:
+        scheduler.stop()
+    seconds = time.monotonic() - started
+    await kube.deletecollection(PodGroup, namespace=namespace)
+    await kube.deletecollection(Workload, namespace=namespace)
+    await scalerig.empty(kube, namespace, [extender])
+    return RealResult(tally, turned_away, left_waiting, seconds)
+
+
+async def real_arms(
+    cluster: KubeCluster, schedule: Schedule, fabric: fab.Fabric
+) -> dict[str, RealResult]:
+    """KWOK nodes for the fabric, the extender as deployed (its own process, its RBAC), then
+    each arm in turn on the same nodes."""
+    config = load_config(cluster.kubeconfig)
+    async with AsyncClient(config, timeout=httpx2.Timeout(120.0), trust_env=False) as kube:
+        await fleet.create(kube, kwok_nodes(fabric))
+        port = free_port()
+        kubeconfig = scalerig.extender_kubeconfig(cluster)
+        extender = await asyncio.to_thread(launch_extender, cluster, kubeconfig, port)
+        url = f"http://127.0.0.1:{port}"
+        try:
+            return {
+                name: await one_arm(cluster, kube, name, url, schedule, fabric)
+                for name in REAL_ARMS
+            }
+        finally:
+            extender.stop()
+
+
+def real(schedule: Schedule, fabric: fab.Fabric) -> None:
+    """The real arms on a gated control plane, beside the model on the same arrivals."""
+    bin_dir, kwok_bin = build_dir("--bin-dir"), build_dir("--kwok-bin-dir") / "kwok"
+    missing = [str(p) for p in (bin_dir / "kube-apiserver", kwok_bin) if not p.is_file()]
+    if missing:
+        sys.exit(f"error: --real: {', '.join(missing)} missing: run `make k8s-bins` first")
+    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    with cluster_with_kwok(bin_dir, kwok_bin, APISERVER_FLAGS) as cluster:
+        results = asyncio.run(real_arms(cluster, schedule, fabric))
+    model, _, model_turned = run_model(schedule, fabric, 0)
+    _report_real(results, model, model_turned, len(schedule), len(fabric.nodes), load)
+
+
+def _report_real(
+    results: dict[str, RealResult],
+    model: dict[str, Tally],
+    model_turned: int,
+    arrivals: int,
+    nodes: int,
+    load: str,
+) -> None:
+    print(
+        f"\nthe first {arrivals} arrivals through the real kube-scheduler (v1.37.2) on {nodes} "
+        f"KWOK nodes, each arm alone in turn; load average {load} at start, "
+        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} at the end"
+    )
+    print(f"{COLUMNS} {'turned away':>12} {'left waiting':>13} {'wall s':>7}")
+    for name, t in model.items():
+        print(f"{_row(f'model: {name}', t)} {model_turned:>12} {'-':>13} {'-':>7}")
+    for name, r in results.items():
+        print(
+            f"{_row(f'real: {name}', r.tally)} {r.turned_away:>12} {r.left_waiting:>13} "
+            f"{r.seconds:>7.0f}"
+        )
+    for name, setup in REAL_ARMS.items():
+        print(f"  real: {name} = {setup.label}")
+    print(
+        "model = rdmaplane's stand-ins on the same arrivals; real = where the real kube-scheduler "
+        "bound the pods (one leaf from those bindings; hops and PD counted on our fabric model); "
+        "left waiting = gangs no leaf had room for, judged unschedulable and withdrawn"
     )
 
 

@@ -54,6 +54,7 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples" / "gangs").glob("*.yaml"))
 JOBSET_CRD = Path(__file__).parent / "fixtures" / "crds" / "jobset.yaml"
 GATES = "--feature-gates=GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+APISERVER_FLAGS = (GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true")
 LEAF = fab.DEFAULT_TIER_LABELS[0]  # "one leaf": the agent's tier-0 label
 Workload = create_namespaced_resource("scheduling.k8s.io", "v1beta1", "Workload", "workloads")
 PodGroup = create_namespaced_resource("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups")
@@ -61,10 +62,7 @@ PodGroup = create_namespaced_resource("scheduling.k8s.io", "v1beta1", "PodGroup"
 
 @pytest.fixture(scope="module")
 def gang_cluster(k8s_bin_dir: Path) -> Iterator[KubeCluster]:
-    def flags(_: Path) -> list[str]:
-        return [GATES, "--runtime-config=scheduling.k8s.io/v1beta1=true"]
-
-    with control_plane(k8s_bin_dir, flags) as cluster:
+    with control_plane(k8s_bin_dir, lambda _: APISERVER_FLAGS) as cluster:
         install_nrt_crd(cluster)
         yield cluster
 
@@ -129,39 +127,32 @@ async def fabric(gkube: AsyncClient, gang_namespace: str) -> AsyncIterator[Fabri
                 await gkube.delete(NodeResourceTopology, name)
 
 
-async def _create_gang(kube: AsyncClient, namespace: str, name: str, size: int) -> list[str]:
-    """A Workload with one gang template (minCount `size`, one leaf), its PodGroup, and `size`
-    4-GPU pods naming the PodGroup, as a Job controller would make them."""
+def gang_objects(namespace: str, name: str, size: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A Workload with one gang template (minCount `size`, all under one leaf) and its PodGroup
+    `<name>-workers`, as a Job controller would make them."""
     policy = {"gang": {"minCount": size}}
     constraints = {"topology": [{"key": LEAF}]}
-    await kube.create(
-        Workload.from_dict(
-            {
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {
-                    "podGroupTemplates": [
-                        {
-                            "name": "workers",
-                            "schedulingPolicy": policy,
-                            "schedulingConstraints": constraints,
-                        }
-                    ]
-                },
-            }
-        )
-    )
-    await kube.create(
-        PodGroup.from_dict(
-            {
-                "metadata": {"name": f"{name}-workers", "namespace": namespace},
-                "spec": {
-                    "workloadRef": {"workloadName": name, "templateName": "workers"},
-                    "schedulingPolicy": policy,
-                    "schedulingConstraints": constraints,
-                },
-            }
-        )
-    )
+    template = {"name": "workers", "schedulingPolicy": policy, "schedulingConstraints": constraints}
+    workload = {
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podGroupTemplates": [template]},
+    }
+    group = {
+        "metadata": {"name": f"{name}-workers", "namespace": namespace},
+        "spec": {
+            "workloadRef": {"workloadName": name, "templateName": "workers"},
+            "schedulingPolicy": policy,
+            "schedulingConstraints": constraints,
+        },
+    }
+    return workload, group
+
+
+async def _create_gang(kube: AsyncClient, namespace: str, name: str, size: int) -> list[str]:
+    """The gang's Workload and PodGroup, and `size` 4-GPU pods naming the PodGroup."""
+    workload, group = gang_objects(namespace, name, size)
+    await kube.create(Workload.from_dict(workload))
+    await kube.create(PodGroup.from_dict(group))
     return await _create_pods(kube, namespace, name, size, f"{name}-workers")
 
 
