@@ -17,7 +17,7 @@ from rdmaplane.scheduler.settings import FabricScoring
 from tests.fabrics import rail_optimised
 from tests.layouts import hgx_uplinks, layout
 from tests.scheduler_helpers import pod
-from tests.unit.test_jobaware import cluster
+from tests.unit.test_jobaware import cluster, place
 
 JOB = "batch.kubernetes.io/job-name"
 RAILS = [f"su0-rail{r}" for r in range(8)]
@@ -72,17 +72,6 @@ def _pod(name: str, job: str, gpus: int, node: str = "") -> dict[str, Any]:
     return obj
 
 
-def _place(cache: ClusterCache, obj: dict[str, Any], weights: FabricScoring) -> str:
-    names = sorted(cache.locations)
-    request = pl.pod_request(obj)
-    verdicts = cache.verdicts(names, request)
-    scores, _ = cache.job_scores(obj, names, request, verdicts, weights)
-    best = max((s, -i) for i, (s, v) in enumerate(zip(scores, verdicts, strict=True)) if v.fits)
-    chosen = names[-best[1]]
-    cache.apply("pod", "MODIFIED", {**obj, "spec": {**obj["spec"], "nodeName": chosen}})
-    return chosen
-
-
 def _half_used(cache: ClusterCache) -> list[str]:
     """Every node of unit 0 but two gets an unrelated 4-GPU pod on rails 0-3."""
     names = sorted(cache.locations)[:8]
@@ -97,7 +86,7 @@ def test_a_jobs_pods_land_where_the_kubelet_gives_them_the_same_rails() -> None:
     pods = [_pod(f"j-{i}", "j", 4) for i in range(2)]
     for p in pods:
         cache.apply("pod", "ADDED", p)
-    placed = [_place(cache, p, FabricScoring()) for p in pods]
+    placed = [place(cache, p) for p in pods]
     context = cache.job_context(_pod("j-2", "j", 4))
     assert context is not None, placed
     assert context.peer_rails == (frozenset({0, 1, 2, 3}),) * 2, (placed, context)
