@@ -136,6 +136,32 @@ def contains(original: Any, result: Any, where: str = "") -> None:
         assert original == result, f"{where}: {original!r} became {result!r}"
 
 
+def assert_rdma_ready(pod: dict[str, Any], pool: str, count: str) -> None:
+    """`pod` as the API server stored it after the webhook: its first container has `count`
+    of `pool` (limits, and requests defaulted from them), IPC_LOCK, a memory /dev/shm sized to
+    its memory limit (`gpu_pod`'s 64Gi) and the pod's annotations as the fault notice's file."""
+    c = pod["spec"]["containers"][0]
+    assert c["resources"]["limits"][pool] == count
+    assert c["resources"]["requests"][pool] == count  # defaulted from the limit by the API server
+    assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"] == {
+        "medium": "Memory",
+        "sizeLimit": "64Gi",
+    }
+    notice = volumes[mounts["/etc/podinfo"]["name"]]["downwardAPI"]["items"][0]
+    assert notice["fieldRef"]["fieldPath"] == "metadata.annotations"
+    assert {"name": "RDMAPLANE_ANNOTATIONS_FILE", "value": "/etc/podinfo/annotations"} in c["env"]
+
+
+def assert_left_alone(pod: dict[str, Any]) -> None:
+    """`pod` as stored has nothing of the webhook's: no volume but the API token's, no
+    securityContext (the pods here set none)."""
+    assert all(v["name"].startswith("kube-api-access") for v in pod["spec"].get("volumes", []))
+    assert all("securityContext" not in c for c in pod["spec"]["containers"])
+
+
 def gpu_pod(
     name: str, gpus: str = "8", annotations: dict[str, str] | None = None, **container: Any
 ) -> dict[str, Any]:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import ssl
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ import yaml
 from lightkube import ApiError, Client, codecs
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
-from lightkube.resources.core_v1 import Namespace, Secret, ServiceAccount
+from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
 
+from rdmaplane.config.base import validate
+from rdmaplane.resources import GPU, Vocabulary
 from tests.e2e.controlplane import KubeCluster, Process, free_port, poll_until
 
 __all__ = ["WebhookProcess", "deployed_webhook", "free_port", "start_webhook"]
@@ -98,12 +101,22 @@ def empty_secret(client: Client) -> None:
     client.replace(secret)
 
 
-def webhook_configuration(url: str) -> Any:
-    """deploy/webhook/webhook.yaml as shipped, its clientConfig pointed at `url`."""
+# deploy/webhook/webhook.yaml's `asks-for-gpus` term for its one GPU name
+_ASKS_FOR = f"'{GPU}' in c.resources.limits"
+
+
+def webhook_configuration(url: str, gpus: Sequence[str] = (GPU,)) -> Any:
+    """deploy/webhook/webhook.yaml, its clientConfig pointed at `url` and its `asks-for-gpus`
+    conditions naming `gpus` (as docs/webhook.md has users of other GPU names change it)."""
     (mwc,) = codecs.load_all_yaml((DEPLOY / "webhook.yaml").read_text())
+    names = " || ".join(f"'{name}' in c.resources.limits" for name in gpus)
     for hook in mwc.webhooks:
         hook.clientConfig.service = None
         hook.clientConfig.url = url
+        for condition in hook.matchConditions:
+            if condition.name == "asks-for-gpus":
+                assert _ASKS_FOR in condition.expression, condition.expression
+                condition.expression = condition.expression.replace(_ASKS_FOR, f"({names})")
     return mwc
 
 
@@ -145,8 +158,9 @@ def deployed_webhook(
             field_manager="e2e",
             force=True,
         )
+        gpus = validate(Vocabulary, (config or {}).get("resources", {})).gpus
         client.apply(
-            webhook_configuration(f"https://127.0.0.1:{port}/mutate"),
+            webhook_configuration(f"https://127.0.0.1:{port}/mutate", gpus),
             field_manager="e2e",
             force=True,
         )
@@ -174,3 +188,31 @@ def deployed_webhook(
         finally:
             process.stop()
             client.delete(MutatingWebhookConfiguration, MWC)
+
+
+@contextlib.contextmanager
+def webhook_namespaces(cluster: KubeCluster) -> Iterator[tuple[str, str]]:
+    """Two fresh namespaces, the first opted in (`rdmaplane.io/inject=enabled`), the other
+    not; their pods are deleted at the end."""
+    opted_in, plain = (f"wh-{kind}-{uuid.uuid4().hex[:6]}" for kind in ("in", "plain"))
+    cluster.create_namespace(opted_in)
+    cluster.create_namespace(plain)
+    with cluster.client() as client:
+        client.patch(
+            Namespace, opted_in, {"metadata": {"labels": {"rdmaplane.io/inject": "enabled"}}}
+        )
+        try:
+            yield opted_in, plain
+        finally:
+            for ns in (opted_in, plain):
+                client.deletecollection(Pod, namespace=ns, grace_period=0)
+
+
+def create(
+    client: Client, namespace: str, pod: dict[str, Any], dry_run: bool = False
+) -> dict[str, Any]:
+    """`pod` created through the API server (admission and all); the pod as stored."""
+    obj = codecs.from_dict(copy.deepcopy(pod))
+    created = client.create(obj, namespace=namespace, dry_run=dry_run)
+    out: dict[str, Any] = created.to_dict()
+    return out

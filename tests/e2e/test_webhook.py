@@ -23,16 +23,27 @@ from typing import Any
 import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
-from lightkube import ApiError, Client, codecs
+from lightkube import ApiError, Client
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
-from lightkube.resources.core_v1 import Namespace, Pod, Secret
+from lightkube.resources.core_v1 import Secret
 
 from rdmaplane.kube import sync_client
 from rdmaplane.webhook import inject
 from rdmaplane.webhook.settings import InjectPolicy
 from tests.e2e.controlplane import KubeCluster, poll_until
-from tests.webhook_pods import GPU, HCA, SHARED, admission_review, contains, cpu_pod, gpu_pod, pods
+from tests.webhook_pods import (
+    GPU,
+    HCA,
+    SHARED,
+    admission_review,
+    assert_left_alone,
+    assert_rdma_ready,
+    contains,
+    cpu_pod,
+    gpu_pod,
+    pods,
+)
 from tests.webhook_server import (
     MWC,
     NAMESPACE,
@@ -40,8 +51,10 @@ from tests.webhook_server import (
     WebhookProcess,
     ca_bundle,
     ca_from_secret,
+    create,
     deployed_webhook,
     empty_secret,
+    webhook_namespaces,
 )
 
 
@@ -56,28 +69,11 @@ class Env:
 @pytest.fixture(scope="module")
 def env(kube_cluster: KubeCluster) -> Iterator[Env]:
     config = {"doctor": {"image": "registry.example/rdmaplane:test"}}
-    with deployed_webhook(kube_cluster, config) as (process, ca_file):
-        opted_in, plain = (f"wh-{kind}-{uuid.uuid4().hex[:6]}" for kind in ("in", "plain"))
-        kube_cluster.create_namespace(opted_in)
-        kube_cluster.create_namespace(plain)
-        with kube_cluster.client() as client:
-            client.patch(
-                Namespace, opted_in, {"metadata": {"labels": {"rdmaplane.io/inject": "enabled"}}}
-            )
-            try:
-                yield Env(process, opted_in, plain, ca_file)
-            finally:
-                for ns in (opted_in, plain):
-                    client.deletecollection(Pod, namespace=ns, grace_period=0)
-
-
-def create(
-    client: Client, namespace: str, pod: dict[str, Any], dry_run: bool = False
-) -> dict[str, Any]:
-    obj = codecs.from_dict(copy.deepcopy(pod))
-    created = client.create(obj, namespace=namespace, dry_run=dry_run)
-    out: dict[str, Any] = created.to_dict()
-    return out
+    with (
+        deployed_webhook(kube_cluster, config) as (process, ca_file),
+        webhook_namespaces(kube_cluster) as (opted_in, plain),
+    ):
+        yield Env(process, opted_in, plain, ca_file)
 
 
 def test_opted_in_namespace_gpu_pod_is_made_rdma_ready(kube_cluster: KubeCluster, env: Env) -> None:
@@ -88,23 +84,8 @@ def test_opted_in_namespace_gpu_pod_is_made_rdma_ready(kube_cluster: KubeCluster
             env.opted_in,
             cpu_pod("web"),
         )
-    c = pod["spec"]["containers"][0]
-    assert c["resources"]["limits"][HCA] == "8"
-    assert c["resources"]["requests"][HCA] == "8"  # defaulted from the limit by the API server
-    assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
-    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
-    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"] == {
-        "medium": "Memory",
-        "sizeLimit": "64Gi",
-    }
-    notice = volumes[mounts["/etc/podinfo"]["name"]]["downwardAPI"]["items"][0]
-    assert notice["fieldRef"]["fieldPath"] == "metadata.annotations"
-    assert {"name": "RDMAPLANE_ANNOTATIONS_FILE", "value": "/etc/podinfo/annotations"} in c["env"]
-    assert "volumes" not in plain["spec"] or all(
-        v["name"].startswith("kube-api-access") for v in plain["spec"]["volumes"]
-    )
-    assert "securityContext" not in plain["spec"]["containers"][0]
+    assert_rdma_ready(pod, HCA, "8")
+    assert_left_alone(plain)
 
 
 def test_other_namespaces_only_when_the_pod_asks(kube_cluster: KubeCluster, env: Env) -> None:
