@@ -438,7 +438,7 @@ async def test_a_leaf_storm_evicts_every_pod_still_hurt_once_within_the_budget(
 
         async def every_agent_holds_its_pod() -> bool:
             return all(
-                f"{namespace}/{pods[n]}" in {p.key for p in a.allocations.pods}
+                f"{namespace}/{pods[n]}" in {p.key for p in a.node.allocations.pods}
                 for n, a in agents.items()
             )
 
