@@ -51,11 +51,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "integration"))
+sys.path.insert(0, str(HERE.parent))  # the kubelet stand-in in tests/integration
 
 import grpc  # noqa: E402
-from kubelet_process import KubeletProcess  # noqa: E402
-from kubelet_standin import device_nodes  # noqa: E402
 
 from rdmaplane.deviceplugin.resources import ResourceManager  # noqa: E402
 from rdmaplane.deviceplugin.server import socket_name  # noqa: E402
@@ -64,6 +62,8 @@ from rdmaplane.discovery import read_node, samples  # noqa: E402
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp  # noqa: E402
 from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc  # noqa: E402
 from rdmaplane.model import NodeTopology  # noqa: E402
+from tests.integration.kubelet_process import KubeletProcess  # noqa: E402
+from tests.integration.kubelet_standin import device_nodes  # noqa: E402
 
 SAMPLE = "hgx-h100-roce"
 PEER_MODULE = "github.com/Mellanox/k8s-rdma-shared-dev-plugin"
@@ -524,14 +524,16 @@ CHECKING = [
     ("the config layer (DevicePluginConfig)", "import rdmaplane.config.deviceplugin as c"),
     (
         "pydantic + reading + checking the file",
-        "import rdmaplane.config as k; k.load(CONFIG, c.DEVICE_PLUGIN_CONFIG)",
+        "import rdmaplane.config as k; k.load(CONFIG_FILE, c.DEVICE_PLUGIN_CONFIG)",
     ),
 ]
 
 
 def steps(plan: list[tuple[str, str]], runs: int, config: Path) -> list[tuple[str, float, float]]:
     """Each step's (label, least time of `runs`, median RSS growth)."""
-    stmts = json.dumps([(label, stmt.replace("CONFIG", repr(str(config)))) for label, stmt in plan])
+    stmts = json.dumps(
+        [(label, stmt.replace("CONFIG_FILE", repr(str(config)))) for label, stmt in plan]
+    )
     got = [json.loads(run(sys.executable, "-c", STEPS, stmts)) for _ in range(runs)]
     return [
         (label, min(g[i][1] for g in got), statistics.median(g[i][2] for g in got))
