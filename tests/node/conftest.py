@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,7 +185,6 @@ def real_node(
     node_sample: Path,
     node_images: list[Path],
 ) -> Iterator[RealNode]:
-    before = hoststate.snapshot()
     node = RealNode(
         node_bin_dir,
         node_cluster.cluster,
@@ -192,6 +192,9 @@ def real_node(
         node_images,
         client_ca=node_cluster.kubelet_client_ca,
     )
+    if node.remove_stale_bridge():
+        warnings.warn(f"removed {node.bridge}, left on the host by an earlier run", stacklevel=1)
+    before = hoststate.snapshot()
     failure = None
     try:
         with running_node(node):

@@ -455,6 +455,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         self._start_kubelet()
         return self.wait_ready(since=self.started_at)
 
+    def remove_stale_bridge(self) -> bool:
+        """Remove a bridge of this node's name that a run killed before its `stop()` left on the
+        host (the name is ours, the host keeps it across runs); say whether there was one. Call
+        it before reading the host's state, so that state is the host without any node of ours."""
+        if not (Path("/sys/class/net") / self.bridge).exists():
+            return False
+        subprocess.run(["ip", "link", "del", self.bridge], check=True)
+        return True
+
     def stop(self) -> None:
         """Stop everything by PID, remove its cgroups, the CNI bridge and the namespace; a
         `NodeError` names what could not be removed."""

@@ -28,7 +28,6 @@ def test_a_node_and_its_pod_leave_the_host_as_it_was(
     node_bin_dir: Path, node_cluster: NodeCluster, node_images: list[Path]
 ) -> None:
     cluster = node_cluster.cluster
-    before = hoststate.snapshot()
     workdir = Path(tempfile.mkdtemp(prefix="rpn-", dir="/tmp"))
     node = RealNode(
         node_bin_dir,
@@ -39,6 +38,8 @@ def test_a_node_and_its_pod_leave_the_host_as_it_was(
         name=NAME,
         index=1,
     )
+    node.remove_stale_bridge()
+    before = hoststate.snapshot()
     try:
         with running_node(node), cluster.client() as client:
             # a pod with its own network on the node's bridge: veth, CNI, cgroups all in use
