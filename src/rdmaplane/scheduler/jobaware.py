@@ -29,7 +29,9 @@ kube-scheduler asks about one pod at a time. What this adds to each node's node-
   whole gang.
   A gang pod with no PodGroup label of ours is grouped by its PodGroup.
 - The node's score is `10 × (node × local/10 + fabric × F) / (node + fabric)`, weights
-  configurable; a pod with no group, or no known fabric, keeps its node-local score.
+  configurable; a pod with no group, or no known fabric, keeps its node-local score. Where
+  several nodes tie at the top, all but one are scored one lower (`job_scores`), so that
+  kube-scheduler binds the pod where the extender assumes it.
 
 Sizes come from `rdmaplane.io/group-size` (label or annotation), LeaderWorkerSet's
 `leaderworkerset.sigs.k8s.io/size` annotation, or the number of the group's pods the cache has
@@ -194,6 +196,39 @@ def _room_terms(
         else:
             terms.append(0.45 * free / remaining)  # too small: below every one that fits
     return terms
+
+
+def job_scores(
+    names: Sequence[str],
+    local: Sequence[int],
+    fits: Sequence[bool],
+    terms: Sequence[float],
+    locations: Mapping[str, Location],
+    weights: FabricScoring,
+) -> list[int]:
+    """Each node's score (`compose`), with one fitting node alone at the top when the fabric
+    term counts: the others that tie with it are scored one lower.
+
+    kube-scheduler picks at random among the nodes with the highest total, and the extender
+    assumes the pod on its own best node (`ClusterCache.assume`) for the job's next pods: with
+    a tie (a job's first pod: every free node of each leaf that fits it best) the two often
+    differ, and the next pods are drawn to a leaf the first did not go to. One node at the top
+    makes them agree. It is the first by place on the fabric (widest tier first), then by
+    name, so the choice does not depend on the order kube-scheduler lists the nodes in."""
+    scores = [compose(s, t, weights) for s, t in zip(local, terms, strict=True)]
+    top = max((s for s, f in zip(scores, fits, strict=True) if f), default=0)
+    tied = [i for i, (s, f) in enumerate(zip(scores, fits, strict=True)) if f and s == top]
+    if weights.weight <= 0 or top <= 0 or len(tied) < 2:
+        return scores
+    keep = min(tied, key=lambda i: (_place(locations.get(names[i])), names[i]))
+    for i in tied:
+        if i != keep:
+            scores[i] = top - 1
+    return scores
+
+
+def _place(where: Location | None) -> tuple[str, ...]:
+    return tuple(reversed(where.tiers)) if where is not None else ()
 
 
 def compose(local: int, term: float, weights: FabricScoring) -> int:
