@@ -17,9 +17,14 @@ kube-scheduler asks about one pod at a time. What this adds to each node's node-
   switch with the most room scores highest.
 - **Rails.** When peers' rails are known (`rails.pod_rails`, from the devices the kubelet is
   predicted to give them), a candidate's closeness is scaled by `1 - RAIL_SHARE` times the share
-  of those peers whose rails its own predicted rails do not match: a node where the pod lands on
-  the job's rails wins over one under the same switch where it would not, yet never over a
-  closer switch (a mismatched node under the peers' tier-0 still scores 0.75, their tier-1 0.5).
+  of those peers whose rails its own predicted rails do not match: a node where the pod lands
+  on the job's rails wins over one under the same switch where it would not, yet never over a
+  closer switch (a mismatched node under the peers' tier-0 still scores 0.75, their tier-1
+  0.5). A peer on the same node counts too: the two need no rail between them, but every pod
+  of the job elsewhere then has two rail sets to match, and can match only one. A job's first
+  pod decides the rails the rest must match: its room term is scaled down (`_rail_factor`) on
+  nodes whose rails too few other nodes under the same switch still offer
+  (`rails.rail_room`).
 - **Gangs.** A pod naming a PodGroup (`spec.schedulingGroup.podGroupName`, kube-scheduler's
   Workload API) is asked about only with the nodes of the one domain kube-scheduler is trying
   for the whole group (its `TopologyConstraint`). Peers outside the closest switch all
@@ -46,7 +51,7 @@ from typing import Any
 
 from rdmaplane.fabric import Location, closeness
 from rdmaplane.scheduler.placement import Pod, read_pod
-from rdmaplane.scheduler.rails import NONE, Rails, match_share
+from rdmaplane.scheduler.rails import NONE, Rails, match_share, rail_room
 from rdmaplane.scheduler.settings import FabricScoring
 
 GROUP_LABEL = "rdmaplane.io/group"
@@ -154,7 +159,18 @@ def fabric_terms(
         return terms
     if job.peer_nodes and not job.gang:
         return None  # peers bound on nodes of unknown place: no direction to give
-    return _room_terms(names, slots, locations, remaining)
+    terms = _room_terms(names, slots, locations, remaining)
+    if rails is None or remaining is None or remaining < 2:
+        return terms
+    switches = [w.tier0 if (w := locations.get(n)) is not None else None for n in names]
+    room = rail_room(list(zip(switches, map(rails, range(len(names))), strict=True)), remaining - 1)
+    return [t if r is None else t * _rail_factor(r) for t, r in zip(terms, room, strict=True)]
+
+
+def _rail_factor(share: float) -> float:
+    """What a first pod's term keeps when only `share` of the rest of its job could match its
+    rails: all of it at 1, else at most 1 - RAIL_SHARE/2 (a whole score point below)."""
+    return 1.0 if share >= 1 else 1 - RAIL_SHARE + RAIL_SHARE / 2 * share
 
 
 def within_candidates(peers: Sequence[Location], candidates: Sequence[Location]) -> list[Location]:
