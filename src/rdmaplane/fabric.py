@@ -415,5 +415,10 @@ class NodeFabric:
     uplinks: tuple[nrt.Uplink, ...]
     source: str  # "file", "lldp" or "" (nothing known)
 
+    @property
+    def rails(self) -> dict[str, int]:
+        """Each cabled HCA's rail (what the device plugin tells pods: `RDMAPLANE_RAILS`)."""
+        return nrt.rail_by_hca(self.uplinks)
+
 
 NOTHING = NodeFabric({}, (), "")

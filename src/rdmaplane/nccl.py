@@ -26,12 +26,15 @@ The same set also gets what KV-cache transfer frameworks read (prefill → decod
   one fails ("GID is NULL") where a missing one may work.
 - `RDMAPLANE_HCAS=mlx5_0,mlx5_3`: the granted HCA names, for SGLang's
   `--disaggregation-ib-device "$RDMAPLANE_HCAS"`.
+- `RDMAPLANE_RAILS=0,3`: the rail of each of those HCAs, in the same order (`rails_env`), when
+  the node's fabric names every one's rail (docs/fabric.md): a stack pairing two pods' NICs by
+  rail keeps every transfer on a rail switch.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rdmaplane.errors import RdmaplaneError
@@ -146,6 +149,19 @@ def link_layer_mix(ports: Sequence[tuple[Hca, Port]]) -> str | None:
 _LAYER_WORD = {LinkLayer.INFINIBAND: "InfiniBand", LinkLayer.ETHERNET: "RoCE"}
 MC_GID_INDEX = "MC_GID_INDEX"
 HCAS_ENV = "RDMAPLANE_HCAS"
+
+
+RAILS_ENV = "RDMAPLANE_RAILS"
+
+
+def rails_env(env: Mapping[str, str], rails: Mapping[str, int]) -> dict[str, str]:
+    """`RDMAPLANE_RAILS` for an environment holding `RDMAPLANE_HCAS`: each HCA's rail
+    (`rails`: HCA name → rail), in its order; nothing when one of them has no known rail (a
+    partial list would pair the wrong NICs)."""
+    hcas = [h for h in env.get(HCAS_ENV, "").split(",") if h]
+    if not hcas or any(h not in rails for h in hcas):
+        return {}
+    return {RAILS_ENV: ",".join(str(rails[h]) for h in hcas)}
 
 
 def _kv_env(plan: NodeGidPlan) -> dict[str, str]:

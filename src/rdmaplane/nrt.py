@@ -167,6 +167,11 @@ class Uplink:
     pcie_root: str | None = None
 
 
+def rail_by_hca(uplinks: Iterable[Uplink]) -> dict[str, int]:
+    """Each HCA's rail, for the uplinks that name one."""
+    return {u.hca: u.rail for u in uplinks if u.rail is not None}
+
+
 @dataclass(frozen=True)
 class NodeResourceTopology:
     name: str

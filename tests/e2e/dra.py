@@ -1,6 +1,7 @@
 """What the DRA end-to-end tests share: a sample node whose HCA ports the driver's own code
 publishes (with a device node for every HCA), GPU slices as NVIDIA's GPU DRA driver publishes
-them for the same sample, the DeviceClasses, and claims made from deploy/dra/'s templates."""
+them for the same sample, the DeviceClasses, and claims made from deploy/dra/'s templates (and
+examples/dra-rails.yaml's)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import shutil
 import sys
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,7 @@ from rdmaplane.dra.slices import BANDWIDTH
 from rdmaplane.faults import Fault
 from rdmaplane.kube import ClaimDict
 from rdmaplane.model import NodeTopology
+from rdmaplane.nrt import Uplink
 from tests.e2e import nodeaccess
 from tests.e2e.controlplane import KubeCluster, add_ready_node
 from tests.unit.test_deviceplugin_resources import device_nodes
@@ -45,6 +47,7 @@ from tests.unit.test_dra_devices import with_ports_down
 
 REPO = Path(__file__).resolve().parents[2]
 DRA_DEPLOY = REPO / "deploy" / "dra"
+RAIL_EXAMPLE = REPO / "examples" / "dra-rails.yaml"
 DRIVER = "rdma.rdmaplane.io"
 GPU_DRIVER = "gpu.nvidia.com"
 DRIVER_USER = "system:serviceaccount:rdmaplane:rdmaplane-dra-driver"
@@ -69,11 +72,14 @@ GPU_CLASS = {
 
 
 def templates() -> dict[str, dict[str, Any]]:
-    """deploy/dra/claim-templates.yaml's and share-templates.yaml's templates by name."""
+    """deploy/dra/claim-templates.yaml's, share-templates.yaml's and examples/dra-rails.yaml's
+    ResourceClaimTemplates by name."""
+    files = [DRA_DEPLOY / "claim-templates.yaml", DRA_DEPLOY / "share-templates.yaml", RAIL_EXAMPLE]
     return {
         d["metadata"]["name"]: d
-        for file in ("claim-templates.yaml", "share-templates.yaml")
-        for d in yaml.safe_load_all((DRA_DEPLOY / file).read_text())
+        for file in files
+        for d in yaml.safe_load_all(file.read_text())
+        if d["kind"] == "ResourceClaimTemplate"
     }
 
 
@@ -126,10 +132,12 @@ class DraNode:
     driver: DraDriver
     dev_root: Path
     faults: dict[tuple[str, int], Fault] = field(default_factory=dict)
+    uplinks: Sequence[Uplink] = ()  # where its HCAs plug into the fabric (rails), if known
 
     async def publish(self) -> None:
-        """Feed the driver the topology and the current faults; wait until the server has it."""
-        self.driver.update(self.topo, self.faults)
+        """Feed the driver the topology, the current faults and the fabric; wait until the
+        server has it."""
+        self.driver.update(self.topo, self.faults, self.uplinks)
         assert self.driver.publisher is not None
         await self.driver.publisher.publish_once()
 
@@ -186,13 +194,15 @@ async def dra_node(
     *,
     group: str | None = None,
     claim_status: bool = True,
+    uplinks: Sequence[Uplink] = (),
     **dra: object,
 ) -> AsyncIterator[DraNode]:
     """The sample as a node, its HCAs' device nodes in a folder of their own, the ports of the
     HCAs `down` DOWN/Disabled from the first slice on; `group` (the label pods select) shared
     with other nodes, or one of its own. `claim_status`: the driver's claim watch runs (pods
     bind once it set their devices ready); without it the test writes it
-    (`DraNode.write_claim_status`). `dra`: settings of `AgentConfig.dra`."""
+    (`DraNode.write_claim_status`). `uplinks`: the fabric as the agent's source gives it.
+    `dra`: settings of `AgentConfig.dra`."""
     group = group or uuid.uuid4().hex[:8]
     name = f"dra-{sample}-{uuid.uuid4().hex[:8]}"
     await add_ready_node(kube, name, {GROUP_LABEL: group}, {})
@@ -201,7 +211,7 @@ async def dra_node(
     dev_root = device_nodes(topo, Path(tempfile.mkdtemp(prefix="rdr-dev-")) / "dev")
     config = agent_config(name, dev_root, **dra)
     driver = DraDriver(config, (pools or PluginSettings()).pools, kube)
-    node = DraNode(name, group, topo, driver, dev_root)
+    node = DraNode(name, group, topo, driver, dev_root, uplinks=uplinks)
     await node.publish()
     try:
         if claim_status and driver.claim_status is not None:

@@ -18,9 +18,11 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from rdmaplane.deviceplugin.settings import PluginSettings
+from rdmaplane.discovery.samples import read_sample
 from rdmaplane.dra.readiness import FAILED, READY
 from rdmaplane.dra.slices import BANDWIDTH
 from rdmaplane.faults import TAINT_KEY, Fault, FaultClass
+from rdmaplane.nrt import Uplink
 from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manager
 from tests.e2e.dra import (
     DRIVER,
@@ -113,6 +115,32 @@ async def stays_pending(kube: AsyncClient, namespace: str, pod: str) -> None:
     note = await failed_scheduling_note(kube, namespace, pod, CANNOT)
     assert "1 cannot allocate all claims" in note, note
     assert await pending(kube, namespace, pod)
+
+
+async def test_the_rail_selector_gives_each_gpu_the_nic_of_its_rail_or_the_pod_waits(
+    kube: AsyncClient, namespace: str, scheduler: Process
+) -> None:
+    """examples/dra-rails.yaml's template: where the NICs name their rails (HCA k on rail k),
+    GPUs 0-3 get the NICs on rails 0-3, each on its GPU's root; where they name none, the pod
+    waits and the scheduler says it cannot allocate (the selector tests the attribute is
+    there: reading a missing one would be a CEL error, aborting the allocation)."""
+    topo = read_sample("hgx-h100-roce")
+    compute = [topo.hca(f"mlx5_{k}") for k in range(8)]
+    uplinks = [
+        Uplink(h.name, f"rail-{k}", k, "", -1, h.pcie_root) for k, h in enumerate(compute) if h
+    ]
+    async with dra_node(kube, "hgx-h100-roce", uplinks=uplinks) as node:
+        pod, claim = await template_pod(kube, namespace, node, "gpu-nic-rails-0-3")
+        got = by_request(await allocation(kube, namespace, claim))
+        where = roots(node)
+        for k in range(4):
+            nic = node.driver.devices[got[f"nic-{k}"][1]]
+            assert nic.attribute("rail") == k and nic.hca == f"mlx5_{k}"
+            assert where[got[f"gpu-{k}"]] == where[got[f"nic-{k}"]]
+        assert await bound_node(kube, namespace, pod) == node.name
+    async with dra_node(kube, "hgx-h100-roce") as unknown:
+        pod, _ = await template_pod(kube, namespace, unknown, "gpu-nic-rails-0-3")
+        await stays_pending(kube, namespace, pod)
 
 
 # gb300-cx8: each ConnectX-8 is on its GPU's root only by its Data Direct function

@@ -13,6 +13,7 @@ from pathlib import Path
 import grpc
 import httpx
 import pytest
+import yaml
 from kubelet_standin import agent_with_plugin
 from lightkube import AsyncClient, KubeConfig
 from prometheus_client.parser import text_string_to_metric_families
@@ -22,7 +23,7 @@ from rdmaplane.agent.metrics import NodeCollector, NodeView
 from rdmaplane.agent.plugin import EmbeddedPlugin
 from rdmaplane.agent.podresources import PodResourcesClient
 from rdmaplane.agent.service import Agent
-from rdmaplane.agent.settings import AgentSettings, HealthSettings
+from rdmaplane.agent.settings import AgentSettings, FabricSettings, HealthSettings
 from rdmaplane.config.base import validate
 from rdmaplane.counters import PORT_COUNTERS
 from rdmaplane.deviceplugin.settings import PluginSettings
@@ -303,6 +304,37 @@ async def test_rising_errors_reach_the_device_plugin(
             while (health := await next_health(stream))[mlx5_2] == "Unhealthy":
                 pass  # the increment ages out of the 1 s window
             stream.cancel()
+
+
+async def test_allocate_tells_the_rails_the_fabric_file_gives_the_hcas(
+    node: Path, short_dir: Path, sample_nodes: dict[str, NodeTopology]
+):
+    """The agent's fabric source reaches the embedded plugin: HCA k cabled into rail 7 - k's
+    leaf, Allocate says so in `RDMAPLANE_RAILS`, in `RDMAPLANE_HCAS`'s order."""
+    fabric = {
+        "apiVersion": "rdmaplane.io/v1alpha1",
+        "kind": "Fabric",
+        "switches": [{"name": f"rail{r}", "tier": 0, "rail": r} for r in range(8)],
+        "nodes": ["hgx-h100-017"],
+        "links": [
+            {"node": "hgx-h100-017", "hca": f"mlx5_{k}", "switch": f"rail{7 - k}"} for k in range(8)
+        ],
+    }
+    path = short_dir / "fabric.yaml"
+    path.write_text(yaml.safe_dump(fabric))
+    cfg, plugin = with_plugin(node, short_dir, fabric=FabricSettings(file=path, lldp="off"))
+    topo = sample_nodes["hgx-h100-roce"]
+    ids = [topo.hca(n).pci.address for n in ("mlx5_3", "mlx5_0")]
+    async with Running(Agent(cfg, plugin=plugin)):
+        socket = next((cfg.kubelet_dir / "device-plugins").glob("rdmaplane-*.sock"))
+        async with grpc.aio.insecure_channel(f"unix://{socket}") as channel:
+            got = await dp_grpc.DevicePluginStub(channel).Allocate(
+                dp.AllocateRequest(
+                    container_requests=[dp.ContainerAllocateRequest(devices_ids=ids)]
+                )
+            )
+    envs = got.container_responses[0].envs
+    assert (envs["RDMAPLANE_HCAS"], envs["RDMAPLANE_RAILS"]) == ("mlx5_0,mlx5_3", "7,4")
 
 
 async def next_health(stream) -> dict[str, str]:

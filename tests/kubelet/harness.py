@@ -16,9 +16,11 @@ in a thread of its own:
 and publishes them under those names, as an agent configured so would.
 
 `admit(pod)` asks the kubelet's Topology Manager to admit a v1 Pod (which allocates, calling the
-plugins' GetPreferredAllocation and Allocate as a kubelet does) and returns what it decided and
-which devices each container got; `delete(uid)` ends a pod. `published()` is the
-NodeResourceTopology the agent would publish from those real allocations.
+plugins' GetPreferredAllocation and Allocate as a kubelet does) and returns what it decided,
+which devices each container got and the environment the device manager gives it from the
+plugins' answers; `delete(uid)` ends a pod. `published()` is the NodeResourceTopology the agent
+would publish from those real allocations. Its compute HCAs are cabled rail-optimised (`cabled`:
+HCA k on rail k), and the plugin is told their rails as the agent's fabric source tells it.
 
 A node starts its own Go process and event loop, or shares a `Backend` (one Go process, one
 plugin loop, one temporary folder) with many others: bench/placement.py runs a cluster so.
@@ -35,7 +37,7 @@ import subprocess
 import tempfile
 import threading
 import uuid
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +160,7 @@ class ContainerAdmission:
     affinity: tuple[int, ...] | None  # the Topology Manager's NUMA affinity (None: any)
     preferred: bool
     devices: Mapping[str, tuple[str, ...]]
+    env: Mapping[str, str] = field(default_factory=dict)  # from the plugins' Allocate answers
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +184,7 @@ def _admission(reply: Mapping[str, Any]) -> Admission:
             tuple(c["affinity"]) if c["affinity"] is not None else None,
             c["preferred"],
             {r: tuple(ids) for r, ids in c["devices"].items()},
+            c.get("env") or {},
         )
         for c in reply.get("containers") or ()
     )
@@ -191,6 +195,27 @@ def _admission(reply: Mapping[str, Any]) -> Admission:
         reply.get("message", ""),
         containers,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# What a node offers
+
+
+def exclusive(rdma: EmbeddedPlugin, resource: str) -> list[Offered]:
+    """The devices of the node's exclusive pool `resource`."""
+    return [o for o in rdma.offered() if not o.shared and o.resource == resource]
+
+
+def cabled(rdma: EmbeddedPlugin, resource: str, topo: NodeTopology) -> list[nrt.Uplink]:
+    """The node's compute HCAs (those of its exclusive pool) cabled rail-optimised: HCA k
+    (natural name order) into switch `rail-k` on rail k, as `fabric.hca_rails` numbers them
+    when nothing says more."""
+    offered = sorted({h for o in exclusive(rdma, resource) for h in o.hcas}, key=natural_key)
+    hcas = [h for h in (topo.hca(n) for n in offered) if h is not None]
+    return [
+        nrt.Uplink(h.name, f"rail-{k}", k, "", h.numa if h.numa is not None else -1, h.pcie_root)
+        for k, h in enumerate(hcas)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -283,7 +308,9 @@ class PluginHost:
         their resources named `names` (GPU, exclusive pool, shared pool)."""
         config = plugin_config(node.topology, shared_slots, *names[1:])
         rdma = EmbeddedPlugin(config, kubelet_dir=kubelet_dir, dev_root=dev_root)
-        rdma.update(node.topology, {})
+        rdma.update(node.topology, {}, {})
+        # the node cabled rail-optimised, as the agent's fabric source would say (`cabled`)
+        rdma.update(node.topology, {}, nrt.rail_by_hca(cabled(rdma, names[1], node.topology)))
         plugins = kubelet_dir / "device-plugins"
         gpu = GpuPluginStandIn(node.gpus(), plugins, gpu_preference, resource=names[0])
         await rdma.start()
@@ -472,28 +499,23 @@ class KubeletHarness:
         return Allocations(tuple(p for p in pods if p.devices))
 
     def rail_uplinks(self) -> list[nrt.Uplink]:
-        """The node's compute HCAs cabled rail-optimised: HCA k (natural name order) into
-        switch `rail-k` on rail k, as `fabric.hca_rails` numbers them when nothing says more."""
-        offered = sorted({h for o in self.offered_exclusive() for h in o.hcas}, key=natural_key)
-        topo = self.node.topology
-        hcas = [h for h in (topo.hca(n) for n in offered) if h is not None]
-        return [
-            nrt.Uplink(
-                h.name, f"rail-{k}", k, "", h.numa if h.numa is not None else -1, h.pcie_root
-            )
-            for k, h in enumerate(hcas)
-        ]
+        """The node's uplinks as `cabled` (the plugin was fed their rails)."""
+        assert self.rdma is not None
+        return cabled(self.rdma, self.resources[1], self.node.topology)
 
     def offered_exclusive(self) -> list[Offered]:
         assert self.rdma is not None
-        return [o for o in self.rdma.offered() if not o.shared and o.resource == self.resources[1]]
+        return exclusive(self.rdma, self.resources[1])
 
     def rails(self, admission: Admission) -> frozenset[int]:
         """The rails of the exclusive NICs the kubelet gave the pod (by `rail_uplinks`)."""
-        rail = {u.hca: u.rail for u in self.rail_uplinks()}
+        return self.rails_of(admission.devices(self.resources[1]))
+
+    def rails_of(self, devices: Iterable[str]) -> frozenset[int]:
+        """The rails of these devices of the exclusive pool (by `rail_uplinks`)."""
+        rail = nrt.rail_by_hca(self.rail_uplinks())
         hcas = {o.device_id: o.hcas for o in self.offered_exclusive()}
-        held = admission.devices(self.resources[1])
-        return frozenset(r for d in held for h in hcas.get(d, ()) if (r := rail.get(h)) is not None)
+        return frozenset(rail[h] for d in devices for h in hcas.get(d, ()) if h in rail)
 
     def published(self, uplinks: Sequence[nrt.Uplink] = ()) -> nrt.NodeResourceTopology:
         """The NRT the node agent would publish now, from the kubelet's real allocations (with

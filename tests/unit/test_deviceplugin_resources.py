@@ -307,3 +307,26 @@ def test_an_infiniband_pool_needs_no_gid_index(
     m = manager({"selectors": {"linkTypes": ["infiniband"]}}, tmp_path)
     m.update(sample_nodes["hgx-h200-ib"])
     assert m.members and pool_gid_index(sample_nodes["hgx-h200-ib"], m.pool) == (False, None)
+
+
+def test_allocate_tells_the_rails_of_the_hcas_it_grants_in_their_order(
+    hgx: NodeTopology, dev: Path
+) -> None:
+    rails = {f"mlx5_{k}": 7 - k for k in range(8)}  # cabled in reverse: the order is the HCAs'
+    m = manager({}, dev)
+    m.update(hgx, {}, rails)
+    ids = {d.hcas[0]: d.id for d in m.devices}
+    got = m.allocate([ids["mlx5_5"], ids["mlx5_1"]])
+    assert got.envs["RDMAPLANE_HCAS"] == "mlx5_1,mlx5_5"
+    assert got.envs["RDMAPLANE_RAILS"] == "6,2"
+    mlx5_1 = hgx.hca("mlx5_1")
+    assert mlx5_1 and mlx5_1.uverbs
+    (dev / "infiniband" / mlx5_1.uverbs).unlink()
+    m.recheck()  # rails outlive a recheck
+    (dev / "infiniband" / mlx5_1.uverbs).touch()
+    m.recheck()
+    assert m.allocate([ids["mlx5_5"]]).envs["RDMAPLANE_RAILS"] == "2"
+    m.update(hgx, {}, {"mlx5_5": 2})  # one rail unknown: no partial list
+    assert "RDMAPLANE_RAILS" not in m.allocate([ids["mlx5_5"], ids["mlx5_1"]]).envs
+    m.update(hgx)  # the fabric unknown
+    assert "RDMAPLANE_RAILS" not in m.allocate([ids["mlx5_5"]]).envs

@@ -21,6 +21,7 @@ from rdmaplane.dra.claims import ClaimError, ClaimRef, PreparedClaim, prepare, s
 from rdmaplane.dra.devices import DraDevice, Pool, offer
 from rdmaplane.dra.driver import read_device_config
 from rdmaplane.nccl import NcclSettings
+from rdmaplane.nrt import Uplink
 from rdmaplane.selectors import Selectors
 
 DRIVER = "rdma.rdmaplane.io"
@@ -127,6 +128,23 @@ def test_four_nics_give_one_spec_with_their_nodes_and_their_environment() -> Non
         assert device.cdi_ids == (f"k8s.{DRIVER}/claim={spec_device['name']}",)
         paths = [n["path"] for n in spec_device["containerEdits"]["deviceNodes"]]
         assert paths == [f"/dev/infiniband/{hca.uverbs}", f"/dev/infiniband/{hca.ports[0].umad}"]
+
+
+def test_devices_that_name_their_rail_tell_the_claim_its_rails() -> None:
+    """HCA k cabled into rail 7 - k: the claim's env names each HCA's rail, in RDMAPLANE_HCAS's
+    order; a claim with a device of unknown rail gets no partial list."""
+    uplinks = [Uplink(f"mlx5_{k}", f"rail-{7 - k}", 7 - k) for k in range(4)]
+    cabled = {
+        d.hca: d for d in offer(TOPO, [Pool("rdmaplane.io/hca", Selectors())], uplinks).values()
+    }
+    picked = [("nic-0", cabled["mlx5_2"]), ("nic-1", cabled["mlx5_0"])]
+    env = env_of(run(claim(picked), devices={d.name: d for d in cabled.values()}))
+    assert (env["RDMAPLANE_HCAS"], env["RDMAPLANE_RAILS"]) == ("mlx5_0,mlx5_2", "7,5")
+    unknown = [*picked, ("nic-2", cabled["mlx5_5"])]
+    assert "RDMAPLANE_RAILS" not in env_of(
+        run(claim(unknown), devices={d.name: d for d in cabled.values()})
+    )
+    assert "RDMAPLANE_RAILS" not in env_of(run(claim([("nic-0", BY_HCA["mlx5_0"])])))  # no fabric
 
 
 @settings(max_examples=60)

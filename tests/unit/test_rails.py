@@ -124,3 +124,43 @@ def test_without_rails_the_same_second_pod_packs_onto_other_rails() -> None:
     assert best == empty[1]  # the one node where the kubelet gives it rails 0-3
     assert packed != empty[1]
     assert not rl.rails_match(cache.rails_at(packed, verdicts[names.index(packed)]), {0, 1, 2, 3})
+
+
+def test_a_jobs_first_pod_takes_rails_enough_other_nodes_still_offer() -> None:
+    """Nodes 0-1 half used (they offer rails 4-7), 2-4 empty (0-3), 5-7 full. A 3-pod job's
+    first pod on rails 4-7 would leave its third pod no node on them; on 0-3 all three match."""
+    cache = cluster(rail_optimised(units=1), labelled=False)
+    names = sorted(cache.locations)[:8]
+    for n in names[:2]:
+        cache.apply("pod", "ADDED", _pod(f"half-{n}", f"half-{n}", 4, node=n))
+    for n in names[5:]:
+        cache.apply("pod", "ADDED", _pod(f"full-{n}", f"full-{n}", 8, node=n))
+    pods = [_pod(f"j-{i}", "j", 4) for i in range(3)]
+    for p in pods:
+        cache.apply("pod", "ADDED", p)
+    request = pl.pod_request(pods[0])
+    assert {cache.rails_at(n, cache.verdict(n, request)) for n in names[:2]} == {
+        frozenset(range(4, 8))
+    }
+    placed = [place(cache, p) for p in pods]
+    assert set(placed) <= set(names[2:5]), placed
+    context = cache.job_context(_pod("j-3", "j", 4))
+    assert context is not None and set(context.peer_rails) == {frozenset(range(4))}
+
+
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b", None]), rail_sets), max_size=10),
+    st.integers(0, 5),
+)
+def test_rail_room_counts_the_other_nodes_under_the_switch_on_matching_rails(
+    candidates: list[tuple[str | None, rl.Rails]], others: int
+) -> None:
+    room = rl.rail_room(candidates, others)
+    for (switch, rails), got in zip(candidates, room, strict=True):
+        if not rails or not others:
+            assert got is None
+            continue
+        matching = [
+            j for j, (s, r) in enumerate(candidates) if s == switch and rl.rails_match(rails, r)
+        ]
+        assert got == min(1.0, (len(matching) - 1) / others)

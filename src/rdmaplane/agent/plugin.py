@@ -26,8 +26,10 @@ class EmbeddedPlugin:
     def resources(self) -> list[str]:
         return [p.resource_name for p in self.plugin.config.pools]
 
-    def update(self, topo: NodeTopology, faults: Mapping[str, str]) -> None:
-        self.plugin.update(topo, faults)
+    def update(
+        self, topo: NodeTopology, faults: Mapping[str, str], rails: Mapping[str, int]
+    ) -> None:
+        self.plugin.update(topo, faults, rails)
 
     def recheck(self) -> None:
         self.plugin.recheck()

@@ -77,7 +77,9 @@ log = logging.getLogger("rdmaplane.agent")
 class DevicePlugin(Protocol):
     """What the agent needs of the embedded device plugin."""
 
-    def update(self, topo: NodeTopology, faults: Mapping[str, str]) -> None: ...
+    def update(
+        self, topo: NodeTopology, faults: Mapping[str, str], rails: Mapping[str, int]
+    ) -> None: ...
     def recheck(self) -> None: ...
     async def start(self, supervisor: Supervisor) -> None: ...
     async def stop(self) -> None: ...
@@ -185,7 +187,7 @@ class Agent:
         self.node = NodeState()
         self._probe: Probe | None = None
         self._facts: TopologyFacts | None = None
-        self._plugin_fed: tuple[NodeTopology, dict[str, str]] | None = None
+        self._plugin_fed: tuple[NodeTopology, dict[str, str], dict[str, int]] | None = None
         self._published_from: PublishInputs | None = None
         self._told_pools: PoolFacts | None = None
         self._allocation_problem: str | None = None
@@ -381,7 +383,7 @@ class Agent:
     def _feed_plugin(self) -> None:
         if self.plugin is None or self.topo is None:
             return
-        fed = (self.topo, reported_by_hca(self.node.health))
+        fed = (self.topo, reported_by_hca(self.node.health), self.node.fabric.rails)
         if fed != self._plugin_fed:  # the same topology object compares by identity: cheap
             self.plugin.update(*fed)
             self._plugin_fed = fed

@@ -64,11 +64,17 @@ class RdmaDevicePlugin:
         ]
         self._members: dict[str, tuple[str, ...]] = {}  # per pool, as last logged
 
-    def update(self, topo: NodeTopology, faults: Mapping[str, str] | None = None) -> None:
-        """Take a new topology and faults judged outside the plugin (HCA name → why); streams
-        are woken only for pools whose devices changed."""
+    def update(
+        self,
+        topo: NodeTopology,
+        faults: Mapping[str, str] | None = None,
+        rails: Mapping[str, int] | None = None,
+    ) -> None:
+        """Take a new topology, faults judged outside the plugin (HCA name → why) and the HCAs'
+        rails where the fabric is known; streams are woken only for pools whose devices
+        changed."""
         for server in self.servers:
-            self._changed(server, lambda m: m.update(topo, faults))
+            self._changed(server, lambda m: m.update(topo, faults, rails))
             self._log_members(server.manager)
 
     def _log_members(self, manager: ResourceManager) -> None:

@@ -21,7 +21,7 @@ from rdmaplane.deviceplugin.settings import Pool
 from rdmaplane.discovery.devnodes import device_nodes
 from rdmaplane.errors import RdmaplaneError
 from rdmaplane.model import Hca, NodeTopology, Port
-from rdmaplane.nccl import NcclPlanError, nccl_env
+from rdmaplane.nccl import NcclPlanError, nccl_env, rails_env
 from rdmaplane.selectors import compute_ports
 from rdmaplane.usability import (
     DEV_DIR,
@@ -95,6 +95,7 @@ class ResourceManager:
         self.cdi_kind = cdi_kind
         self.topo = NodeTopology()
         self._faults: Mapping[str, str] = {}
+        self._rails: Mapping[str, int] = {}  # HCA name → its rail, where the fabric says
         self._nodes: frozenset[str] = frozenset()  # what <dev_root>/infiniband holds
         self._members: dict[str, _Member] = {}  # by HCA name
         self._devices: dict[str, PluginDevice] = {}  # by device ID, everything ever announced
@@ -112,11 +113,17 @@ class ResourceManager:
     def members(self) -> list[Hca]:
         return [m.hca for m in self._members.values()]
 
-    def update(self, topo: NodeTopology, faults: Mapping[str, str] | None = None) -> bool:
-        """Take a new topology and the faults found elsewhere (HCA name → why; the plugin
-        judges port states and device nodes itself); True when the device list the kubelet
-        sees changed."""
+    def update(
+        self,
+        topo: NodeTopology,
+        faults: Mapping[str, str] | None = None,
+        rails: Mapping[str, int] | None = None,
+    ) -> bool:
+        """Take a new topology, the faults found elsewhere (HCA name → why; the plugin judges
+        port states and device nodes itself) and the HCAs' rails where the node's fabric is
+        known (for `RDMAPLANE_RAILS`); True when the device list the kubelet sees changed."""
         faults = faults or {}
+        self._rails = rails or {}
         self._granted.clear()  # what an allocation grants is worked out again on this state
         self._nodes = device_nodes(self.dev_root)
         members: dict[str, _Member] = {}
@@ -142,7 +149,7 @@ class ResourceManager:
         device list the kubelet sees changed. One directory listing when nothing did."""
         if device_nodes(self.dev_root) == self._nodes:
             return False
-        return self.update(self.topo, self._faults)
+        return self.update(self.topo, self._faults, self._rails)
 
     def _judge(self, m: _Member) -> Unusable | None:
         """Whether an HCA can be handed out, and if not why (`usability.why_unusable`: its
@@ -246,7 +253,7 @@ class ResourceManager:
             envs = dict(nccl_env(self.topo, ports, self.pool.nccl))
         except NcclPlanError as e:
             raise AllocateError("plan", f"{plan_failure([m.hca for m in members])}: {e}") from e
-        return envs
+        return envs | rails_env(envs, self._rails)
 
     def _device_nodes(self, members: list[_Member]) -> tuple[str, ...]:
         """Each HCA's verbs node (there: `_judge` saw it), its ports' umad/issm nodes that

@@ -10,7 +10,8 @@ DeviceClasses. For this driver's devices the answer is one CDI spec per claim, w
   its port's `umadN`;
 - the spec's own edits, applied once to every container that gets any of the claim's devices:
   `/dev/infiniband/rdma_cm` and the NCCL/UCX environment of exactly the claim's devices (the
-  same plan the device plugin's Allocate makes: `nccl.nccl_env`).
+  same plan the device plugin's Allocate makes: `nccl.nccl_env`), with `RDMAPLANE_RAILS` when
+  every device names its `rail`.
 
 The environment is the claim's: a container that takes only some requests of a claim gets
 their device nodes but the whole claim's environment (CDI merges per device, and NCCL_IB_HCA is
@@ -35,7 +36,7 @@ from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.dra.devices import DraDevice
 from rdmaplane.errors import InputError
 from rdmaplane.model import Hca, NodeTopology, Port
-from rdmaplane.nccl import NcclPlanError, NcclSettings, nccl_env
+from rdmaplane.nccl import NcclPlanError, NcclSettings, nccl_env, rails_env
 from rdmaplane.usability import DEV_DIR
 
 CDI_CLASS = "claim"
@@ -183,6 +184,7 @@ def prepare(
         env = nccl_env(topo, ports, settings)
     except NcclPlanError as e:
         raise ClaimError(f"claim {ref}: no NCCL plan for its devices: {e}") from None
+    env |= rails_env(env, _rails(allocated))
     vendor = cdi_vendor(driver)
     cdi_devices = [_cdi_device(a, ref, present) for a in allocated]
     spec: dict[str, Any] = {
@@ -205,6 +207,11 @@ def prepare(
         for a, d in zip(allocated, cdi_devices, strict=True)
     )
     return PreparedClaim(ref, prepared, name, spec)
+
+
+def _rails(allocated: Sequence[_Allocated]) -> dict[str, int]:
+    """Each allocated HCA's rail, where its device names one (the fabric known)."""
+    return {a.hca.name: r for a in allocated if isinstance(r := a.device.attribute("rail"), int)}
 
 
 def _allocated(

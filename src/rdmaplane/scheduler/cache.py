@@ -568,7 +568,8 @@ class ClusterCache:
         )
         if terms is None:
             return scores, None
-        return [ja.compose(s, t, weights) for s, t in zip(scores, terms, strict=True)], terms
+        fits = [v.fits for v in verdicts]
+        return ja.job_scores(names, scores, fits, terms, self.locations, weights), terms
 
     def slots(self, name: str, request: pl.PodRequest, cap: int) -> int:
         """How many copies of the pod the node can still take, up to `cap`."""

@@ -17,9 +17,14 @@ kube-scheduler asks about one pod at a time. What this adds to each node's node-
   switch with the most room scores highest.
 - **Rails.** When peers' rails are known (`rails.pod_rails`, from the devices the kubelet is
   predicted to give them), a candidate's closeness is scaled by `1 - RAIL_SHARE` times the share
-  of those peers whose rails its own predicted rails do not match: a node where the pod lands on
-  the job's rails wins over one under the same switch where it would not, yet never over a
-  closer switch (a mismatched node under the peers' tier-0 still scores 0.75, their tier-1 0.5).
+  of those peers whose rails its own predicted rails do not match: a node where the pod lands
+  on the job's rails wins over one under the same switch where it would not, yet never over a
+  closer switch (a mismatched node under the peers' tier-0 still scores 0.75, their tier-1
+  0.5). A peer on the same node counts too: the two need no rail between them, but every pod
+  of the job elsewhere then has two rail sets to match, and can match only one. A job's first
+  pod decides the rails the rest must match: its room term is scaled down (`_rail_factor`) on
+  nodes whose rails too few other nodes under the same switch still offer
+  (`rails.rail_room`).
 - **Gangs.** A pod naming a PodGroup (`spec.schedulingGroup.podGroupName`, kube-scheduler's
   Workload API) is asked about only with the nodes of the one domain kube-scheduler is trying
   for the whole group (its `TopologyConstraint`). Peers outside the closest switch all
@@ -29,7 +34,9 @@ kube-scheduler asks about one pod at a time. What this adds to each node's node-
   whole gang.
   A gang pod with no PodGroup label of ours is grouped by its PodGroup.
 - The node's score is `10 × (node × local/10 + fabric × F) / (node + fabric)`, weights
-  configurable; a pod with no group, or no known fabric, keeps its node-local score.
+  configurable; a pod with no group, or no known fabric, keeps its node-local score. Where
+  several nodes tie at the top, all but one are scored one lower (`job_scores`), so that
+  kube-scheduler binds the pod where the extender assumes it.
 
 Sizes come from `rdmaplane.io/group-size` (label or annotation), LeaderWorkerSet's
 `leaderworkerset.sigs.k8s.io/size` annotation, or the number of the group's pods the cache has
@@ -44,7 +51,7 @@ from typing import Any
 
 from rdmaplane.fabric import Location, closeness
 from rdmaplane.scheduler.placement import Pod, read_pod
-from rdmaplane.scheduler.rails import NONE, Rails, match_share
+from rdmaplane.scheduler.rails import NONE, Rails, match_share, rail_room
 from rdmaplane.scheduler.settings import FabricScoring
 
 GROUP_LABEL = "rdmaplane.io/group"
@@ -152,7 +159,18 @@ def fabric_terms(
         return terms
     if job.peer_nodes and not job.gang:
         return None  # peers bound on nodes of unknown place: no direction to give
-    return _room_terms(names, slots, locations, remaining)
+    terms = _room_terms(names, slots, locations, remaining)
+    if rails is None or remaining is None or remaining < 2:
+        return terms
+    switches = [w.tier0 if (w := locations.get(n)) is not None else None for n in names]
+    room = rail_room(list(zip(switches, map(rails, range(len(names))), strict=True)), remaining - 1)
+    return [t if r is None else t * _rail_factor(r) for t, r in zip(terms, room, strict=True)]
+
+
+def _rail_factor(share: float) -> float:
+    """What a first pod's term keeps when only `share` of the rest of its job could match its
+    rails: all of it at 1, else at most 1 - RAIL_SHARE/2 (a whole score point below)."""
+    return 1.0 if share >= 1 else 1 - RAIL_SHARE + RAIL_SHARE / 2 * share
 
 
 def within_candidates(peers: Sequence[Location], candidates: Sequence[Location]) -> list[Location]:
@@ -194,6 +212,39 @@ def _room_terms(
         else:
             terms.append(0.45 * free / remaining)  # too small: below every one that fits
     return terms
+
+
+def job_scores(
+    names: Sequence[str],
+    local: Sequence[int],
+    fits: Sequence[bool],
+    terms: Sequence[float],
+    locations: Mapping[str, Location],
+    weights: FabricScoring,
+) -> list[int]:
+    """Each node's score (`compose`), with one fitting node alone at the top when the fabric
+    term counts: the others that tie with it are scored one lower.
+
+    kube-scheduler picks at random among the nodes with the highest total, and the extender
+    assumes the pod on its own best node (`ClusterCache.assume`) for the job's next pods: with
+    a tie (a job's first pod: every free node of each leaf that fits it best) the two often
+    differ, and the next pods are drawn to a leaf the first did not go to. One node at the top
+    makes them agree. It is the first by place on the fabric (widest tier first), then by
+    name, so the choice does not depend on the order kube-scheduler lists the nodes in."""
+    scores = [compose(s, t, weights) for s, t in zip(local, terms, strict=True)]
+    top = max((s for s, f in zip(scores, fits, strict=True) if f), default=0)
+    tied = [i for i, (s, f) in enumerate(zip(scores, fits, strict=True)) if f and s == top]
+    if weights.weight <= 0 or top <= 0 or len(tied) < 2:
+        return scores
+    keep = min(tied, key=lambda i: (_place(locations.get(names[i])), names[i]))
+    for i in tied:
+        if i != keep:
+            scores[i] = top - 1
+    return scores
+
+
+def _place(where: Location | None) -> tuple[str, ...]:
+    return tuple(reversed(where.tiers)) if where is not None else ()
 
 
 def compose(local: int, term: float, weights: FabricScoring) -> int:

@@ -16,6 +16,7 @@ nodes), the lowest rails of the root where it has several.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from rdmaplane.nrt import Uplink
@@ -55,6 +56,28 @@ def rails_match(a: Rails, b: Rails) -> bool:
     """Two pods' rails match when one's are among the other's: every ring step between them
     has a rail switch in common (a whole-node pod matches any pod)."""
     return bool(a) and bool(b) and (a <= b or b <= a)
+
+
+def rail_room(candidates: Sequence[tuple[str | None, Rails]], others: int) -> list[float | None]:
+    """Per candidate node (its tier-0 switch, the rails the pod would get there), the share of
+    the job's `others` other pods that the other candidates under the same switch could take
+    on rails matching its own, one pod each (None where its rails are unknown).
+
+    A job's first pod decides the rails the rest must match; on nodes already partly used a
+    rail set only a few free nodes still offer leaves the later pods with none to match."""
+    offered: dict[str | None, Counter[Rails]] = {}
+    for switch, rails in candidates:
+        if rails:
+            offered.setdefault(switch, Counter())[rails] += 1
+    room: list[float | None] = []
+    for switch, rails in candidates:
+        if not rails or others <= 0:
+            room.append(None)
+            continue
+        there = offered[switch]
+        matching = sum(n for r, n in there.items() if rails_match(rails, r)) - 1
+        room.append(min(1.0, matching / others))
+    return room
 
 
 def match_share(candidate: Rails, peers: Sequence[Rails]) -> float | None:

@@ -18,7 +18,8 @@
 //	    the Topology Manager's admission, which also allocates (GetPreferredAllocation and
 //	    Allocate are called on the plugins as the kubelet calls them); answers
 //	    {"uid","admitted","reason","message","containers":[{"name","kind","affinity",
-//	    "preferred","devices":{resource:[ids]}}]}
+//	    "preferred","devices":{resource:[ids]},"env":{name:value}}]} (env: what the device
+//	    manager gives the container from the plugins' Allocate answers, when admitted)
 //	{"op":"delete","uid":"..."}
 //	    the pod stops being active: its devices go back, as when a kubelet's pod terminates
 //
@@ -77,6 +78,7 @@ type containerResult struct {
 	Affinity  []int               `json:"affinity"`
 	Preferred bool                `json:"preferred"`
 	Devices   map[string][]string `json:"devices"`
+	Env       map[string]string   `json:"env"`
 }
 
 type admitResult struct {
@@ -143,17 +145,26 @@ func (h *harness) admit(pod *v1.Pod) (admitResult, error) {
 		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
 			kind = "sidecar"
 		}
-		out.Containers = append(out.Containers, h.container(pod, c.Name, kind))
+		r, err := h.container(pod, &c, kind, result.Admit)
+		if err != nil {
+			return out, err
+		}
+		out.Containers = append(out.Containers, r)
 	}
 	for _, c := range pod.Spec.Containers {
-		out.Containers = append(out.Containers, h.container(pod, c.Name, "app"))
+		r, err := h.container(pod, &c, "app", result.Admit)
+		if err != nil {
+			return out, err
+		}
+		out.Containers = append(out.Containers, r)
 	}
 	return out, nil
 }
 
-func (h *harness) container(pod *v1.Pod, name, kind string) containerResult {
+func (h *harness) container(pod *v1.Pod, c *v1.Container, kind string, admitted bool) (containerResult, error) {
+	name := c.Name
 	hint := h.tm.GetAffinity(h.logger, string(pod.UID), name)
-	r := containerResult{Name: name, Kind: kind, Preferred: hint.Preferred, Devices: map[string][]string{}}
+	r := containerResult{Name: name, Kind: kind, Preferred: hint.Preferred, Devices: map[string][]string{}, Env: map[string]string{}}
 	if hint.NUMANodeAffinity != nil {
 		r.Affinity = hint.NUMANodeAffinity.GetBits()
 	}
@@ -165,7 +176,19 @@ func (h *harness) container(pod *v1.Pod, name, kind string) containerResult {
 		sort.Strings(ids)
 		r.Devices[resource] = ids
 	}
-	return r
+	if !admitted {
+		return r, nil
+	}
+	opts, err := h.dm.GetDeviceRunContainerOptions(context.Background(), pod, c)
+	if err != nil {
+		return r, fmt.Errorf("container %s: run options: %w", name, err)
+	}
+	if opts != nil {
+		for _, e := range opts.Envs {
+			r.Env[e.Name] = e.Value
+		}
+	}
+	return r, nil
 }
 
 func (h *harness) delete(uid string) error {
