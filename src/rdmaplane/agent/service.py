@@ -299,7 +299,7 @@ class Agent:
         self.node.topo, self._probe = settled.topo, settled.probe
         self.node.fabric = await asyncio.to_thread(self.fabric.read, settled.topo)
         self.node.discovered_at = self.node.polled_at = time.monotonic()
-        self.node.port_states = settled.probe.states()
+        self.node.port_states = settled.reading.states
         self._observe(settled.reading, settled.fingerprint)
 
     async def poll(self) -> None:
@@ -307,7 +307,7 @@ class Agent:
         assert self._probe is not None and self.topo is not None
         started = time.perf_counter()
         reading = self._probe.read()
-        self.node.port_states = self._probe.states()
+        self.node.port_states = reading.states
         self.metrics.poll_seconds.observe(time.perf_counter() - started)
         self.node.polled_at = time.monotonic()
         stale = time.monotonic() - self.node.discovered_at >= self.config.rediscover_interval_s
