@@ -319,6 +319,9 @@ class Agent:
     def _observe(self, reading: Reading, fingerprint: tuple[object, ...] | None) -> None:
         """Step the health monitor on a probe reading and pass the result on."""
         self.node.fingerprint = fingerprint
+        if self.dra is not None and self.topo is not None:
+            # first: the ports in service and the ports the fault classes watch are its devices'
+            self.dra.offer(self.topo, self.node.fabric.uplinks)
         kernel = self.kernel_log.read() if self.kernel_log is not None else ()
         self.node.health, transitions = step(
             self.node.health,
@@ -334,8 +337,6 @@ class Agent:
             self._report(t)
         self._feed_plugin()
         offered = self._offered()  # once a poll: the faults and the publisher read the same
-        if self.dra is not None and self.topo is not None:
-            self.dra.offer(self.topo, self.node.fabric.uplinks)  # what the fault classes watch
         self._observe_faults(reading, kernel, offered)
         if self.dra is not None:
             self.dra.taint(self.faults.state.faults, reported_by_port(self.node.health))
