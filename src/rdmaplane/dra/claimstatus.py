@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,15 +30,12 @@ from lightkube.resources.resource_v1 import ResourceClaimStatus
 from lightkube.types import PatchType
 
 from rdmaplane.agent.settings import PublishSettings
+from rdmaplane.apitime import api_time
 from rdmaplane.dra.readiness import Readiness, binding_status, waiting_results
 from rdmaplane.kube import ClaimDict
 
 log = logging.getLogger("rdmaplane.dra")
 ClaimKey = tuple[str, str]  # namespace, name
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ClaimStatusWriter:
@@ -49,7 +46,7 @@ class ClaimStatusWriter:
         pool: str,
         config: PublishSettings,
         *,
-        clock: Callable[[], str] = now_rfc3339,
+        clock: Callable[[], str] = lambda: api_time(time.time()),
     ) -> None:
         self.client = client
         self.driver = driver

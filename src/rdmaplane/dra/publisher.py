@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +24,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from rdmaplane.agent.settings import PublishSettings
+from rdmaplane.apitime import api_time
 from rdmaplane.dra.devices import DraDevice
 from rdmaplane.dra.slices import (
     generation_of,
@@ -38,10 +38,6 @@ log = logging.getLogger("rdmaplane.dra")
 TaintKey = tuple[str, str, str, str]  # device, key, value, effect
 
 
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class SlicePublisher:
     def __init__(
         self,
@@ -50,7 +46,7 @@ class SlicePublisher:
         node: str,
         config: PublishSettings,
         *,
-        clock: Callable[[], str] = now_rfc3339,
+        clock: Callable[[], str] = lambda: api_time(time.time()),
         on_write: Callable[[], None] = lambda: None,
         binding: bool = False,
     ) -> None:
