@@ -47,7 +47,6 @@ class SlicePublisher:
         config: PublishSettings,
         *,
         clock: Callable[[], str] = lambda: api_time(time.time()),
-        on_write: Callable[[], None] = lambda: None,
         binding: bool = False,
     ) -> None:
         self.client = client
@@ -55,7 +54,6 @@ class SlicePublisher:
         self.node = node
         self.config = config
         self.clock = clock
-        self.on_write = on_write
         self.binding = binding  # devices with binding conditions (slices.slice_objects)
         self._devices: list[DraDevice] | None = None
         self._taints: dict[str, tuple[Taint, ...]] = {}
@@ -135,14 +133,12 @@ class SlicePublisher:
             else:
                 body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
                 await self.client.replace(cast(ResourceSlice, ResourceSlice.from_dict(body)))
-            self.on_write()
         for name in by_name:
             try:
                 await self.client.delete(ResourceSlice, name)
             except ApiError as e:
                 if e.status.code != 404:  # gone already: what we wanted
                     raise
-            self.on_write()
         self.generation = held + 1
         log.info(
             "published %d devices in %d ResourceSlices (pool generation %d, %.0f ms)",
