@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx2
@@ -45,14 +45,11 @@ class ClaimStatusWriter:
         driver: str,
         pool: str,
         config: PublishSettings,
-        *,
-        clock: Callable[[], str] = lambda: api_time(time.time()),
     ) -> None:
         self.client = client
         self.driver = driver
         self.pool = pool
         self.config = config
-        self.clock = clock
         self.verdicts: dict[str, Readiness] = {}
         self.claims: dict[ClaimKey, Mapping[str, Any]] = {}
         self._dirty: set[ClaimKey] = set()
@@ -89,7 +86,11 @@ class ClaimStatusWriter:
             if claim is None:
                 continue
             devices = binding_status(
-                claim, driver=self.driver, pool=self.pool, verdicts=self.verdicts, now=self.clock()
+                claim,
+                driver=self.driver,
+                pool=self.pool,
+                verdicts=self.verdicts,
+                now=api_time(time.time()),
             )
             if devices is None:
                 continue

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import httpx2
@@ -46,14 +46,12 @@ class SlicePublisher:
         node: str,
         config: PublishSettings,
         *,
-        clock: Callable[[], str] = lambda: api_time(time.time()),
         binding: bool = False,
     ) -> None:
         self.client = client
         self.driver = driver
         self.node = node
         self.config = config
-        self.clock = clock
         self.binding = binding  # devices with binding conditions (slices.slice_objects)
         self._devices: list[DraDevice] | None = None
         self._taints: dict[str, tuple[Taint, ...]] = {}
@@ -177,7 +175,7 @@ class SlicePublisher:
         for name, taints in self._taints.items():
             for taint in taints:
                 key = (name, taint.key, taint.value, taint.effect)
-                added[key] = held.get(key) or self._added.get(key) or self.clock()
+                added[key] = held.get(key) or self._added.get(key) or api_time(time.time())
                 out.setdefault(name, []).append(taint_object(taint, added[key]))
         self._added = added
         return out
