@@ -28,9 +28,6 @@ from dataclasses import dataclass, field
 from rdmaplane import nrt
 from rdmaplane.errors import InputError
 
-API_VERSION = "rdmaplane.io/v1alpha1"
-KIND = "Fabric"
-
 TOPOGRAPH_TIER = "fabric.topograph.run/tier-{}"
 # What the agent writes by default: the topograph tier-N scheme, three tiers.
 DEFAULT_TIER_LABELS: tuple[str, ...] = tuple(TOPOGRAPH_TIER.format(i) for i in range(3))

@@ -52,6 +52,12 @@ class PhysState(IntEnum):
     PHY_TEST = 7
 
 
+def link_up(state: int, phys_state: int) -> bool:
+    """Usable for traffic: logically ACTIVE and physically LinkUp (the numbers as sysfs has
+    them, or the enums): the one rule for what a port that is up is."""
+    return state == PortState.ACTIVE and phys_state == PhysState.LINK_UP
+
+
 class LinkLayer(StrEnum):
     INFINIBAND = "InfiniBand"
     ETHERNET = "Ethernet"
@@ -205,8 +211,8 @@ class Port:
 
     @property
     def is_up(self) -> bool:
-        """Usable for traffic: logically ACTIVE and physically LinkUp."""
-        return self.state == PortState.ACTIVE and self.phys_state == PhysState.LINK_UP
+        """Usable for traffic (`link_up`)."""
+        return link_up(self.state, self.phys_state)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +228,7 @@ class PortObservation:
 
     @property
     def is_up(self) -> bool:
-        return self.state == PortState.ACTIVE and self.phys_state == PhysState.LINK_UP
+        return link_up(self.state, self.phys_state)
 
 
 DATA_DIRECT_DEVICE = "0x2100"  # ConnectX-8's Data Direct DMA function (Mellanox vendor)

@@ -10,7 +10,6 @@ no fault.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rdmaplane.model import NodeTopology, PcieLink
@@ -45,13 +44,13 @@ class Downtrained:
 
 def node_downtrained(topo: NodeTopology) -> list[Downtrained]:
     """Every downtrained link of the node: its HCAs (speed and width), then its GPUs (width)."""
-    return list(_downtrained(topo))
-
-
-def _downtrained(topo: NodeTopology) -> Iterator[Downtrained]:
-    for hca in topo.hcas:
-        if hca.pci is not None and (why := downtrained(hca.pci.link)):
-            yield Downtrained(hca.name, hca.pci.address, why)
-    for gpu in topo.gpus:
-        if why := downtrained(gpu.pci.link, judge_speed=False):
-            yield Downtrained(f"GPU{gpu.index}", gpu.pci.address, why)
+    found = [
+        Downtrained(hca.name, hca.pci.address, why)
+        for hca in topo.hcas
+        if hca.pci is not None and (why := downtrained(hca.pci.link))
+    ]
+    return found + [
+        Downtrained(f"GPU{gpu.index}", gpu.pci.address, why)
+        for gpu in topo.gpus
+        if (why := downtrained(gpu.pci.link, judge_speed=False))
+    ]

@@ -43,6 +43,7 @@ from rdmaplane.model import (
     Port,
     PortObservation,
     PortState,
+    link_up,
 )
 from rdmaplane.pcie import DOWNTRAINED, downtrained
 from rdmaplane.usability import PORT_DOWN
@@ -214,7 +215,7 @@ def port_gone(v: PortView) -> str | None:
 def port_not_up(v: PortView) -> str | None:
     """Down, unless the port is not in service (no pool offers it and it was never up)."""
     link = v.link
-    if link is None or link == (PortState.ACTIVE, PhysState.LINK_UP) or v.in_service is False:
+    if link is None or link_up(*link) or v.in_service is False:
         return None
     return f"port {v.number} {link[0].name} ({link[1].name})"
 

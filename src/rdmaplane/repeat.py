@@ -13,11 +13,11 @@ history) is the same episode, not a new one.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.apitime import api_time, parse_api_time
 from rdmaplane.porthealth import PortKey
 
 HISTORY_ANNOTATION = "rdmaplane.io/fault-history"
@@ -110,22 +110,16 @@ def _span(seconds: float) -> str:
 # ----------------------------------------------------------------- the Node's annotation
 
 
-def _when(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _at(text: str) -> float:
-    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
-
-
 def to_document(history: History) -> dict[str, Any]:
     ports: dict[str, Any] = {}
     for (hca, number), port in sorted(history.items()):
         doc: dict[str, Any] = {
-            "faults": [[_when(s), _when(u) if u is not None else None] for s, u in port.episodes]
+            "faults": [
+                [api_time(s), api_time(u) if u is not None else None] for s, u in port.episodes
+            ]
         }
         if port.quarantined_at is not None:
-            doc["quarantined"] = _when(port.quarantined_at)
+            doc["quarantined"] = api_time(port.quarantined_at)
         ports[f"{hca}/{number}"] = doc
     return {"v": 1, "ports": ports}
 
@@ -138,9 +132,11 @@ def from_document(doc: Mapping[str, Any]) -> dict[PortKey, PortHistory]:
     for name, port in (doc.get("ports") or {}).items():
         hca, _, number = str(name).rpartition("/")
         episodes = tuple(
-            (_at(since), _at(until) if until is not None else None)
+            (parse_api_time(since), parse_api_time(until) if until is not None else None)
             for since, until in port.get("faults") or ()
         )
         at = port.get("quarantined")
-        out[(hca, int(number))] = PortHistory(episodes, _at(at) if at is not None else None)
+        out[(hca, int(number))] = PortHistory(
+            episodes, parse_api_time(at) if at is not None else None
+        )
     return out

@@ -18,7 +18,6 @@ and the breaker opening or closing is one Event for the cluster. The Node's faul
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import json
 import logging
 import time
@@ -42,6 +41,7 @@ from rdmaplane.agent.inventory import Offered
 from rdmaplane.agent.metrics import AgentMetrics
 from rdmaplane.agent.offenders import Offenders
 from rdmaplane.agent.settings import FaultSettings
+from rdmaplane.apitime import api_time
 from rdmaplane.gid import plan_node
 from rdmaplane.kernellog import KernelEvent
 from rdmaplane.kube.client import API_ERRORS
@@ -68,7 +68,7 @@ def device_hcas(
 def notice(fault: policy.Fault, wall_since: float, held: str = "") -> str:
     """The `rdmaplane.io/fault` annotation: what broke, how badly, why, since when, and why
     the breaker holds the action back (`held`), when it does."""
-    since = dt.datetime.fromtimestamp(wall_since, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    since = api_time(wall_since)
     doc = {
         "hca": fault.hca,
         "port": fault.port,
@@ -78,10 +78,6 @@ def notice(fault: policy.Fault, wall_since: float, held: str = "") -> str:
         **({"held": held} if held else {}),
     }
     return json.dumps(doc, separators=(",", ":"), sort_keys=True)
-
-
-def _timestamp(at: dt.datetime | None = None) -> str:
-    return (at or dt.datetime.now(dt.UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,7 +517,7 @@ class FaultActor:
             "status": "True",
             "reason": "FatalPortFault",
             "message": _describe(faults)[:1024],
-            "lastTransitionTime": _timestamp(),
+            "lastTransitionTime": api_time(time.time()),
         }
         patch = {"status": {"conditions": [condition]}}
         await self.kube.patch(
@@ -550,7 +546,7 @@ class FaultActor:
         self, involved: Mapping[str, object], namespace: str, type_: str, reason: str, message: str
     ) -> None:
         assert self.kube is not None
-        now = _timestamp()
+        now = api_time(time.time())
         event = {
             "apiVersion": "v1",
             "kind": "Event",

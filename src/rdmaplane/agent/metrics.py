@@ -21,7 +21,7 @@ from rdmaplane import __version__
 from rdmaplane.agent.health import HcaHealth
 from rdmaplane.counters import PORT_COUNTERS
 from rdmaplane.discovery.probe import counter_files, leading_number, read_small
-from rdmaplane.model import NodeTopology, parse_rate_gbps
+from rdmaplane.model import NodeTopology, link_up, parse_rate_gbps
 
 PORT_LABELS = ("hca", "port", "netdev", "numa")
 
@@ -87,7 +87,7 @@ class NodeCollector(Collector):
                 if p is not None:
                     phys.add_metric(labels, p)
                 if s is not None and p is not None:
-                    up.add_metric(labels, 1.0 if (s, p) == (4, 5) else 0.0)
+                    up.add_metric(labels, 1.0 if link_up(s, p) else 0.0)
                 gbps = _rate_gbps(read_small(f"{base}/rate"))
                 if gbps is not None:
                     rate.add_metric(labels, gbps * 1e9 / 8)

@@ -44,6 +44,7 @@ from rdmaplane import nrt
 from rdmaplane.agent.desired import CONDITION_TYPE, Condition
 from rdmaplane.agent.metrics import AgentMetrics
 from rdmaplane.agent.settings import PublishSettings
+from rdmaplane.apitime import api_time
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.kube.client import FIELD_MANAGER
 
@@ -85,10 +86,6 @@ class _Written:
     condition: Condition | None = None
     nrt: Mapping[str, Any] | None = None
     nrt_version: str | None = None
-
-
-def _timestamp(at: dt.datetime) -> str:
-    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Publisher:
@@ -288,7 +285,7 @@ class Publisher:
         if current is not None:
             self._status = current.status == "True"
             since = current.lastTransitionTime
-            self._since = _timestamp(since) if isinstance(since, dt.datetime) else since
+            self._since = api_time(since) if isinstance(since, dt.datetime) else since
             held = Condition(self._status, current.reason or "", current.message or "")
             if held == desired.condition:
                 self._written.condition = held
@@ -340,7 +337,7 @@ class Publisher:
     async def _patch_condition(self, condition: Condition) -> None:
         now = dt.datetime.now(dt.UTC)
         flipped = self._status is not None and self._status != condition.status
-        since = _timestamp(now) if flipped or self._since is None else self._since
+        since = api_time(now) if flipped or self._since is None else self._since
         patch = {
             "status": {
                 "conditions": [
@@ -349,7 +346,7 @@ class Publisher:
                         "status": "True" if condition.status else "False",
                         "reason": condition.reason,
                         "message": condition.message,
-                        "lastHeartbeatTime": _timestamp(now),
+                        "lastHeartbeatTime": api_time(now),
                         "lastTransitionTime": since,
                     }
                 ]
@@ -410,7 +407,7 @@ class Publisher:
         posted = self._posted.get(key)
         window = dt.timedelta(seconds=self.config.event_aggregate_s)
         if posted is not None and event.at - posted.last < window:
-            patch = {"count": posted.count + 1, "lastTimestamp": _timestamp(event.at)}
+            patch = {"count": posted.count + 1, "lastTimestamp": api_time(event.at)}
             try:
                 await self.client.patch(
                     Event,
@@ -436,7 +433,7 @@ class Publisher:
                 self._posted.popitem(last=False)
 
     def _event_body(self, event: PendingEvent) -> dict[str, Any]:
-        at = _timestamp(event.at)
+        at = api_time(event.at)
         return {
             "apiVersion": "v1",
             "kind": "Event",

@@ -235,7 +235,7 @@ class Agent:
                 await self.refresh_allocations()
                 self.tasks.spawn("allocations", self._allocation_loop)
             if self.publisher is not None:
-                self._publish()
+                self._publish(self._offered())
                 self.tasks.spawn("publish", self.publisher.run)
                 self.tasks.spawn("faults", self.faults.run)
             await stop.wait()
@@ -301,7 +301,7 @@ class Agent:
         self.node.topo, self._probe = settled.topo, settled.probe
         self.node.fabric = await asyncio.to_thread(self.fabric.read, settled.topo)
         self.node.discovered_at = self.node.polled_at = time.monotonic()
-        self.node.port_states = settled.probe.states()
+        self.node.port_states = settled.reading.states
         self._observe(settled.reading, settled.fingerprint)
 
     async def poll(self) -> None:
@@ -309,7 +309,7 @@ class Agent:
         assert self._probe is not None and self.topo is not None
         started = time.perf_counter()
         reading = self._probe.read()
-        self.node.port_states = self._probe.states()
+        self.node.port_states = reading.states
         self.metrics.poll_seconds.observe(time.perf_counter() - started)
         self.node.polled_at = time.monotonic()
         stale = time.monotonic() - self.node.discovered_at >= self.config.rediscover_interval_s
@@ -321,6 +321,9 @@ class Agent:
     def _observe(self, reading: Reading, fingerprint: tuple[object, ...] | None) -> None:
         """Step the health monitor on a probe reading and pass the result on."""
         self.node.fingerprint = fingerprint
+        if self.dra is not None and self.topo is not None:
+            # first: the ports in service and the ports the fault classes watch are its devices'
+            self.dra.offer(self.topo, self.node.fabric.uplinks)
         kernel = self.kernel_log.read() if self.kernel_log is not None else ()
         self.node.health, transitions = step(
             self.node.health,
@@ -335,12 +338,11 @@ class Agent:
         for t in transitions:
             self._report(t)
         self._feed_plugin()
-        if self.dra is not None and self.topo is not None:
-            self.dra.offer(self.topo, self.node.fabric.uplinks)  # what the fault classes watch
-        self._observe_faults(reading, kernel)
+        offered = self._offered()  # once a poll: the faults and the publisher read the same
+        self._observe_faults(reading, kernel, offered)
         if self.dra is not None:
             self.dra.taint(self.faults.state.faults, reported_by_port(self.node.health))
-        self._publish()
+        self._publish(offered)
 
     def _report(self, t: Transition) -> None:
         """Log, count and (through the publisher) post an Event for one health flip."""
@@ -390,11 +392,12 @@ class Agent:
         else:
             self.plugin.recheck()  # device nodes that came or went
 
-    def _observe_faults(self, reading: Reading, kernel: Sequence[KernelEvent]) -> None:
+    def _observe_faults(
+        self, reading: Reading, kernel: Sequence[KernelEvent], offered: Sequence[Offered]
+    ) -> None:
         """Fault classes and whom they hurt (docs/faults.md); the actor's task does the rest."""
         assert self.topo is not None
-        offered = self.plugin.offered() if self.plugin is not None else []
-        self.faults.watch(self.topo, self.managed())
+        self.faults.watch(self.topo, self.managed(offered))
         allocations = self.node.allocations
         resources = {r for p in allocations.pods for r in p.devices}
         self.faults.observe(
@@ -441,25 +444,31 @@ class Agent:
             self._allocation_problem = None
         if allocations != self.node.allocations:
             self.node.allocations = allocations
-            self._publish()
+            self._publish(self._offered())
 
     # ---------------------------------------------------------------- publishing
 
-    def managed(self) -> list[str]:
-        """The HCAs offered to pods: the device plugin's or the DRA driver's, else every HCA
-        with a PCI function."""
+    def _offered(self) -> list[Offered]:
+        """What the embedded device plugin tells the kubelet (built anew on each call)."""
+        return self.plugin.offered() if self.plugin is not None else []
+
+    def managed(self, offered: Sequence[Offered]) -> list[str]:
+        """The HCAs offered to pods: the device plugin's (`offered`) or the DRA driver's, else
+        every HCA with a PCI function."""
         if self.plugin is not None:
-            return sorted({n for o in self.plugin.offered() for n in o.hcas})
+            return sorted({n for o in offered for n in o.hcas})
         if self.dra is not None:
             return self.dra.hcas()
         return [h.name for h in self.topo.hcas if h.pci is not None] if self.topo else []
 
     def desired(self) -> Desired:
+        return self._desired(self._offered())
+
+    def _desired(self, offered: Sequence[Offered]) -> Desired:
         assert self.topo is not None
         topo, health = self.topo, self.node.health.hcas
         facts = self._topology_facts().pools
-        managed = self.managed()
-        offered = self.plugin.offered() if self.plugin is not None else []
+        managed = self.managed(offered)
         return Desired(
             labels=want.owned_labels(
                 {
@@ -487,7 +496,7 @@ class Agent:
             ),
         )
 
-    def _publish(self) -> None:
+    def _publish(self, offered: Sequence[Offered]) -> None:
         """Recompute the desired state when one of its inputs changed, and hand it over."""
         if self.topo is None:
             return
@@ -495,14 +504,14 @@ class Agent:
             self.topo,
             self.node.health.hcas,
             self.node.allocations,
-            self.plugin.offered() if self.plugin is not None else [],
+            offered,
             self.node.fabric,
             self.faults.faulty_since,
         )
         if inputs == self._published_from:
             return
         self._published_from = inputs
-        desired = self.desired()
+        desired = self._desired(offered)
         self.condition = desired.condition
         facts = self._topology_facts().pools
         for said in pool_changes(self._told_pools, facts, self.topo.netns_mode):

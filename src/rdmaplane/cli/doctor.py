@@ -32,7 +32,6 @@ if TYPE_CHECKING:
     from rdmaplane.doctor import parse_nccl_log, perf
     from rdmaplane.doctor.verdict import Finding
 
-SCHEMA = "rdmaplane.io/doctor/v1"
 # Far above a 4096-rank NCCL INFO log (tens of MiB); below what would exhaust a pod's memory.
 MAX_INPUT = 256 * 1024 * 1024
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -152,6 +151,7 @@ def _findings_table(title: str, findings: list[Finding]) -> Table:
 
 def _finish(kind: str, findings: list[Finding], output: str, extra: Mapping[str, Any]) -> NoReturn:
     from rdmaplane.cli.common import console
+    from rdmaplane.doctor.report import SCHEMA
     from rdmaplane.doctor.verdict import exit_code, jsonable, worst
 
     status = worst(f.status for f in findings)

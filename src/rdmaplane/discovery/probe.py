@@ -13,7 +13,8 @@ A full `read_node` of an HGX node opens thousands of files (every GID table has 
 - ib_core's `netns_mode` parameter (`rdma system set netns` flips it at run time).
 
 `states` reads the ports' `state` and `phys_state` alone (two small files a port), for the
-agent's fast check between polls: a change there calls the poll at once.
+agent's fast check between polls: a change there calls the poll at once. A reading carries the
+same bytes (`Reading.states`), so the check compares against the poll without reading them again.
 
 Everything but the counters forms the fingerprint; a different fingerprint triggers a full
 rediscovery; `settle` pairs a full read with its probe's first reading. (All counters of every
@@ -65,6 +66,7 @@ def leading_number(raw: bytes | None) -> int | None:
 class Reading:
     fingerprint: tuple[object, ...]
     ports: tuple[PortObservation, ...]
+    states: tuple[bytes | None, ...]  # every port's `state` and `phys_state`, as `Probe.states`
 
 
 def counter_dirs(root: str, hca: str, port: int, single_port: bool) -> list[str]:
@@ -157,9 +159,10 @@ class Probe:
                 fingerprint.append(None)
         fingerprint.append(read_small(f"{self.root}/{NETNS_PARAMETER}"))
         fingerprint += [read_small(p) for p in self._links]
-        ports = []
+        ports, states = [], []
         for plan in self._plans:
             state_raw, phys_raw = read_small(plan.state), read_small(plan.phys_state)
+            states += [state_raw, phys_raw]
             fingerprint += [state_raw, phys_raw, *(read_small(p) for p in plan.fingerprinted)]
             counters = {}
             for name, path in plan.counters:
@@ -175,7 +178,7 @@ class Probe:
                     counters=counters,
                 )
             )
-        return Reading(tuple(fingerprint), tuple(ports))
+        return Reading(tuple(fingerprint), tuple(ports), tuple(states))
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import httpx2
@@ -30,15 +30,12 @@ from lightkube.resources.resource_v1 import ResourceClaimStatus
 from lightkube.types import PatchType
 
 from rdmaplane.agent.settings import PublishSettings
+from rdmaplane.apitime import api_time
 from rdmaplane.dra.readiness import Readiness, binding_status, waiting_results
 from rdmaplane.kube import ClaimDict
 
 log = logging.getLogger("rdmaplane.dra")
 ClaimKey = tuple[str, str]  # namespace, name
-
-
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ClaimStatusWriter:
@@ -48,14 +45,11 @@ class ClaimStatusWriter:
         driver: str,
         pool: str,
         config: PublishSettings,
-        *,
-        clock: Callable[[], str] = now_rfc3339,
     ) -> None:
         self.client = client
         self.driver = driver
         self.pool = pool
         self.config = config
-        self.clock = clock
         self.verdicts: dict[str, Readiness] = {}
         self.claims: dict[ClaimKey, Mapping[str, Any]] = {}
         self._dirty: set[ClaimKey] = set()
@@ -92,7 +86,11 @@ class ClaimStatusWriter:
             if claim is None:
                 continue
             devices = binding_status(
-                claim, driver=self.driver, pool=self.pool, verdicts=self.verdicts, now=self.clock()
+                claim,
+                driver=self.driver,
+                pool=self.pool,
+                verdicts=self.verdicts,
+                now=api_time(time.time()),
             )
             if devices is None:
                 continue

@@ -102,7 +102,8 @@ class DraDriver:
             else None
         )
         self.topo = NodeTopology()
-        self.devices: dict[str, DraDevice] = {}
+        self.devices: dict[str, DraDevice] = {}  # as handed over (`_sync`)
+        self._offered: dict[str, DraDevice] = {}  # as the last `offer` made them
         self.taints: dict[str, tuple[Taint, ...]] = {}
         self.verdicts: dict[str, Readiness] = {}
         self._faults: dict[PortKey, Fault] = {}
@@ -125,12 +126,13 @@ class DraDriver:
         self.taint(faults, reported)
 
     def offer(self, topo: NodeTopology, uplinks: Iterable[Uplink] = ()) -> None:
-        """Offer the ports of a new topology, judged with the device nodes as they are now (the
-        agent calls it every poll: a driver loaded late is seen); the port faults stay as last
-        given."""
+        """Make the devices of a topology's ports, to be judged with the device nodes as they
+        are now (the agent calls it every poll: a driver loaded late is seen) and handed over
+        by the `taint` that follows (the agent's poll has the faults only after the health
+        rules, which read `hcas` first): so one poll judges and hands over once."""
         self.topo = topo
         self._nodes = device_nodes(self.dev_root)
-        self._sync(offer(topo, self.pools, uplinks, self.devices))
+        self._offered = offer(topo, self.pools, uplinks, self._offered)
 
     def taint(
         self, faults: Mapping[PortKey, Fault], reported: Mapping[PortKey, str] | None = None
@@ -140,7 +142,7 @@ class DraDriver:
         untaint recovered ones."""
         self._faults = dict(faults)
         self._reported = dict(reported or {})
-        self._sync(self.devices)
+        self._sync(self._offered)
 
     def _sync(self, devices: dict[str, DraDevice]) -> None:
         """Republish when the devices or their taints differ from what was handed over; tell
@@ -190,8 +192,8 @@ class DraDriver:
                     log.info("%s: taint %s=%s:%s removed", name, t.key, t.value, t.effect)
 
     def hcas(self) -> list[str]:
-        """The HCAs offered to claims."""
-        return sorted({d.hca for d in self.devices.values()}, key=natural_key)
+        """The HCAs offered to claims (as the last `offer` made them)."""
+        return sorted({d.hca for d in self._offered.values()}, key=natural_key)
 
     # ---------------------------------------------------------------- lifecycle
 

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import httpx2
@@ -25,6 +24,7 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceSlice
 
 from rdmaplane.agent.settings import PublishSettings
+from rdmaplane.apitime import api_time
 from rdmaplane.dra.devices import DraDevice
 from rdmaplane.dra.slices import (
     generation_of,
@@ -38,10 +38,6 @@ log = logging.getLogger("rdmaplane.dra")
 TaintKey = tuple[str, str, str, str]  # device, key, value, effect
 
 
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 class SlicePublisher:
     def __init__(
         self,
@@ -50,16 +46,12 @@ class SlicePublisher:
         node: str,
         config: PublishSettings,
         *,
-        clock: Callable[[], str] = now_rfc3339,
-        on_write: Callable[[], None] = lambda: None,
         binding: bool = False,
     ) -> None:
         self.client = client
         self.driver = driver
         self.node = node
         self.config = config
-        self.clock = clock
-        self.on_write = on_write
         self.binding = binding  # devices with binding conditions (slices.slice_objects)
         self._devices: list[DraDevice] | None = None
         self._taints: dict[str, tuple[Taint, ...]] = {}
@@ -139,14 +131,12 @@ class SlicePublisher:
             else:
                 body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
                 await self.client.replace(cast(ResourceSlice, ResourceSlice.from_dict(body)))
-            self.on_write()
         for name in by_name:
             try:
                 await self.client.delete(ResourceSlice, name)
             except ApiError as e:
                 if e.status.code != 404:  # gone already: what we wanted
                     raise
-            self.on_write()
         self.generation = held + 1
         log.info(
             "published %d devices in %d ResourceSlices (pool generation %d, %.0f ms)",
@@ -185,7 +175,7 @@ class SlicePublisher:
         for name, taints in self._taints.items():
             for taint in taints:
                 key = (name, taint.key, taint.value, taint.effect)
-                added[key] = held.get(key) or self._added.get(key) or self.clock()
+                added[key] = held.get(key) or self._added.get(key) or api_time(time.time())
                 out.setdefault(name, []).append(taint_object(taint, added[key]))
         self._added = added
         return out
