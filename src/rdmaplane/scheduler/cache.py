@@ -153,17 +153,20 @@ class ClusterCache:
 
     # ---- feeding -------------------------------------------------------------------------------
 
-    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
-        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) of a kind in `KINDS`."""
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any] | pl.Pod) -> None:
+        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) of a kind in `KINDS`; a pod's
+        object may come already read (`placement.Pod`, as the watch decodes it)."""
         if kind == "pod":
             self._set_pod(obj) if event != "DELETED" else self._forget_pod(pod_key(obj))
+        elif isinstance(obj, pl.Pod):
+            raise TypeError(f"a Pod in a {kind} event")
         elif event == "DELETED":
             name = _named(obj).name
             self._drop_nrt(name) if kind == "nrt" else self._drop_node(name)
         else:
             self._set_nrt(obj) if kind == "nrt" else self._set_node(obj)
 
-    def replace(self, kind: str, objs: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, kind: str, objs: Iterable[Mapping[str, Any] | pl.Pod]) -> None:
         """A fresh listing of a kind: forget what it no longer has, take in the rest."""
         objs = list(objs)
         if kind == "pod":
@@ -172,7 +175,7 @@ class ClusterCache:
                 self._forget_pod(key)
         else:
             known = (set(self._nrts) | set(self._nrt_errors)) if kind == "nrt" else set(self._nodes)
-            keep = {_named(o).name for o in objs}
+            keep = {o.metadata.name if isinstance(o, pl.Pod) else _named(o).name for o in objs}
             for name in known - keep:
                 self.apply(kind, "DELETED", {"metadata": {"name": name}})
         for obj in objs:
@@ -245,7 +248,7 @@ class ClusterCache:
         self._tiers.pop(name, None)
         self._relocate(name)
 
-    def _set_pod(self, obj: Mapping[str, Any]) -> None:
+    def _set_pod(self, obj: Mapping[str, Any] | pl.Pod) -> None:
         try:
             pod = pl.read_pod(obj)
             key = pod.key
