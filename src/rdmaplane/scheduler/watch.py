@@ -5,12 +5,12 @@ carries dozens of events in a busy cluster, and kube-scheduler waits on every /f
 /prioritize in its scheduling cycle).
 
 Pods are most of the events (three or more per pod scheduled: created, bound, running), so
-their watch reads the stream's bytes itself and decodes each event straight into the extender's
-`placement.Pod`, skipping every field it does not read (managedFields, status, volumes…):
-lightkube's own watch makes a dict of the whole object through several layers of line
-iterators, which cost the extender more CPU than deciding (bench/cluster.py). A pod the model
+their watch reads the lines off the connection (`kube.watchstream`) and decodes each event
+straight into the extender's `placement.Pod`, skipping every field it does not read
+(managedFields, status, volumes…): lightkube's own watch, through its HTTP stack and a dict of
+the whole object, cost the extender more CPU than deciding (bench/cluster.py). A pod the model
 cannot read goes to the cache as a dict, which says so. NRTs and Nodes change seldom: they are
-watched as dicts.
+watched through lightkube, as dicts.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from lightkube import AsyncClient
 from rdmaplane.decoding import DecodeError, Decoder
 from rdmaplane.errors import RdmaplaneError
 from rdmaplane.kube import NodeDict, NodeResourceTopology, PodDict, async_client
+from rdmaplane.kube.watchstream import watch_lines
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
 
@@ -82,30 +83,15 @@ def read_pod_event(line: bytes) -> tuple[str, pl.Pod | dict[str, Any]]:
 async def pod_events(
     client: AsyncClient, version: str
 ) -> AsyncIterator[tuple[str, pl.Pod | dict[str, Any]]]:
-    """Every pod's events from `version` on, forever (a watch the server closes is resumed at
-    the last version seen), on lightkube's connection and credentials."""
-    inner = client._client  # lightkube's transport: the cluster, its TLS and credentials
+    """Every pod's events from `version` on, forever (a watch the server ends is resumed at
+    the last version seen), with lightkube's cluster and credentials."""
     while True:
-        br = inner.prepare_request(
-            "list", PodDict, namespace="*", watch=True, params={"resourceVersion": version}
-        )
-        request = inner._client.build_request(
-            br.method, br.url, params=br.params, timeout=inner._watch_timeout
-        )
-        response = await inner._client.send(request, stream=True)
-        try:
-            response.raise_for_status()
-            rest = b""
-            async for chunk in response.aiter_bytes():
-                *lines, rest = (rest + chunk).split(b"\n")
-                for line in lines:
-                    if line:
-                        kind, pod = read_pod_event(line)
-                        if isinstance(pod, pl.Pod):
-                            version = pod.metadata.resource_version or version
-                        yield kind, pod
-        finally:
-            await response.aclose()
+        params = {"watch": "true", "resourceVersion": version}
+        async for line in watch_lines(client.config, "/api/v1/pods", params):
+            kind, pod = read_pod_event(line)
+            if isinstance(pod, pl.Pod):
+                version = pod.metadata.resource_version or version
+            yield kind, pod
 
 
 def _events(kind: str, client: AsyncClient, version: str) -> AsyncIterator[tuple[str, Any]]:
