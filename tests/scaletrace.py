@@ -124,12 +124,17 @@ class Extender:
         event, obj = read_pod_event(event_line(kind, pod, self.version))
         self.cache.apply("pod", event, obj)
 
+    def answer(self, verb: str, body: bytes) -> bytes:
+        """A call's reply, as the extender's HTTP service reads and writes it."""
+        args = wire.parse_args(body)
+        return self.shell.filter(args) if verb == "filter" else self.shell.prioritize(args)
+
     def filter(self, body: bytes) -> dict[str, Any]:
-        reply: dict[str, Any] = orjson.loads(self.shell.filter(wire.parse_args(body)))
+        reply: dict[str, Any] = orjson.loads(self.answer("filter", body))
         return reply
 
     def prioritize(self, body: bytes) -> list[dict[str, Any]]:
-        reply: list[dict[str, Any]] = orjson.loads(self.shell.prioritize(wire.parse_args(body)))
+        reply: list[dict[str, Any]] = orjson.loads(self.answer("prioritize", body))
         return reply
 
 
