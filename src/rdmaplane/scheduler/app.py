@@ -182,7 +182,7 @@ class ExtenderShell:
 
     def prioritize(self, args: wire.ExtenderArgs) -> bytes:
         scored = self.decide.answer_prioritize(args.pod, args.node_names)
-        return wire.priorities(zip(args.node_names, scored.scores, strict=True))
+        return wire.priorities(args.node_names, scored.scores)
 
     def explain(self, args: wire.ExtenderArgs) -> bytes:
         return orjson.dumps(self.decide.explain(args.pod, args.node_names))

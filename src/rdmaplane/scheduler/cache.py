@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -38,6 +38,7 @@ KINDS = ("nrt", "node", "pod")
 REASON_PREFIX = "rdmaplane: "
 MIN_STATES = 10_000  # interned node states kept before the dead ones are dropped
 MAX_REQUEST_SHAPES = 4_096  # distinct pod requests memoised at once
+_SCORE = attrgetter("score")
 
 
 @dataclass(frozen=True, slots=True)
@@ -558,7 +559,7 @@ class ClusterCache:
     ) -> tuple[list[int], list[float] | None]:
         """The scores kube-scheduler gets: node-local, with the pod's fabric term composed in
         when it has one (and that term per node, for explaining)."""
-        scores = [v.score for v in verdicts]
+        scores = list(map(_SCORE, verdicts))
         job = self.job_context(pod)
         if job is None:
             return scores, None
