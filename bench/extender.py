@@ -28,6 +28,7 @@ whole object, then the model).
 from __future__ import annotations
 
 import argparse
+import gc
 import http.client
 import json
 import multiprocessing
@@ -276,6 +277,8 @@ def replay(n: int, seed: int, plain_pods: int) -> None:
             return reply
 
     extender = Timed(trace.nodes)
+    gc.collect()
+    gc.freeze()  # as the service does after listing
     asked = list(scaletrace.replay(trace, extender, seed))
     plain = scaletrace.Plain(trace.nodes, evaluate)
     plain_calls: dict[str, list[float]] = {"filter": [], "prioritize": []}
@@ -292,10 +295,13 @@ def replay(n: int, seed: int, plain_pods: int) -> None:
             plain.bind(call.pod, call.node)
 
     def fresh() -> ClusterCache:
+        """A cache as listed, out of the collector's reach as the service leaves it."""
         cache = ClusterCache()
         cache.replace("nrt", [node.nrt for node in trace.nodes])
         cache.replace("node", [{"metadata": {"name": node.name}} for node in trace.nodes])
         cache.replace("pod", [])
+        gc.collect()
+        gc.freeze()
         return cache
 
     cache = fresh()
