@@ -13,11 +13,22 @@ reported apart ("cold"); the rest are steady state. "in the server" is the exten
 the same /filter request body, alone.
 
     python bench/extender.py [--nodes 1000 5000] [--rounds 200]
+    python bench/extender.py --replay [--nodes 1000 5000]
+
+`--replay`: in-process, no HTTP, bench/cluster.py's own trace (tests/scaletrace.py: its fleet
+of KWOK nodes and its burst and paced pod streams, each device pod asked about the nodes
+kube-scheduler's filters pass, bound to a best-scored one): CPU µs per filter and prioritize
+call (from ExtenderArgs bytes to the reply's bytes) and per pod watch event (from the line to
+the cache updated), the extender's fast path against the plain one: every asked node evaluated
+on its own (`placement.evaluate` on the node's state, no classes, no memo; on the first
+--plain-pods device pods), and pod events read as lightkube's watch reads them (a dict of the
+whole object, then the model).
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import http.client
 import json
 import multiprocessing
@@ -240,6 +251,93 @@ def measure(n: int, rounds: int, seed: int, churn: float) -> None:
     )
 
 
+def replay(n: int, seed: int, plain_pods: int) -> None:
+    """The scale trace in-process: fast and plain CPU per call and per event."""
+    from lightkube.core import decoders
+
+    from rdmaplane.kube import PodDict
+    from rdmaplane.scheduler.cache import ClusterCache
+    from rdmaplane.scheduler.placement import evaluate
+    from rdmaplane.scheduler.watch import as_dict, read_pod_event
+    from tests import scaletrace
+
+    trace = scaletrace.trace(n, seed)
+    lines: list[bytes] = []
+    calls: dict[str, list[float]] = {"filter": [], "prioritize": []}
+
+    class Timed(scaletrace.Extender):
+        def see(self, kind: str, pod: dict[str, Any]) -> None:
+            lines.append(scaletrace.event_line(kind, pod, len(lines) + 1))
+            super().see(kind, pod)
+
+        def answer(self, verb: str, body: bytes) -> bytes:
+            t0 = time.process_time()
+            reply = super().answer(verb, body)
+            calls[verb].append(time.process_time() - t0)
+            return reply
+
+    extender = Timed(trace.nodes)
+    gc.collect()
+    gc.freeze()  # as the service does after listing
+    asked = list(scaletrace.replay(trace, extender, seed))
+    plain = scaletrace.Plain(trace.nodes, evaluate)
+    plain_calls: dict[str, list[float]] = {"filter": [], "prioritize": []}
+    for call in asked[:plain_pods]:
+        names = orjson.loads(call.filter_body)["NodeNames"]
+        t0 = time.process_time()
+        plain.filter(call.pod, names)
+        t1 = time.process_time()
+        plain.prioritize(call.pod, call.filtered["NodeNames"])
+        t2 = time.process_time()
+        plain_calls["filter"].append(t1 - t0)
+        plain_calls["prioritize"].append(t2 - t1)
+        if call.node is not None:
+            plain.bind(call.pod, call.node)
+
+    def fresh() -> ClusterCache:
+        """A cache as listed, out of the collector's reach as the service leaves it."""
+        cache = ClusterCache()
+        cache.replace("nrt", [node.nrt for node in trace.nodes])
+        cache.replace("node", [{"metadata": {"name": node.name}} for node in trace.nodes])
+        cache.replace("pod", [])
+        gc.collect()
+        gc.freeze()
+        return cache
+
+    cache = fresh()
+    t0 = time.process_time()
+    for line in lines:
+        event = decoders.decode_watch_event(line)
+        cache.apply("pod", event.type, as_dict(decoders.decode_object(event.object, PodDict)))
+    dict_path = (time.process_time() - t0) / len(lines)
+    cache = fresh()
+    t0 = time.process_time()
+    for line in lines:
+        cache.apply("pod", *read_pod_event(line))
+    fast_events = (time.process_time() - t0) / len(lines)
+    us = 1e6
+    window = scaletrace.feasible_to_find(n)
+    print(
+        f"{n} nodes: {len(asked)} device pods of {len(trace.pods)}, {window} nodes asked per "
+        f"pod, {len(lines)} pod events ({len(lines) / len(asked):.2f} per device pod)"
+    )
+    for verb in ("filter", "prioritize"):
+        fast, slow = calls[verb], plain_calls[verb]
+        ratio = statistics.median(slow) / statistics.median(fast)
+        print(
+            f"  {verb:<10} fast p50 {statistics.median(fast) * us:7.0f} µs  p99 "
+            f"{_percentile(fast, 0.99) * us:7.0f} µs   plain p50 "
+            f"{statistics.median(slow) * us:8.0f} µs ({len(slow)} pods)   plain/fast {ratio:.0f}x"
+        )
+    print(
+        f"  pod event  fast {fast_events * us:5.1f} µs   as lightkube's watch reads it "
+        f"{dict_path * us:5.1f} µs"
+    )
+    per_pod = (sum(calls["filter"]) + sum(calls["prioritize"])) / len(asked)
+    per_pod += fast_events * len(lines) / len(asked)
+    print(f"  in-process CPU per device pod (calls + its share of events): {per_pod * 1000:.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
@@ -248,9 +346,15 @@ def main() -> None:
     parser.add_argument(
         "--churn", type=float, nargs="+", default=[0, 50], help="pod events/s fed to the cache"
     )
+    parser.add_argument("--replay", action="store_true", help="the scale trace, in-process")
+    parser.add_argument("--plain-pods", type=int, default=100, help="with --replay")
     args = parser.parse_args()
     load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"machine: {os.cpu_count()} CPUs, load average {load} (1/5/15 min) at start")
+    if args.replay:
+        for n in args.nodes:
+            replay(n, args.seed, args.plain_pods)
+        return
     for n in args.nodes:
         for churn in args.churn:
             measure(n, args.rounds, args.seed, churn)

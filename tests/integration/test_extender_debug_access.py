@@ -11,8 +11,9 @@ import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from starlette.types import ASGIApp
 
-from rdmaplane.scheduler.app import create_app
+from rdmaplane.scheduler.app import create_app, scheduler_calls_first
 from rdmaplane.scheduler.debugaccess import LoopbackDebug, is_loopback
 from rdmaplane.scheduler.settings import ExtenderSettings
 from tests.integration.test_scheduler_http import _cluster
@@ -23,16 +24,18 @@ REMOTE = ["10.0.0.5", "192.0.2.7", "fd00::1", "::ffff:10.0.0.5"]
 FILTER = {"Pod": pod("p", 1, 1), "NodeNames": ["paired"]}
 
 
-async def _get(app: LoopbackDebug, client: str, path: str) -> httpx.Response:
+async def _get(app: ASGIApp, client: str, path: str) -> httpx.Response:
     transport = httpx.ASGITransport(app=app, client=(client, 40000))
     async with httpx.AsyncClient(transport=transport, base_url="http://extender") as http:
-        if path == "/filter":
+        if path in ("/filter", "/prioritize", "/debug/explain"):
             return await http.post(path, json=FILTER)
         return await http.get(path)
 
 
-def _served(remote: bool) -> LoopbackDebug:
-    return LoopbackDebug(create_app(_cluster(), ExtenderSettings()), remote=remote)
+def _served(remote: bool) -> ASGIApp:
+    """The app as the CLI serves it: kube-scheduler's calls first, then LoopbackDebug."""
+    app = create_app(_cluster(), ExtenderSettings())
+    return scheduler_calls_first(app, LoopbackDebug(app, remote=remote))
 
 
 @pytest.mark.parametrize("client", LOCAL)
@@ -46,7 +49,8 @@ async def test_debug_refuses_other_clients_unless_remote(client: str) -> None:
     assert refused.status_code == 403 and "--debug-remote" in refused.json()["Error"]
     assert (await _get(_served(False), client, "/debug/explain")).status_code == 403
     assert (await _get(_served(True), client, "/debug/nodes/paired")).status_code == 200
-    for path in ("/filter", "/healthz", "/metrics"):  # what kube-scheduler and Prometheus use
+    assert (await _get(_served(True), client, "/debug/explain")).status_code == 200
+    for path in ("/filter", "/prioritize", "/healthz", "/metrics"):  # kube-scheduler, Prometheus
         assert (await _get(_served(False), client, path)).status_code == 200, path
 
 

@@ -66,7 +66,7 @@ def scheduler_extender(
     from rdmaplane.config import load
     from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
     from rdmaplane.kube import load_config
-    from rdmaplane.scheduler.app import create_app
+    from rdmaplane.scheduler.app import create_app, scheduler_calls_first
     from rdmaplane.scheduler.cache import ClusterCache
     from rdmaplane.scheduler.debugaccess import LoopbackDebug
     from rdmaplane.scheduler.serving import server_config
@@ -82,7 +82,7 @@ def scheduler_extender(
     )
     # uvicorn logs through our handler (log_config=None); each request only with -v
     options = {"host": host, "port": port, "log_config": None, "access_log": verbose, **tls}
-    served = LoopbackDebug(application, remote=debug_remote)
+    served = scheduler_calls_first(application, LoopbackDebug(application, remote=debug_remote))
     uvicorn.Server(server_config(served, **options)).run()
 
 

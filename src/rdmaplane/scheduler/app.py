@@ -182,7 +182,7 @@ class ExtenderShell:
 
     def prioritize(self, args: wire.ExtenderArgs) -> bytes:
         scored = self.decide.answer_prioritize(args.pod, args.node_names)
-        return wire.priorities(zip(args.node_names, scored.scores, strict=True))
+        return wire.priorities(args.node_names, scored.scores)
 
     def explain(self, args: wire.ExtenderArgs) -> bytes:
         return orjson.dumps(self.decide.explain(args.pod, args.node_names))
@@ -232,6 +232,9 @@ def create_app(
 
     app = FastAPI(title="rdmaplane scheduler extender", lifespan=lifespan, openapi_url=None)
     app.state.tasks = tasks  # its backoffs are the tests' to shorten
+    app.state.scheduler_calls = partial(
+        DecisionRoutes, shell=shell, limit=config.max_request_bytes, paths=SCHEDULER_PATHS
+    )
     app.add_middleware(DecisionRoutes, shell=shell, limit=config.max_request_bytes)
 
     @app.get("/debug/nodes/{name}")
@@ -251,6 +254,14 @@ def create_app(
         return shell.metrics_page()
 
     return app
+
+
+def scheduler_calls_first(app: FastAPI, outer: ASGIApp) -> ASGIApp:
+    """`outer` (the app, wrapped) with kube-scheduler's calls answered before it: /filter and
+    /prioritize skip the layers in front of the app too (FastAPI's own middleware and
+    whatever wraps it: `LoopbackDebug`, which they are not subject to), two calls per pod."""
+    make: Callable[[ASGIApp], ASGIApp] = app.state.scheduler_calls
+    return make(outer)
 
 
 def _healthz(tasks: Supervisor) -> Response:
@@ -276,16 +287,21 @@ Answer = tuple[int, bytes, dict[str, str]]
 _JSON = (b"content-type", b"application/json")
 
 
+SCHEDULER_PATHS = ("/filter", "/prioritize")
+
+
 class DecisionRoutes:
     """POST /filter, /prioritize (and /debug/explain) as plain ASGI, in front of the FastAPI
     app: kube-scheduler
     waits on both in every scheduling cycle, and FastAPI's routing, dependency solving and
     middleware cost more than the decision itself (about half the request's CPU, measured in
-    bench/cluster.py). Everything else goes on to the app."""
+    bench/cluster.py). Everything else goes on to the app. `paths` keeps some of them."""
 
-    def __init__(self, app: ASGIApp, shell: ExtenderShell, limit: int) -> None:
+    def __init__(
+        self, app: ASGIApp, shell: ExtenderShell, limit: int, paths: tuple[str, ...] = ()
+    ) -> None:
         self.app = app
-        self.decisions = shell.decisions
+        self.decisions = {p: r for p, r in shell.decisions.items() if not paths or p in paths}
         self.handle = shell.handle
         self.limit = limit
 

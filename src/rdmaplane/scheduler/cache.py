@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -38,6 +38,7 @@ KINDS = ("nrt", "node", "pod")
 REASON_PREFIX = "rdmaplane: "
 MIN_STATES = 10_000  # interned node states kept before the dead ones are dropped
 MAX_REQUEST_SHAPES = 4_096  # distinct pod requests memoised at once
+_SCORE = attrgetter("score")
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,17 +154,20 @@ class ClusterCache:
 
     # ---- feeding -------------------------------------------------------------------------------
 
-    def apply(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
-        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) of a kind in `KINDS`."""
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any] | pl.Pod) -> None:
+        """One watch event (`ADDED`, `MODIFIED`, `DELETED`) of a kind in `KINDS`; a pod's
+        object may come already read (`placement.Pod`, as the watch decodes it)."""
         if kind == "pod":
             self._set_pod(obj) if event != "DELETED" else self._forget_pod(pod_key(obj))
+        elif isinstance(obj, pl.Pod):
+            raise TypeError(f"a Pod in a {kind} event")
         elif event == "DELETED":
             name = _named(obj).name
             self._drop_nrt(name) if kind == "nrt" else self._drop_node(name)
         else:
             self._set_nrt(obj) if kind == "nrt" else self._set_node(obj)
 
-    def replace(self, kind: str, objs: Iterable[Mapping[str, Any]]) -> None:
+    def replace(self, kind: str, objs: Iterable[Mapping[str, Any] | pl.Pod]) -> None:
         """A fresh listing of a kind: forget what it no longer has, take in the rest."""
         objs = list(objs)
         if kind == "pod":
@@ -172,7 +176,7 @@ class ClusterCache:
                 self._forget_pod(key)
         else:
             known = (set(self._nrts) | set(self._nrt_errors)) if kind == "nrt" else set(self._nodes)
-            keep = {_named(o).name for o in objs}
+            keep = {o.metadata.name if isinstance(o, pl.Pod) else _named(o).name for o in objs}
             for name in known - keep:
                 self.apply(kind, "DELETED", {"metadata": {"name": name}})
         for obj in objs:
@@ -245,7 +249,7 @@ class ClusterCache:
         self._tiers.pop(name, None)
         self._relocate(name)
 
-    def _set_pod(self, obj: Mapping[str, Any]) -> None:
+    def _set_pod(self, obj: Mapping[str, Any] | pl.Pod) -> None:
         try:
             pod = pl.read_pod(obj)
             key = pod.key
@@ -555,7 +559,7 @@ class ClusterCache:
     ) -> tuple[list[int], list[float] | None]:
         """The scores kube-scheduler gets: node-local, with the pod's fabric term composed in
         when it has one (and that term per node, for explaining)."""
-        scores = [v.score for v in verdicts]
+        scores = list(map(_SCORE, verdicts))
         job = self.job_context(pod)
         if job is None:
             return scores, None

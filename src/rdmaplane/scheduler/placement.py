@@ -167,6 +167,7 @@ class ObjectMeta(msgspec.Struct, frozen=True, rename="camel"):
     labels: dict[str, str] | None = None
     annotations: dict[str, str] | None = None
     creation_timestamp: str | None = None
+    resource_version: str | None = None  # where a watch resumes
 
 
 class PodStatus(msgspec.Struct, frozen=True):
@@ -239,6 +240,8 @@ def _container_request(container: Container) -> tuple[Amounts, tuple[str, ...]]:
 
 def parse_count(value: Any, where: str) -> int:
     """A device count: a whole, non-negative Kubernetes quantity ("2", 2, "1k")."""
+    if type(value) is str and value.isascii() and value.isdigit():
+        return int(value)  # the form nearly every pod uses, read without a Decimal
     quantity = parse_quantity(value)
     if quantity is None or quantity < 0 or quantity != quantity.to_integral_value():
         raise RequestError(f"{where}: expected a whole number of devices, got {value!r}")

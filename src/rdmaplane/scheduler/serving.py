@@ -57,5 +57,7 @@ class OneSendHttpProtocol(HttpToolsProtocol):
 
 def server_config(app: Any, **options: Any) -> uvicorn.Config:
     """uvicorn's configuration for the extender's app (`options` as uvicorn.Config takes
-    them), with the one-send protocol."""
-    return uvicorn.Config(app, http=OneSendHttpProtocol, **options)
+    them), with the one-send protocol. `X-Forwarded-For` is not read: the client is the peer
+    (`/debug/*` is answered by where a request comes from), and every request is spared the
+    proxy-headers middleware."""
+    return uvicorn.Config(app, http=OneSendHttpProtocol, proxy_headers=False, **options)

@@ -1,8 +1,17 @@
 """Feed the cache from the API server: list, then watch from the list's version; on any error
 back off (with jitter, up to 30 s) and list again. Nothing here is on the request path, and it
-stays off it: objects are decoded straight to dicts, and after each event the loop lets waiting
-requests run (one read from the API server carries dozens of events in a busy cluster, and
-kube-scheduler waits on every /filter and /prioritize in its scheduling cycle)."""
+stays off it: after each event the loop lets waiting requests run (one read from the API server
+carries dozens of events in a busy cluster, and kube-scheduler waits on every /filter and
+/prioritize in its scheduling cycle).
+
+Pods are most of the events (three or more per pod scheduled: created, bound, running), so
+their watch reads the lines off the connection (`kube.watchstream`) and decodes each event
+straight into the extender's `placement.Pod`, skipping every field it does not read
+(managedFields, status, volumes…): lightkube's own watch, through its HTTP stack and a dict of
+the whole object, cost the extender more CPU than deciding (bench/cluster.py). A pod the model
+cannot read goes to the cache as a dict, which says so. NRTs and Nodes change seldom: they are
+watched through lightkube, as dicts.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +19,18 @@ import asyncio
 import gc
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from lightkube import AsyncClient
 
+from rdmaplane.decoding import DecodeError, Decoder
+from rdmaplane.errors import RdmaplaneError
 from rdmaplane.kube import NodeDict, NodeResourceTopology, PodDict, async_client
+from rdmaplane.kube.watchstream import watch_lines
+from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.cache import ClusterCache
 
 log = logging.getLogger("rdmaplane.scheduler.watch")
@@ -41,6 +55,57 @@ def as_dict(obj: Any) -> dict[str, Any]:
     return obj if isinstance(obj, dict) else dict(obj.to_dict())
 
 
+class WatchEnded(RdmaplaneError):
+    """The API server ended a watch with an ERROR event (410 Gone: the version is too old)."""
+
+
+class _Event(msgspec.Struct, frozen=True):
+    type: str
+    object: msgspec.Raw
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+_POD = Decoder(pl.Pod)
+
+
+def read_pod_event(line: bytes) -> tuple[str, pl.Pod | dict[str, Any]]:
+    """One line of a pod watch: the event type and the pod, through the extender's model
+    (a dict when the model cannot read it: the cache then counts the pod as unreadable)."""
+    event = _EVENT.decode(line)
+    if event.type == "ERROR":
+        raise WatchEnded(f"watch ended by the API server: {bytes(event.object)[:500]!r}")
+    try:
+        return event.type, _POD.decode(event.object)
+    except DecodeError:
+        return event.type, msgspec.json.decode(event.object)
+
+
+async def pod_events(
+    client: AsyncClient, version: str
+) -> AsyncIterator[tuple[str, pl.Pod | dict[str, Any]]]:
+    """Every pod's events from `version` on, forever (a watch the server ends is resumed at
+    the last version seen), with lightkube's cluster and credentials."""
+    while True:
+        params = {"watch": "true", "resourceVersion": version}
+        async for line in watch_lines(client.config, "/api/v1/pods", params):
+            kind, pod = read_pod_event(line)
+            if isinstance(pod, pl.Pod):
+                version = pod.metadata.resource_version or version
+            yield kind, pod
+
+
+def _events(kind: str, client: AsyncClient, version: str) -> AsyncIterator[tuple[str, Any]]:
+    if kind == "pod":
+        return pod_events(client, version)
+    resource, selectors = _RESOURCES[kind]
+    return _as_dicts(client.watch(resource, resource_version=version, **selectors))
+
+
+async def _as_dicts(events: AsyncIterable[tuple[str, Any]]) -> AsyncIterator[tuple[str, Any]]:
+    async for event, obj in events:
+        yield event, as_dict(obj)
+
+
 async def watch_kind(
     kind: str,
     cache: ClusterCache,
@@ -63,10 +128,8 @@ async def watch_kind(
             gc.freeze()
             log.info("listed %s objects", kind)
             delay = BACKOFF_FIRST
-            async for event, obj in client.watch(
-                resource, resource_version=listing.resourceVersion, **selectors
-            ):
-                cache.apply(kind, event, as_dict(obj))
+            async for event, obj in _events(kind, client, listing.resourceVersion):
+                cache.apply(kind, event, obj)
                 await asyncio.sleep(0)  # requests that arrived meanwhile go first
         except asyncio.CancelledError:
             raise

@@ -1,0 +1,103 @@
+"""`kube.watchstream` against a real HTTP server on loopback (asyncio, chunked like the API
+server's watch responses), and the pod watch's decoding of its lines (`scheduler.watch`)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import orjson
+import pytest
+from lightkube import KubeConfig
+
+from rdmaplane.kube.watchstream import WatchRefused, watch_lines
+from rdmaplane.scheduler import placement as pl
+from rdmaplane.scheduler.watch import WatchEnded, read_pod_event
+
+Reply = Callable[[asyncio.StreamWriter, bytes], Awaitable[None]]
+
+
+async def _serving(reply: Reply) -> tuple[asyncio.Server, list[bytes]]:
+    heads: list[bytes] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        heads.append(head)
+        await reply(writer, head)
+        writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0), heads
+
+
+async def _lines(server: asyncio.Server, token: str | None = None) -> list[bytes]:
+    port = server.sockets[0].getsockname()[1]
+    kubeconfig = {
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}/base"}}],
+        "users": [{"name": "u", "user": {"token": token} if token else {}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "x",
+    }
+    config = KubeConfig.from_dict(kubeconfig).get()
+    params = {"watch": "true", "resourceVersion": "7"}
+    return [line async for line in watch_lines(config, "/api/v1/pods", params)]
+
+
+async def test_lines_of_a_chunked_watch_split_across_reads() -> None:
+    events = [orjson.dumps({"type": "ADDED", "object": {"n": i}}) for i in range(5)]
+    stream = b"\n".join(events) + b"\n"
+
+    async def reply(writer: asyncio.StreamWriter, _: bytes) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n")
+        writer.write(b"Transfer-Encoding: chunked\r\n\r\n")
+        for i in range(0, len(stream), 7):  # chunks that cut lines anywhere
+            piece = stream[i : i + 7]
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            await writer.drain()
+        writer.write(b"0\r\n\r\n")
+
+    server, heads = await _serving(reply)
+    async with server:
+        assert await _lines(server, token="s3cret") == events
+    assert heads[0].startswith(b"GET /base/api/v1/pods?watch=true&resourceVersion=7 HTTP/1.1\r\n")
+    assert b"\r\nauthorization: bearer s3cret\r\n" in heads[0].lower()
+
+
+async def test_an_error_status_is_refused_with_its_body() -> None:
+    async def reply(writer: asyncio.StreamWriter, _: bytes) -> None:
+        body = b'{"kind":"Status","message":"pods is forbidden"}'
+        writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    server, _ = await _serving(reply)
+    async with server:
+        with pytest.raises(WatchRefused, match=r"HTTP 403: .*pods is forbidden"):
+            await _lines(server)
+
+
+POD = {
+    "metadata": {"name": "p", "namespace": "jobs", "resourceVersion": "42", "managedFields": [{}]},
+    "spec": {
+        "nodeName": "n1",
+        "volumes": [{"name": "v"}],
+        "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+    },
+    "status": {"phase": "Running", "conditions": [{"type": "Ready"}]},
+}
+
+
+def test_a_pod_event_is_read_into_the_model() -> None:
+    kind, pod = read_pod_event(orjson.dumps({"type": "MODIFIED", "object": POD}))
+    assert kind == "MODIFIED" and isinstance(pod, pl.Pod)
+    assert pod.key == "jobs/p" and pod.metadata.resource_version == "42"
+    assert pl.pod_request(pod).total == pl.PodRequest.of({"nvidia.com/gpu": 2}).total
+
+
+def test_a_pod_the_model_cannot_read_comes_as_a_dict() -> None:
+    bad = {**POD, "spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "1.5"}}}]}}
+    kind, pod = read_pod_event(orjson.dumps({"type": "ADDED", "object": bad}))
+    assert kind == "ADDED" and pod == bad
+
+
+def test_an_error_event_ends_the_watch() -> None:
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    with pytest.raises(WatchEnded, match="Expired"):
+        read_pod_event(orjson.dumps(gone))
