@@ -67,11 +67,15 @@ async def create_namespace(kube: AsyncClient, prefix: str) -> str:
 
 
 def bodies(
-    namespace: str, fleet_label: str, prefix: str, gpus: Sequence[int]
+    namespace: str,
+    fleet_label: str,
+    prefix: str,
+    gpus: Sequence[int],
+    make: Callable[[str, str, str, int], dict[str, Any]] = fleet.pod_body,
 ) -> list[dict[str, Any]]:
-    return [
-        fleet.pod_body(f"{prefix}-{i:05d}", namespace, fleet_label, g) for i, g in enumerate(gpus)
-    ]
+    """A pod for each entry of `gpus` made by `make` (extended resources by default; DRA
+    claims with `drafleet.pod_body`)."""
+    return [make(f"{prefix}-{i:05d}", namespace, fleet_label, g) for i, g in enumerate(gpus)]
 
 
 async def create_pods(
