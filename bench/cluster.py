@@ -38,8 +38,9 @@ namespace, the cluster emptied between rounds:
 
 Every scheduler runs with clientConnection qps/burst raised (--scheduler-qps): kube-scheduler's
 default 50 QPS caps bindings at 50 pods/s, which would hide any difference; so does
-kube-controller-manager in the DRA rounds (its default 20 QPS, two writes a claim). A round
-stops waiting once no pod was bound for --stall seconds; the pods left are "unbound". Extender
+kube-controller-manager in the DRA rounds (its default 20 QPS, two writes a claim). The burst,
+then the paced stream, waits for its pods at most --within seconds, and stops once no pod was
+bound for --stall seconds; the pods left are "unbound". Extender
 CPU is its process's CPU time over the burst per pod that asks for devices (the pods the
 scheduler calls it for); it includes its watches of every pod. RSS is its resident memory after
 the round (and its peak). "refused": bound pods the kubelet would refuse, by our model of its
@@ -243,12 +244,12 @@ async def one_round(env: Env, config: str, index: int) -> Round:
             watched = [pid, scheduler.popen.pid, *([claims.popen.pid] if claims else [])]
             try:
                 before = [usage(p) for p in watched]
-                unbound = await seen.wait_for(sent, scalerig.BIND_WITHIN_S, args.stall)
+                unbound = await seen.wait_for(sent, args.within, args.stall)
                 after = [usage(p) for p in watched]
                 times = sorted(b.at for b in seen.bound.values())
                 rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
                 await scalerig.create_paced(kube, paced, args.rate, sent)
-                unbound = await seen.wait_for(sent, scalerig.BIND_WITHIN_S, args.stall)
+                unbound = await seen.wait_for(sent, args.within, args.stall)
             finally:
                 scheduler.stop()
             names = [b["metadata"]["name"] for b in paced]
@@ -258,13 +259,11 @@ async def one_round(env: Env, config: str, index: int) -> Round:
             pairing = (
                 await drafleet.judge(kube, namespace, env.nodes, pods, seen.bound) if dra else None
             )
-        if dra:
-            await drafleet.empty(kube, namespace, scalerig.BIND_WITHIN_S)
+        await scalerig.empty(kube, namespace, [env.extender_url], claims=dra)
     finally:
         if claims is not None:
             claims.stop()
     asked = max(1, sum(map(scalerig.asks_devices, burst)))
-    await scalerig.empty(kube, namespace, [env.extender_url])
     cpu = [1000 * (b.cpu_s - a.cpu_s) for a, b in zip(before, after, strict=True)]
     return Round(
         config,
@@ -434,6 +433,10 @@ def main() -> None:
     parser.add_argument("--failover", type=int, default=300, help="pods; 0: no failover run")
     parser.add_argument("--scheduler-qps", type=float, default=1000.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--within", type=float, default=scalerig.BIND_WITHIN_S,
+        help="seconds the burst, then the paced stream, waits for its pods at most",
+    )  # fmt: skip
     parser.add_argument(
         "--stall", type=float, default=60.0,
         help="seconds without a binding after which a round stops waiting (the rest: unbound)",

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
-from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
 from rdmaplane.deviceplugin.settings import PluginSettings
@@ -158,23 +157,6 @@ async def wait_for_claims(kube: AsyncClient, namespace: str, count: int, within:
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"{namespace}: {made} of {count} claims made")
-        await asyncio.sleep(0.5)
-
-
-async def empty(kube: AsyncClient, namespace: str, within: float) -> None:
-    """Delete the namespace's pods (grace 0) and claims and wait until both are gone
-    (kube-controller-manager's resourceclaim controller lifts an allocated claim's finalizer
-    once no pod holds it)."""
-    await kube.deletecollection(Pod, namespace=namespace, grace_period=0)
-    await kube.deletecollection(ResourceClaim, namespace=namespace)
-    deadline = time.monotonic() + within
-    while True:
-        pods = [p async for p in kube.list(Pod, namespace=namespace)]
-        claims = [c async for c in kube.list(ResourceClaim, namespace=namespace)]
-        if not pods and not claims:
-            return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{namespace}: {len(pods)} pods, {len(claims)} claims left")
         await asyncio.sleep(0.5)
 
 

@@ -98,4 +98,4 @@ async def test_a_burst_and_a_stream_bind_with_every_gpu_beside_its_nic(dra_fleet
         [],
         [],
     )
-    await drafleet.empty(kube, namespace, scalerig.BIND_WITHIN_S)
+    await scalerig.empty(kube, namespace, [], claims=True)
