@@ -40,7 +40,7 @@ Every scheduler runs with clientConnection qps/burst raised (--scheduler-qps): k
 default 50 QPS caps bindings at 50 pods/s, which would hide any difference; so does
 kube-controller-manager in the DRA rounds (its default 20 QPS, two writes a claim). The burst,
 then the paced stream, waits for its pods at most --within seconds, and stops once no pod was
-bound for --stall seconds; the pods left are "unbound". Extender
+bound for --stall seconds; the pods left are "unbound" (latencies are the bound pods'). Extender
 CPU is its process's CPU time over the burst per pod that asks for devices (the pods the
 scheduler calls it for); it includes its watches of every pod. RSS is its resident memory after
 the round (and its peak). "refused": bound pods the kubelet would refuse, by our model of its
@@ -61,6 +61,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import multiprocessing
 import os
 import socket
@@ -208,8 +209,9 @@ class Round:
 
 
 def percentile(values: Sequence[float], q: float) -> float:
+    """The `q` quantile; NaN when nothing was measured (no paced pod bound)."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
 
 
 async def one_round(env: Env, config: str, index: int) -> Round:
@@ -367,7 +369,7 @@ def report_round(r: Round) -> None:
         ext = f"controller-manager CPU {r.controllers_cpu_ms:.2f} ms/pod, {judged}, "
     print(
         f"  ({r.config}) burst {r.burst}: {r.pods_per_s:6.1f} pods/s   paced {len(lat)}: "
-        f"creation→binding p50 {1000 * statistics.median(lat):6.1f} ms  p99 "
+        f"creation→binding p50 {1000 * percentile(lat, 0.5):6.1f} ms  p99 "
         f"{1000 * percentile(lat, 0.99):7.1f} ms   scheduler CPU {r.scheduler_cpu_ms:.2f} "
         f"ms/pod   {ext}refused {r.refused}, unbound {r.unbound}"
     )
@@ -381,7 +383,7 @@ def summary(rounds: list[Round], configs: Sequence[str]) -> None:
         mine = [r for r in rounds if r.config == c]
         lats = [x for r in mine for x in r.latencies]
         rate[c] = statistics.median(r.pods_per_s for r in mine)
-        p50[c], p99[c] = statistics.median(lats), percentile(lats, 0.99)
+        p50[c], p99[c] = percentile(lats, 0.5), percentile(lats, 0.99)
         judged = [r.pairing for r in mine if r.pairing is not None]
         pairs = (
             f", wrong pairs {sum(j.problems for j in judged)} of {sum(j.pairs for j in judged)}"
