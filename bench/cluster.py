@@ -4,7 +4,7 @@ of KWOK GPU nodes; then the extender killed mid-stream.
 
     .venv/bin/python bench/cluster.py [--nodes 1000 5000] [--rounds 3] [--burst 1000]
                                       [--paced 300] [--rate 20] [--failover 300] [--seed 7]
-                                      [--configs a n b d]
+                                      [--within 300] [--stall 60] [--configs a n b d]
 
 Per node count: etcd, kube-apiserver, the NRT CRD and KWOK (the e2e fixtures' code; `make
 k8s-bins` first), a fleet of KWOK nodes made from the bundled samples with mixed Topology
