@@ -1,37 +1,53 @@
-"""kube-scheduler alone vs. kube-scheduler with the rdmaplane extender, on a real control plane
-with thousands of KWOK GPU nodes; then the extender killed mid-stream.
+"""kube-scheduler alone vs. kube-scheduler with the rdmaplane extender vs. DRA (kube-scheduler
+allocating each GPU a NIC on its PCIe root, no extender), on a real control plane with thousands
+of KWOK GPU nodes; then the extender killed mid-stream.
 
     .venv/bin/python bench/cluster.py [--nodes 1000 5000] [--rounds 3] [--burst 1000]
                                       [--paced 300] [--rate 20] [--failover 300] [--seed 7]
+                                      [--within 300] [--stall 60] [--configs a n b d]
 
 Per node count: etcd, kube-apiserver, the NRT CRD and KWOK (the e2e fixtures' code; `make
 k8s-bins` first), a fleet of KWOK nodes made from the bundled samples with mixed Topology
 Manager policies, each with the NodeResourceTopology its agent would publish and RDMAReady
 (tests/e2e/fleet.py), and the extender as deployed: `rdmaplane scheduler-extender` in its own
-process, as its ServiceAccount with the RBAC of deploy/scheduler/extender.yaml.
+process, as its ServiceAccount with the RBAC of deploy/scheduler/extender.yaml. Every node also
+carries the ResourceSlices of DRA (tests/e2e/drafleet.py): its NIC ports as rdmaplane's DRA
+driver publishes them (the driver's own code, without binding conditions: no driver runs beside
+a KWOK node to say a port is ready) and its GPUs as NVIDIA's GPU DRA driver does.
 
-Rounds alternate three kube-schedulers on the same pod stream: 1/2/4/8-GPU pods with one
-exclusive HCA per GPU, and CPU-only pods the extender never sees (fleet.SHAPES), in a fresh
+Rounds alternate four kube-schedulers on the same stream of GPU counts: 1/2/4/8-GPU pods with
+one exclusive HCA per GPU, and CPU-only pods the extender never sees (fleet.SHAPES), in a fresh
 namespace, the cluster emptied between rounds:
 
   (a) kube-scheduler alone;
   (n) kube-scheduler with a do-nothing extender (every node passes, no scores; a bare asyncio
       server in its own process), configured like (b): the cost of calling any extender;
   (b) kube-scheduler with deploy/scheduler/kube-scheduler-config.yaml: the rdmaplane extender
-      (managedResources, nodeCacheCapable, ignorable).
+      (managedResources, nodeCacheCapable, ignorable);
+  (d) kube-scheduler alone, the pods asking through DRA: a claim from deploy/dra/'s
+      ResourceClaimTemplates pairing each GPU with a NIC port on its PCIe root (gpu-nic-pcie-x1,
+      x4, x8; x2 by their pattern), made by kube-controller-manager's resourceclaim controller
+      (running in these rounds only).
 
-- burst: the pods are created first, then the scheduler starts; pods/s from its first binding
-  to its last, as a watch sees them (kube-scheduler's own throughput, not our pod creation's);
+- burst: the pods are created first (with DRA, and their claims), then the scheduler starts;
+  pods/s from its first binding to its last, as a watch sees them (kube-scheduler's own
+  throughput, not our pod creation's);
 - paced: with the scheduler running, pods created at --rate per second; creation→binding is
-  from sending the create to the watch seeing spec.nodeName (p50/p99).
+  from sending the create to the watch seeing spec.nodeName (p50/p99); with DRA it includes
+  the controller making the pod's claim.
 
 Every scheduler runs with clientConnection qps/burst raised (--scheduler-qps): kube-scheduler's
-default 50 QPS caps bindings at 50 pods/s, which would hide any difference. Extender CPU is its
-process's CPU time over the burst per pod that asks for devices (the pods the scheduler calls
-it for); it includes its watches of every pod. RSS is its resident memory after the round (and
-its peak). "refused": bound pods the kubelet would refuse, by our model of its admission
-(fleet.refused: placement.py, itself checked against the kubelet's own code in tests/kubelet):
-each node's pods replayed in binding order on its published NRT.
+default 50 QPS caps bindings at 50 pods/s, which would hide any difference; so does
+kube-controller-manager in the DRA rounds (its default 20 QPS, two writes a claim). The burst,
+then the paced stream, waits for its pods at most --within seconds, and stops once no pod was
+bound for --stall seconds; the pods left are "unbound" (latencies are the bound pods'). Extender
+CPU is its process's CPU time over the burst per pod that asks for devices (the pods the
+scheduler calls it for); it includes its watches of every pod. RSS is its resident memory after
+the round (and its peak). "refused": bound pods the kubelet would refuse, by our model of its
+admission (fleet.refused: placement.py, itself checked against the kubelet's own code in
+tests/kubelet): each node's pods replayed in binding order on its published NRT. "wrong pairs"
+(DRA): pairs of a bound pod's claim, as the API server holds its allocation, whose GPU and NIC
+are not on one PCIe root of the pod's node (devices allocated twice, or missing, count too).
 
 Failover, with (b): two extender replicas behind one address (a TCP relay standing in for the
 Service), pods streamed at --rate through five phases: both up, one killed (SIGKILL), it back,
@@ -45,6 +61,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import multiprocessing
 import os
 import socket
@@ -65,24 +82,35 @@ from agent_footprint import cpu_seconds, status_kb  # noqa: E402
 from lightkube import AsyncClient, codecs  # noqa: E402
 
 from rdmaplane.kube import load_config  # noqa: E402
-from tests.e2e import fleet, scalerig  # noqa: E402
+from tests.e2e import drafleet, fleet, scalerig  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
     KubeCluster,
     Process,
     build_dir,
     control_plane,
     free_port,
+    launch_controller_manager,
     launch_extender,
     launch_kwok,
     launch_scheduler,
 )
+from tests.e2e.dra import ensure_device_classes  # noqa: E402
 
 NRT_CRD = REPO / "deploy" / "crds" / "noderesourcetopology.yaml"
 CONFIGS = {
     "a": "kube-scheduler alone",
     "n": "with a do-nothing extender",
     "b": "with the rdmaplane extender",
+    "d": "DRA: pcieRoot pairs, no extender",
 }
+# The ratios the issue names (and the do-nothing extender's cost), printed together.
+RATIOS = (
+    ("b", "a", "extender ÷ alone"),
+    ("b", "n", "extender ÷ do-nothing"),
+    ("d", "a", "DRA ÷ alone"),
+    ("n", "a", "do-nothing ÷ alone"),
+    ("d", "b", "DRA ÷ extender"),
+)
 
 
 # ---------------------------------------------------------------- the do-nothing extender
@@ -162,7 +190,7 @@ class Env:
     args: argparse.Namespace
 
     def url(self, config: str) -> str | None:
-        return {"a": None, "n": self.null_url, "b": self.extender_url}[config]
+        return {"n": self.null_url, "b": self.extender_url}.get(config)
 
 
 @dataclass
@@ -176,51 +204,81 @@ class Round:
     extender: Usage
     refused: int
     unbound: int
+    pairing: drafleet.Pairing | None = None  # DRA rounds: the claims' allocations judged
+    controllers_cpu_ms: float = 0.0  # DRA rounds: kube-controller-manager's, per pod (burst)
 
 
 def percentile(values: Sequence[float], q: float) -> float:
+    """The `q` quantile; NaN when nothing was measured (no paced pod bound)."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else math.nan
 
 
 async def one_round(env: Env, config: str, index: int) -> Round:
     args, kube = env.args, env.kube
+    dra = config == "d"
     namespace = await scalerig.create_namespace(kube, f"r{index}-{config}")
-    burst = scalerig.bodies(namespace, env.label, "burst", fleet.stream(args.burst, args.seed))
-    paced = scalerig.bodies(namespace, env.label, "paced", fleet.stream(args.paced, args.seed + 1))
+    make = drafleet.pod_body if dra else fleet.pod_body
+    gpus = fleet.stream(args.burst, args.seed), fleet.stream(args.paced, args.seed + 1)
+    burst = scalerig.bodies(namespace, env.label, "burst", gpus[0], make)
+    paced = scalerig.bodies(namespace, env.label, "paced", gpus[1], make)
     sent: dict[str, float] = {}
     pid = env.extender.popen.pid
-    async with fleet.Bindings(kube, namespace) as seen:
-        await scalerig.create_pods(kube, burst, sent)
-        scheduler = launch_scheduler(
-            env.cluster, scalerig.scheduler_config(env.url(config), args.scheduler_qps)
+    claims = None
+    if dra:
+        await drafleet.create_templates(kube, namespace, [*gpus[0], *gpus[1]])
+        qps = int(args.scheduler_qps)  # its default 20 QPS would cap claims at ~10 pods/s
+        claims = await asyncio.to_thread(
+            launch_controller_manager,
+            env.cluster,
+            ("resourceclaim-controller",),
+            (f"--kube-api-qps={qps}", f"--kube-api-burst={2 * qps}"),
         )
-        try:
-            before = usage(pid), usage(scheduler.popen.pid)
-            unbound = await seen.wait_for(sent, scalerig.BIND_WITHIN_S)
-            after = usage(pid), usage(scheduler.popen.pid)
-            times = sorted(b.at for b in seen.bound.values())
-            rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
-            await scalerig.create_paced(kube, paced, args.rate, sent)
-            unbound |= await seen.wait_for(sent, scalerig.BIND_WITHIN_S)
-        finally:
-            scheduler.stop()
-        names = [b["metadata"]["name"] for b in paced]
-        latencies = [seen.bound[n].at - sent[n] for n in names if n in seen.bound]
-        pods = {b["metadata"]["name"]: b for b in [*burst, *paced]}
-        refused = fleet.refused(env.nodes, pods, seen.bound)
+    try:
+        async with fleet.Bindings(kube, namespace) as seen:
+            await scalerig.create_pods(kube, burst, sent)
+            if dra:
+                asking = sum(1 for b in burst if drafleet.pairs_of(b))
+                await drafleet.wait_for_claims(kube, namespace, asking, scalerig.BIND_WITHIN_S)
+            scheduler = launch_scheduler(
+                env.cluster, scalerig.scheduler_config(env.url(config), args.scheduler_qps)
+            )
+            watched = [pid, scheduler.popen.pid, *([claims.popen.pid] if claims else [])]
+            try:
+                before = [usage(p) for p in watched]
+                unbound = await seen.wait_for(sent, args.within, args.stall)
+                after = [usage(p) for p in watched]
+                times = sorted(b.at for b in seen.bound.values())
+                rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+                await scalerig.create_paced(kube, paced, args.rate, sent)
+                unbound = await seen.wait_for(sent, args.within, args.stall)
+            finally:
+                scheduler.stop()
+            names = [b["metadata"]["name"] for b in paced]
+            latencies = [seen.bound[n].at - sent[n] for n in names if n in seen.bound]
+            pods = {b["metadata"]["name"]: b for b in [*burst, *paced]}
+            refused = fleet.refused(env.nodes, pods, seen.bound)
+            pairing = (
+                await drafleet.judge(kube, namespace, env.nodes, pods, seen.bound) if dra else None
+            )
+        await scalerig.empty(kube, namespace, [env.extender_url], claims=dra)
+    finally:
+        if claims is not None:
+            claims.stop()
     asked = max(1, sum(map(scalerig.asks_devices, burst)))
-    await scalerig.empty(kube, namespace, [env.extender_url])
+    cpu = [1000 * (b.cpu_s - a.cpu_s) for a, b in zip(before, after, strict=True)]
     return Round(
         config,
         rate,
         len(burst),
         latencies,
-        1000 * (after[0].cpu_s - before[0].cpu_s) / asked,
-        1000 * (after[1].cpu_s - before[1].cpu_s) / len(burst),
+        cpu[0] / asked,
+        cpu[1] / len(burst),
         usage(pid),
         len(refused),
         len(unbound),
+        pairing,
+        cpu[2] / len(burst) if dra else 0.0,
     )
 
 
@@ -254,12 +312,17 @@ async def at_scale(cluster: KubeCluster, count: int, args: argparse.Namespace) -
         started = time.monotonic()
         await fleet.create(kube, nodes)
         made = time.monotonic() - started
+        started = time.monotonic()
+        await ensure_device_classes(kube)
+        slices = await drafleet.create_slices(kube, nodes)
+        published = time.monotonic() - started
         kubeconfig = scalerig.extender_kubeconfig(cluster)
         port = free_port()
         started = time.monotonic()
         extender = await asyncio.to_thread(launch_extender, cluster, kubeconfig, port)
         synced = time.monotonic() - started
         header(nodes, made, synced, usage(extender.popen.pid))
+        print(f"   {slices} ResourceSlices (NIC ports and GPUs) published in {published:.0f} s")
         replicas = scalerig.Replicas(cluster, kubeconfig, [port, free_port()], {port: extender})
         try:
             with null_extender() as null_url:
@@ -267,10 +330,10 @@ async def at_scale(cluster: KubeCluster, count: int, args: argparse.Namespace) -
                           null_url, args)  # fmt: skip
                 rounds = []
                 for i in range(args.rounds):
-                    for config in CONFIGS:
+                    for config in args.configs:
                         rounds.append(await one_round(env, config, i))
                         report_round(rounds[-1])
-            summary(rounds)
+            summary(rounds, args.configs)
             if args.failover:
                 result = await scalerig.failover(
                     kube,
@@ -301,38 +364,51 @@ def header(nodes: list[fleet.FleetNode], made: float, synced: float, idle: Usage
 def report_round(r: Round) -> None:
     lat = r.latencies
     ext = f"extender CPU {r.extender_cpu_ms:.2f} ms/pod, " if r.config == "b" else ""
+    if r.pairing is not None:
+        judged = f"wrong pairs {r.pairing.problems} of {r.pairing.pairs}"
+        ext = f"controller-manager CPU {r.controllers_cpu_ms:.2f} ms/pod, {judged}, "
     print(
         f"  ({r.config}) burst {r.burst}: {r.pods_per_s:6.1f} pods/s   paced {len(lat)}: "
-        f"creation→binding p50 {1000 * statistics.median(lat):6.1f} ms  p99 "
+        f"creation→binding p50 {1000 * percentile(lat, 0.5):6.1f} ms  p99 "
         f"{1000 * percentile(lat, 0.99):7.1f} ms   scheduler CPU {r.scheduler_cpu_ms:.2f} "
         f"ms/pod   {ext}refused {r.refused}, unbound {r.unbound}"
     )
 
 
-def summary(rounds: list[Round]) -> None:
-    """Medians of the rounds' throughput, percentiles of every round's latencies together."""
+def summary(rounds: list[Round], configs: Sequence[str]) -> None:
+    """Medians of the rounds' throughput, percentiles of every round's latencies together;
+    then the ratios, all from this run's rounds."""
     rate, p50, p99 = {}, {}, {}
-    for c, label in CONFIGS.items():
+    for c in configs:
         mine = [r for r in rounds if r.config == c]
         lats = [x for r in mine for x in r.latencies]
         rate[c] = statistics.median(r.pods_per_s for r in mine)
-        p50[c], p99[c] = statistics.median(lats), percentile(lats, 0.99)
+        p50[c], p99[c] = percentile(lats, 0.5), percentile(lats, 0.99)
+        judged = [r.pairing for r in mine if r.pairing is not None]
+        pairs = (
+            f", wrong pairs {sum(j.problems for j in judged)} of {sum(j.pairs for j in judged)}"
+            if judged
+            else ""
+        )
         print(
-            f"  {c} {label:<28} pods/s {rate[c]:6.1f}   creation→binding p50 "
+            f"  {c} {CONFIGS[c]:<33} pods/s {rate[c]:6.1f}   creation→binding p50 "
             f"{1000 * p50[c]:6.1f} ms  p99 {1000 * p99[c]:7.1f} ms   refused "
-            f"{sum(r.refused for r in mine)}, unbound {sum(r.unbound for r in mine)}"
+            f"{sum(r.refused for r in mine)}, unbound {sum(r.unbound for r in mine)}{pairs}"
         )
+    print(f"  ratios ({len(rounds) // max(1, len(configs))} alternating rounds of each, one run):")
+    for top, bottom, name in RATIOS:
+        if top in rate and bottom in rate:
+            print(
+                f"    {name:<22} ({top})/({bottom}): pods/s {rate[top] / rate[bottom]:.2f}x   "
+                f"p50 {p50[top] / p50[bottom]:.2f}x   p99 {p99[top] / p99[bottom]:.2f}x"
+            )
     ext = [r for r in rounds if r.config == "b"]
-    for c in ("n", "b"):
+    if ext:
         print(
-            f"  ({c})/(a): pods/s {rate[c] / rate['a']:.2f}x   p50 {p50[c] / p50['a']:.2f}x   "
-            f"p99 {p99[c] / p99['a']:.2f}x"
+            f"  extender: CPU {statistics.median(r.extender_cpu_ms for r in ext):.2f} ms per "
+            f"device pod, RSS {max(r.extender.rss_mb for r in ext):.0f} MB (peak "
+            f"{max(r.extender.peak_mb for r in ext):.0f} MB)"
         )
-    print(
-        f"  extender: CPU {statistics.median(r.extender_cpu_ms for r in ext):.2f} ms per "
-        f"device pod, RSS {max(r.extender.rss_mb for r in ext):.0f} MB (peak "
-        f"{max(r.extender.peak_mb for r in ext):.0f} MB)"
-    )
 
 
 def report_failover(f: scalerig.Failover) -> None:
@@ -359,6 +435,18 @@ def main() -> None:
     parser.add_argument("--failover", type=int, default=300, help="pods; 0: no failover run")
     parser.add_argument("--scheduler-qps", type=float, default=1000.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--within", type=float, default=scalerig.BIND_WITHIN_S,
+        help="seconds the burst, then the paced stream, waits for its pods at most",
+    )  # fmt: skip
+    parser.add_argument(
+        "--stall", type=float, default=60.0,
+        help="seconds without a binding after which a round stops waiting (the rest: unbound)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS),
+        help="which schedulers alternate (see above)",
+    )  # fmt: skip
     args = parser.parse_args()
     bin_dir, kwok_bin = build_dir("--bin-dir"), build_dir("--kwok-bin-dir") / "kwok"
     missing = [str(p) for p in (bin_dir / "kube-apiserver", kwok_bin) if not p.is_file()]

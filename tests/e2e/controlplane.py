@@ -491,11 +491,11 @@ def launch_scheduler(
 
 
 def launch_controller_manager(
-    cluster: KubeCluster, controllers: Sequence[str] = DEFAULT_CONTROLLERS
+    cluster: KubeCluster, controllers: Sequence[str] = DEFAULT_CONTROLLERS, args: Sequence[str] = ()
 ) -> Process:
     """kube-controller-manager running `controllers` with the admin's credentials (its own RBAC
-    is not under test; with one identity no per-controller ServiceAccount tokens are needed).
-    Ready when /healthz answers 200."""
+    is not under test; with one identity no per-controller ServiceAccount tokens are needed),
+    and further flags `args` (e.g. `--kube-api-qps`). Ready when /healthz answers 200."""
     serving_cert, serving_key = cluster.pki.issue(
         "controller-manager", "kube-controller-manager", hosts=["127.0.0.1"]
     )
@@ -515,6 +515,7 @@ def launch_controller_manager(
             f"--tls-cert-file={serving_cert}",
             f"--tls-private-key-file={serving_key}",
             "--profiling=false",
+            *args,
         ],
         cluster.workdir / f"kube-controller-manager-{port}.log",
     )

@@ -83,21 +83,56 @@ def templates() -> dict[str, dict[str, Any]]:
     }
 
 
+# What NVML says of the samples' GPUs and NVIDIA's driver puts in its attributes and capacity
+# (our table, by product): architecture, CUDA compute capability, memory in GiB, brand.
+GPU_PRODUCTS = {
+    "A100": ("Ampere", "8.0", 80, "Nvidia"),
+    "H100": ("Hopper", "9.0", 80, "Nvidia"),
+    "H200": ("Hopper", "9.0", 140, "Nvidia"),
+    "GB300": ("Blackwell", "10.3", 270, "Nvidia"),
+    "L40S": ("Ada Lovelace", "8.9", 45, "Nvidia"),
+    "RTX 6000 Ada": ("Ada Lovelace", "8.9", 48, "Nvidia_RTX"),
+}
+GPU_DRIVER_VERSIONS = {"driverVersion": "580.95.5", "cudaDriverVersion": "13.0.0"}
+
+
+def gpu_product(name: str | None) -> tuple[str, str, int, str]:
+    found = [v for k, v in GPU_PRODUCTS.items() if k in (name or "")]
+    if not found:
+        raise ValueError(f"no GPU_PRODUCTS entry for GPU {name!r}")
+    return found[0]
+
+
 def gpu_slice(node: str, topo: NodeTopology) -> dict[str, Any]:
-    """The node's GPUs as NVIDIA's driver announces them: `gpu-<minor>`, its `type`, `uuid`
-    and `productName`, and the standard PCI and NUMA attributes."""
+    """The node's full GPUs as NVIDIA's GPU DRA driver (k8s-dra-driver-gpu) publishes them:
+    `gpu-<minor>`, its `type`, `uuid` (lower case), `minor`, `productName`, `brand`,
+    `architecture`, the CUDA compute capability and driver versions (semver), the standard
+    PCI bus ID, PCIe root and NUMA node attributes (`deviceattribute`), and its `memory` as
+    capacity."""
     devices = []
     for gpu in topo.gpus:
+        architecture, compute, memory_gib, brand = gpu_product(gpu.name)
         attributes: dict[str, Any] = {
             "type": {"string": "gpu"},
-            "uuid": {"string": gpu.uuid or f"GPU-{gpu.index}"},
-            "productName": {"string": gpu.name or "NVIDIA GPU"},
+            "uuid": {"string": (gpu.uuid or f"GPU-{gpu.index}").lower()},
+            "minor": {"int": gpu.index},
+            "productName": {"string": gpu.name},
+            "brand": {"string": brand},
+            "architecture": {"string": architecture},
+            "cudaComputeCapability": {"version": f"{compute}.0"},
+            **{k: {"version": v} for k, v in GPU_DRIVER_VERSIONS.items()},
             "resource.kubernetes.io/pcieRoot": {"string": gpu.pci.root},
             "resource.kubernetes.io/pciBusID": {"string": gpu.pci.address},
         }
         if gpu.pci.numa is not None and gpu.pci.numa >= 0:
             attributes["resource.kubernetes.io/numaNode"] = {"int": gpu.pci.numa}
-        devices.append({"name": f"gpu-{gpu.index}", "attributes": attributes})
+        devices.append(
+            {
+                "name": f"gpu-{gpu.index}",
+                "attributes": attributes,
+                "capacity": {"memory": {"value": f"{memory_gib}Gi"}},
+            }
+        )
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

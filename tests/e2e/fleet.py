@@ -220,6 +220,7 @@ class Bindings:
         self.kube = kube
         self.namespace = namespace
         self.bound: dict[str, Bound] = {}
+        self.last_at = 0.0  # when the latest binding arrived (monotonic)
         self.changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -237,18 +238,24 @@ class Bindings:
         async for _, pod in self.kube.watch(Pod, namespace=self.namespace):
             meta, spec = pod.metadata, pod.spec
             if meta and meta.name and spec and spec.nodeName and meta.name not in self.bound:
-                self.bound[meta.name] = Bound(spec.nodeName, time.monotonic(), len(self.bound))
+                self.last_at = time.monotonic()
+                self.bound[meta.name] = Bound(spec.nodeName, self.last_at, len(self.bound))
                 self.changed.set()
 
-    async def wait_for(self, names: Iterable[str], within: float) -> set[str]:
-        """Wait until every pod in `names` is bound, or `within` seconds passed; the pods
-        still unbound."""
+    async def wait_for(
+        self, names: Iterable[str], within: float, stall: float | None = None
+    ) -> set[str]:
+        """Wait until every pod in `names` is bound, or `within` seconds passed, or (with
+        `stall`) no pod was bound for `stall` seconds; the pods still unbound."""
         wanted = set(names)
-        deadline = time.monotonic() + within
+        start = time.monotonic()
+        deadline = start + within
         while True:
             waiting = wanted - self.bound.keys()
-            left = deadline - time.monotonic()
-            if not waiting or left <= 0:
+            now = time.monotonic()
+            left = deadline - now
+            stalled = stall is not None and now - max(start, self.last_at) > stall
+            if not waiting or left <= 0 or stalled:
                 return waiting
             self.changed.clear()
             with contextlib.suppress(TimeoutError):

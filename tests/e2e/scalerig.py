@@ -21,6 +21,7 @@ import yaml
 from lightkube import AsyncClient, Client, codecs
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+from lightkube.resources.resource_v1 import ResourceClaim
 
 from tests.e2e import fleet
 from tests.e2e.controlplane import KubeCluster, Process, launch_extender
@@ -67,11 +68,15 @@ async def create_namespace(kube: AsyncClient, prefix: str) -> str:
 
 
 def bodies(
-    namespace: str, fleet_label: str, prefix: str, gpus: Sequence[int]
+    namespace: str,
+    fleet_label: str,
+    prefix: str,
+    gpus: Sequence[int],
+    make: Callable[[str, str, str, int], dict[str, Any]] = fleet.pod_body,
 ) -> list[dict[str, Any]]:
-    return [
-        fleet.pod_body(f"{prefix}-{i:05d}", namespace, fleet_label, g) for i, g in enumerate(gpus)
-    ]
+    """A pod for each entry of `gpus` made by `make` (extended resources by default; DRA
+    claims with `drafleet.pod_body`)."""
+    return [make(f"{prefix}-{i:05d}", namespace, fleet_label, g) for i, g in enumerate(gpus)]
 
 
 async def create_pods(
@@ -113,18 +118,26 @@ async def metric(url: str, name: str, **labels: str) -> float:
     return total
 
 
-async def empty(kube: AsyncClient, namespace: str, extenders: Sequence[str]) -> None:
+async def empty(
+    kube: AsyncClient, namespace: str, extenders: Sequence[str], *, claims: bool = False
+) -> None:
     """Delete the namespace's pods at once (grace 0) and wait until they are gone and no
-    extender's cache holds a bound pod: the next run starts from an empty cluster."""
+    extender's cache holds a bound pod: the next run starts from an empty cluster. With
+    `claims`, its ResourceClaims too (kube-controller-manager's resourceclaim controller lifts
+    an allocated claim's finalizer once no pod holds it)."""
     await kube.deletecollection(Pod, namespace=namespace, grace_period=0)
+    if claims:
+        await kube.deletecollection(ResourceClaim, namespace=namespace)
     deadline = time.monotonic() + BIND_WITHIN_S
     while True:
         left = [p async for p in kube.list(Pod, namespace=namespace)]
+        if claims:
+            left += [c async for c in kube.list(ResourceClaim, namespace=namespace)]
         held = [await metric(u, "rdmaplane_extender_cache_objects", kind="pod") for u in extenders]
         if not left and not any(held):
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{namespace}: {len(left)} pods left, extenders hold {held}")
+            raise TimeoutError(f"{namespace}: {len(left)} objects left, extenders hold {held}")
         await asyncio.sleep(0.5)
 
 
