@@ -34,6 +34,17 @@ on a busy cluster some jobs can match on no rails at all.
 
     python bench/fabric.py --rails [--jobs 300] [--seed 11]
 
+`--rails --real N`: N arrivals of that trace (lifetimes scaled to the cluster) on the 256 nodes
+below as KWOK nodes of the same sample (its kubelet's capacity, its agent's NRT with rails),
+through the real kube-scheduler alone and with the extender, one arrival at a time as below (a
+job whose pods the free GPUs no longer hold is turned away). KWOK runs no kubelet, so the real
+bindings (which node, in binding order, and when each pod ended) are then replayed node by node
+through one kubelet harness, for the NICs the kubelet would give each pod, so its rails; the
+shares are counted as above, `matchable` and the prediction on the NRTs the agent would have
+published after each step.
+
+    python bench/fabric.py --rails --real 600 [--seed 11]
+
 With `--real N`, the trace's first N arrivals then go through the real thing: kube-scheduler
 v1.37.2 (scripts/build-k8s.sh) on a control plane with the Workload API gates on, the 256 nodes
 as KWOK nodes with the agent's tier labels and NRTs, the extender as deployed (its own process,
@@ -72,6 +83,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -406,6 +418,7 @@ class RailTally:
     matched: int = 0  # ... whose rails (the kubelet's allocation) match
     pods: int = 0
     predicted: int = 0  # pods whose rails the extender predicted as the kubelet gave them
+    predicted_static: int = 0  # ... on KWOK's static NRTs, as the real extender saw (real arms)
     unplaced: int = 0
     allowed_pairs: int = 0  # cross-node pairs of jobs the fabric let match (`matchable`)
     allowed_matched: int = 0
@@ -998,25 +1011,37 @@ def kubelet_replay(
 def judge_rails(harness: Any, nodes: list[fleet.FleetNode], events: list[RailEvent]) -> RailTally:
     """`run_rails`'s tally for a real arm's events: rails from the kubelet's replay, each job's
     `matchable` and each pod's predicted rails from an extender cache fed the NRTs the agent
-    would have published as they happened."""
+    would have published as they happened; and the prediction of one fed as the real one was
+    on KWOK (the static NRTs and the bound pods, each placed where the kubelet would put it)."""
     rails, published = kubelet_replay(harness, events)
-    cache = rail_cache({n.name: n.labels for n in nodes})
-    cache.replace("nrt", [n.nrt for n in nodes])
-    names = sorted(n.name for n in nodes)
+    labels = {n.name: n.labels for n in nodes}
+    cache, static = rail_cache(labels), rail_cache(labels)
+    for c in (cache, static):
+        c.replace("nrt", [n.nrt for n in nodes])
+    names = sorted(labels)
     tally = RailTally()
     arrived: list[tuple[Job, bool]] = []
     placed: dict[str, list[tuple[str, frozenset[int]]]] = {}
     for i, e in enumerate(events):
-        body = e.body if e.kind != "arrive" else pods_of(e.job)[0]
-        key = body["metadata"]["name"]
         if e.kind == "arrive":
-            arrived.append((e.job, matchable(cache, names, body, e.job.size)))
+            arrived.append((e.job, matchable(cache, names, pods_of(e.job)[0], e.job.size)))
             continue
+        body = e.body
+        key = body["metadata"]["name"]
         if e.kind == "bind" and key in rails:
-            predicted = cache.rails_at(e.node, cache.verdict(e.node, pl.pod_request(body)))
+            request = pl.pod_request(body)
             tally.pods += 1
-            tally.predicted += predicted == rails[key]
+            tally.predicted += cache.rails_at(e.node, cache.verdict(e.node, request)) == rails[key]
+            predicted_static = static.rails_at(e.node, static.verdict(e.node, request))
+            tally.predicted_static += predicted_static == rails[key]
             placed.setdefault(e.job.name, []).append((e.node, rails[key]))
+        if e.kind == "bind":  # one second per arrival: the order the extender sorts pods in
+            at = f"{datetime.fromtimestamp(len(arrived), UTC):%Y-%m-%dT%H:%M:%SZ}"
+            meta = {**body["metadata"], "creationTimestamp": at}
+            spec = {**body["spec"], "nodeName": e.node}
+            static.apply("pod", "MODIFIED", {**body, "metadata": meta, "spec": spec})
+        else:
+            static.apply("pod", "DELETED", body)
         cache.apply("nrt", "MODIFIED", published[i])
     for job, allowed in arrived:
         got = placed.get(job.name, [])
@@ -1071,9 +1096,13 @@ def real_rails(count: int, seed: int) -> None:
         f"{'/'.join(str(s) for s, _ in RAIL_SIZES)} GPUs+NICs (seed {seed}); load average "
         f"{load} at start, {_load()} at the end"
     )
-    print(f"{RAIL_COLUMNS} {'turned away':>12} {'wall s':>7}")
+    print(f"{RAIL_COLUMNS} {'on KWOK':>8} {'turned away':>12} {'wall s':>7}")
     for name, r in real.items():
-        print(f"{_rail_row(f'real: {name}', r.tally)} {r.turned_away:>12} {r.seconds:>7.0f}")
+        t = r.tally
+        print(
+            f"{_rail_row(f'real: {name}', t)} {100 * t.predicted_static / max(1, t.pods):>7.1f}% "
+            f"{r.turned_away:>12} {r.seconds:>7.0f}"
+        )
     for name in RAIL_ARMS:
         print(f"  real: {name} = {REAL_ARMS[name].label}")
     print(RAIL_LEGEND)
@@ -1082,7 +1111,8 @@ def real_rails(count: int, seed: int) -> None:
         "KWOK: it predicts every bound pod's devices), each node's pods then replayed in binding "
         "order through the kubelet harness; unplaced = pods of jobs turned away (the free GPUs "
         "could not hold them); predicted = an extender cache fed the NRTs the agent would have "
-        "published"
+        "published; on KWOK = one fed as the real extender was (static NRTs, the bound pods "
+        "placed in creation order)"
     )
 
 
