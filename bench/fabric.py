@@ -43,7 +43,7 @@ through one kubelet harness, for the NICs the kubelet would give each pod, so it
 shares are counted as above, `matchable` and the prediction on the NRTs the agent would have
 published after each step.
 
-    python bench/fabric.py --rails --real 600 [--seed 11]
+    python bench/fabric.py --rails --real 1500 [--seed 11]
 
 With `--real N`, the trace's first N arrivals then go through the real thing: kube-scheduler
 v1.37.2 (scripts/build-k8s.sh) on a control plane with the Workload API gates on, the 256 nodes
@@ -312,7 +312,7 @@ def main() -> None:
         metavar="ARRIVALS",
         help="also send the trace's first ARRIVALS arrivals through the real kube-scheduler on "
         "KWOK, four ways (needs `make k8s-bins`); with --rails, ARRIVALS jobs of the rails "
-        "trace on the 256 nodes, two ways, beside our loop",
+        "trace on the 256 nodes, two ways, the bindings replayed through the kubelet harness",
     )
     parser.add_argument(
         "--rails", action="store_true", help="matching rails, judged by the kubelet harness"

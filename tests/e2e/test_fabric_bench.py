@@ -60,4 +60,7 @@ def test_the_real_rails_arms_bind_part_node_pods_the_kubelet_then_admits(
         assert t.pods > 0 and t.pods + t.unplaced == offered, (name, t)
         assert (r.turned_away == 0) == (t.unplaced == 0), (name, r)
         # a rails share from the kubelet's allocation: some job crossed nodes
-        assert 0 < t.pairs and 0 <= t.matched <= t.pairs, (name, t)
+        assert t.pairs > 0 and 0 <= t.matched <= t.pairs, (name, t)
+        # the NRTs replayed after each step are the kubelet's: on this sample (one NIC per GPU
+        # root) the extender's prediction from them is the kubelet's allocation, pod for pod
+        assert t.predicted == t.pods, (name, t)
