@@ -34,6 +34,17 @@ on a busy cluster some jobs can match on no rails at all.
 
     python bench/fabric.py --rails [--jobs 300] [--seed 11]
 
+`--rails --real N`: N arrivals of that trace (lifetimes scaled to the cluster) on the 256 nodes
+below as KWOK nodes of the same sample (its kubelet's capacity, its agent's NRT with rails),
+through the real kube-scheduler alone and with the extender, one arrival at a time as below (a
+job whose pods the free GPUs no longer hold is turned away). KWOK runs no kubelet, so the real
+bindings (which node, in binding order, and when each pod ended) are then replayed node by node
+through one kubelet harness, for the NICs the kubelet would give each pod, so its rails; the
+shares are counted as above, `matchable` and the prediction on the NRTs the agent would have
+published after each step.
+
+    python bench/fabric.py --rails --real 1500 [--seed 11]
+
 With `--real N`, the trace's first N arrivals then go through the real thing: kube-scheduler
 v1.37.2 (scripts/build-k8s.sh) on a control plane with the Workload API gates on, the 256 nodes
 as KWOK nodes with the agent's tier labels and NRTs, the extender as deployed (its own process,
@@ -61,6 +72,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import heapq
 import itertools
 import os
@@ -68,9 +81,11 @@ import random
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/layouts.py
 
@@ -111,6 +126,7 @@ PD_SHARE = 0.2
 TARGET_UTILISATION = 0.7
 TOP_HOPS = 5.0
 JOB = "batch.kubernetes.io/job-name"
+T = TypeVar("T")
 
 
 def build_fabric(
@@ -147,10 +163,11 @@ class Job:
     labels: dict[str, str]
     prefill: str | None = None  # the prefill job a decode job reads from
     placed: list[str] = field(default_factory=list)
+    gpus: int = 8  # per pod, and as many HCAs: a whole HGX node unless `--rails`
 
 
 def pods_of(job: Job) -> list[dict[str, Any]]:
-    limits = {nrt.GPU: "8", nrt.HCA: "8"}
+    limits = {nrt.GPU: str(job.gpus), nrt.HCA: str(job.gpus)}
     return [
         {
             "metadata": {"name": f"{job.name}-{i}", "namespace": "bench", "labels": job.labels},
@@ -294,7 +311,8 @@ def main() -> None:
         default=0,
         metavar="ARRIVALS",
         help="also send the trace's first ARRIVALS arrivals through the real kube-scheduler on "
-        "KWOK, four ways (needs `make k8s-bins`)",
+        "KWOK, four ways (needs `make k8s-bins`); with --rails, ARRIVALS jobs of the rails "
+        "trace on the 256 nodes, two ways, the bindings replayed through the kubelet harness",
     )
     parser.add_argument(
         "--rails", action="store_true", help="matching rails, judged by the kubelet harness"
@@ -400,29 +418,54 @@ class RailTally:
     matched: int = 0  # ... whose rails (the kubelet's allocation) match
     pods: int = 0
     predicted: int = 0  # pods whose rails the extender predicted as the kubelet gave them
+    predicted_static: int = 0  # ... on KWOK's static NRTs, as the real extender saw (real arms)
     unplaced: int = 0
     allowed_pairs: int = 0  # cross-node pairs of jobs the fabric let match (`matchable`)
     allowed_matched: int = 0
 
 
+def matchable(cache: ClusterCache, names: list[str], pod: dict[str, Any], count: int) -> bool:
+    """Whether the cluster, as the job arrives, lets all its `count` pods match: one node
+    takes them all (no pair crosses nodes), or `count` nodes would each give one of them
+    the same rails (by the extender's prediction on the published NRTs, exact on this
+    sample)."""
+    request = pl.pod_request(pod)
+    verdicts = cache.verdicts(names, request)
+    offered = Counter(cache.rails_at(n, v) for n, v in zip(names, verdicts, strict=True) if v.fits)
+    whole = any(cache.slots(n, request, count) >= count for n in names)
+    return whole or any(n >= count for r, n in offered.items() if r)
+
+
+def rail_cache(nodes: Mapping[str, Mapping[str, str]]) -> ClusterCache:
+    """An extender cache of `nodes` (name -> labels), no NRT or pod yet."""
+    cache = ClusterCache()
+    objs = [{"metadata": {"name": n, "labels": dict(labels)}} for n, labels in nodes.items()]
+    cache.replace("node", objs)
+    cache.replace("pod", [])
+    return cache
+
+
 class RailCluster:
     """Kubelet harnesses (one per node) and an extender cache fed their published NRTs."""
 
-    def __init__(self, backend: Any, sample: Any, weights: FabricScoring, prefix: str) -> None:
+    def __init__(
+        self,
+        backend: Any,
+        sample: Any,
+        weights: FabricScoring,
+        nodes: Mapping[str, Mapping[str, str]],
+    ) -> None:
+        """`nodes`: each node's name and labels (the agent's tier labels, if any)."""
         from tests.kubelet.harness import KubeletHarness
 
         self.weights = weights
         self.nodes = {
-            f"{prefix}{i:02d}": KubeletHarness(
-                sample, "best-effort", "container", name=f"{prefix}{i:02d}", backend=backend
-            ).start()
-            for i in range(RAIL_NODES)
+            n: KubeletHarness(sample, "best-effort", "container", name=n, backend=backend).start()
+            for n in nodes
         }
         self.names = sorted(self.nodes)
-        self.cache = ClusterCache()
-        self.cache.replace("node", [{"metadata": {"name": n}} for n in self.names])
+        self.cache = rail_cache(nodes)
         self.cache.replace("nrt", [self._nrt(n) for n in self.names])
-        self.cache.replace("pod", [])
 
     def _nrt(self, name: str) -> dict[str, Any]:
         h = self.nodes[name]
@@ -443,16 +486,7 @@ class RailCluster:
         return rng.choice([n for s, n in fits if s == top])
 
     def matchable(self, pod: dict[str, Any], count: int) -> bool:
-        """Whether the cluster, as the job arrives, lets all its `count` pods match: one node
-        takes them all (no pair crosses nodes), or `count` nodes would each give one of them
-        the same rails (by the extender's prediction, exact on this sample)."""
-        request = pl.pod_request(pod)
-        verdicts = self.cache.verdicts(self.names, request)
-        offered = Counter(
-            self.cache.rails_at(n, v) for n, v in zip(self.names, verdicts, strict=True) if v.fits
-        )
-        whole = any(self.cache.slots(n, request, count) >= count for n in self.names)
-        return whole or any(n >= count for r, n in offered.items() if r)
+        return matchable(self.cache, self.names, pod, count)
 
     def _free_gpus(self, name: str) -> int:
         entry = self.cache.entry(name)
@@ -478,41 +512,50 @@ class RailCluster:
         self.cache.apply("nrt", "MODIFIED", self._nrt(name))
 
 
-def rail_pod(job: str, i: int, gpus: int) -> dict[str, Any]:
-    limits = {nrt.GPU: str(gpus), nrt.HCA: str(gpus)}
-    return {
-        "metadata": {"name": f"{job}-{i}", "namespace": "bench", "labels": {JOB: job}},
-        "spec": {
-            "containers": [{"name": "m", "resources": {"limits": limits, "requests": limits}}]
-        },
-        "status": {"phase": "Pending"},
-    }
+RailArrival = tuple[str, int, int, float]  # job, pods, GPUs per pod, lifetime in arrivals
 
 
-def rail_trace(count: int, rng: random.Random) -> list[tuple[str, int, int, float]]:
-    """(job, pods, GPUs per pod, lifetime in arrivals) per arrival."""
+def rail_trace(count: int, rng: random.Random, nodes: int = RAIL_NODES) -> list[RailArrival]:
+    """The arrivals; lifetimes grow with the cluster, so it is as busy at any size."""
+    life = 12 * nodes / RAIL_NODES
     return [
         (
             f"j{k}",
             rng.choice(RAIL_PODS),
             rng.choices([s for s, _ in RAIL_SIZES], [w for _, w in RAIL_SIZES])[0],
-            rng.expovariate(1 / 12),
+            rng.expovariate(1 / life),
         )
         for k in range(count)
     ]
 
 
+def rail_job(arrival: RailArrival) -> Job:
+    name, count, gpus, _ = arrival
+    return Job(name, count, {JOB: name}, gpus=gpus)
+
+
+def tally_pairs(tally: RailTally, rails: list[tuple[str, frozenset[int]]], allowed: bool) -> None:
+    """Count a job's cross-node pod pairs (node, rails of each placed pod) and which match."""
+    for (na, ra), (nb, rb) in itertools.combinations(rails, 2):
+        if na != nb:
+            match = rl.rails_match(ra, rb)
+            tally.pairs += 1
+            tally.matched += match
+            tally.allowed_pairs += allowed
+            tally.allowed_matched += allowed and match
+
+
 def run_rails(
-    cluster: RailCluster, arrivals: list[tuple[str, int, int, float]], seed: int, rdmaplane: bool
+    cluster: RailCluster, arrivals: list[RailArrival], seed: int, rdmaplane: bool
 ) -> RailTally:
     rng, tally = random.Random(seed), RailTally()
     running: list[tuple[float, int, list[tuple[dict[str, Any], str, str]]]] = []
-    for now, (job, count, gpus, life) in enumerate(arrivals):
+    for now, arrival in enumerate(arrivals):
         while running and running[0][0] <= now:
             for pod, name, uid in heapq.heappop(running)[2]:
                 cluster.end(pod, name, uid)
-        pods = [rail_pod(job, i, gpus) for i in range(count)]
-        allowed = cluster.matchable(pods[0], count)
+        pods = pods_of(rail_job(arrival))
+        allowed = cluster.matchable(pods[0], len(pods))
         for p in pods:  # the job's pods exist before the first is scheduled
             cluster.cache.apply("pod", "ADDED", p)
         held: list[tuple[dict[str, Any], str, str]] = []
@@ -529,25 +572,19 @@ def run_rails(
             rails.append((name, real))
             tally.pods += 1
             tally.predicted += predicted
-        for (na, ra), (nb, rb) in itertools.combinations(rails, 2):
-            if na != nb:
-                match = rl.rails_match(ra, rb)
-                tally.pairs += 1
-                tally.matched += match
-                tally.allowed_pairs += allowed
-                tally.allowed_matched += allowed and match
-        heapq.heappush(running, (now + life, now, held))
+        tally_pairs(tally, rails, allowed)
+        heapq.heappush(running, (now + arrival[3], now, held))
     for _, _, held in running:
         for pod, name, uid in held:
             cluster.end(pod, name, uid)
     return tally
 
 
-def rails_main(args: argparse.Namespace) -> None:
-    """Default vs rdmaplane on matching rails, every pod admitted by a real kubelet."""
-    from tests.kubelet.harness import Backend, HarnessMissing, sample_node
+@contextlib.contextmanager
+def rail_cluster(sample: Any, nodes: Mapping[str, Mapping[str, str]]) -> Iterator[RailCluster]:
+    """A `RailCluster` on a kubelet backend of its own, closed after."""
+    from tests.kubelet.harness import Backend, HarnessMissing
 
-    arrivals = rail_trace(args.jobs, random.Random(args.seed))
     try:
         backend = Backend.start()
     except HarnessMissing as exc:
@@ -555,37 +592,57 @@ def rails_main(args: argparse.Namespace) -> None:
             f"error: the kubelet harness is not built ({exc}); "
             "run scripts/build-k8s.sh kubelet-harness"
         )
+    try:
+        yield RailCluster(backend, sample, FabricScoring(), nodes)
+    finally:
+        backend.close()
+
+
+RAIL_COLUMNS = (
+    f"{'scheduler':<22} {'pods':>5} {'unplaced':>9} {'pairs':>6} {'rails match':>12} "
+    f"{'allowed pairs':>14} {'match there':>12} {'predicted':>10}"
+)
+RAIL_LEGEND = (
+    "rails match = share of a job's pod pairs on different nodes whose NICs' rails match "
+    "(one's among the other's), by the kubelet's own allocation; allowed pairs / match "
+    "there = the same over the jobs the fabric let match as they arrived (one node held "
+    "them all, or as many nodes as pods offered one rail set, by the extender's "
+    "prediction); predicted = share of pods whose rails the extender predicted as the "
+    "kubelet gave them"
+)
+
+
+def _rail_row(name: str, t: RailTally) -> str:
+    return (
+        f"{name:<22} {t.pods:>5} {t.unplaced:>9} {t.pairs:>6} "
+        f"{100 * t.matched / max(1, t.pairs):>11.1f}% {t.allowed_pairs:>14} "
+        f"{100 * t.allowed_matched / max(1, t.allowed_pairs):>11.1f}% "
+        f"{100 * t.predicted / max(1, t.pods):>9.1f}%"
+    )
+
+
+def rails_main(args: argparse.Namespace) -> None:
+    """Default vs rdmaplane on matching rails, every pod admitted by a real kubelet."""
+    from tests.kubelet.harness import sample_node
+
+    if args.real:
+        real_rails(args.real, args.seed)
+        return
+    arrivals = rail_trace(args.jobs, random.Random(args.seed))
     print(
         f"rails: {RAIL_NODES} {RAIL_SAMPLE} nodes (8 GPUs, NIC k on rail k), one rail group; "
         f"{len(arrivals)} jobs of {'/'.join(map(str, RAIL_PODS))} pods x "
         f"{'/'.join(str(s) for s, _ in RAIL_SIZES)} GPUs+NICs (seed {args.seed}); "
         "rails from the NICs each pod's kubelet allocated"
     )
-    print(
-        f"{'scheduler':<10} {'pods':>5} {'unplaced':>9} {'pairs':>6} {'rails match':>12} "
-        f"{'allowed pairs':>14} {'match there':>12} {'predicted':>10}"
-    )
-    try:
-        with sample_node(RAIL_SAMPLE) as sample:
-            for name in ("default", "rdmaplane"):
-                cluster = RailCluster(backend, sample, FabricScoring(), name)
+    print(RAIL_COLUMNS)
+    nodes: dict[str, dict[str, str]] = {f"node-{i:02d}": {} for i in range(RAIL_NODES)}
+    with sample_node(RAIL_SAMPLE) as sample:
+        for name in ("default", "rdmaplane"):
+            with rail_cluster(sample, nodes) as cluster:
                 t = run_rails(cluster, arrivals, args.seed, name == "rdmaplane")
-                print(
-                    f"{name:<10} {t.pods:>5} {t.unplaced:>9} {t.pairs:>6} "
-                    f"{100 * t.matched / max(1, t.pairs):>11.1f}% {t.allowed_pairs:>14} "
-                    f"{100 * t.allowed_matched / max(1, t.allowed_pairs):>11.1f}% "
-                    f"{100 * t.predicted / max(1, t.pods):>9.1f}%"
-                )
-    finally:
-        backend.close()
-    print(
-        "rails match = share of a job's pod pairs on different nodes whose NICs' rails match "
-        "(one's among the other's), by the kubelet's own allocation; allowed pairs / match "
-        "there = the same over the jobs the fabric let match as they arrived (one node held "
-        "them all, or as many nodes as pods offered one rail set, by the extender's "
-        "prediction); predicted = share of pods whose rails the extender predicted as the "
-        "kubelet gave them"
-    )
+            print(_rail_row(name, t))
+    print(RAIL_LEGEND)
 
 
 # ---------------------------------------------------------------- the real kube-scheduler (--real)
@@ -610,18 +667,24 @@ PLACED_WITHIN_S = 300.0  # generous: a loaded 2-core machine
 SCHEDULER_QPS = 1000.0  # kube-scheduler's default 50 QPS would pace the binds, not the judging
 
 
-def kwok_nodes(fabric: fab.Fabric) -> list[fleet.FleetNode]:
-    """The fabric's nodes as KWOK nodes: the agent's tier labels, 8 GPUs + 8 HCAs, its NRT."""
+def kwok_nodes(
+    fabric: fab.Fabric,
+    sample: str = "hgx",
+    capacity: Mapping[str, str] | None = None,
+    nrt_of: Callable[[str], dict[str, Any]] | None = None,
+) -> list[fleet.FleetNode]:
+    """The fabric's nodes as KWOK nodes of `sample`: the agent's tier labels, the capacity the
+    kubelet reports (an HGX's 8 GPUs + 8 HCAs unless given), the NRT its agent publishes."""
     where = fabric.locations()
     return [
         fleet.FleetNode(
             n,
-            "hgx",
+            sample,
             "best-effort",
             "container",
             {**fab.tier_labels(where[n], fab.DEFAULT_TIER_LABELS), fleet.FLEET_LABEL: "fabric"},
-            {nrt.GPU: "8", nrt.HCA: "8"},
-            nrt.to_object(layout("hgx", n)),
+            capacity or {nrt.GPU: "8", nrt.HCA: "8"},
+            nrt_of(n) if nrt_of else nrt.to_object(layout(sample, n)),
         )
         for n in sorted(fabric.nodes)
     ]
@@ -736,10 +799,11 @@ async def run_arm(arm: RealArm, schedule: Schedule, fabric: fab.Fabric) -> tuple
 
 
 async def one_arm(
-    cluster: KubeCluster, kube: AsyncClient, name: str, extender: str, schedule: Schedule,
-    fabric: fab.Fabric,
-) -> RealResult:  # fmt: skip
-    """A fresh namespace and kube-scheduler for arm `name`; the cluster emptied after it."""
+    cluster: KubeCluster, kube: AsyncClient, name: str, extender: str,
+    run: Callable[[RealArm], Awaitable[T]],
+) -> tuple[T, float]:  # fmt: skip
+    """A fresh namespace and kube-scheduler for arm `name`, `run` through it, and how long it
+    took; the cluster emptied after it."""
     setup = REAL_ARMS[name]
     namespace = await scalerig.create_namespace(kube, f"fabric-{name}")
     url = extender if setup.extender else None
@@ -754,47 +818,67 @@ async def one_arm(
     started = time.monotonic()
     try:
         async with fleet.Bindings(kube, namespace) as seen:
-            arm = RealArm(name, kube, namespace, seen, url, setup.gangs)
-            tally, turned_away, left_waiting = await run_arm(arm, schedule, fabric)
+            got = await run(RealArm(name, kube, namespace, seen, url, setup.gangs))
     finally:
         scheduler.stop()
     seconds = time.monotonic() - started
     await kube.deletecollection(PodGroup, namespace=namespace)
     await kube.deletecollection(Workload, namespace=namespace)
     await scalerig.empty(kube, namespace, [extender])
-    return RealResult(tally, turned_away, left_waiting, seconds)
+    return got, seconds
 
 
 async def real_arms(
-    cluster: KubeCluster, schedule: Schedule, fabric: fab.Fabric
-) -> dict[str, RealResult]:
-    """KWOK nodes for the fabric, the extender as deployed (its own process, its RBAC), then
-    each arm in turn on the same nodes."""
+    cluster: KubeCluster,
+    nodes: list[fleet.FleetNode],
+    arms: Iterable[str],
+    run: Callable[[RealArm], Awaitable[T]],
+) -> dict[str, tuple[T, float]]:
+    """`nodes` as KWOK nodes, the extender as deployed (its own process, its RBAC), then `run`
+    through each arm in turn on the same nodes."""
     config = load_config(cluster.kubeconfig)
     async with AsyncClient(config, timeout=httpx2.Timeout(120.0), trust_env=False) as kube:
-        await fleet.create(kube, kwok_nodes(fabric))
+        await fleet.create(kube, nodes)
         port = free_port()
         kubeconfig = scalerig.extender_kubeconfig(cluster)
         extender = await asyncio.to_thread(launch_extender, cluster, kubeconfig, port)
         url = f"http://127.0.0.1:{port}"
         try:
-            return {
-                name: await one_arm(cluster, kube, name, url, schedule, fabric)
-                for name in REAL_ARMS
-            }
+            return {name: await one_arm(cluster, kube, name, url, run) for name in arms}
         finally:
             extender.stop()
 
 
-def real(schedule: Schedule, fabric: fab.Fabric) -> None:
-    """The real arms on a gated control plane, beside the model on the same arrivals."""
+async def real_job_arms(
+    cluster: KubeCluster, schedule: Schedule, fabric: fab.Fabric
+) -> dict[str, RealResult]:
+    """The whole-node trace through every arm."""
+
+    async def run(arm: RealArm) -> tuple[Tally, int, int]:
+        return await run_arm(arm, schedule, fabric)
+
+    got = await real_arms(cluster, kwok_nodes(fabric), REAL_ARMS, run)
+    return {name: RealResult(*r, seconds) for name, (r, seconds) in got.items()}
+
+
+def _control_plane() -> contextlib.AbstractContextManager[KubeCluster]:
+    """The gated control plane with KWOK, or exit 2 naming what `make k8s-bins` would build."""
     bin_dir, kwok_bin = build_dir("--bin-dir"), build_dir("--kwok-bin-dir") / "kwok"
     missing = [str(p) for p in (bin_dir / "kube-apiserver", kwok_bin) if not p.is_file()]
     if missing:
         sys.exit(f"error: --real: {', '.join(missing)} missing: run `make k8s-bins` first")
-    load = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    with cluster_with_kwok(bin_dir, kwok_bin, APISERVER_FLAGS) as cluster:
-        results = asyncio.run(real_arms(cluster, schedule, fabric))
+    return cluster_with_kwok(bin_dir, kwok_bin, APISERVER_FLAGS)
+
+
+def _load() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def real(schedule: Schedule, fabric: fab.Fabric) -> None:
+    """The real arms on a gated control plane, beside the model on the same arrivals."""
+    load = _load()
+    with _control_plane() as cluster:
+        results = asyncio.run(real_job_arms(cluster, schedule, fabric))
     model, _, model_turned = run_model(schedule, fabric, 0)
     _report_real(results, model, model_turned, len(schedule), len(fabric.nodes), load)
 
@@ -809,8 +893,7 @@ def _report_real(
 ) -> None:
     print(
         f"\nthe first {arrivals} arrivals through the real kube-scheduler (v1.37.2) on {nodes} "
-        f"KWOK nodes, each arm alone in turn; load average {load} at start, "
-        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())} at the end"
+        f"KWOK nodes, each arm alone in turn; load average {load} at start, {_load()} at the end"
     )
     print(f"{COLUMNS} {'turned away':>12} {'left waiting':>13} {'wall s':>7}")
     for name, t in model.items():
@@ -826,6 +909,210 @@ def _report_real(
         "model = rdmaplane's stand-ins on the same arrivals; real = where the real kube-scheduler "
         "bound the pods (one leaf from those bindings; hops and PD counted on our fabric model); "
         "left waiting = gangs no leaf had room for, judged unschedulable and withdrawn"
+    )
+
+
+# ------------------------------------------- --rails --real: rails from the real bindings
+
+RAIL_ARMS = ("default", "extender")
+
+
+@dataclass(frozen=True)
+class RailEvent:
+    """What the real arm did, in order: a job arrived, or one of its pods bound or ended."""
+
+    kind: str  # "arrive", "bind" or "end"
+    job: Job
+    pod: int = -1  # which of the job's pods (bind, end)
+    node: str = ""
+
+    @property
+    def body(self) -> dict[str, Any]:
+        return pods_of(self.job)[self.pod]
+
+
+def rail_kwok_nodes(harness: Any, fabric: fab.Fabric) -> list[fleet.FleetNode]:
+    """The fabric's nodes as KWOK nodes of the rail-optimised sample, as its kubelet reports
+    them and its agent publishes their NRT, empty (rails included): read off an empty
+    harness."""
+    empty = harness.published(harness.rail_uplinks())
+    facts = list(harness.facts.values())
+    capacity = {r: str(sum(f.resource == r for f in facts)) for r in harness.resources[:2]}
+
+    def nrt_of(name: str) -> dict[str, Any]:
+        obj: dict[str, Any] = nrt.to_object(dataclasses.replace(empty, name=name))
+        return obj
+
+    return kwok_nodes(fabric, RAIL_SAMPLE, capacity, nrt_of)
+
+
+async def run_rail_arm(
+    arm: RealArm, arrivals: list[RailArrival], gpus: Mapping[str, int]
+) -> tuple[int, list[RailEvent]]:
+    """`run_rails`'s loop through the real kube-scheduler, one arrival at a time (finished
+    jobs' pods deleted first); a job whose pods the free GPUs no longer hold is turned away.
+    How many were, and what happened, pods' binds in kube-scheduler's order."""
+    free = dict(gpus)
+    running: list[tuple[float, int, Job, list[str]]] = []
+    events: list[RailEvent] = []
+    turned_away = 0
+    for now, arrival in enumerate(arrivals):
+        while running and running[0][0] <= now:
+            _, _, done, placed = heapq.heappop(running)
+            await finish(arm, done)
+            for i, n in enumerate(placed):
+                free[n] += done.gpus
+                events.append(RailEvent("end", done, i, n))
+        job = rail_job(arrival)
+        events.append(RailEvent("arrive", job))
+        if sum(f // job.gpus for f in free.values()) < job.size:  # pods alike: any order fits
+            turned_away += 1
+            continue
+        placed = await place(arm, job, True) or []  # None only for a gang
+        for n in placed:
+            free[n] -= job.gpus
+        bound = [arm.seen.bound[f"{job.name}-{i}"] for i in range(job.size)]
+        for i in sorted(range(job.size), key=lambda i: bound[i].order):
+            events.append(RailEvent("bind", job, i, bound[i].node))
+        heapq.heappush(running, (now + arrival[3], now, job, placed))
+    return turned_away, events
+
+
+def kubelet_replay(
+    harness: Any, events: list[RailEvent]
+) -> tuple[dict[str, frozenset[int]], dict[int, dict[str, Any]]]:
+    """Each node's binds and ends, in order, through one kubelet harness (emptied between
+    nodes): the rails of the NICs the kubelet gave each pod it admitted, and the NRT the agent
+    would publish after each event."""
+    by_node: dict[str, list[int]] = {}
+    for i, e in enumerate(events):
+        if e.node:
+            by_node.setdefault(e.node, []).append(i)
+    rails: dict[str, frozenset[int]] = {}
+    published: dict[int, dict[str, Any]] = {}
+    uids: dict[str, str] = {}
+    for node, indices in by_node.items():
+        harness.reset()
+        for i in indices:
+            body = events[i].body
+            key = body["metadata"]["name"]
+            if events[i].kind == "bind":
+                admission = harness.admit(body)
+                if admission.admitted:
+                    uids[key], rails[key] = admission.uid, harness.rails(admission)
+            elif key in uids:
+                harness.delete(uids.pop(key))
+            now = harness.published(harness.rail_uplinks())
+            published[i] = nrt.to_object(dataclasses.replace(now, name=node))
+    harness.reset()
+    return rails, published
+
+
+def judge_rails(harness: Any, nodes: list[fleet.FleetNode], events: list[RailEvent]) -> RailTally:
+    """`run_rails`'s tally for a real arm's events: rails from the kubelet's replay, each job's
+    `matchable` and each pod's predicted rails from an extender cache fed the NRTs the agent
+    would have published as they happened; and the prediction of one fed as the real one was
+    on KWOK (the static NRTs and the bound pods, each placed where the kubelet would put it)."""
+    rails, published = kubelet_replay(harness, events)
+    labels = {n.name: n.labels for n in nodes}
+    cache, static = rail_cache(labels), rail_cache(labels)
+    for c in (cache, static):
+        c.replace("nrt", [n.nrt for n in nodes])
+    names = sorted(labels)
+    tally = RailTally()
+    arrived: list[tuple[Job, bool]] = []
+    placed: dict[str, list[tuple[str, frozenset[int]]]] = {}
+    for i, e in enumerate(events):
+        if e.kind == "arrive":
+            arrived.append((e.job, matchable(cache, names, pods_of(e.job)[0], e.job.size)))
+            continue
+        body = e.body
+        key = body["metadata"]["name"]
+        if e.kind == "bind" and key in rails:
+            request = pl.pod_request(body)
+            tally.pods += 1
+            tally.predicted += cache.rails_at(e.node, cache.verdict(e.node, request)) == rails[key]
+            predicted_static = static.rails_at(e.node, static.verdict(e.node, request))
+            tally.predicted_static += predicted_static == rails[key]
+            placed.setdefault(e.job.name, []).append((e.node, rails[key]))
+        if e.kind == "bind":  # one second per arrival: the order the extender sorts pods in
+            at = f"{datetime.fromtimestamp(len(arrived), UTC):%Y-%m-%dT%H:%M:%SZ}"
+            meta = {**body["metadata"], "creationTimestamp": at}
+            spec = {**body["spec"], "nodeName": e.node}
+            static.apply("pod", "MODIFIED", {**body, "metadata": meta, "spec": spec})
+        else:
+            static.apply("pod", "DELETED", body)
+        cache.apply("nrt", "MODIFIED", published[i])
+    for job, allowed in arrived:
+        got = placed.get(job.name, [])
+        tally.unplaced += job.size - len(got)
+        tally_pairs(tally, got, allowed)
+    return tally
+
+
+@dataclass
+class RealRails:
+    tally: RailTally  # from the real bindings, replayed through the kubelet harness
+    turned_away: int
+    seconds: float
+
+
+def rails_of_real_arms(
+    cluster: KubeCluster, harness: Any, fabric: fab.Fabric, arrivals: list[RailArrival]
+) -> dict[str, RealRails]:
+    """The rails trace through kube-scheduler alone and with the extender on the fabric's
+    nodes as KWOK nodes of the rail-optimised sample; then each arm's bindings replayed
+    through `harness` (empty) for the NICs, so the rails, the kubelet would give."""
+    nodes = rail_kwok_nodes(harness, fabric)
+    gpus = {n.name: int(n.capacity[nrt.GPU]) for n in nodes}
+
+    async def run(arm: RealArm) -> tuple[int, list[RailEvent]]:
+        return await run_rail_arm(arm, arrivals, gpus)
+
+    got = asyncio.run(real_arms(cluster, nodes, RAIL_ARMS, run))
+    return {
+        name: RealRails(judge_rails(harness, nodes, events), turned_away, seconds)
+        for name, ((turned_away, events), seconds) in got.items()
+    }
+
+
+def real_rails(count: int, seed: int) -> None:
+    """`--rails --real N`: N arrivals of the rails trace on the 256-node fabric through the
+    real kube-scheduler, every pod's NICs from the kubelet harness."""
+    from tests.kubelet.harness import sample_node
+
+    fabric = build_fabric()
+    arrivals = rail_trace(count, random.Random(seed), len(fabric.nodes))
+    load = _load()
+    with (
+        sample_node(RAIL_SAMPLE) as sample,
+        rail_cluster(sample, {"replay": {}}) as one,
+        _control_plane() as cluster,
+    ):
+        real = rails_of_real_arms(cluster, one.nodes["replay"], fabric, arrivals)
+    print(
+        f"rails at size: {len(fabric.nodes)} {RAIL_SAMPLE} KWOK nodes under {LEAVES} leaves, "
+        f"one rail group; {count} jobs of {'/'.join(map(str, RAIL_PODS))} pods x "
+        f"{'/'.join(str(s) for s, _ in RAIL_SIZES)} GPUs+NICs (seed {seed}); load average "
+        f"{load} at start, {_load()} at the end"
+    )
+    print(f"{RAIL_COLUMNS} {'on KWOK':>8} {'turned away':>12} {'wall s':>7}")
+    for name, r in real.items():
+        t = r.tally
+        print(
+            f"{_rail_row(f'real: {name}', t)} {100 * t.predicted_static / max(1, t.pods):>7.1f}% "
+            f"{r.turned_away:>12} {r.seconds:>7.0f}"
+        )
+    for name in RAIL_ARMS:
+        print(f"  real: {name} = {REAL_ARMS[name].label}")
+    print(RAIL_LEGEND)
+    print(
+        "real = where the real kube-scheduler bound the pods (the extender on static NRTs, as on "
+        "KWOK: it predicts every bound pod's devices), each node's pods then replayed in binding "
+        "order through the kubelet harness; unplaced = pods of jobs turned away (the free GPUs "
+        "could not hold them); predicted = an extender cache fed the NRTs the agent would have "
+        "published; on KWOK = one fed as the real extender was (static NRTs, the bound pods "
+        "placed in creation order)"
     )
 
 
