@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.fabric import Location, closeness
-from rdmaplane.scheduler.placement import Pod, read_pod
+from rdmaplane.scheduler.placement import MAX_SCORE, Pod, read_pod
 from rdmaplane.scheduler.rails import NONE, Rails, match_share, rail_room
 from rdmaplane.scheduler.settings import FabricScoring
 
@@ -252,5 +252,7 @@ def compose(local: int, term: float, weights: FabricScoring) -> int:
     total = weights.node_local + weights.weight
     if total <= 0:
         return local
-    score = round(10 * (weights.node_local * local / 10 + weights.weight * term) / total)
-    return max(0, min(10, score))
+    score = round(
+        MAX_SCORE * (weights.node_local * local / MAX_SCORE + weights.weight * term) / total
+    )
+    return max(0, min(MAX_SCORE, score))

@@ -829,12 +829,15 @@ def _shift(state: NodeState, placement: UnitPlacement, sign: int) -> NodeState:
 # Verdict and score
 
 
+MAX_SCORE = 10  # a node's best score: kube-scheduler's extenderv1.MaxExtenderPriority
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     fits: bool
     unresolvable: bool  # no amount of freeing devices on this node would help
     reason: str  # why it does not fit, or how it fits
-    score: int  # 0..10
+    score: int  # 0..MAX_SCORE
     alignment: str  # pcie | numa | cross | none (nothing to align) | "" (does not fit)
     placements: tuple[UnitPlacement, ...] = ()
     state_after: NodeState | None = None
@@ -861,10 +864,16 @@ def evaluate(state: NodeState, request: PodRequest, policy: Policy = Policy()) -
     pack = _packing(state, after, request, policy.weights)
     w = policy.weights
     total = w.alignment + w.packing
-    score = round(10 * (w.alignment * align + w.packing * pack) / total) if total > 0 else 0
+    score = round(MAX_SCORE * (w.alignment * align + w.packing * pack) / total) if total > 0 else 0
     level = alignment_level(placements)
     return Verdict(
-        True, False, describe(state, placements), max(0, min(10, score)), level, placements, after
+        True,
+        False,
+        describe(state, placements),
+        max(0, min(MAX_SCORE, score)),
+        level,
+        placements,
+        after,
     )
 
 

@@ -15,9 +15,8 @@ import orjson
 
 from rdmaplane.decoding import DecodeError, Decoder, convert
 from rdmaplane.errors import InputError
-from rdmaplane.scheduler.placement import Pod
+from rdmaplane.scheduler.placement import MAX_SCORE, Pod
 
-MAX_SCORE = 10  # extenderv1.MaxExtenderPriority
 MAX_HOSTS_KEPT = 100_000  # hosts whose priority entries are kept encoded
 
 
