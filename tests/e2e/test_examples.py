@@ -37,7 +37,9 @@ def example_crds(kube_cluster: KubeCluster) -> Iterator[None]:
 
 def test_there_is_an_example_per_job_controller() -> None:
     kinds = {d["kind"] for p in EXAMPLES for d in yaml.safe_load_all(p.read_text())}
-    assert {"Job", "JobSet", "PyTorchJob"} <= kinds and len(EXAMPLES) == 4
+    assert {"Job", "JobSet", "PyTorchJob"} <= kinds and len(EXAMPLES) == 5
+    # each is a workload someone runs, so the checks below see a pod template in every file
+    assert all(any(is_workload(d) for d in yaml.safe_load_all(p.read_text())) for p in EXAMPLES)
 
 
 def _pod_templates(doc: dict[str, Any]) -> list[Any]:
