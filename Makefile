@@ -84,11 +84,12 @@ test-fast: lint typecheck graphviz
 	$(BIN)/pytest -q -m "not e2e and not kubelet and not torch and not node"
 
 # Builds the e2e control plane, the kubelet harness and the node on first use (tens of minutes
-# on 2 cores), then reuses them.
+# on 2 cores), then reuses them; Go's caches of those builds (~7 GB) go once all are built.
 k8s-bins:
 	scripts/build-k8s.sh
 	scripts/build-k8s.sh kubelet-harness
 	scripts/build-k8s.sh node
+	scripts/build-k8s.sh trim
 
 test: lint typecheck graphviz k8s-bins torch node-deps image
 	RDMAPLANE_K8S_BIN="$(K8S_BIN)" RDMAPLANE_KUBELET_HARNESS="$(KUBELET_HARNESS)" \

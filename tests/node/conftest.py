@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -56,7 +55,7 @@ from tests.e2e.controlplane import (
     launch_controller_manager,
     launch_scheduler,
 )
-from tests.node import hoststate, images
+from tests.node import hoststate, images, realnode
 from tests.node.realnode import (
     BUSYBOX,
     NODE_BINARIES,
@@ -139,11 +138,13 @@ def node_cluster(k8s_bin_dir: Path) -> Iterator[NodeCluster]:  # noqa: F811
 
 @pytest.fixture(scope="session")
 def node_workdir() -> Iterator[Path]:
-    """Short: the node's unix sockets live under it (at most 107 bytes a path)."""
-    path = Path(tempfile.mkdtemp(prefix="rpn-", dir="/tmp"))
-    yield path
-    if not os.environ.get("RDMAPLANE_NODE_KEEP"):
-        shutil.rmtree(path, ignore_errors=True)
+    """The tier node's folder (`realnode.node_workdir`); `RDMAPLANE_NODE_KEEP=1` keeps it until
+    the next run of the tier."""
+    try:
+        with realnode.node_workdir(keep=bool(os.environ.get("RDMAPLANE_NODE_KEEP"))) as path:
+            yield path
+    except NodeError as err:
+        pytest.fail(str(err), pytrace=False)
 
 
 @pytest.fixture(scope="session")

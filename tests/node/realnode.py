@@ -31,6 +31,7 @@ PID: the kubelet, containerd, every container (the processes in this node's cgro
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import math
 import os
@@ -38,7 +39,9 @@ import secrets
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +59,10 @@ NODE_NAME = "rdmaplane-node"  # the tier's node; another one needs a name of its
 BUSYBOX = "rdmaplane.test/busybox:node"
 PYTHON = "rdmaplane.test/python:node"
 RUNC = "/usr/sbin/runc"
+WORKDIR_PREFIX = "rpn-"  # short: a node's unix sockets live under its folder (107 bytes a path)
+IN_USE = ".in-use"  # locked while the folder's node runs
+UNLOCKED_GRACE_S = 600.0  # a folder without the lock file: being made, or an older run's
+NODE_FREE_BYTES = 2 << 30  # two nodes' containerd roots (each ~0.6 GB: rdmaplane's image unpacked)
 NODE_BINARIES = ("kubelet", "containerd", "containerd-shim-runc-v2", "ctr", "bridge", "host-local",
                  "loopback")  # fmt: skip
 START_S = 120.0
@@ -141,6 +148,61 @@ def _numa_tree(root: Path, nodes: int) -> None:
             f"Node {n} MemUsed:        {kb - kb // 2} kB\n"
         )
         (node / "distance").write_text(" ".join("10" if m == n else "20" for m in range(nodes)))
+
+
+def remove_stale_workdirs(parent: Path = Path("/tmp")) -> list[str]:
+    """Remove the node folders of runs killed before their end (each ~0.6 GB of unpacked images,
+    which a shared disk does not keep room for run after run): those whose lock nobody holds.
+    Say what was removed, with its size."""
+    removed = []
+    for folder in sorted(parent.glob(WORKDIR_PREFIX + "*")):
+        if not _stale(folder):
+            continue
+        size = sum(
+            f.stat().st_size for f in folder.rglob("*") if f.is_file() and not f.is_symlink()
+        )
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(f"{folder} ({size / 1e6:.0f} MB)")
+    return removed
+
+
+def _stale(folder: Path) -> bool:
+    try:
+        fd = os.open(folder / IN_USE, os.O_RDONLY)
+    except FileNotFoundError:
+        with contextlib.suppress(FileNotFoundError):
+            return time.time() - folder.stat().st_mtime > UNLOCKED_GRACE_S
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False  # a live node's
+    finally:
+        os.close(fd)
+    return True
+
+
+@contextlib.contextmanager
+def node_workdir(keep: bool = False) -> Iterator[Path]:
+    """A fresh folder for one node, locked while in use, removed after unless `keep` (then the
+    next run removes it). Before it is made, killed runs' folders go; a `NodeError` if the disk
+    then lacks room for a node, rather than pods evicted or an image half unpacked later."""
+    for gone in remove_stale_workdirs():
+        warnings.warn(f"removed {gone}, left by an earlier run", stacklevel=3)
+    free = shutil.disk_usage("/tmp").free
+    if free < NODE_FREE_BYTES:
+        raise NodeError(
+            f"/tmp has {free / 1e9:.1f} GB free; the node tier needs "
+            f"{NODE_FREE_BYTES / 1e9:.1f} GB (containerd unpacks the pods' images there)"
+        )
+    path = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX, dir="/tmp"))
+    with (path / IN_USE).open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield path
+        finally:
+            if not keep:
+                shutil.rmtree(path, ignore_errors=True)
 
 
 class RealNode:
@@ -378,9 +440,10 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
             "authorization": {"mode": "AlwaysAllow"},
             "topologyManagerPolicy": s.topology_policy,
             "topologyManagerScope": s.topology_scope,
-            # a shared disk's free space is not this test's business
-            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            # a shared disk's free space is not this test's business: "0%" turns a disk signal
+            # off (the kubelet's eviction helpers ignore 0% and 100%); `node_workdir` checks room
+            "evictionHard": {"memory.available": "1Mi", "nodefs.available": "0%",
+                             "imagefs.available": "0%", "nodefs.inodesFree": "0%"},
             "imageGCHighThresholdPercent": 100,
             "imageGCLowThresholdPercent": 99,
             "failSwapOn": False,

@@ -8,8 +8,6 @@ and its end both fall inside the test.
 from __future__ import annotations
 
 import contextlib
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from tests.node import hoststate
 from tests.node.conftest import NodeCluster
 from tests.node.pods import WAIT_S, phase, pod_body
-from tests.node.realnode import RealNode, running_node
+from tests.node.realnode import RealNode, node_workdir, running_node
 
 NAME = "rdmaplane-node-host"
 
@@ -28,41 +26,42 @@ def test_a_node_and_its_pod_leave_the_host_as_it_was(
     node_bin_dir: Path, node_cluster: NodeCluster, node_images: list[Path]
 ) -> None:
     cluster = node_cluster.cluster
-    workdir = Path(tempfile.mkdtemp(prefix="rpn-", dir="/tmp"))
-    node = RealNode(
-        node_bin_dir,
-        cluster,
-        workdir,
-        node_images,
-        client_ca=node_cluster.kubelet_client_ca,
-        name=NAME,
-        index=1,
-    )
-    node.remove_stale_bridge()
-    before = hoststate.snapshot()
-    try:
-        with running_node(node), cluster.client() as client:
-            # a pod with its own network on the node's bridge: veth, CNI, cgroups all in use
-            body = pod_body("host-check", ["sh", "-c", "ip -4 addr show eth0"], node=NAME)
-            client.create(
-                Pod.from_dict({**body, "metadata": {"name": "host-check", "namespace": "default"}})
-            )
-            deadline = time.monotonic() + WAIT_S
-            while phase(pod := client.get(Pod, "host-check", namespace="default")) not in (
-                "Succeeded", "Failed"
-            ) and time.monotonic() < deadline:  # fmt: skip
-                time.sleep(0.1)
-            assert phase(pod) == "Succeeded", pod.status
-            shown = "".join(client.log("host-check", namespace="default", container="c"))
-            assert "inet 10.222.1." in shown, shown
-            during = hoststate.snapshot()
-            client.delete(Pod, "host-check", namespace="default", grace_period=1)
-    finally:
-        with cluster.client() as client:
-            for kind, name, ns in ((Pod, "host-check", "default"), (Node, NAME, None)):
-                with contextlib.suppress(ApiError):
-                    client.delete(kind, name, namespace=ns, grace_period=0)  # type: ignore[arg-type]
-        shutil.rmtree(workdir, ignore_errors=True)
+    with node_workdir() as workdir:
+        node = RealNode(
+            node_bin_dir,
+            cluster,
+            workdir,
+            node_images,
+            client_ca=node_cluster.kubelet_client_ca,
+            name=NAME,
+            index=1,
+        )
+        node.remove_stale_bridge()
+        before = hoststate.snapshot()
+        try:
+            with running_node(node), cluster.client() as client:
+                # a pod with its own network on the node's bridge: veth, CNI, cgroups all in use
+                body = pod_body("host-check", ["sh", "-c", "ip -4 addr show eth0"], node=NAME)
+                client.create(
+                    Pod.from_dict(
+                        {**body, "metadata": {"name": "host-check", "namespace": "default"}}
+                    )
+                )
+                deadline = time.monotonic() + WAIT_S
+                while phase(pod := client.get(Pod, "host-check", namespace="default")) not in (
+                    "Succeeded", "Failed"
+                ) and time.monotonic() < deadline:  # fmt: skip
+                    time.sleep(0.1)
+                assert phase(pod) == "Succeeded", pod.status
+                shown = "".join(client.log("host-check", namespace="default", container="c"))
+                assert "inet 10.222.1." in shown, shown
+                during = hoststate.snapshot()
+                client.delete(Pod, "host-check", namespace="default", grace_period=1)
+        finally:
+            with cluster.client() as client:
+                for kind, name, ns in ((Pod, "host-check", "default"), (Node, NAME, None)):
+                    with contextlib.suppress(ApiError):
+                        client.delete(kind, name, namespace=ns, grace_period=0)  # type: ignore[arg-type]
     after = hoststate.snapshot()
     # while the node ran, only its bridge and the pod's veth were new on the host
     assert during.sysctls == before.sysctls
