@@ -10,7 +10,8 @@ import orjson
 import pytest
 from lightkube import KubeConfig
 
-from rdmaplane.kube.watchstream import WatchRefused, watch_lines
+from rdmaplane.kube import watchstream
+from rdmaplane.kube.watchstream import WatchEventTooLarge, WatchRefused, watch_lines
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler.watch import WatchEnded, read_pod_event
 
@@ -29,7 +30,10 @@ async def _serving(reply: Reply) -> tuple[asyncio.Server, list[bytes]]:
     return await asyncio.start_server(handle, "127.0.0.1", 0), heads
 
 
-async def _lines(server: asyncio.Server, token: str | None = None) -> list[bytes]:
+async def _lines(
+    server: asyncio.Server, token: str | None = None, into: list[bytes] | None = None
+) -> list[bytes]:
+    """The watch's lines, each also appended to `into` as it comes."""
     port = server.sockets[0].getsockname()[1]
     kubeconfig = {
         "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}/base"}}],
@@ -39,7 +43,10 @@ async def _lines(server: asyncio.Server, token: str | None = None) -> list[bytes
     }
     config = KubeConfig.from_dict(kubeconfig).get()
     params = {"watch": "true", "resourceVersion": "7"}
-    return [line async for line in watch_lines(config, "/api/v1/pods", params)]
+    got = [] if into is None else into
+    async for line in watch_lines(config, "/api/v1/pods", params):
+        got.append(line)
+    return got
 
 
 async def test_lines_of_a_chunked_watch_split_across_reads() -> None:
@@ -71,6 +78,31 @@ async def test_an_error_status_is_refused_with_its_body() -> None:
     async with server:
         with pytest.raises(WatchRefused, match=r"HTTP 403: .*pods is forbidden"):
             await _lines(server)
+
+
+async def test_a_line_that_never_ends_is_refused_once_over_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(watchstream, "MAX_EVENT_BYTES", 1 << 20)
+    first = orjson.dumps({"type": "ADDED", "object": {"n": 1}})
+
+    async def reply(writer: asyncio.StreamWriter, _: bytes) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"%x\r\n%s\n\r\n" % (len(first) + 1, first))
+        piece = b"x" * (1 << 16)
+        for _ in range(64):  # 4 MiB of one line, if the reader kept reading
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            try:
+                await writer.drain()
+            except ConnectionError:
+                return
+
+    server, _ = await _serving(reply)
+    got: list[bytes] = []
+    async with server:
+        with pytest.raises(WatchEventTooLarge, match=r"/api/v1/pods: an event of over 1 MiB"):
+            await _lines(server, into=got)
+    assert got == [first]  # the whole events before it were given
 
 
 POD = {

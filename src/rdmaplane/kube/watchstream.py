@@ -27,10 +27,17 @@ from rdmaplane.errors import RdmaplaneError
 CONNECT_TIMEOUT_S = 10.0  # lightkube's own default
 READ_SIZE = 1 << 16
 ERROR_BODY_BYTES = 2_000  # of a refusal's body, in the error
+# One event's line at most: the API server stores objects of 1.5 MiB at most (etcd's default
+# request limit), so a longer line is not a watch event, and must not grow without end.
+MAX_EVENT_BYTES = 16 << 20
 
 
 class WatchRefused(RdmaplaneError):
     """The API server answered the watch with an error status (the message has its body)."""
+
+
+class WatchEventTooLarge(RdmaplaneError):
+    """A watch line longer than `MAX_EVENT_BYTES` without its end."""
 
 
 class _Response:
@@ -86,6 +93,11 @@ async def watch_lines(
             response.parser.feed_data(data)
             if response.headed and response.status() != 200:
                 await _refused(reader, response)
+            if len(response.rest) > MAX_EVENT_BYTES:
+                raise WatchEventTooLarge(
+                    f"watch {path}: an event of over {MAX_EVENT_BYTES >> 20} MiB without its end"
+                    " (the API server's objects are 1.5 MiB at most)"
+                )
             lines, response.lines = response.lines, []
             for line in lines:
                 if line:
