@@ -233,6 +233,14 @@ class NodeResourceTopology:
         return policy or "none", scope or "container"
 
 
+def frees(before: NodeResourceTopology, after: NodeResourceTopology) -> bool:
+    """Whether `after` has more of some resource free in some zone than `before` had: a pod
+    refused for want of it may fit now, and someone must say so to kube-scheduler, which looks
+    at an extender-refused pod again on Pod and Node events only, never on an NRT's."""
+    was = {(z.name, r.name): r.available for z in before.zones for r in z.resources}
+    return any(r.available > was.get((z.name, r.name), 0) for z in after.zones for r in z.resources)
+
+
 def free_by_numa(nrt: NodeResourceTopology) -> dict[str, dict[str, int]]:
     """Available quantity of each resource per NUMA zone, as published."""
     return {z.name: {r.name: r.available for r in z.resources} for z in nrt.numa_zones()}

@@ -3,6 +3,8 @@ acting in step (docs/agent.md): a change to the NRT alone held back (`nrtMinInte
 `writeJitter`) until a change that must not wait takes it along; API Priority and Fairness
 turning the agent away with 429 (a FlowSchema of this test's own sending its user to a
 priority level without seats that rejects): the same write retried, not counted as a failure.
+And, judged by the real kube-scheduler with the extender, an NRT write that frees devices
+stamps the Node, so a pod refused meanwhile is looked at again at once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import copy
 import logging
 import ssl
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import httpx
@@ -23,17 +25,25 @@ from lightkube import ApiError, AsyncClient
 from lightkube.generic_resource import create_global_resource
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node
+from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 
 from rdmaplane import nrt
 from rdmaplane.agent.desired import Condition
 from rdmaplane.agent.metrics import AgentMetrics, NodeView
-from rdmaplane.agent.publisher import Desired, Publisher
+from rdmaplane.agent.publisher import FREED_ANNOTATION, Desired, Publisher
 from rdmaplane.agent.settings import PublishSettings
 from rdmaplane.kube import NodeResourceTopology, async_client
-from tests.e2e.controlplane import KubeCluster
+from tests.e2e.controlplane import KubeCluster, Process, add_ready_node
 from tests.e2e.test_agent import condition, eventually, install_rbac
+from tests.e2e.test_scheduler_extender import (
+    _bound,
+    _failed_scheduling,
+    _scheduler_config,
+    in_process_extender,
+)
 from tests.layouts import layout
+from tests.scheduler_helpers import pod
 
 THROTTLED_USER = "e2e-throttled-agent"
 # The Retry-After APF sends while drops stay few: it doubles (up to 32 s) once a priority level
@@ -140,6 +150,46 @@ async def test_an_nrt_change_waits_until_the_condition_changes(
         publisher.set_desired(_desired(node, free_gpus=2, ready=False))
         await asyncio.wait_for(publisher.in_sync.wait(), 30)
     assert (await _server_gpus(kube, node), await _server_ready(kube, node)) == ("2", "False")
+
+
+async def test_a_pod_refused_while_an_ended_pods_devices_were_published_binds_once_freed(
+    kube: AsyncClient,
+    namespace: str,
+    kube_cluster: KubeCluster,
+    agent_kubeconfig: Path,
+    start_scheduler: Callable[..., Process],
+) -> None:
+    """The node's NRT still counts an ended pod's devices, so the extender refuses the next
+    pod; the agent then writes the NRT that frees them. kube-scheduler looks again at a pod the
+    extender refused only on a Pod or Node event (an NRT's is neither), so without the Node's
+    stamp it would wait for its 5-minute flush: bound within 30 s, on the stamp."""
+    name = f"freed-{uuid.uuid4().hex[:6]}"
+    await add_ready_node(kube, name, {}, {nrt.GPU: "8", nrt.HCA: "8"})
+    free = nrt.to_object(layout("hgx", name, policy="single-numa-node"))
+    held = copy.deepcopy(free)
+    for zone in held["zones"]:
+        for res in zone["resources"]:
+            res["available"] = "0"
+    healthy = Condition(True, "AllDevicesHealthy", "e2e")
+    config = PublishSettings(nrt_min_interval_s=0.0, write_jitter_s=0.0)
+    with in_process_extender(kube_cluster) as url:
+        first = Desired({}, {}, healthy, held)
+        async with _publishing(agent_kubeconfig, name, config, first) as publisher:
+            await asyncio.wait_for(publisher.in_sync.wait(), 30)
+            start_scheduler(_scheduler_config(url))
+            body = pod("next", 4, 4, ns=namespace)
+            del body["status"]
+            await kube.create(PodResource.from_dict(body))
+            assert "rdmaplane:" in await _failed_scheduling(kube, namespace, "next")
+            assert FREED_ANNOTATION not in await _annotations(kube, name)
+            publisher.set_desired(Desired({}, {}, healthy, free))
+            assert await _bound(kube, namespace, "next") == name
+    assert FREED_ANNOTATION in await _annotations(kube, name)
+
+
+async def _annotations(kube: AsyncClient, node: str) -> dict[str, str]:
+    meta = (await kube.get(Node, node)).metadata
+    return dict(meta.annotations or {}) if meta else {}
 
 
 async def _logged(caplog: pytest.LogCaptureFixture, text: str) -> bool:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -215,3 +217,30 @@ def test_other_writers_are_the_other_managers_owning_content(entries: list[dict]
 )  # fmt: skip
 def test_other_writers_of_odd_objects_are_none(obj: dict) -> None:
     assert nrt.other_writers(obj, "rdmaplane") == []
+
+
+def _free(
+    topology: nrt.NodeResourceTopology, zone: int, res: int, free: int
+) -> nrt.NodeResourceTopology:
+    """`topology` with `free` of its zone's resource available."""
+    zones = list(topology.zones)
+    resources = list(zones[zone].resources)
+    resources[res] = msgspec.structs.replace(resources[res], available=free)
+    zones[zone] = msgspec.structs.replace(zones[zone], resources=tuple(resources))
+    return dataclasses.replace(topology, zones=tuple(zones))
+
+
+@given(topologies(), st.data())
+def test_frees_is_more_of_a_resource_free_in_some_zone(
+    topology: nrt.NodeResourceTopology, data: st.DataObject
+) -> None:
+    assert not nrt.frees(topology, topology)
+    spots = [(z, r) for z, zone in enumerate(topology.zones) for r in range(len(zone.resources))]
+    if not spots:
+        return
+    z, r = data.draw(st.sampled_from(spots))
+    was = topology.zones[z].resources[r].available
+    now = data.draw(st.integers(0, 64))
+    changed = _free(topology, z, r, now)
+    assert nrt.frees(topology, changed) == (now > was)
+    assert nrt.frees(changed, topology) == (was > now)

@@ -15,6 +15,11 @@ The resync period varies by ±10 %; retries wait a random 50-100 % of the backof
 from API Priority and Fairness is not a failure: nothing was written or lost, so the same write
 is retried after the server's Retry-After (or the backoff step), without reading anything back.
 
+When an NRT write frees devices (a pod ended), the publisher also stamps the Node
+(`rdmaplane.io/devices-freed`, the time): kube-scheduler looks again at a pod the extender
+refused only on a Pod or Node event, never on an NRT's, so without it a pod refused while the
+old NRT still counted the ended pod would wait for kube-scheduler's 5-minute flush.
+
 The NRT belongs to its Node (an owner reference: the garbage collector deletes it with the
 Node). When another program writes the same NRT (NFD's topology-updater has the same name and
 kind), the agent does not fight it: whenever it reads the object back and finds content owned
@@ -50,6 +55,7 @@ from rdmaplane.kube.client import FIELD_MANAGER
 
 log = logging.getLogger("rdmaplane.agent.publisher")
 COMPONENT = "rdmaplane-agent"
+FREED_ANNOTATION = "rdmaplane.io/devices-freed"  # when an NRT write last freed devices
 MAX_AGGREGATED = 64  # distinct Events remembered for aggregation
 
 
@@ -117,6 +123,7 @@ class Publisher:
         self._nrt_at = -float("inf")  # when the NRT was last written (monotonic)
         self._nrt_due: float | None = None  # an NRT update held back until then
         self._nrt_writers: list[str] = []  # others writing the NRT: it is left to them
+        self._freed_due = False  # an NRT write freed devices: the Node is to say so
 
     def set_desired(self, desired: Desired) -> None:
         self._desired = desired
@@ -256,8 +263,16 @@ class Publisher:
                 self._nrt_due = due  # the loop comes back for it
                 log.debug("NRT update held back %.1f s", due - time.monotonic())
             else:
+                before = self._written.nrt
                 await self._write_nrt(desired.nrt)
                 wrote = True
+                if before is not None and self._written.nrt is desired.nrt:
+                    self._freed_due |= nrt.frees(
+                        nrt.from_object(before), nrt.from_object(desired.nrt)
+                    )
+        if self._freed_due:
+            await self._patch_freed()
+            wrote = True
         while self._events:
             await self._post_event(self._events[0])
             self._events.popleft()
@@ -333,6 +348,14 @@ class Publisher:
         }
         await self.client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
         self.metrics.writes.labels("node").inc()
+
+    async def _patch_freed(self) -> None:
+        """Stamp the Node: devices came free (`FREED_ANNOTATION`), which kube-scheduler sees."""
+        stamp = {FREED_ANNOTATION: api_time(dt.datetime.now(dt.UTC))}
+        patch = {"metadata": {"annotations": stamp}}
+        await self.client.patch(Node, self.node_name, patch, patch_type=PatchType.MERGE)
+        self.metrics.writes.labels("freed").inc()
+        self._freed_due = False
 
     async def _patch_condition(self, condition: Condition) -> None:
         now = dt.datetime.now(dt.UTC)
