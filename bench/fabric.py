@@ -37,9 +37,12 @@ on a busy cluster some jobs can match on no rails at all.
 `--rails --real N`: N arrivals of that trace (lifetimes scaled to the cluster) on the 256 nodes
 below as KWOK nodes of the same sample (its kubelet's capacity, its agent's NRT with rails),
 through the real kube-scheduler alone and with the extender, one arrival at a time as below (a
-job whose pods the free GPUs no longer hold is turned away). KWOK runs no kubelet, so the real
-bindings (which node, in binding order, and when each pod ended) are then replayed node by node
-through one kubelet harness, for the NICs the kubelet would give each pod, so its rails; the
+job whose pods the free GPUs no longer hold is turned away). KWOK runs no agent: as a watch sees
+a pod bound or gone, the bench replays that node's pods through one kubelet harness and writes
+the NRT the agent would then publish (the agent's own builder), so the extender reads what it
+would in a real cluster, a little late, as from an agent. KWOK runs no kubelet either: the real
+bindings (which node, in binding order, and when each pod ended) are then replayed again node by
+node through the harness, for the NICs the kubelet would give each pod, so its rails; the
 shares are counted as above, `matchable` and the prediction on the NRTs the agent would have
 published after each step.
 
@@ -74,6 +77,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import heapq
 import itertools
 import os
@@ -81,7 +85,7 @@ import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -97,10 +101,10 @@ from lightkube.types import PatchType
 
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
-from rdmaplane.kube import load_config
+from rdmaplane.kube import NodeResourceTopology, load_config
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import rails as rl
-from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.scheduler.cache import ClusterCache, pod_key
 from rdmaplane.scheduler.settings import FabricScoring
 from tests.e2e import fleet, scalerig
 from tests.e2e.controlplane import (
@@ -164,13 +168,18 @@ class Job:
     prefill: str | None = None  # the prefill job a decode job reads from
     placed: list[str] = field(default_factory=list)
     gpus: int = 8  # per pod, and as many HCAs: a whole HGX node unless `--rails`
+    namespace: str = "bench"
 
 
 def pods_of(job: Job) -> list[dict[str, Any]]:
     limits = {nrt.GPU: str(job.gpus), nrt.HCA: str(job.gpus)}
     return [
         {
-            "metadata": {"name": f"{job.name}-{i}", "namespace": "bench", "labels": job.labels},
+            "metadata": {
+                "name": f"{job.name}-{i}",
+                "namespace": job.namespace,
+                "labels": job.labels,
+            },
             "spec": {
                 "containers": [{"name": "m", "resources": {"limits": limits, "requests": limits}}]
             },
@@ -418,7 +427,7 @@ class RailTally:
     matched: int = 0  # ... whose rails (the kubelet's allocation) match
     pods: int = 0
     predicted: int = 0  # pods whose rails the extender predicted as the kubelet gave them
-    predicted_static: int = 0  # ... on KWOK's static NRTs, as the real extender saw (real arms)
+    predicted_seen: int = 0  # ... on the NRTs as the real extender saw them (real arms)
     unplaced: int = 0
     allowed_pairs: int = 0  # cross-node pairs of jobs the fabric let match (`matchable`)
     allowed_matched: int = 0
@@ -947,14 +956,14 @@ def rail_kwok_nodes(harness: Any, fabric: fab.Fabric) -> list[fleet.FleetNode]:
 
 
 async def run_rail_arm(
-    arm: RealArm, arrivals: list[RailArrival], gpus: Mapping[str, int]
-) -> tuple[int, list[RailEvent]]:
+    arm: RealArm, arrivals: list[RailArrival], gpus: Mapping[str, int], events: list[RailEvent]
+) -> int:
     """`run_rails`'s loop through the real kube-scheduler, one arrival at a time (finished
     jobs' pods deleted first); a job whose pods the free GPUs no longer hold is turned away.
-    How many were, and what happened, pods' binds in kube-scheduler's order."""
+    What happened goes to `events`, pods' binds in kube-scheduler's order; how many were
+    turned away."""
     free = dict(gpus)
     running: list[tuple[float, int, Job, list[str]]] = []
-    events: list[RailEvent] = []
     turned_away = 0
     for now, arrival in enumerate(arrivals):
         while running and running[0][0] <= now:
@@ -963,7 +972,7 @@ async def run_rail_arm(
             for i, n in enumerate(placed):
                 free[n] += done.gpus
                 events.append(RailEvent("end", done, i, n))
-        job = rail_job(arrival)
+        job = dataclasses.replace(rail_job(arrival), namespace=arm.namespace)
         events.append(RailEvent("arrive", job))
         if sum(f // job.gpus for f in free.values()) < job.size:  # pods alike: any order fits
             turned_away += 1
@@ -975,7 +984,87 @@ async def run_rail_arm(
         for i in sorted(range(job.size), key=lambda i: bound[i].order):
             events.append(RailEvent("bind", job, i, bound[i].node))
         heapq.heappush(running, (now + arrival[3], now, job, placed))
-    return turned_away, events
+    return turned_away
+
+
+Step = tuple[bool, Mapping[str, Any]]  # a pod bound (True) or ended (False) on a node
+
+
+class ReplayedKubelet:
+    """One kubelet harness standing in for many nodes' kubelets, one node at a time: it holds
+    the state the node's steps left (the kubelet's own allocations), and what its agent would
+    publish from them."""
+
+    def __init__(self, harness: Any) -> None:
+        self.harness = harness
+        self.node = ""
+        self.done = 0  # how many of the node's steps the harness holds
+        self.uids: dict[str, str] = {}  # pod key -> its uid in the harness
+        self.empty("")
+
+    def empty(self, node: str) -> None:
+        """Hold `node`, with no pod on it."""
+        self.harness.reset()
+        self.node, self.done, self.uids = node, 0, {}
+
+    def step(self, step: Step) -> frozenset[int] | None:
+        """Admit or end one pod; the rails of the NICs an admitted pod got."""
+        bind, body = step
+        key = pod_key(body)
+        if bind:
+            admission = self.harness.admit(body)
+            self.done += 1
+            if not admission.admitted:
+                return None
+            self.uids[key] = admission.uid
+            rails: frozenset[int] = self.harness.rails(admission)
+            return rails
+        if key in self.uids:
+            self.harness.delete(self.uids.pop(key))
+        self.done += 1
+        return None
+
+    def hold(self, node: str, steps: Sequence[Step]) -> None:
+        """The state `steps` (the node's, from empty) leave: only the new ones when the
+        harness already holds the node's earlier ones."""
+        if node != self.node or self.done > len(steps):
+            self.empty(node)
+        for s in steps[self.done :]:
+            self.step(s)
+
+    def allocated(self) -> dict[str, dict[str, frozenset[str]]]:
+        """Each pod held: its devices per resource."""
+        h = self.harness
+        return {
+            key: {r: h.admissions[uid].devices(r) for r in h.resources}
+            for key, uid in self.uids.items()
+        }
+
+    def compact(self, node: str, steps: Sequence[Step]) -> list[Step]:
+        """Steps as short as can be that leave the node's allocations as `steps` did: its live
+        pods alone, ordered by their devices, when the kubelet then gives each the devices it
+        has (checked); else `steps`, replayed again."""
+        self.hold(node, steps)
+        had = self.allocated()
+        bodies = {pod_key(b): b for bind, b in steps if bind}
+        live: list[Step] = [(True, bodies[k]) for k in sorted(had, key=lambda k: sorted(
+            d for devices in had[k].values() for d in devices))]  # fmt: skip
+        self.empty(node)
+        for s in live:
+            self.step(s)
+        if self.allocated() == had:
+            return live
+        self.empty(node)
+        self.hold(node, steps)
+        return list(steps)
+
+    def nrt(self) -> dict[str, Any]:
+        """The NRT the node's agent would publish now."""
+        h = self.harness
+        obj: dict[str, Any] = nrt.to_object(
+            dataclasses.replace(h.published(h.rail_uplinks()), name=self.node)
+        )
+        return obj
 
 
 def kubelet_replay(
@@ -988,66 +1077,173 @@ def kubelet_replay(
     for i, e in enumerate(events):
         if e.node:
             by_node.setdefault(e.node, []).append(i)
+    kubelet = ReplayedKubelet(harness)
     rails: dict[str, frozenset[int]] = {}
     published: dict[int, dict[str, Any]] = {}
-    uids: dict[str, str] = {}
     for node, indices in by_node.items():
-        harness.reset()
+        kubelet.empty(node)
         for i in indices:
             body = events[i].body
-            key = body["metadata"]["name"]
-            if events[i].kind == "bind":
-                admission = harness.admit(body)
-                if admission.admitted:
-                    uids[key], rails[key] = admission.uid, harness.rails(admission)
-            elif key in uids:
-                harness.delete(uids.pop(key))
-            now = harness.published(harness.rail_uplinks())
-            published[i] = nrt.to_object(dataclasses.replace(now, name=node))
-    harness.reset()
+            got = kubelet.step((events[i].kind == "bind", body))
+            if got is not None:
+                rails[pod_key(body)] = got
+            published[i] = kubelet.nrt()
+    kubelet.empty("")
     return rails, published
 
 
-def judge_rails(harness: Any, nodes: list[fleet.FleetNode], events: list[RailEvent]) -> RailTally:
+Published = list[tuple[int, dict[str, Any]]]  # (how many events had happened, the NRT)
+
+
+class LiveAgents:
+    """The node agents KWOK does not run: from a watch of the arm's pods, each node's binds and
+    ends replayed through the kubelet harness, and the NRT its agent would publish then written
+    to the API server, after the watch shows the change (as an agent does after PodResources
+    changes); a node that changed again meanwhile is published once, with all of it. On
+    leaving, the agents catch up with `events`, and every node they wrote gets its empty NRT
+    back (the next arm starts as this one did)."""
+
+    def __init__(
+        self, arm: RealArm, kubelet: ReplayedKubelet, nodes: list[fleet.FleetNode],
+        events: Sequence[RailEvent],
+    ) -> None:  # fmt: skip
+        self.kube, self.namespace = arm.kube, arm.namespace
+        self.kubelet, self.events = kubelet, events
+        self.empty = {n.name: n.nrt for n in nodes}
+        self.steps: dict[str, list[Step]] = {}  # per node, as short as leaves it as it is
+        self.seen = 0  # steps the watch delivered
+        self.dirty: dict[str, None] = {}  # nodes to publish, in the order they changed
+        self.busy = False
+        self.changed, self.progress = asyncio.Event(), asyncio.Event()
+        self.published: Published = []
+        self.written: set[str] = set()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> LiveAgents:
+        self._tasks = [asyncio.create_task(self._watch()), asyncio.create_task(self._publish())]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        try:
+            async with asyncio.timeout(PLACED_WITHIN_S):
+                while not self._caught_up():
+                    self.progress.clear()
+                    await self.progress.wait()
+        finally:
+            for t in self._tasks:
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+        await fleet.bounded(
+            fleet.CREATE_PARALLEL,
+            (functools.partial(self._write, n, self.empty[n]) for n in self.written),
+        )
+
+    def _caught_up(self) -> bool:
+        if any(t.done() for t in self._tasks):  # one failed: say why
+            next(t for t in self._tasks if t.done()).result()
+        happened = sum(bool(e.node) for e in self.events)
+        return self.seen >= happened and not self.dirty and not self.busy
+
+    async def _watch(self) -> None:
+        where: dict[str, str] = {}  # pod key -> its node
+        async for kind, pod in self.kube.watch(Pod, namespace=self.namespace):
+            body = pod.to_dict()
+            key, node = pod_key(body), (pod.spec.nodeName if pod.spec else None) or ""
+            if kind == "DELETED" and key in where:
+                self._changed(where.pop(key), (False, body))
+            elif kind != "DELETED" and node and key not in where:
+                where[key] = node
+                self._changed(node, (True, body))
+
+    def _changed(self, node: str, step: Step) -> None:
+        self.steps.setdefault(node, []).append(step)
+        self.seen += 1
+        self.dirty[node] = None
+        self.changed.set()
+        self.progress.set()
+
+    async def _publish(self) -> None:
+        while True:
+            await self.changed.wait()
+            self.changed.clear()
+            while self.dirty:
+                node = next(iter(self.dirty))
+                del self.dirty[node]
+                self.busy = True
+                steps = list(self.steps[node])
+                obj, shorter = await asyncio.to_thread(self._nrt_after, node, steps)
+                self.steps[node][: len(steps)] = shorter  # any that came meanwhile stay after
+                await self._write(node, obj)
+                self.published.append((len(self.events), obj))
+                self.busy = False
+                self.progress.set()
+
+    def _nrt_after(self, node: str, steps: list[Step]) -> tuple[dict[str, Any], list[Step]]:
+        """The node's NRT after `steps`, and steps as short as can be that leave it so."""
+        if steps[-1][0]:
+            self.kubelet.hold(node, steps)
+        else:  # a pod ended: the node's history may shrink
+            steps = self.kubelet.compact(node, steps)
+        return self.kubelet.nrt(), steps
+
+    async def _write(self, node: str, obj: Mapping[str, Any]) -> None:
+        body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+        await self.kube.patch(NodeResourceTopology, node, body, patch_type=PatchType.MERGE)
+        self.written.add(node)
+
+
+def judge_rails(
+    harness: Any, nodes: list[fleet.FleetNode], events: list[RailEvent], published: Published
+) -> tuple[RailTally, int]:
     """`run_rails`'s tally for a real arm's events: rails from the kubelet's replay, each job's
     `matchable` and each pod's predicted rails from an extender cache fed the NRTs the agent
     would have published as they happened; and the prediction of one fed as the real one was
-    on KWOK (the static NRTs and the bound pods, each placed where the kubelet would put it)."""
-    rails, published = kubelet_replay(harness, events)
+    (`published`, the NRTs the live agents wrote, when they did, and the bound pods, each not
+    yet in its node's NRT placed where the extender predicts the kubelet puts it). With the
+    number of nodes whose last NRT written is not the kubelet replay's last."""
+    rails, replayed = kubelet_replay(harness, events)
     labels = {n.name: n.labels for n in nodes}
-    cache, static = rail_cache(labels), rail_cache(labels)
-    for c in (cache, static):
+    cache, seen = rail_cache(labels), rail_cache(labels)
+    for c in (cache, seen):
         c.replace("nrt", [n.nrt for n in nodes])
     names = sorted(labels)
     tally = RailTally()
     arrived: list[tuple[Job, bool]] = []
     placed: dict[str, list[tuple[str, frozenset[int]]]] = {}
+    written = iter(published)
+    pending = next(written, None)
     for i, e in enumerate(events):
+        while pending is not None and pending[0] <= i:
+            seen.apply("nrt", "MODIFIED", pending[1])
+            pending = next(written, None)
         if e.kind == "arrive":
             arrived.append((e.job, matchable(cache, names, pods_of(e.job)[0], e.job.size)))
             continue
         body = e.body
-        key = body["metadata"]["name"]
+        key = pod_key(body)
         if e.kind == "bind" and key in rails:
             request = pl.pod_request(body)
             tally.pods += 1
             tally.predicted += cache.rails_at(e.node, cache.verdict(e.node, request)) == rails[key]
-            predicted_static = static.rails_at(e.node, static.verdict(e.node, request))
-            tally.predicted_static += predicted_static == rails[key]
+            predicted_seen = seen.rails_at(e.node, seen.verdict(e.node, request))
+            tally.predicted_seen += predicted_seen == rails[key]
             placed.setdefault(e.job.name, []).append((e.node, rails[key]))
         if e.kind == "bind":  # one second per arrival: the order the extender sorts pods in
             at = f"{datetime.fromtimestamp(len(arrived), UTC):%Y-%m-%dT%H:%M:%SZ}"
             meta = {**body["metadata"], "creationTimestamp": at}
             spec = {**body["spec"], "nodeName": e.node}
-            static.apply("pod", "MODIFIED", {**body, "metadata": meta, "spec": spec})
+            seen.apply("pod", "MODIFIED", {**body, "metadata": meta, "spec": spec})
         else:
-            static.apply("pod", "DELETED", body)
-        cache.apply("nrt", "MODIFIED", published[i])
+            seen.apply("pod", "DELETED", body)
+        cache.apply("nrt", "MODIFIED", replayed[i])
     for job, allowed in arrived:
         got = placed.get(job.name, [])
         tally.unplaced += job.size - len(got)
         tally_pairs(tally, got, allowed)
-    return tally
+    replayed_last = {events[i].node: obj for i, obj in sorted(replayed.items())}
+    written_last = {obj["metadata"]["name"]: obj for _, obj in published}
+    return tally, sum(written_last.get(n) != obj for n, obj in replayed_last.items())
 
 
 @dataclass
@@ -1055,25 +1251,32 @@ class RealRails:
     tally: RailTally  # from the real bindings, replayed through the kubelet harness
     turned_away: int
     seconds: float
+    writes: int  # NRTs the live agents wrote
+    behind: int  # nodes whose last NRT the live agents wrote is not the kubelet replay's last
 
 
 def rails_of_real_arms(
     cluster: KubeCluster, harness: Any, fabric: fab.Fabric, arrivals: list[RailArrival]
 ) -> dict[str, RealRails]:
     """The rails trace through kube-scheduler alone and with the extender on the fabric's
-    nodes as KWOK nodes of the rail-optimised sample; then each arm's bindings replayed
-    through `harness` (empty) for the NICs, so the rails, the kubelet would give."""
+    nodes as KWOK nodes of the rail-optimised sample, their NRTs kept by `LiveAgents`; then
+    each arm's bindings replayed through `harness` (empty) for the NICs, so the rails, the
+    kubelet would give."""
     nodes = rail_kwok_nodes(harness, fabric)
     gpus = {n.name: int(n.capacity[nrt.GPU]) for n in nodes}
 
-    async def run(arm: RealArm) -> tuple[int, list[RailEvent]]:
-        return await run_rail_arm(arm, arrivals, gpus)
+    async def run(arm: RealArm) -> tuple[int, list[RailEvent], Published]:
+        events: list[RailEvent] = []
+        async with LiveAgents(arm, ReplayedKubelet(harness), nodes, events) as agents:
+            turned_away = await run_rail_arm(arm, arrivals, gpus, events)
+        return turned_away, events, agents.published
 
     got = asyncio.run(real_arms(cluster, nodes, RAIL_ARMS, run))
-    return {
-        name: RealRails(judge_rails(harness, nodes, events), turned_away, seconds)
-        for name, ((turned_away, events), seconds) in got.items()
-    }
+    out = {}
+    for name, ((turned_away, events, published), seconds) in got.items():
+        tally, behind = judge_rails(harness, nodes, events, published)
+        out[name] = RealRails(tally, turned_away, seconds, len(published), behind)
+    return out
 
 
 def real_rails(count: int, seed: int) -> None:
@@ -1096,23 +1299,29 @@ def real_rails(count: int, seed: int) -> None:
         f"{'/'.join(str(s) for s, _ in RAIL_SIZES)} GPUs+NICs (seed {seed}); load average "
         f"{load} at start, {_load()} at the end"
     )
-    print(f"{RAIL_COLUMNS} {'on KWOK':>8} {'turned away':>12} {'wall s':>7}")
+    print(
+        f"{RAIL_COLUMNS} {'on KWOK':>8} {'NRT writes':>11} {'behind':>7} {'turned away':>12} "
+        f"{'wall s':>7}"
+    )
     for name, r in real.items():
         t = r.tally
         print(
-            f"{_rail_row(f'real: {name}', t)} {100 * t.predicted_static / max(1, t.pods):>7.1f}% "
-            f"{r.turned_away:>12} {r.seconds:>7.0f}"
+            f"{_rail_row(f'real: {name}', t)} {100 * t.predicted_seen / max(1, t.pods):>7.1f}% "
+            f"{r.writes:>11} {r.behind:>7} {r.turned_away:>12} {r.seconds:>7.0f}"
         )
     for name in RAIL_ARMS:
         print(f"  real: {name} = {REAL_ARMS[name].label}")
     print(RAIL_LEGEND)
     print(
-        "real = where the real kube-scheduler bound the pods (the extender on static NRTs, as on "
-        "KWOK: it predicts every bound pod's devices), each node's pods then replayed in binding "
-        "order through the kubelet harness; unplaced = pods of jobs turned away (the free GPUs "
-        "could not hold them); predicted = an extender cache fed the NRTs the agent would have "
-        "published; on KWOK = one fed as the real extender was (static NRTs, the bound pods "
-        "placed in creation order)"
+        "real = where the real kube-scheduler bound the pods, each node's NRT kept by the bench "
+        "as its agent would (its pods replayed through the kubelet harness after the watch saw "
+        "them bound or gone, the agent's NRT written), each node's pods then replayed again in "
+        "binding order for the rails; unplaced = pods of jobs turned away (the free GPUs could "
+        "not hold them); predicted = an extender cache fed the NRTs the agent would have "
+        "published after each step; on KWOK = one fed as the real extender was (the NRTs as "
+        "written, when they were, the bound pods not yet in them placed in creation order); "
+        "NRT writes = NRTs the bench's agents wrote; behind = nodes whose last NRT written is "
+        "not the replay's last"
     )
 
 

@@ -5,8 +5,11 @@ It keeps the bench from rotting (the gang objects, the scheduling gate, the gate
 bindings it tallies) and checks what holds whatever the trace: kube-scheduler's gang plugin binds
 a gang only under one leaf, never one that no leaf had room for, and the pod-by-pod arms admit
 the same jobs (every job takes its size in whole nodes). The rails arms (`--rails --real`) put
-part-node pods on rail-optimised KWOK nodes, and their bindings are replayed through the kubelet
-harness (the kubelet's own device manager): every bound pod gets NICs, so rails, from it.
+part-node pods on rail-optimised KWOK nodes whose NRTs the bench keeps as their agents would
+(each node's pods replayed through the kubelet harness as the watch sees them bound or gone),
+and their bindings are replayed again through the harness (the kubelet's own device manager):
+every bound pod gets NICs, so rails, from it, and every node's last NRT written is the one that
+replay leaves.
 """
 
 from __future__ import annotations
@@ -64,3 +67,6 @@ def test_the_real_rails_arms_bind_part_node_pods_the_kubelet_then_admits(
         # the NRTs replayed after each step are the kubelet's: on this sample (one NIC per GPU
         # root) the extender's prediction from them is the kubelet's allocation, pod for pod
         assert t.predicted == t.pods, (name, t)
+        # the live agents wrote NRTs as pods came and went, and caught up: each node's last
+        # one is what the replay of all its binds and ends leaves
+        assert r.writes > 0 and r.behind == 0, (name, r)
