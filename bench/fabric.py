@@ -1011,18 +1011,17 @@ class ReplayedKubelet:
         """Admit or end one pod; the rails of the NICs an admitted pod got."""
         bind, body = step
         key = pod_key(body)
-        if bind:
-            admission = self.harness.admit(body)
-            self.done += 1
-            if not admission.admitted:
-                return None
-            self.uids[key] = admission.uid
-            rails: frozenset[int] = self.harness.rails(admission)
-            return rails
-        if key in self.uids:
-            self.harness.delete(self.uids.pop(key))
         self.done += 1
-        return None
+        if not bind:
+            if key in self.uids:
+                self.harness.delete(self.uids.pop(key))
+            return None
+        admission = self.harness.admit(body)
+        if not admission.admitted:
+            return None
+        self.uids[key] = admission.uid
+        rails: frozenset[int] = self.harness.rails(admission)
+        return rails
 
     def hold(self, node: str, steps: Sequence[Step]) -> None:
         """The state `steps` (the node's, from empty) leave: only the new ones when the
@@ -1047,8 +1046,8 @@ class ReplayedKubelet:
         self.hold(node, steps)
         had = self.allocated()
         bodies = {pod_key(b): b for bind, b in steps if bind}
-        live: list[Step] = [(True, bodies[k]) for k in sorted(had, key=lambda k: sorted(
-            d for devices in had[k].values() for d in devices))]  # fmt: skip
+        by_devices = sorted(had, key=lambda k: sorted(d for ds in had[k].values() for d in ds))
+        live: list[Step] = [(True, bodies[k]) for k in by_devices]
         self.empty(node)
         for s in live:
             self.step(s)
