@@ -1127,7 +1127,16 @@ class LiveAgents:
             async with asyncio.timeout(PLACED_WITHIN_S):
                 while not self._caught_up():
                     self.progress.clear()
-                    await self.progress.wait()
+                    waiter = asyncio.ensure_future(self.progress.wait())
+                    # a task that failed sets no progress: wake for it too (`_caught_up` raises)
+                    await asyncio.wait([waiter, *self._tasks], return_when=asyncio.FIRST_COMPLETED)
+                    waiter.cancel()
+        except TimeoutError:
+            happened = sum(bool(e.node) for e in self.events)
+            raise RuntimeError(
+                f"the stand-in agents did not catch up in {PLACED_WITHIN_S:.0f} s: the watch "
+                f"saw {self.seen} of {happened} binds and ends, {len(self.dirty)} nodes unwritten"
+            ) from None
         finally:
             for t in self._tasks:
                 t.cancel()
@@ -1149,7 +1158,10 @@ class LiveAgents:
         async for kind, pod in self.kube.watch(Pod, namespace=self.namespace):
             body = pod.to_dict()
             key, node = pod_key(body), (pod.spec.nodeName if pod.spec else None) or ""
-            if kind == "DELETED" and key in where:
+            if kind == "DELETED" and key not in where and node:  # bound and gone unseen
+                self._changed(node, (True, body))
+                self._changed(node, (False, body))
+            elif kind == "DELETED" and key in where:
                 self._changed(where.pop(key), (False, body))
             elif kind != "DELETED" and node and key not in where:
                 where[key] = node
