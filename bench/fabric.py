@@ -96,11 +96,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/layouts.py
 import httpx2
 from cluster import cluster_with_kwok
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
 from rdmaplane import fabric as fab
 from rdmaplane import nrt
+from rdmaplane.agent.publisher import FREED_ANNOTATION
 from rdmaplane.kube import NodeResourceTopology, load_config
 from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import rails as rl
@@ -1098,7 +1099,8 @@ class LiveAgents:
     """The node agents KWOK does not run: from a watch of the arm's pods, each node's binds and
     ends replayed through the kubelet harness, and the NRT its agent would publish then written
     to the API server, after the watch shows the change (as an agent does after PodResources
-    changes); a node that changed again meanwhile is published once, with all of it. On
+    changes); a node that changed again meanwhile is published once, with all of it, and an
+    NRT that frees devices stamps the Node (`FREED_ANNOTATION`), as the agent's does. On
     leaving, the agents catch up with `events`, and every node they wrote gets its empty NRT
     back (the next arm starts as this one did)."""
 
@@ -1116,6 +1118,7 @@ class LiveAgents:
         self.changed, self.progress = asyncio.Event(), asyncio.Event()
         self.published: Published = []
         self.written: set[str] = set()
+        self.last: dict[str, Mapping[str, Any]] = {}  # per node, the NRT last written
         self._tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> LiveAgents:
@@ -1199,9 +1202,18 @@ class LiveAgents:
         return self.kubelet.nrt(), steps
 
     async def _write(self, node: str, obj: Mapping[str, Any]) -> None:
+        """Write the node's NRT; when it frees devices, stamp the Node as the agent does (so
+        kube-scheduler looks again at the pods the extender refused meanwhile)."""
         body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
         await self.kube.patch(NodeResourceTopology, node, body, patch_type=PatchType.MERGE)
+        before = self.last.get(node, self.empty[node])
+        self.last[node] = obj
         self.written.add(node)
+        if nrt.frees(nrt.from_object(before), nrt.from_object(obj)):
+            stamp = {FREED_ANNOTATION: f"{time.time():.6f}"}
+            await self.kube.patch(
+                Node, node, {"metadata": {"annotations": stamp}}, patch_type=PatchType.MERGE
+            )
 
 
 def judge_rails(
