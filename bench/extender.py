@@ -129,7 +129,8 @@ def _serve(n: int, seed: int, churn: float, sock: socket.socket, ready: Any) -> 
     app = create_app(cache, ExtenderSettings(), feed)
     from rdmaplane.scheduler.serving import server_config
 
-    server = uvicorn.Server(server_config(app, log_level="warning", access_log=False))
+    config = server_config(app, app.state.direct_calls, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
     ready.set()
     server.run(sockets=[sock])
 

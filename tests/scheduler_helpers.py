@@ -18,14 +18,17 @@ from rdmaplane.scheduler.serving import server_config
 
 
 @contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """Run the app under uvicorn in a thread; yield its base URL."""
+def serve(app: FastAPI, direct: bool = True) -> Iterator[str]:
+    """Run the app under uvicorn in a thread, as the extender serves it (kube-scheduler's
+    calls answered in the protocol; with `direct=False`, every call through ASGI); yield its
+    base URL."""
     sock = socket.socket(
         socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP
     )  # asyncio sets TCP_NODELAY only when proto says TCP
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(server_config(app, log_level="warning", lifespan="on"))
+    calls = getattr(getattr(app, "state", None), "direct_calls", None) if direct else None
+    server = uvicorn.Server(server_config(app, calls, log_level="warning", lifespan="on"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -83,7 +83,8 @@ def scheduler_extender(
     # uvicorn logs through our handler (log_config=None); each request only with -v
     options = {"host": host, "port": port, "log_config": None, "access_log": verbose, **tls}
     served = scheduler_calls_first(application, LoopbackDebug(application, remote=debug_remote))
-    uvicorn.Server(server_config(served, **options)).run()
+    direct = application.state.direct_calls
+    uvicorn.Server(server_config(served, direct, **options)).run()
 
 
 def _tls_options(cert: Path | None, key: Path | None) -> dict[str, str]:

@@ -36,6 +36,7 @@ from rdmaplane.scheduler import placement as pl
 from rdmaplane.scheduler import wire
 from rdmaplane.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
 from rdmaplane.scheduler.decisions import Decisions
+from rdmaplane.scheduler.serving import Answer, DirectCalls
 from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.supervisor import Supervisor
 
@@ -139,34 +140,64 @@ class ExtenderShell:
         read: Callable[[], Awaitable[bytes]],
         answer: Callable[[wire.ExtenderArgs], bytes],
     ) -> Answer:
-        """One decision call, whatever serves it: (status, JSON body, extra headers)."""
+        """One decision call through ASGI: the body read, then `answer_body`."""
         start = time.perf_counter()
+        try:
+            body = await read()
+        except BodyTooLarge as exc:  # the rest of the body may still be on its way: drop it
+            return self._answered(verb, start, 413, _error_body(str(exc)), {"Connection": "close"})
+        except ClientDisconnect:
+            self._abandoned(verb, time.perf_counter() - start)
+            return CLIENT_CLOSED, b"", {}
+        return self.answer_body(verb, answer, body, start)
+
+    def _abandoned(self, verb: str, seconds: float) -> None:
+        """Nobody is left to answer: not our fault, not an error."""
+        log.info("%s: the client went away before sending the whole request body", verb)
+        self.metrics.count(verb, CLIENT_CLOSED, seconds)
+
+    def answer_body(
+        self,
+        verb: str,
+        answer: Callable[[wire.ExtenderArgs], bytes],
+        body: bytes,
+        start: float | None = None,
+    ) -> Answer:
+        """One decision call, whatever serves it: (status, JSON body, extra headers). Never
+        raises: bad input is a 400, an unready cache or a fault of ours a 503."""
+        start = time.perf_counter() if start is None else start
         headers: dict[str, str] = {}
         try:
-            try:
-                body = await read()
-            except BodyTooLarge as exc:
-                raise _Reject(413, str(exc)) from None
             if not self.cache.ready:
                 unsynced = _unsynced(self.cache)
                 raise _Reject(503, f"cache not synced yet: {unsynced}; ask again later")
             args = wire.parse_args(body)
             status, content = 200, answer(args)
             headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1000:.3f}"
-        except ClientDisconnect:  # nobody is left to answer; not our fault, not an error
-            log.info("%s: the client went away before sending the whole request body", verb)
-            status, content = CLIENT_CLOSED, b""
         except _Reject as exc:
             status, content = exc.status, _error_body(str(exc))
-            if exc.status == 413:  # the rest of the body may still be on its way: drop it
-                headers["Connection"] = "close"
         except (wire.WireError, pl.RequestError) as exc:
             status, content = 400, _error_body(str(exc))
         except Exception as exc:  # never a 500: say what broke, keep serving
             log.exception("%s failed", verb)
             status, content = 503, _error_body(f"internal error: {type(exc).__name__}: {exc}")
+        return self._answered(verb, start, status, content, headers)
+
+    def _answered(
+        self, verb: str, start: float, status: int, content: bytes, headers: dict[str, str]
+    ) -> Answer:
         self.metrics.count(verb, status, time.perf_counter() - start)
         return status, content, headers
+
+    def direct_calls(self, limit: int) -> DirectCalls:
+        """kube-scheduler's two calls as the HTTP protocol answers them itself
+        (`serving.DirectCallsProtocol`): path → the answer to a whole body."""
+        routes = {p: self.decisions[p] for p in SCHEDULER_PATHS}
+        return DirectCalls(
+            {path: partial(self.answer_body, verb, fn) for path, (verb, fn) in routes.items()},
+            limit,
+            lambda path, seconds: self._abandoned(routes[path][0], seconds),
+        )
 
     def filter(self, args: wire.ExtenderArgs) -> bytes:
         found = self.decide.filter(args.pod, args.node_names)
@@ -232,6 +263,7 @@ def create_app(
 
     app = FastAPI(title="rdmaplane scheduler extender", lifespan=lifespan, openapi_url=None)
     app.state.tasks = tasks  # its backoffs are the tests' to shorten
+    app.state.direct_calls = shell.direct_calls(config.max_request_bytes)
     app.state.scheduler_calls = partial(
         DecisionRoutes, shell=shell, limit=config.max_request_bytes, paths=SCHEDULER_PATHS
     )
@@ -283,7 +315,6 @@ def _error(status: int, message: str) -> Response:
     return Response(_error_body(message), status_code=status, media_type="application/json")
 
 
-Answer = tuple[int, bytes, dict[str, str]]
 _JSON = (b"content-type", b"application/json")
 
 
