@@ -86,10 +86,10 @@ def test_upstream_shapes() -> None:
         wire.parse_args(orjson.dumps({"Pod": pod, "NodeNames": ["a", None]}))
 
 
-@given(st.lists(st.tuples(st.text(max_size=12), st.integers(-3, wire.MAX_SCORE + 3)), max_size=30))
+@given(st.lists(st.tuples(st.text(max_size=12), st.integers(-3, pl.MAX_SCORE + 3)), max_size=30))
 def test_priorities_are_the_host_priority_list(rows: list[tuple[str, int]]) -> None:
-    """Kept encodings or not, in range or not: the list kube-scheduler reads, in order."""
+    """Names that need escaping or not, in range or not: the list kube-scheduler reads, in
+    order."""
     hosts, scores = [h for h, _ in rows], [s for _, s in rows]
     expected = [{"Host": h, "Score": s} for h, s in rows]
     assert orjson.loads(wire.priorities(hosts, scores)) == expected
-    assert orjson.loads(wire.priorities(hosts, scores)) == expected  # the second time, kept
