@@ -18,12 +18,11 @@ without the assumption each would be scored as if it were the job's first.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 
@@ -130,10 +129,8 @@ class ClusterCache:
         self._entries: dict[str, NodeEntry] = {}
         self._sids: dict[pl.NodeState, int] = {}
         self._states: list[pl.NodeState] = []  # by state id
+        self._sid_by_name: dict[str, int] = {}
         self._memo: dict[pl.PodRequest, dict[int, pl.Verdict]] = {}
-        # by request, node name → its verdict: the request path's one lookup per node (a name
-        # goes from every table when what its verdict is made of changes: `_changed`)
-        self._verdicts: dict[pl.PodRequest, dict[str, pl.Verdict]] = {}
         self._slots: dict[tuple[int, pl.PodRequest, int], int] = {}
         self._tiers: dict[str, tuple[str, ...]] = {}  # node → tier ids from its labels
         self._rails: dict[str, tuple[tuple[int, str], ...]] = {}  # node → rails from its NRT
@@ -240,19 +237,15 @@ class ClusterCache:
             self._relocate(name)
         conditions = (node.status.conditions if node.status else None) or ()
         ready = next((c for c in conditions if c.type == nrtmod.CONDITION_RDMA_READY), None)
-        was = self._not_ready.get(name)
         if ready is not None and ready.status == "False":
             why = ready.message or ready.reason or "no reason given"
             self._not_ready[name] = f"{nrtmod.CONDITION_RDMA_READY}=False: {why}"
         else:
             self._not_ready.pop(name, None)
-        if self._not_ready.get(name) != was:
-            self._changed(name)
 
     def _drop_node(self, name: str) -> None:
         self._nodes.discard(name)
-        if self._not_ready.pop(name, None) is not None:
-            self._changed(name)
+        self._not_ready.pop(name, None)
         self._tiers.pop(name, None)
         self._relocate(name)
 
@@ -373,10 +366,10 @@ class ClusterCache:
     def _rebuild(self, name: str) -> None:
         """The node's state from its NRT, minus the bound pods the NRT does not account for,
         each where the kubelet would put it, in creation order."""
-        self._changed(name)
         topology = self._nrts.get(name)
         if topology is None:
             self._entries.pop(name, None)
+            self._sid_by_name.pop(name, None)
             return
         accounted = topology.accounted_pods
         pods = sorted(
@@ -423,12 +416,7 @@ class ClusterCache:
             last = (pod.created, pod.key)
         entry = NodeEntry(name, topology, state, sid, subtracted, last)
         self._entries[name] = entry
-        self._changed(name)
-
-    def _changed(self, name: str) -> None:
-        """What the node's verdicts are made of changed (its state, NRT or readiness)."""
-        for table in self._verdicts.values():
-            table.pop(name, None)
+        self._sid_by_name[name] = entry.sid
 
     def _intern(self, state: pl.NodeState) -> int:
         sid = self._sids.get(state)
@@ -454,6 +442,7 @@ class ClusterCache:
             self._entries[name] = NodeEntry(
                 name, entry.topology, entry.state, sid, entry.unaccounted, entry.last
             )
+            self._sid_by_name[name] = sid
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -468,31 +457,29 @@ class ClusterCache:
         return self._entries.get(name)
 
     def verdicts(self, names: Sequence[str], request: pl.PodRequest) -> Sequence[pl.Verdict]:
-        """The decision for each node, in order. The request path: one C-level bulk lookup in
-        the request's table (node name → decision), plus, for nodes new to it or changed since,
-        the memo's decision for the node's state (an evaluation per state new to the request).
-        One lookup, not two (name → state id → decision): in a busy cluster each lookup of 500
-        names misses the CPU caches that kube-scheduler's own work has just emptied."""
+        """The decision for each node, in order. The request path: two C-level bulk lookups
+        (node name → state id → decision), plus an evaluation per state new to this pod."""
+        memo = self._memo_for(request)
         if not names:
             return []
-        table = self._verdicts.get(request)
-        if table is None:
-            table = self._table_for(request)
-        with contextlib.suppress(KeyError):
-            return _bulk(table, names)
-        found = list(map(table.get, names))
-        memo = self._memo_for(request)
-        for i in [i for i, verdict in enumerate(found) if verdict is None]:
-            found[i] = table[names[i]] = self._one(names[i], request, memo)
-        if sum(map(len, self._verdicts.values())) > self._memo_limit:
-            self._verdicts.clear()  # many request shapes, or names that are no nodes
-        return cast("list[pl.Verdict]", found)  # every None replaced
+        try:
+            sids = _bulk(self._sid_by_name, names)
+        except KeyError:  # some node without a usable NRT: the slow path
+            return [self._one(name, request, memo) for name in names]
+        for sid in set(sids).difference(memo):
+            memo[sid] = pl.evaluate(self._states[sid], request, self.policy)
+        found = _bulk(memo, sids)
+        if self._not_ready and self._maybe_rdma(request):
+            return [
+                self._one(name, request, memo) if name in self._not_ready else v
+                for name, v in zip(names, found, strict=True)
+            ]
+        return found
 
-    def _table_for(self, request: pl.PodRequest) -> dict[str, pl.Verdict]:
-        if len(self._verdicts) >= MAX_REQUEST_SHAPES:
-            self._verdicts.clear()
-        table = self._verdicts[request] = {}
-        return table
+    def _maybe_rdma(self, request: pl.PodRequest) -> bool:
+        """Whether some node may count one of the request's resources as RDMA: anything not a
+        GPU by the cluster's names (a node's own names decide, in `_one`)."""
+        return any(self.policy.vocabulary.kind(n) != "gpu" for n in request.total)
 
     def _memo_for(self, request: pl.PodRequest) -> dict[int, pl.Verdict]:
         """The decisions memoised for a pod request, by state id (emptied when too many)."""
