@@ -153,3 +153,71 @@ def test_pods_subtracted_one_by_one_equal_a_rebuild(events: list[Any]) -> None:
         got, want = live.entry(name), listed.entry(name)
         assert got is not None and want is not None
         assert (got.state, got.unaccounted) == (want.state, want.unaccounted)
+
+
+_NAMES = ("n1", "n2", "n3")  # n3: a node that may have no NRT
+_CHANGES = st.lists(
+    st.one_of(
+        st.tuples(st.just("pod"), st.sampled_from(["bind", "finish", "delete"]), st.integers(0, 5),
+                  st.sampled_from(_NAMES), st.sampled_from([(1, 1), (2, 2), (4, 4), (1, 0)])),
+        st.tuples(st.just("ready"), st.sampled_from(_NAMES), st.booleans()),
+        st.tuples(st.just("nrt"), st.sampled_from(_NAMES),
+                  st.sampled_from(["hgx", "dgx-a100", "malformed", "deleted"])),
+    ),
+    max_size=25,
+)  # fmt: skip
+_ASKED = [pl.pod_request(pod("x", g, h)) for g, h in ((1, 1), (2, 2), (8, 8), (2, 0))]
+
+
+def _nrt_object(name: str, kind: str) -> dict[str, Any]:
+    obj = nrt.to_object(layout("dgx-a100" if kind == "dgx-a100" else "hgx", name))
+    if kind == "malformed":
+        obj["zones"][0]["resources"][0]["available"] = "lots"
+    return obj
+
+
+@settings(max_examples=150, deadline=None)
+@given(_CHANGES)
+def test_the_verdicts_asked_between_changes_are_those_of_a_fresh_cache(changes: list[Any]) -> None:
+    """The request path's memo (decisions by node state) follows every change of a node's pods,
+    NRT and readiness: asked after each change, the live cache answers as one that lists the
+    end state at once."""
+    live = ClusterCache()
+    nrts = {n: _nrt_object(n, "hgx") for n in _NAMES[:2]}
+    nodes = {n: node(n) for n in _NAMES}
+    pods: dict[str, dict[str, Any]] = {}
+    live.replace("nrt", list(nrts.values()))
+    live.replace("node", list(nodes.values()))
+    live.replace("pod", [])
+    for change in changes:
+        if change[0] == "pod":
+            _, action, i, where, (gpus, hcas) = change
+            name = f"p{i}"
+            if action == "delete":
+                if pods.pop(name, None) is not None:
+                    live.apply("pod", "DELETED", pod(name))
+                continue
+            obj = pods.get(name) or pod(name, gpus, hcas, node=where)
+            if action == "finish":
+                obj["status"]["phase"] = "Succeeded"
+            pods[name] = obj
+            live.apply("pod", "MODIFIED", obj)
+        elif change[0] == "ready":
+            _, where, ready = change
+            nodes[where] = node(where, "True" if ready else "False", "port down")
+            live.apply("node", "MODIFIED", nodes[where])
+        elif change[2] == "deleted":
+            if nrts.pop(change[1], None) is not None:
+                live.apply("nrt", "DELETED", {"metadata": {"name": change[1]}})
+        else:
+            nrts[change[1]] = _nrt_object(change[1], change[2])
+            live.apply("nrt", "MODIFIED", nrts[change[1]])
+        for request in _ASKED:
+            live.verdicts([*_NAMES, "unknown"], request)
+    fresh = ClusterCache()
+    fresh.replace("nrt", list(nrts.values()))
+    fresh.replace("node", list(nodes.values()))
+    fresh.replace("pod", list(pods.values()))
+    for request in _ASKED:
+        names = [*_NAMES, "unknown"]
+        assert list(live.verdicts(names, request)) == list(fresh.verdicts(names, request))
