@@ -8,7 +8,8 @@ node name to /filter, then the pod and the names that passed to /prioritize, wit
 quiet or fed pod events as a busy cluster's watch would (`--churn`). Pods cycle through
 1/2/4/8 GPUs with one NIC per GPU. The first call per pod shape fills the decision memo and is
 reported apart ("cold"); the rest are steady state. "in the server" is the extender's own time
-(its Server-Timing header: body read, decode, decide, encode), without HTTP and client.
+(its Server-Timing header: decode, decide, encode), without HTTP and client; "server CPU" is the
+server process's CPU time per steady filter + prioritize pair, HTTP included.
 "decode" is orjson (and json) decoding of
 the same /filter request body, alone.
 
@@ -44,6 +45,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/layouts.py
 
 import orjson
+from agent_footprint import cpu_seconds
 
 from rdmaplane import nrt
 from tests.layouts import layout
@@ -190,7 +192,10 @@ def measure(n: int, rounds: int, seed: int, churn: float) -> None:
         both: list[float] = []
         cold: list[float] = []
         passed: dict[int, int] = {}
+        cpu_from = 0.0
         for i in range(rounds + 1):
+            if i == 1:
+                cpu_from = cpu_seconds(proc.pid)
             for g in SHAPES:
                 t0 = time.perf_counter()
                 status, timing, content = _post(client, "/filter", bodies[g])
@@ -210,6 +215,7 @@ def measure(n: int, rounds: int, seed: int, churn: float) -> None:
                 filt.append(t1 - t0)
                 prio.append(t3 - t2)
                 both.append(t3 - t2 + t1 - t0)
+        server_cpu = (cpu_seconds(proc.pid) - cpu_from) / len(both)
         decode_orjson, decode_json = [], []
         for _ in range(rounds):
             for g in SHAPES:
@@ -243,6 +249,7 @@ def measure(n: int, rounds: int, seed: int, churn: float) -> None:
             f"  {label:<18} p50 {statistics.median(values) * ms:7.2f} ms   "
             f"p99 {_percentile(values, 0.99) * ms:7.2f} ms   (n={len(values)})"
         )
+    print(f"  server CPU per filter+prioritize (its process, steady): {server_cpu * ms:.2f} ms")
     print(f"  cold filter+prioritize (first call per pod shape): max {max(cold) * ms:.1f} ms")
     dec = statistics.median(decode_orjson)
     print(
