@@ -14,7 +14,26 @@ import uvicorn
 from fastapi import FastAPI
 
 from rdmaplane import nrt
+from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.serving import server_config
+from tests.layouts import layout
+
+EXAMPLE_NODES = ["paired", "lopsided", "full", "bare"]
+
+
+def example_cluster() -> ClusterCache:
+    """Four nodes: two best-effort ones with room, a single-numa-node one whose GPUs two bound
+    pods hold, and one without a NodeResourceTopology."""
+    cache = ClusterCache()
+    topologies = [
+        layout("hgx", "paired", policy="best-effort"),
+        layout("one-socket-nics", "lopsided", policy="best-effort"),
+        layout("hgx", "full", policy="single-numa-node"),
+    ]
+    cache.replace("nrt", [nrt.to_object(t) for t in topologies])
+    cache.replace("node", [node(n) for n in EXAMPLE_NODES])
+    cache.replace("pod", [pod("big-a", 4, 4, node="full"), pod("big-b", 4, 0, node="full")])
+    return cache
 
 
 @contextmanager

@@ -14,33 +14,16 @@ import orjson
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rdmaplane import nrt
 from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.settings import ExtenderSettings
-from tests.layouts import layout
-from tests.scheduler_helpers import node, pod, serve
+from tests.scheduler_helpers import EXAMPLE_NODES, example_cluster, pod, serve
 
-NAMES = ["paired", "lopsided", "full", "bare"]
 LIMIT = 4096
 POD = pod("p", 2, 2)
-FILTER = orjson.dumps({"Pod": POD, "NodeNames": NAMES})
-PASSED = ["paired", "lopsided", "full"]  # "bare" has no NodeResourceTopology
+FILTER = orjson.dumps({"Pod": POD, "NodeNames": EXAMPLE_NODES})
+PASSED = ["paired", "lopsided"]  # "full" has no GPU left, "bare" no NodeResourceTopology
 PRIORITIZE = orjson.dumps({"Pod": POD, "NodeNames": PASSED})
-
-
-def _cluster(listed: bool = True) -> ClusterCache:
-    cache = ClusterCache()
-    if listed:
-        topologies = [
-            layout("hgx", "paired", policy="best-effort"),
-            layout("one-socket-nics", "lopsided", policy="best-effort"),
-            layout("hgx", "full", policy="single-numa-node"),
-        ]
-        cache.replace("nrt", [nrt.to_object(t) for t in topologies])
-        cache.replace("node", [node(n) for n in NAMES])
-        cache.replace("pod", [pod("big-a", 4, 4, node="full")])
-    return cache
 
 
 class _Seen:
@@ -64,7 +47,7 @@ def _servers(listed: bool = True) -> Iterator[tuple[tuple[str, _Seen], tuple[str
     with ExitStack() as stack:
         pair = []
         for direct in (True, False):
-            app = _Seen(create_app(_cluster(listed), settings))
+            app = _Seen(create_app(example_cluster() if listed else ClusterCache(), settings))
             pair.append((stack.enter_context(serve(app, direct=direct)), app))  # type: ignore[arg-type]
         yield pair[0], pair[1]
 

@@ -19,28 +19,22 @@ from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.scheduler.watch import make_client, watch_all
-from tests.layouts import layout
-from tests.scheduler_helpers import node, pod, serve, unreachable_kubeconfig
+from tests.scheduler_helpers import (
+    EXAMPLE_NODES,
+    example_cluster,
+    node,
+    pod,
+    serve,
+    unreachable_kubeconfig,
+)
 
-NAMES = ["paired", "lopsided", "full", "bare"]
-
-
-def _cluster() -> ClusterCache:
-    cache = ClusterCache()
-    topologies = [
-        layout("hgx", "paired", policy="best-effort"),
-        layout("one-socket-nics", "lopsided", policy="best-effort"),
-        layout("hgx", "full", policy="single-numa-node"),
-    ]
-    cache.replace("nrt", [nrt.to_object(t) for t in topologies])
-    cache.replace("node", [node(n) for n in NAMES])
-    cache.replace("pod", [pod("big-a", 4, 4, node="full"), pod("big-b", 4, 0, node="full")])
-    return cache
+NAMES = EXAMPLE_NODES
 
 
 @pytest.fixture
 def url() -> Iterator[str]:
-    with serve(create_app(_cluster(), ExtenderSettings(max_request_bytes=64 * 1024))) as base:
+    settings = ExtenderSettings(max_request_bytes=64 * 1024)
+    with serve(create_app(example_cluster(), settings)) as base:
         yield base
 
 
@@ -194,7 +188,7 @@ def test_a_client_that_leaves_mid_body_is_no_error(
 
 
 def test_unexpected_fault_is_a_503_with_a_message() -> None:
-    cache = _cluster()
+    cache = example_cluster()
 
     def broken(*args: object) -> object:
         raise KeyError("zone")
@@ -282,7 +276,7 @@ def test_a_watch_task_that_dies_is_restarted_and_healthz_fails_meanwhile() -> No
             raise RuntimeError("unexpected fault injected by the test")
         await asyncio.Event().wait()
 
-    app = create_app(_cluster(), ExtenderSettings(), watcher)
+    app = create_app(example_cluster(), ExtenderSettings(), watcher)
     app.state.tasks.backoff_initial_s, app.state.tasks.backoff_max_s = 0.05, 0.2
     with serve(app) as base:
         health = _until(base, 503)

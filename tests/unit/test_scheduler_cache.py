@@ -127,6 +127,29 @@ _EVENTS = st.lists(
 )
 
 
+def _pod_change(
+    cache: ClusterCache,
+    pods: dict[str, dict[str, Any]],
+    action: str,
+    name: str,
+    where: str,
+    devices: tuple[int, int],
+    second: int | None = None,
+) -> None:
+    """Bind (or update), finish or delete pod `name` in `cache`, keeping `pods` the same."""
+    if action == "delete":
+        if pods.pop(name, None) is not None:
+            cache.apply("pod", "DELETED", pod(name))
+        return
+    obj = pods.get(name) or pod(name, *devices, node=where)
+    if second is not None:
+        obj["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
+    if action == "finish":
+        obj["status"]["phase"] = "Succeeded"
+    pods[name] = obj
+    cache.apply("pod", "MODIFIED", obj)
+
+
 @settings(max_examples=150, deadline=None)
 @given(_EVENTS)
 def test_pods_subtracted_one_by_one_equal_a_rebuild(events: list[Any]) -> None:
@@ -136,17 +159,7 @@ def test_pods_subtracted_one_by_one_equal_a_rebuild(events: list[Any]) -> None:
     live = _cache(*topologies)
     pods: dict[str, dict[str, Any]] = {}
     for action, i, where, second, (gpus, hcas) in events:
-        name = f"p{i}"
-        if action == "delete":
-            if pods.pop(name, None) is not None:
-                live.apply("pod", "DELETED", pod(name))
-            continue
-        obj = pods.get(name) or pod(name, gpus, hcas, node=where)
-        obj["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{second:02d}Z"
-        if action == "finish":
-            obj["status"]["phase"] = "Succeeded"
-        pods[name] = obj
-        live.apply("pod", "MODIFIED", obj)
+        _pod_change(live, pods, action, f"p{i}", where, (gpus, hcas), second)
     listed = _cache(*topologies)
     listed.replace("pod", list(pods.values()))
     for name in ("n1", "n2"):
@@ -191,17 +204,8 @@ def test_the_verdicts_asked_between_changes_are_those_of_a_fresh_cache(changes: 
     live.replace("pod", [])
     for change in changes:
         if change[0] == "pod":
-            _, action, i, where, (gpus, hcas) = change
-            name = f"p{i}"
-            if action == "delete":
-                if pods.pop(name, None) is not None:
-                    live.apply("pod", "DELETED", pod(name))
-                continue
-            obj = pods.get(name) or pod(name, gpus, hcas, node=where)
-            if action == "finish":
-                obj["status"]["phase"] = "Succeeded"
-            pods[name] = obj
-            live.apply("pod", "MODIFIED", obj)
+            _, action, i, where, devices = change
+            _pod_change(live, pods, action, f"p{i}", where, devices)
         elif change[0] == "ready":
             _, where, ready = change
             nodes[where] = node(where, "True" if ready else "False", "port down")
