@@ -16,8 +16,7 @@ from starlette.types import ASGIApp
 from rdmaplane.scheduler.app import create_app, scheduler_calls_first
 from rdmaplane.scheduler.debugaccess import LoopbackDebug, is_loopback
 from rdmaplane.scheduler.settings import ExtenderSettings
-from tests.integration.test_scheduler_http import _cluster
-from tests.scheduler_helpers import pod, serve
+from tests.scheduler_helpers import example_cluster, pod, serve
 
 LOCAL = ["127.0.0.1", "127.3.0.9", "::1", "::ffff:127.0.0.1"]
 REMOTE = ["10.0.0.5", "192.0.2.7", "fd00::1", "::ffff:10.0.0.5"]
@@ -34,7 +33,7 @@ async def _get(app: ASGIApp, client: str, path: str) -> httpx.Response:
 
 def _served(remote: bool) -> ASGIApp:
     """The app as the CLI serves it: kube-scheduler's calls first, then LoopbackDebug."""
-    app = create_app(_cluster(), ExtenderSettings())
+    app = create_app(example_cluster(), ExtenderSettings())
     return scheduler_calls_first(app, LoopbackDebug(app, remote=remote))
 
 
