@@ -19,14 +19,13 @@ holds writes made within one event-loop step and sends them together at the end 
 from __future__ import annotations
 
 import asyncio
-import http
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 Answer = tuple[int, bytes, dict[str, str]]  # status, JSON body, extra headers
 
@@ -85,9 +84,6 @@ class OneSendHttpProtocol(HttpToolsProtocol):
         super().connection_made(one_send)
 
 
-_STATUS = {s.value: b"HTTP/1.1 %d %s\r\n" % (s.value, s.phrase.encode()) for s in http.HTTPStatus}
-
-
 class DirectCallsProtocol(OneSendHttpProtocol):
     """The one-send protocol answering `calls` itself (see the module's docstring)."""
 
@@ -135,7 +131,7 @@ class DirectCallsProtocol(OneSendHttpProtocol):
         status, content, extra = direct(b"".join(self._body))
         self._body = []
         keep_alive = self.parser.should_keep_alive()
-        head = [_STATUS[status]]
+        head = [STATUS_LINE[status]]
         for name, value in self.server_state.default_headers:
             head += [name, b": ", value, b"\r\n"]
         head.append(b"content-type: application/json\r\ncontent-length: %d\r\n" % len(content))
