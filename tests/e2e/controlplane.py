@@ -31,7 +31,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-from lightkube import AsyncClient, Client, codecs
+from lightkube import ApiError, AsyncClient, Client, codecs
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, ServiceAccount, ServiceAccountToken
 from lightkube.types import PatchType
@@ -580,6 +580,16 @@ async def create_kwok_node(
 def kwok_node_ready(node: Node) -> bool:
     conditions = (node.status.conditions if node.status else None) or []
     return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+async def delete_if_there(kube: AsyncClient, kind: Any, name: str, **options: Any) -> None:
+    """Delete `name`; already gone (deleted meanwhile, by a controller or a collection
+    delete) counts as done, any other refusal is raised."""
+    try:
+        await kube.delete(kind, name, **options)
+    except ApiError as e:
+        if e.status.code != 404:
+            raise
 
 
 async def add_kwok_node(

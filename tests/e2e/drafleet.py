@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
 from rdmaplane.deviceplugin.settings import PluginSettings
@@ -32,6 +32,7 @@ from rdmaplane.dra.settings import DraSettings
 from rdmaplane.dra.slices import slice_objects
 from rdmaplane.model import NodeTopology
 from tests.e2e import fleet
+from tests.e2e.controlplane import delete_if_there
 from tests.e2e.dra import DRIVER, GPU_DRIVER, gpu_slice, templates
 
 CLAIM = "gpus-nics"  # the pod's name for its claim
@@ -81,15 +82,9 @@ async def create_slices(kube: AsyncClient, nodes: Sequence[fleet.FleetNode]) -> 
 
 
 async def delete_slices(kube: AsyncClient, nodes: Sequence[fleet.FleetNode]) -> None:
-    async def drop(name: str) -> None:
-        try:
-            await kube.delete(ResourceSlice, name)
-        except ApiError as e:
-            if e.status.code != 404:
-                raise
-
     names = [s["metadata"]["name"] for n in nodes for s in slices_of(n)]
-    await fleet.bounded(fleet.CREATE_PARALLEL, (functools.partial(drop, n) for n in names))
+    drops = (functools.partial(delete_if_there, kube, ResourceSlice, n) for n in names)
+    await fleet.bounded(fleet.CREATE_PARALLEL, drops)
 
 
 # ---------------------------------------------------------------- the pods

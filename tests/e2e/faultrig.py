@@ -23,7 +23,8 @@ from typing import Any
 import grpc
 import httpx
 import yaml
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
+from lightkube.operators import exists
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import CascadeType
@@ -31,6 +32,7 @@ from lightkube.types import CascadeType
 from rdmaplane import nrt
 from rdmaplane.agent.service import Agent
 from rdmaplane.agent.settings import FaultSettings, PublishSettings
+from rdmaplane.faults import FAULT_SINCE_LABEL
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
 from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
@@ -39,7 +41,7 @@ from rdmaplane.scheduler.app import create_app
 from rdmaplane.scheduler.cache import ClusterCache
 from rdmaplane.scheduler.settings import ExtenderSettings
 from rdmaplane.scheduler.watch import make_client, watch_all
-from tests.e2e.controlplane import KubeCluster, Process, add_kwok_node
+from tests.e2e.controlplane import KubeCluster, Process, add_kwok_node, delete_if_there
 from tests.e2e.test_agent import GPU, HCA, Lister, eventually, running_agent
 from tests.e2e.test_scheduler_extender import _scheduler_config
 from tests.layouts import layout
@@ -197,6 +199,7 @@ async def fault_rig(
     extender_url: str,
     **agent_config: Any,
 ) -> AsyncIterator[tuple[Rig, Agent]]:
+    await _no_faulty_nodes(kube)
     prefix = uuid.uuid4().hex[:5]
     a, b = f"gpu-a-{prefix}", f"gpu-b-{prefix}"
     capacity = {nrt.GPU: "8", nrt.HCA: "8"}
@@ -233,26 +236,38 @@ async def fault_rig(
             await _clean_up(rig)
 
 
+async def _no_faulty_nodes(kube: AsyncClient) -> None:
+    """The agent's fault budget counts the cluster's faulty nodes: one left by an earlier test
+    would open its breaker and hold the action a test waits for. Said here, by name."""
+    faulty = kube.list(Node, labels={FAULT_SINCE_LABEL: exists()})
+    left = [n.metadata.name async for n in faulty if n.metadata is not None]
+    assert not left, f"nodes left faulty ({FAULT_SINCE_LABEL}) by an earlier test: {left}"
+
+
 async def _clean_up(rig: Rig) -> None:
     """The rig's Jobs, their pods, nodes and NRTs go, so the next rig's scheduler (and the next
-    test's extender, which counts every bound pod) sees none of them. A Job deleted through the
-    API orphans its pods unless asked otherwise, so they are deleted too, at once; so are the
-    agent's pod and any other pod bound to the rig's nodes (no pod garbage collector runs)."""
-    with contextlib.suppress(ApiError):
+    test's extender, which counts every bound pod) sees none of them, nor the next agent's
+    fault budget a faulty node of this rig. A Job deleted through the API orphans its pods
+    unless asked otherwise, so they are deleted too, at once; so are the agent's pod and any
+    other pod bound to the rig's nodes (no pod garbage collector runs). Whatever is already
+    gone counts as deleted; the nodes go even when deleting a pod was refused."""
+    kube = rig.kube
+    try:
         for job in rig.jobs:
-            await rig.kube.delete(Job, job, namespace=rig.namespace, cascade=CascadeType.BACKGROUND)
-        await rig.kube.deletecollection(Pod, namespace=rig.namespace, grace_period=0)
+            await delete_if_there(
+                kube, Job, job, namespace=rig.namespace, cascade=CascadeType.BACKGROUND
+            )
+        await kube.deletecollection(Pod, namespace=rig.namespace, grace_period=0)
         for node in rig.nodes:
-            bound = {"spec.nodeName": node}
-            async for pod in rig.kube.list(Pod, namespace="*", fields=bound):
+            async for pod in kube.list(Pod, namespace="*", fields={"spec.nodeName": node}):
                 assert pod.metadata is not None and pod.metadata.name is not None
-                await rig.kube.delete(
-                    Pod, pod.metadata.name, namespace=pod.metadata.namespace, grace_period=0
+                await delete_if_there(
+                    kube, Pod, pod.metadata.name, namespace=pod.metadata.namespace, grace_period=0
                 )
+    finally:
         for node in rig.nodes:
-            await rig.kube.delete(Node, node)
-            with contextlib.suppress(ApiError):
-                await rig.kube.delete(NodeResourceTopology, node)
+            await delete_if_there(kube, Node, node)
+            await delete_if_there(kube, NodeResourceTopology, node)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from lightkube import ApiError, AsyncClient
+from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
 from rdmaplane import nrt
@@ -30,7 +30,12 @@ from rdmaplane.deviceplugin.settings import PluginSettings
 from rdmaplane.discovery import samples
 from rdmaplane.kube import NodeResourceTopology
 from rdmaplane.scheduler import placement as pl
-from tests.e2e.controlplane import STARTUP_TIMEOUT_S, create_kwok_node, kwok_node_ready
+from tests.e2e.controlplane import (
+    STARTUP_TIMEOUT_S,
+    create_kwok_node,
+    delete_if_there,
+    kwok_node_ready,
+)
 
 T = TypeVar("T")
 
@@ -151,11 +156,7 @@ async def delete(kube: AsyncClient, nodes: Sequence[FleetNode]) -> None:
 
     async def drop(node: FleetNode) -> None:
         for kind in (Node, NodeResourceTopology):
-            try:
-                await kube.delete(kind, node.name)
-            except ApiError as e:
-                if e.status.code != 404:
-                    raise
+            await delete_if_there(kube, kind, node.name)
 
     await bounded(CREATE_PARALLEL, (functools.partial(drop, n) for n in nodes))
 
