@@ -28,8 +28,6 @@ from tests.scheduler_helpers import (
     unreachable_kubeconfig,
 )
 
-NAMES = EXAMPLE_NODES
-
 
 @pytest.fixture
 def url() -> Iterator[str]:
@@ -45,7 +43,7 @@ def _call(url: str, verb: str, body: object) -> httpx.Response:
 
 
 def test_filter_with_node_names(url: str) -> None:
-    reply = _call(url, "filter", {"Pod": pod("p", 8, 8), "Nodes": None, "NodeNames": NAMES})
+    reply = _call(url, "filter", {"Pod": pod("p", 8, 8), "Nodes": None, "NodeNames": EXAMPLE_NODES})
     assert reply.status_code == 200
     body = reply.json()
     assert set(body) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
@@ -65,7 +63,7 @@ def test_filter_full_node_is_resolvable(url: str) -> None:
 
 
 def test_filter_with_node_list_returns_node_list(url: str) -> None:
-    items = [node(n) for n in NAMES]
+    items = [node(n) for n in EXAMPLE_NODES]
     body = _call(
         url,
         "filter",
@@ -84,15 +82,14 @@ def test_prioritize_ranks_pcie_pairs_first(url: str) -> None:
 
 
 def test_pass_through_pod_changes_nothing(url: str) -> None:
-    body = _call(url, "filter", {"Pod": pod("web"), "NodeNames": NAMES}).json()
+    body = _call(url, "filter", {"Pod": pod("web"), "NodeNames": EXAMPLE_NODES}).json()
     assert (
-        body["NodeNames"] == NAMES
+        body["NodeNames"] == EXAMPLE_NODES
         and body["FailedNodes"] == {}
         and body["FailedAndUnresolvableNodes"] == {}
     )
-    scores = {
-        e["Score"] for e in _call(url, "prioritize", {"Pod": pod("web"), "NodeNames": NAMES}).json()
-    }
+    asked = {"Pod": pod("web"), "NodeNames": EXAMPLE_NODES}
+    scores = {e["Score"] for e in _call(url, "prioritize", asked).json()}
     assert scores == {0}
 
 
@@ -200,7 +197,7 @@ def test_unexpected_fault_is_a_503_with_a_message() -> None:
 
 
 def test_explain_and_debug_endpoints(url: str) -> None:
-    body = _call(url, "debug/explain", {"Pod": pod("p", 4, 4), "NodeNames": NAMES}).json()
+    body = _call(url, "debug/explain", {"Pod": pod("p", 4, 4), "NodeNames": EXAMPLE_NODES}).json()
     rows = {r["node"]: r for r in body["nodes"]}
     assert body["request"]["total"] == {nrt.GPU: 4, nrt.HCA: 4}
     assert rows["paired"]["fits"] and rows["paired"]["alignment"] == "pcie"
@@ -212,7 +209,7 @@ def test_explain_and_debug_endpoints(url: str) -> None:
 
 
 def test_health_ready_and_metrics(url: str) -> None:
-    _call(url, "filter", {"Pod": pod("p", 1, 1), "NodeNames": NAMES})
+    _call(url, "filter", {"Pod": pod("p", 1, 1), "NodeNames": EXAMPLE_NODES})
     assert httpx.get(f"{url}/healthz").text == "ok\n"
     assert httpx.get(f"{url}/readyz").status_code == 200
     text = httpx.get(f"{url}/metrics").text
