@@ -42,12 +42,15 @@ kube-controller-manager in the DRA rounds (its default 20 QPS, two writes a clai
 then the paced stream, waits for its pods at most --within seconds, and stops once no pod was
 bound for --stall seconds; the pods left are "unbound" (latencies are the bound pods'). Extender
 CPU is its process's CPU time over the burst per pod that asks for devices (the pods the
-scheduler calls it for); it includes its watches of every pod. RSS is its resident memory after
-the round (and its peak). "refused": bound pods the kubelet would refuse, by our model of its
-admission (fleet.refused: placement.py, itself checked against the kubelet's own code in
-tests/kubelet): each node's pods replayed in binding order on its published NRT. "wrong pairs"
-(DRA): pairs of a bound pod's claim, as the API server holds its allocation, whose GPU and NIC
-are not on one PCIe root of the pod's node (devices allocated twice, or missing, count too).
+scheduler calls it for); it includes its watches of every pod. Measured the same way, the
+do-nothing extender's in (n) is the calls' own cost (HTTP and JSON, no watch, no decision), and
+rdmaplane's in (a), where nobody calls it, the cost of its watches alone. RSS is its resident
+memory after the round (and its peak). "refused": bound pods the kubelet would refuse, by our
+model of its admission (fleet.refused: placement.py, itself checked against the kubelet's own
+code in tests/kubelet): each node's pods replayed in binding order on its published NRT. "wrong
+pairs" (DRA): pairs of a bound pod's claim, as the API server holds its allocation, whose GPU
+and NIC are not on one PCIe root of the pod's node (devices allocated twice, or missing, count
+too).
 
 Failover, with (b): two extender replicas behind one address (a TCP relay standing in for the
 Service), pods streamed at --rate through five phases: both up, one killed (SIGKILL), it back,
@@ -149,14 +152,16 @@ def _serve_null(sock: socket.socket) -> None:
 
 
 @contextlib.contextmanager
-def null_extender() -> Iterator[str]:
+def null_extender() -> Iterator[tuple[str, int]]:
+    """The do-nothing extender's URL and process id (its CPU: the calls' own cost)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
     proc = multiprocessing.get_context("fork").Process(target=_serve_null, args=(sock,))
     proc.start()
     try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+        assert proc.pid is not None  # started
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}", proc.pid
     finally:
         proc.kill()
         proc.join()
@@ -187,10 +192,16 @@ class Env:
     extender: Process
     extender_url: str
     null_url: str
+    null_pid: int
     args: argparse.Namespace
 
     def url(self, config: str) -> str | None:
         return {"n": self.null_url, "b": self.extender_url}.get(config)
+
+    def extender_pid(self, config: str) -> int:
+        """The process whose CPU a round reports: the do-nothing extender in (n), rdmaplane's
+        otherwise (in (a), where nobody calls it, that is the cost of its watches alone)."""
+        return self.null_pid if config == "n" else self.extender.popen.pid
 
 
 @dataclass
@@ -199,7 +210,7 @@ class Round:
     pods_per_s: float
     burst: int
     latencies: list[float]
-    extender_cpu_ms: float  # per pod the extender was asked about (burst)
+    extender_cpu_ms: float  # per pod the extender was asked about (burst); see _CPU_OF
     scheduler_cpu_ms: float  # per pod (burst)
     extender: Usage
     refused: int
@@ -223,7 +234,7 @@ async def one_round(env: Env, config: str, index: int) -> Round:
     burst = scalerig.bodies(namespace, env.label, "burst", gpus[0], make)
     paced = scalerig.bodies(namespace, env.label, "paced", gpus[1], make)
     sent: dict[str, float] = {}
-    pid = env.extender.popen.pid
+    pid = env.extender_pid(config)
     claims = None
     if dra:
         await drafleet.create_templates(kube, namespace, [*gpus[0], *gpus[1]])
@@ -274,7 +285,7 @@ async def one_round(env: Env, config: str, index: int) -> Round:
         latencies,
         cpu[0] / asked,
         cpu[1] / len(burst),
-        usage(pid),
+        usage(env.extender.popen.pid),
         len(refused),
         len(unbound),
         pairing,
@@ -325,9 +336,9 @@ async def at_scale(cluster: KubeCluster, count: int, args: argparse.Namespace) -
         print(f"   {slices} ResourceSlices (NIC ports and GPUs) published in {published:.0f} s")
         replicas = scalerig.Replicas(cluster, kubeconfig, [port, free_port()], {port: extender})
         try:
-            with null_extender() as null_url:
+            with null_extender() as (null_url, null_pid):
                 env = Env(cluster, kube, nodes, label, extender, f"http://127.0.0.1:{port}",
-                          null_url, args)  # fmt: skip
+                          null_url, null_pid, args)  # fmt: skip
                 rounds = []
                 for i in range(args.rounds):
                     for config in args.configs:
@@ -361,9 +372,13 @@ def header(nodes: list[fleet.FleetNode], made: float, synced: float, idle: Usage
     )
 
 
+# Whose CPU each round reports, per pod that asks for devices (see Env.extender_pid).
+_CPU_OF = {"a": "its watches alone", "n": "do-nothing extender", "b": "extender"}
+
+
 def report_round(r: Round) -> None:
     lat = r.latencies
-    ext = f"extender CPU {r.extender_cpu_ms:.2f} ms/pod, " if r.config == "b" else ""
+    ext = f"{_CPU_OF[r.config]} CPU {r.extender_cpu_ms:.2f} ms/pod, " if r.config in _CPU_OF else ""
     if r.pairing is not None:
         judged = f"wrong pairs {r.pairing.problems} of {r.pairing.pairs}"
         ext = f"controller-manager CPU {r.controllers_cpu_ms:.2f} ms/pod, {judged}, "
@@ -402,11 +417,17 @@ def summary(rounds: list[Round], configs: Sequence[str]) -> None:
                 f"    {name:<22} ({top})/({bottom}): pods/s {rate[top] / rate[bottom]:.2f}x   "
                 f"p50 {p50[top] / p50[bottom]:.2f}x   p99 {p99[top] / p99[bottom]:.2f}x"
             )
-    ext = [r for r in rounds if r.config == "b"]
-    if ext:
+    cpu = {
+        c: statistics.median(r.extender_cpu_ms for r in rounds if r.config == c)
+        for c in _CPU_OF
+        if c in configs
+    }
+    if "b" in cpu:
+        ext = [r for r in rounds if r.config == "b"]
+        also = "".join(f"; {_CPU_OF[c]} {cpu[c]:.2f} ms" for c in "an" if c in cpu)
         print(
-            f"  extender: CPU {statistics.median(r.extender_cpu_ms for r in ext):.2f} ms per "
-            f"device pod, RSS {max(r.extender.rss_mb for r in ext):.0f} MB (peak "
+            f"  extender: CPU {cpu['b']:.2f} ms per device pod{also}; RSS "
+            f"{max(r.extender.rss_mb for r in ext):.0f} MB (peak "
             f"{max(r.extender.peak_mb for r in ext):.0f} MB)"
         )
 
