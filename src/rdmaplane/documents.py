@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from rdmaplane.untrusted import DocumentError, printable
+from rdmaplane.untrusted import DocumentError, printable, what_it_is
 
 __all__ = [
     "MAX_BYTES",
@@ -201,18 +201,8 @@ def expect_mapping(doc: object, source: str, what: str = "a mapping") -> dict[st
     if doc is None:
         return {}
     if not isinstance(doc, dict):
-        raise DocumentError(f"{source}: expected {what} at the top level, got {_kind(doc)}")
+        raise DocumentError(f"{source}: expected {what} at the top level, got {what_it_is(doc)}")
     return doc
-
-
-def _kind(doc: object) -> str:
-    return {
-        list: "a list",
-        str: "a string",
-        int: "a number",
-        float: "a number",
-        bool: "a boolean",
-    }.get(type(doc), type(doc).__name__)
 
 
 def manifest_objects(

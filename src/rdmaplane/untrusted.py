@@ -27,6 +27,29 @@ class FieldError(SettingsError):
         self.reason = reason
 
 
+# How an error names a document's types: the words of JSON and YAML, not Python's.
+_TYPE_WORDS: dict[type, str] = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    type(None): "null",
+}
+
+
+def type_word(kind: type) -> str:
+    """`a list`, `a string`, `an object`…: a document's type as an error names it (another
+    type by its Python name)."""
+    return _TYPE_WORDS.get(kind, kind.__name__)
+
+
+def what_it_is(value: object) -> str:
+    """The type of a value read from a document, as an error names it (`got a list`)."""
+    return type_word(type(value))
+
+
 def printable(text: str) -> str:
     """`text` with every character a terminal would act on (escape sequences, carriage returns,
     bidi overrides, line breaks) written as its Python escape (`\\x1b`): strings from untrusted

@@ -113,7 +113,7 @@ def test_usage_errors(tmp_path: Path) -> None:
             {"kind": "List", "items": [{"metadata": {"name": 7}}]},
             "document 1, items[0]: metadata.name: expected a non-empty string",
         ),
-        ([1, 2], "document 1, items[0]: expected a NodeResourceTopology object, got int"),
+        ([1, 2], "document 1, items[0]: expected a NodeResourceTopology object, got a number"),
         ({"metadata": {"name": "n"}, "status": "x"}, "document 1: status: expected an object"),
     ],
     ids=["metadata-string", "wrong-kind", "name-number", "list", "status-string"],

@@ -115,3 +115,15 @@ def test_printable_text_is_safe_and_printable_input_is_kept(text: str) -> None:
     assert shown.isprintable()
     assert (shown == text) == text.isprintable()
     assert printable("\x1b[31m red\r\n") == "\\x1b[31m red\\r\\n"
+
+
+@pytest.mark.parametrize(
+    ("value", "word"),
+    [({}, "an object"), ([], "a list"), ("x", "a string"), (7, "a number"), (0.5, "a number"),
+     (True, "a boolean"), (None, "null"), (b"x", "bytes")],
+)  # fmt: skip
+def test_errors_name_a_documents_types_in_its_own_words(value: object, word: str) -> None:
+    """JSON's and YAML's words, the same wherever input is refused (a bool is no number)."""
+    from rdmaplane.untrusted import what_it_is
+
+    assert what_it_is(value) == word

@@ -162,8 +162,10 @@ def read_objects(paths: Iterable[Path], kind: str) -> list[dict[str, Any]]:
 def _kube_object(obj: object, kind: str, where: str) -> dict[str, Any]:
     """`obj` when it is an object of `kind` (if it names one) with `metadata.name`, and with
     objects, lists and strings where readers take them for such."""
+    from rdmaplane.untrusted import type_word, what_it_is
+
     if not isinstance(obj, dict):
-        fail(f"{where}: expected a {kind} object, got {type(obj).__name__}")
+        fail(f"{where}: expected a {kind} object, got {what_it_is(obj)}")
     if obj.get("kind", kind) != kind:
         fail(f"{where}: kind is {obj.get('kind')!r}, expected {kind}")
     meta = obj.get("metadata")
@@ -184,11 +186,8 @@ def _kube_object(obj: object, kind: str, where: str) -> dict[str, Any]:
         shapes["status.conditions"] = (status.get("conditions"), list)
     for key, (value, expected) in shapes.items():
         if value is not None and not isinstance(value, expected):
-            fail(f"{where}: {key}: expected {_WORDS[expected]}")
+            fail(f"{where}: {key}: expected {type_word(expected)}")
     return obj
-
-
-_WORDS = {str: "a string", dict: "an object", list: "a list"}
 
 
 class LogFormat(StrEnum):

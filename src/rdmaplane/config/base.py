@@ -26,7 +26,7 @@ from typing import Any, Final, Generic, TypeVar, Union
 from rdmaplane.documents import DocumentError, read_document
 from rdmaplane.errors import InputError
 from rdmaplane.setting import doc_of, key_for, key_of
-from rdmaplane.untrusted import FieldError
+from rdmaplane.untrusted import FieldError, what_it_is
 
 API_VERSION: Final = "rdmaplane.io/v1alpha1"
 T = TypeVar("T")
@@ -85,7 +85,7 @@ def parse(doc: object, kind: Kind[T], source: str, **overrides: object) -> T:
     if doc is None:
         raise ConfigError(f"{prefix}empty; a config file starts with apiVersion and kind")
     if not isinstance(doc, dict):
-        got = _WHAT.get(type(doc), type(doc).__name__)
+        got = what_it_is(doc)
         raise ConfigError(f"{prefix}expected a mapping with apiVersion and kind, got {got}")
     if "apiVersion" not in doc and "kind" not in doc:
         doc = kind.unversioned(doc, source or "configuration")
@@ -96,9 +96,6 @@ def parse(doc: object, kind: Kind[T], source: str, **overrides: object) -> T:
         if value is not None:
             data[keys[name]] = value
     return validate(kind.settings, data, prefix)
-
-
-_WHAT = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 
 
 def _check_version(doc: Mapping[str, object], kind: Kind[Any], prefix: str) -> None:

@@ -44,7 +44,7 @@ from rdmaplane.model import (
     parse_rate_gbps,
 )
 from rdmaplane.selectors import natural_key
-from rdmaplane.untrusted import DocumentError, printable
+from rdmaplane.untrusted import DocumentError, printable, what_it_is
 
 SIDECAR = ".rdmaplane/node.json"  # facts sysfs lacks (hostname, GPU UUIDs), kept beside the tree
 SIDECAR_MAX_BYTES = 8 << 20  # an 8-GPU node's is a few KiB; EINVAL lists of big nodes far less
@@ -509,7 +509,7 @@ def _sidecar_map(fs: _Sysfs, d: dict[str, object], key: str, at: str = "") -> di
         return {}
     if isinstance(v, dict):
         return v
-    fs.warn(SIDECAR, f"{at or key}: expected an object, got {type(v).__name__}")
+    fs.warn(SIDECAR, f"{at or key}: expected an object, got {what_it_is(v)}")
     return {}
 
 
@@ -517,7 +517,7 @@ def _sidecar_text(fs: _Sysfs, d: dict[str, object], key: str, at: str = "") -> s
     v = d.get(key)
     if v is None or isinstance(v, str):
         return v if v is None else fs.printable(f"{SIDECAR}: {at or key}", v)
-    fs.warn(SIDECAR, f"{at or key}: expected a string, got {type(v).__name__}")
+    fs.warn(SIDECAR, f"{at or key}: expected a string, got {what_it_is(v)}")
     return None
 
 

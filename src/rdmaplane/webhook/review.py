@@ -18,6 +18,7 @@ import orjson
 
 from rdmaplane.decoding import DecodeError, convert
 from rdmaplane.errors import InputError
+from rdmaplane.untrusted import what_it_is
 from rdmaplane.webhook.inject import Mutation
 
 API_VERSION: Final = "admission.k8s.io/v1"
@@ -62,7 +63,8 @@ def parse(review: object) -> Request:
         doc = convert(review, _Review)
     except DecodeError as e:
         if not e.path:
-            raise ReviewError(f"expected an AdmissionReview object, got {_what(review)}") from None
+            got = what_it_is(review)
+            raise ReviewError(f"expected an AdmissionReview object, got {got}") from None
         raise ReviewError(str(e)) from None
     if doc.api_version != API_VERSION or doc.kind != "AdmissionReview":
         raise ReviewError(
@@ -98,12 +100,6 @@ def respond(uid: str, mutation: Mutation | None = None, denied: str | None = Non
         response["warnings"] = mutation.warnings
     return orjson.dumps(
         {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
-    )
-
-
-def _what(value: object) -> str:
-    return {list: "a list", str: "a string", int: "a number", float: "a number"}.get(
-        type(value), type(value).__name__
     )
 
 
