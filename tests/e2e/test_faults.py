@@ -276,7 +276,11 @@ async def test_the_breaker_holds_the_eviction_until_the_storm_is_over(chain: Rig
         reasons = sorted(e.reason or "" for e in lease_events)
         assert reasons.count("RDMAFaultBreakerOpen") == 1, reasons
         assert reasons.count("RDMAFaultBreakerClosed") == 1, reasons
-        evictions = await _metric(agent, "rdmaplane_agent_fault_decisions_total", verb="act")
+
+        async def counted() -> float:  # the agent counts the eviction once its call returns
+            return await _metric(agent, "rdmaplane_agent_fault_decisions_total", verb="act")
+
+        evictions = await eventually(counted, CHAIN_S)
         assert evictions == 1
         refused = "rdmaplane_agent_fault_breaker_answers_total"
         assert await _metric(agent, refused, verdict="refused") >= 1
