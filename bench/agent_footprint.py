@@ -36,10 +36,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the e2e control-plane code lives under tests/
 
-from rdmaplane.agent.allocation import Allocations, PodDevices  # noqa: E402
-from rdmaplane.agent.service import Agent  # noqa: E402
-from rdmaplane.agent.settings import AgentSettings, PublishSettings  # noqa: E402
-from rdmaplane.discovery import read_node, samples  # noqa: E402
+from rdmaplane.adapters.discovery import read_node, samples  # noqa: E402
+from rdmaplane.core.allocation import Allocations, PodDevices  # noqa: E402
+from rdmaplane.core.settings.agent import AgentSettings, PublishSettings  # noqa: E402
+from rdmaplane.services.agent.root import Agent  # noqa: E402
 
 SAMPLE = "hgx-h100-roce"
 EXTRA = os.environ.get("AGENT_EXTRA", "").split()
@@ -133,10 +133,10 @@ class KubeletStandIn:
     async def _serve(self) -> None:
         import grpc
 
-        from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
-        from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-        from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
-        from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
+        from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+        from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+        from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2 as pr
+        from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
 
         standin = self
         gpus = [g.uuid for g in self.topo.gpus]
@@ -223,7 +223,7 @@ async def publish_latency(
     from lightkube.models.meta_v1 import ObjectMeta
     from lightkube.resources.core_v1 import Node
 
-    from rdmaplane.kube import async_client
+    from rdmaplane.adapters.kube import async_client
 
     with cluster.client() as client:  # a node of its own: the idle agent published the other
         client.create(Node(metadata=ObjectMeta(name="hgx-latency")))

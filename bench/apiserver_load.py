@@ -7,7 +7,8 @@ kube-apiserver, at start, in steady state and when a job starts on a thousand no
 Per node count: etcd and kube-apiserver (the e2e fixtures' code; `make k8s-bins` first, default
 flags: --max-requests-inflight 400, --max-mutating-requests-inflight 200, API Priority and
 Fairness with its default FlowSchemas), the NRT CRD and the agent's RBAC (deploy/agent/rbac.yaml),
-and one Node per agent. The agents are the real publisher (`rdmaplane.agent.publisher.Publisher`),
+and one Node per agent. The agents are the real publisher
+(`rdmaplane.services.agent.publisher.Publisher`),
 many in one process, each with its own node, as the agent's ServiceAccount (so APF puts them
 where it puts the DaemonSet: FlowSchema `service-accounts`, priority level `workload-low`, one
 flow for the whole fleet); a client per 50 agents, each with a connection per agent. What each
@@ -55,16 +56,16 @@ import orjson  # noqa: E402
 from lightkube import AsyncClient, codecs  # noqa: E402
 
 from rdmaplane import nrt  # noqa: E402
-from rdmaplane.agent.allocation import Allocations, merge_containers  # noqa: E402
-from rdmaplane.agent.inventory import gpu_ids  # noqa: E402
-from rdmaplane.agent.metrics import AgentMetrics, NodeView  # noqa: E402
-from rdmaplane.agent.plugin import EmbeddedPlugin  # noqa: E402
-from rdmaplane.agent.publisher import Desired, Publisher  # noqa: E402
-from rdmaplane.agent.service import Agent  # noqa: E402
-from rdmaplane.agent.settings import AgentSettings, FabricSettings, PublishSettings  # noqa: E402
-from rdmaplane.deviceplugin.settings import PluginSettings  # noqa: E402
-from rdmaplane.discovery import samples  # noqa: E402
-from rdmaplane.kube import load_config  # noqa: E402
+from rdmaplane.adapters.discovery import samples  # noqa: E402
+from rdmaplane.adapters.kube import load_config  # noqa: E402
+from rdmaplane.core.allocation import Allocations, merge_containers  # noqa: E402
+from rdmaplane.core.settings.agent import AgentSettings, FabricSettings, PublishSettings  # noqa: E402
+from rdmaplane.core.settings.deviceplugin import PluginSettings  # noqa: E402
+from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin  # noqa: E402
+from rdmaplane.services.agent.metrics import AgentMetrics, NodeView  # noqa: E402
+from rdmaplane.services.agent.policy.inventory import gpu_ids  # noqa: E402
+from rdmaplane.services.agent.publisher import Desired, Publisher  # noqa: E402
+from rdmaplane.services.agent.root import Agent  # noqa: E402
 from tests.e2e import fleet  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
     KubeCluster,

@@ -112,7 +112,11 @@ def commands(files: dict[str, Path]) -> list[tuple[str, list[str], float | None]
             ],
             None,
         ),
-        ("python: the imports alone", [sys.executable, "-c", "import rdmaplane.discovery"], None),
+        (
+            "python: the imports alone",
+            [sys.executable, "-c", "import rdmaplane.adapters.discovery"],
+            None,
+        ),
         (
             "explain-placement JOB --nrt FILE",
             [r, "explain-placement", job, "--nrt", str(files["nrt"])],

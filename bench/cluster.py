@@ -84,7 +84,7 @@ import orjson  # noqa: E402
 from agent_footprint import cpu_seconds, status_kb  # noqa: E402
 from lightkube import AsyncClient, codecs  # noqa: E402
 
-from rdmaplane.kube import load_config  # noqa: E402
+from rdmaplane.adapters.kube import load_config  # noqa: E402
 from tests.e2e import drafleet, fleet, scalerig  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
     KubeCluster,

@@ -21,7 +21,7 @@ exists as a bridge; through a seccomp wrapper that makes RDMA netlink sockets fa
 Then ours alone: every call at the Python gRPC client against the gRPC floor, the resource
 manager in-process, and where its memory and start time go: step by step, what the serving
 process loads (and keeps) and what the command loads to check its input before it execs the
-serving process (see rdmaplane.deviceplugin.serve).
+serving process (see rdmaplane.services.deviceplugin.root).
 
 The Go plugin is the release on the Go module proxy (--peer-version), built with the local Go
 toolchain into ${XDG_CACHE_HOME:-~/.cache}/rdmaplane/bench-deviceplugin/ (once; ~1 min cold),
@@ -55,13 +55,13 @@ sys.path.insert(0, str(HERE.parent))  # the kubelet stand-in in tests/integratio
 
 import grpc  # noqa: E402
 
-from rdmaplane.deviceplugin.resources import ResourceManager  # noqa: E402
-from rdmaplane.deviceplugin.server import socket_name  # noqa: E402
-from rdmaplane.deviceplugin.settings import PluginSettings  # noqa: E402
-from rdmaplane.discovery import read_node, samples  # noqa: E402
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp  # noqa: E402
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc  # noqa: E402
-from rdmaplane.model import NodeTopology  # noqa: E402
+from rdmaplane.adapters.discovery import read_node, samples  # noqa: E402
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp  # noqa: E402
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc  # noqa: E402
+from rdmaplane.core.model import NodeTopology  # noqa: E402
+from rdmaplane.core.settings.deviceplugin import PluginSettings  # noqa: E402
+from rdmaplane.services.deviceplugin.grpc import socket_name  # noqa: E402
+from rdmaplane.services.deviceplugin.manager import ResourceManager  # noqa: E402
 from tests.integration.kubelet_process import KubeletProcess  # noqa: E402
 from tests.integration.kubelet_standin import device_nodes  # noqa: E402
 
@@ -511,20 +511,23 @@ print(json.dumps(out))
 SERVING = [
     ("asyncio (ssl refused, see below)", "sys.modules['ssl'] = None; import asyncio"),
     ("grpcio", "import grpc, grpc.aio"),
-    ("protobuf + kubelet stubs", "import rdmaplane.kubelet.api.deviceplugin.v1beta1.api_pb2_grpc,"
-        " rdmaplane.kubelet.api.pluginregistration.v1.api_pb2_grpc"),
+    (
+        "protobuf + kubelet stubs",
+        "import rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1.api_pb2_grpc,"
+        " rdmaplane.adapters.kubelet.api.pluginregistration.v1.api_pb2_grpc",
+    ),
     ("inotify (asyncinotify, ctypes)", "import asyncinotify"),
-    ("model, gid, nccl, selectors (settings)", "import rdmaplane.deviceplugin.settings"),
-    ("logs, discovery, plugin, server", "import rdmaplane.deviceplugin.serve,"
-        " rdmaplane.deviceplugin.plugin"),
+    ("model, gid, nccl, selectors (settings)", "import rdmaplane.core.settings.deviceplugin"),
+    ("logs, discovery, plugin, server", "import rdmaplane.services.deviceplugin.root,"
+        " rdmaplane.services.deviceplugin.plugin"),
 ]  # fmt: skip
 SSL = [("ssl (what asyncio would load)", "import ssl")]
 CHECKING = [
     ("typer + the command (rdmaplane.cli)", "import rdmaplane.cli"),
-    ("the config layer (DevicePluginConfig)", "import rdmaplane.config.deviceplugin as c"),
+    ("the config layer (DevicePluginConfig)", "import rdmaplane.adapters.config.deviceplugin as c"),
     (
         "pydantic + reading + checking the file",
-        "import rdmaplane.config as k; k.load(CONFIG_FILE, c.DEVICE_PLUGIN_CONFIG)",
+        "import rdmaplane.adapters.config as k; k.load(CONFIG_FILE, c.DEVICE_PLUGIN_CONFIG)",
     ),
 ]
 

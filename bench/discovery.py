@@ -3,7 +3,7 @@
 Usage: python bench/discovery.py [--runs N]
 
 Materialises every sample, picks the one with the most sysfs files, then times
-`rdmaplane.discovery.read_node` (every file the reader needs: PCI functions, NUMA nodes,
+`rdmaplane.adapters.discovery.read_node` (every file the reader needs: PCI functions, NUMA nodes,
 netdevs, HCAs, ports and their full GID tables) after one warm-up read. The tree lives on
 tmpfs when /dev/shm is writable, as /sys does.
 
@@ -19,8 +19,8 @@ import os
 import statistics
 import time
 
-from rdmaplane.discovery import samples
-from rdmaplane.discovery.sysfs import Recording, read_node
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.adapters.discovery.sysfs import Recording, read_node
 
 
 def syscall_floor(root: str, files: list[str]) -> None:

@@ -16,7 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from rdmaplane.doctor import parse_nccl_log, parse_nccl_tests
+from rdmaplane.services.doctor.policy import parse_nccl_log, parse_nccl_tests
 
 
 def nccl_log(ranks: int) -> str:

@@ -54,8 +54,8 @@ from lightkube.models.meta_v1 import ObjectMeta  # noqa: E402
 from lightkube.resources.core_v1 import Node  # noqa: E402
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice  # noqa: E402
 
-from rdmaplane.discovery import samples  # noqa: E402
-from rdmaplane.dra.readiness import FAILED, READY  # noqa: E402
+from rdmaplane.adapters.discovery import samples  # noqa: E402
+from rdmaplane.services.dra.policy.readiness import FAILED, READY  # noqa: E402
 from tests.e2e.controlplane import KubeCluster, build_dir, control_plane  # noqa: E402
 from tests.e2e.dra import (  # noqa: E402
     driver_command,

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/layouts.py
 import orjson
 from agent_footprint import cpu_seconds
 
-from rdmaplane import nrt
+from rdmaplane.core import nrt
 from tests.layouts import layout
 
 LAYOUTS = ("hgx", "dgx-a100", "one-socket-nics", "split-roots")
@@ -104,9 +104,9 @@ async def _churn(cache: Any, names: list[str], per_second: float, seed: int) -> 
 def _serve(n: int, seed: int, churn: float, sock: socket.socket, ready: Any) -> None:
     import uvicorn
 
-    from rdmaplane.scheduler.app import create_app
-    from rdmaplane.scheduler.cache import ClusterCache
-    from rdmaplane.scheduler.settings import ExtenderSettings
+    from rdmaplane.core.settings.scheduler import ExtenderSettings
+    from rdmaplane.services.scheduler.cache import ClusterCache
+    from rdmaplane.services.scheduler.http import create_app
 
     rng = random.Random(seed)
     cache = ClusterCache()
@@ -129,7 +129,7 @@ def _serve(n: int, seed: int, churn: float, sock: socket.socket, ready: Any) -> 
     cache.replace("pod", pods)
     feed = (lambda c, _: _churn(c, names, churn, seed)) if churn else None
     app = create_app(cache, ExtenderSettings(), feed)
-    from rdmaplane.scheduler.serving import server_config
+    from rdmaplane.services.scheduler.serving import server_config
 
     config = server_config(app, app.state.direct_calls, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
@@ -263,10 +263,10 @@ def replay(n: int, seed: int, plain_pods: int) -> None:
     """The scale trace in-process: fast and plain CPU per call and per event."""
     from lightkube.core import decoders
 
-    from rdmaplane.kube import PodDict
-    from rdmaplane.scheduler.cache import ClusterCache
-    from rdmaplane.scheduler.placement import evaluate
-    from rdmaplane.scheduler.watch import as_dict, read_pod_event
+    from rdmaplane.adapters.kube import PodDict
+    from rdmaplane.services.scheduler.cache import ClusterCache
+    from rdmaplane.services.scheduler.policy.placement import evaluate
+    from rdmaplane.services.scheduler.watch import as_dict, read_pod_event
     from tests import scaletrace
 
     trace = scaletrace.trace(n, seed)

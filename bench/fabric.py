@@ -16,7 +16,7 @@ placed one at a time, each on the best-scoring node:
 Jobs arriving when fewer nodes are free than they need are turned away (the same for both:
 every job takes exactly its size in nodes, so free counts move identically).
 
-Figures, all computed by rdmaplane's own fabric model (`rdmaplane.fabric.hops`) from where the
+Figures, all computed by rdmaplane's own fabric model (`rdmaplane.core.fabric.hops`) from where the
 pods landed, not measured on a network:
 - one leaf: share of jobs entirely under one leaf, of those that could fit under one leaf when
   they arrived (some leaf had enough free nodes);
@@ -99,14 +99,14 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.types import PatchType
 
-from rdmaplane import fabric as fab
-from rdmaplane import nrt
-from rdmaplane.agent.publisher import FREED_ANNOTATION
-from rdmaplane.kube import NodeResourceTopology, load_config
-from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler import rails as rl
-from rdmaplane.scheduler.cache import ClusterCache, pod_key
-from rdmaplane.scheduler.settings import FabricScoring
+from rdmaplane.adapters.kube import NodeResourceTopology, load_config
+from rdmaplane.core import fabric as fab
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.scheduler import FabricScoring
+from rdmaplane.services.agent.publisher import FREED_ANNOTATION
+from rdmaplane.services.scheduler.cache import ClusterCache, pod_key
+from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import rails as rl
 from tests.e2e import fleet, scalerig
 from tests.e2e.controlplane import (
     KubeCluster,

@@ -25,7 +25,8 @@ agent's own overhead shows (subtract fatalAfter and graceSeconds from the first 
 `--storm` is the blast-radius breaker's scenario (docs/faults.md): etcd and kube-apiserver only,
 `--nodes` Nodes in `--leaves` leaves with their NRTs; every node of one leaf turns faulty at
 once (its `rdmaplane.io/fault-since` label) and each asks the fault budget for a token as its
-agent's actor does (`rdmaplane.agent.budget.FaultBudget`, the real Lease, asked again after
+agent's actor does (`rdmaplane.services.agent.breaker.FaultBudget`, the real Lease, asked again
+after
 the actor's retry of 10 s) until it is given one: the act. Printed: when the breaker opened and
 closed, and the acts per minute. The agents here are their budgets alone (no pods, no
 health monitor): what is measured is the budget on the real API server.
@@ -51,8 +52,8 @@ from lightkube import codecs  # noqa: E402
 from lightkube.models.meta_v1 import ObjectMeta  # noqa: E402
 from lightkube.resources.core_v1 import Namespace, ServiceAccount  # noqa: E402
 
-from rdmaplane.agent.settings import FaultSettings  # noqa: E402
-from rdmaplane.discovery import read_node, samples  # noqa: E402
+from rdmaplane.adapters.discovery import read_node, samples  # noqa: E402
+from rdmaplane.core.settings.agent import FaultSettings  # noqa: E402
 from tests.e2e import faultrig, nodeaccess  # noqa: E402
 from tests.e2e.controlplane import (  # noqa: E402
     KubeCluster,
@@ -155,12 +156,12 @@ STORM_RETRY_S = 10.0  # the actor asks a refused budget again after its retry (f
 async def storm(cluster: KubeCluster, args: argparse.Namespace) -> None:
     from lightkube.resources.core_v1 import Node
 
-    from rdmaplane import breaker as B
-    from rdmaplane.agent.budget import FaultBudget
-    from rdmaplane.agent.settings import BreakerSettings
-    from rdmaplane.fabric import TOPOGRAPH_TIER
-    from rdmaplane.faults import FAULT_SINCE_LABEL
-    from rdmaplane.kube import NodeResourceTopology
+    from rdmaplane.adapters.kube import NodeResourceTopology
+    from rdmaplane.core import breaker as B
+    from rdmaplane.core.fabric import TOPOGRAPH_TIER
+    from rdmaplane.core.faults import FAULT_SINCE_LABEL
+    from rdmaplane.core.settings.agent import BreakerSettings
+    from rdmaplane.services.agent.breaker import FaultBudget
     from tests.e2e import fleet
 
     per_leaf = args.nodes // args.leaves

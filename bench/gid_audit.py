@@ -10,11 +10,11 @@ import sys
 import time
 from dataclasses import replace
 
-from rdmaplane.discovery import samples
-from rdmaplane.gid import audit
-from rdmaplane.model import Gid, NodeTopology
-from rdmaplane.nccl import nccl_env
-from rdmaplane.selectors import compute_ports
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.core.gid import audit
+from rdmaplane.core.model import Gid, NodeTopology
+from rdmaplane.core.nccl import nccl_env
+from rdmaplane.core.selectors import compute_ports
 
 
 def shifted(topo: NodeTopology, hostname: str) -> NodeTopology:

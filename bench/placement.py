@@ -42,8 +42,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rdmaplane import nrt
-from rdmaplane.scheduler import placement as pl
+from rdmaplane.core import nrt
+from rdmaplane.services.scheduler.policy import placement as pl
 from tests.e2e.fleet import POLICY_MIX, pick
 from tests.e2e.fleet import SAMPLE_MIX as LAYOUT_MIX
 from tests.kubelet.differential import Container, PodShape

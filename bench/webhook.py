@@ -97,7 +97,7 @@ def main() -> None:
         workdir.mkdir()
         import datetime as dt
 
-        from rdmaplane.webhook import certs
+        from rdmaplane.services.webhook.policy import certs
 
         bundle = certs.create(["127.0.0.1"], dt.datetime.now(dt.UTC))
         for name, content in bundle.as_data().items():

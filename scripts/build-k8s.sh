@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the end-to-end test control plane (kube-apiserver, kube-scheduler,
-# kube-controller-manager, etcd) from the upstream Go modules pinned in test/k8s/go.mod, once,
+# kube-controller-manager, etcd) from the upstream Go modules pinned in upstream/go.mod, once,
 # into a cache folder keyed by versions:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/k8s/<key>/bin
 # and two tools from their own modules (go install pkg@version): KWOK (fake nodes with a pod
 # lifecycle) at $kwok_version and Helm (for the chart's tests) at $helm_version, into
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/{kwok,helm}/<tool key>/bin
 # and, on request, the admission harness of tests/kubelet and the node of tests/node (the kubelet
-# from test/k8s/node, containerd v2 and CNI plugins) under .../rdmaplane/{k8s,node}/<key>.
+# from upstream/node, containerd v2 and CNI plugins) under .../rdmaplane/{k8s,node}/<key>.
 # Later runs reuse all of them. Progress goes to stderr; the k8s bin dir is the one line on stdout.
 #
 #   scripts/build-k8s.sh                 build if needed, print the k8s bin dir
@@ -50,10 +50,10 @@ kube_ldflags() {
   echo "-s -w -X $version_pkg.gitVersion=$1 -X $version_pkg.gitMajor=1 -X $version_pkg.gitMinor=$minor -X $version_pkg.gitTreeState=clean"
 }
 
-# --- the kubelet admission harness (test/k8s/kubelet-harness): its own module, key and binary,
+# --- the kubelet admission harness (upstream/kubelet-harness): its own module, key and binary,
 # so that building it never moves the e2e binaries' key below.
 kubelet_harness() {
-  local module="$root/test/k8s/kubelet-harness"
+  local module="$root/upstream/kubelet-harness"
   local kube go_version hash key bin
   kube="$(awk '{ sub(/^require[ \t]+/, "") } $1 == "k8s.io/kubernetes" { print $2; exit }' "$module/go.mod")"
   go_version="$(go env GOVERSION)"
@@ -82,7 +82,7 @@ if [[ "${1:-}" == "kubelet-harness" ]]; then
   exit 0
 fi
 
-# --- the node of tests/node, in one folder: the kubelet from test/k8s/node (its own module, the
+# --- the node of tests/node, in one folder: the kubelet from upstream/node (its own module, the
 # same k8s.io/kubernetes release as the control plane, so the control plane's key stays put),
 # containerd v2 with its runc shim and ctr (Debian's containerd 1.6 has no CDI), and the CNI
 # plugins the node's pod network uses; each tool with `go install pkg@version`.
@@ -90,7 +90,7 @@ containerd_version=v2.4.2
 cni_version=v1.9.1
 node_bins=(kubelet containerd containerd-shim-runc-v2 ctr bridge host-local loopback)
 node() {
-  local module="$root/test/k8s/node"
+  local module="$root/upstream/node"
   local kube go_version hash key dir
   kube="$(pinned "$module" k8s.io/kubernetes)"
   go_version="$(go env GOVERSION)"
@@ -134,7 +134,7 @@ if [[ "${1:-}" == "node" ]]; then
   exit 0
 fi
 
-module="$root/test/k8s"
+module="$root/upstream"
 binaries=(kube-apiserver kube-scheduler kube-controller-manager etcd)
 
 kube_version="$(pinned "$module" k8s.io/kubernetes)"

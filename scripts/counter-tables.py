@@ -1,4 +1,4 @@
-"""Write what comes from the port counter table (`rdmaplane.counters`) into the files that show
+"""Write what comes from the port counter table (`rdmaplane.core.counters`) into the files that show
 it: the counter table in docs/agent.md (between its markers) and the counter lists of the
 Grafana dashboard's panels (each panel the table names gets one query per counter, with the
 function, `rate` or `increase`, the panel already uses).
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rdmaplane.counters import HW, PORT_COUNTERS, PortCounter
+from rdmaplane.core.counters import HW, PORT_COUNTERS, PortCounter
 
 DOCS = "docs/agent.md"
 DASHBOARD = "deploy/grafana/rdmaplane-dashboard.json"

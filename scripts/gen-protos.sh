@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Regenerate the Python stubs for every kubelet .proto under src/rdmaplane/kubelet/proto/.
+# Regenerate the Python stubs for every kubelet .proto under src/rdmaplane/adapters/kubelet/proto/.
 #
-# Each proto/<api>/<version>/api.proto becomes the package rdmaplane.kubelet.api.<api>.<version>
+# Each proto/<api>/<version>/api.proto becomes the package rdmaplane.adapters.kubelet.api.<api>.<version>
 # (api_pb2.py, api_pb2.pyi, api_pb2_grpc.py). protoc writes imports relative to the proto root
 # (`from deviceplugin.v1beta1 import api_pb2`); they are rewritten to absolute package imports.
 # The protoc bundled with grpcio-tools stamps a runtime version guard into each api_pb2.py; the
 # script refuses to finish when that version is newer than the installed protobuf runtime.
 #
 # The .proto files are our own text, wire-compatible with upstream's. `--compare-upstream`
-# fetches k8s.io/kubelet at the version test/k8s/go.mod pins (Go module proxy) and compares
+# fetches k8s.io/kubelet at the version upstream/go.mod pins (Go module proxy) and compares
 # every file with upstream's pkg/apis/<api>/<version>/api.proto on the wire: package, services,
 # methods and streaming, messages, field names, numbers, types and labels (exit 1 on a
 # conflict; upstream fields we leave out are listed, a reader skips them). It generates nothing.
@@ -16,12 +16,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-PROTO_ROOT=src/rdmaplane/kubelet/proto
+PROTO_ROOT=src/rdmaplane/adapters/kubelet/proto
 
 if [ "${1:-}" = "--compare-upstream" ]; then
-  version=$(sed -n 's|^[[:space:]]*k8s.io/kubelet => k8s.io/kubelet \(v[0-9.]*\)$|\1|p' test/k8s/go.mod)
-  [ -n "$version" ] || { echo "no k8s.io/kubelet replace line in test/k8s/go.mod" >&2; exit 1; }
-  upstream=$( (cd test/k8s && go mod download -json "k8s.io/kubelet@$version") |
+  version=$(sed -n 's|^[[:space:]]*k8s.io/kubelet => k8s.io/kubelet \(v[0-9.]*\)$|\1|p' upstream/go.mod)
+  [ -n "$version" ] || { echo "no k8s.io/kubelet replace line in upstream/go.mod" >&2; exit 1; }
+  upstream=$( (cd upstream && go mod download -json "k8s.io/kubelet@$version") |
     "$PY" -c 'import json, sys; print(json.load(sys.stdin)["Dir"])')
   exec "$PY" - "$PROTO_ROOT" "$upstream/pkg/apis" "k8s.io/kubelet@$version" <<'PYEOF'
 import pathlib
@@ -98,7 +98,7 @@ for path in sorted(ours_root.rglob("api.proto")):
 sys.exit(1 if failed else 0)
 PYEOF
 fi
-OUT=${OUT:-src/rdmaplane/kubelet/api}  # overridable, e.g. to check the committed stubs
+OUT=${OUT:-src/rdmaplane/adapters/kubelet/api}  # overridable, e.g. to check the committed stubs
 
 mapfile -t protos < <(cd "$PROTO_ROOT" && find . -name '*.proto' | sed 's|^\./||' | sort)
 if [ ${#protos[@]} -eq 0 ]; then
@@ -119,7 +119,7 @@ done
 for p in "${protos[@]}"; do
   module=$(dirname "$p" | tr / .)
   find "$OUT" -name '*.py' -o -name '*.pyi' | xargs sed -i -E \
-    "s/^from ${module//./\\.} import /from rdmaplane.kubelet.api.${module} import /"
+    "s/^from ${module//./\\.} import /from rdmaplane.adapters.kubelet.api.${module} import /"
 done
 
 "$PY" - "$OUT" <<'PYEOF'

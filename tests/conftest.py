@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from rdmaplane.discovery import samples
-from rdmaplane.discovery.sysfs import read_node
-from rdmaplane.model import NodeTopology
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.adapters.discovery.sysfs import read_node
+from rdmaplane.core.model import NodeTopology
 
 # No per-example deadline: property tests check behaviour, not speed (that is bench/'s job), and
 # a loaded CI machine must not turn a slow example into a failure.

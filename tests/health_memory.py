@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from rdmaplane.model import PhysState, PortObservation, PortState
-from rdmaplane.porthealth import HOUR_S, PortKey, PortMemory, remember
+from rdmaplane.core.model import PhysState, PortObservation, PortState
+from rdmaplane.core.porthealth import HOUR_S, PortKey, PortMemory, remember
 
 
 def risen_memory(

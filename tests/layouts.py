@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import functools
 
-from rdmaplane import model, nrt
-from rdmaplane.discovery import samples
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.core import model, nrt
 
 LAYOUTS = ("hgx", "dgx-a100", "one-socket-nics", "split-roots", "hgx-shared")
 

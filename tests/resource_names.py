@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from rdmaplane import nrt
-from rdmaplane.resources import Vocabulary
+from rdmaplane.core import nrt
+from rdmaplane.core.resources import Vocabulary
 
 GPU, HCA, SHARED = "amd.com/gpu", "example.com/ib", "rdma/hca_shared_devices_a"
 NAMES = {nrt.GPU: GPU, nrt.HCA: HCA, nrt.HCA_SHARED: SHARED}

@@ -17,14 +17,14 @@ from typing import Any
 
 import orjson
 
-from rdmaplane import nrt
-from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler import wire
-from rdmaplane.scheduler.app import ExtenderShell, Metrics
-from rdmaplane.scheduler.cache import REASON_PREFIX, ClusterCache
-from rdmaplane.scheduler.decisions import Decisions
-from rdmaplane.scheduler.settings import ExtenderSettings
-from rdmaplane.scheduler.watch import read_pod_event
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.scheduler import ExtenderSettings
+from rdmaplane.services.scheduler.cache import REASON_PREFIX, ClusterCache
+from rdmaplane.services.scheduler.decisions import Decisions
+from rdmaplane.services.scheduler.http import ExtenderShell, Metrics
+from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import wire
+from rdmaplane.services.scheduler.watch import read_pod_event
 from tests.e2e import fleet
 
 NAMESPACE = "trace"

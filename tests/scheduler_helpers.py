@@ -13,9 +13,9 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 
-from rdmaplane import nrt
-from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.serving import server_config
+from rdmaplane.core import nrt
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.serving import server_config
 from tests.layouts import layout
 
 EXAMPLE_NODES = ["paired", "lopsided", "full", "bare"]

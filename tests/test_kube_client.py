@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rdmaplane.kube import KubeconfigError, load_config
+from rdmaplane.adapters.kube import KubeconfigError, load_config
 
 
 def test_kubeconfig_file_is_used_when_given(tmp_path: Path) -> None:

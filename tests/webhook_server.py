@@ -21,8 +21,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.core_v1 import Namespace, Pod, Secret, ServiceAccount
 
-from rdmaplane.config.base import validate
-from rdmaplane.resources import GPU, Vocabulary
+from rdmaplane.adapters.config.base import validate
+from rdmaplane.core.resources import GPU, Vocabulary
 from tests.e2e.controlplane import KubeCluster, Process, free_port, poll_until
 
 __all__ = ["WebhookProcess", "deployed_webhook", "free_port", "start_webhook"]

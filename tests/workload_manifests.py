@@ -1,6 +1,6 @@
 """Workloads as people write them, one per kind rdmaplane reads pod templates from, each with
 the JSON pointers of its pod templates as a reader must find them (written by hand from each
-project's API, not from rdmaplane.workloads)."""
+project's API, not from rdmaplane.core.workloads)."""
 
 from __future__ import annotations
 

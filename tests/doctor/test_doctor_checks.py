@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.discovery.sysfs import read_node
-from rdmaplane.doctor import checks
-from rdmaplane.doctor.verdict import Status
-from rdmaplane.model import PhysState, PortState
+from rdmaplane.adapters.discovery.sysfs import read_node
+from rdmaplane.core.model import PhysState, PortState
+from rdmaplane.services.doctor import checks
+from rdmaplane.services.doctor.policy.verdict import Status
 
 CAP_FULL_POD = "00000000a80475fb"  # docker default set + IPC_LOCK (bit 14)
 CAP_DEFAULT = "00000000a80425fb"  # docker default set, no IPC_LOCK

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from rdmaplane import __version__
 from rdmaplane.cli import app
-from rdmaplane.doctor import pairing, report
+from rdmaplane.services.doctor import report
+from rdmaplane.services.doctor.policy import pairing
 
 FIXTURES = Path(__file__).parent / "fixtures"
 runner = CliRunner()
@@ -333,7 +334,7 @@ def test_a_group_option_a_command_cannot_use_is_refused(args, said):
 
 
 def test_doctor_job_and_the_webhook_run_the_same_image():
-    from rdmaplane.webhook.settings import Doctor
+    from rdmaplane.core.settings.webhook import Doctor
 
     code, out, _ = run("doctor", "job", "gpu-1", "gpu-2")
     images = {

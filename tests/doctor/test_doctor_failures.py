@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.doctor import failures
-from rdmaplane.doctor.verdict import Status
+from rdmaplane.services.doctor.policy import failures
+from rdmaplane.services.doctor.policy.verdict import Status
 
 # `enum ibv_wc_status` in the order libibverbs (and NCCL's ibvcore.h) declares it: the number of
 # each status is its position.

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.doctor import judge, ncclenv
-from rdmaplane.doctor.parse_nccl_tests import parse
-from rdmaplane.doctor.parse_perftest import parse_bw
-from rdmaplane.doctor.verdict import Status
+from rdmaplane.services.doctor.policy import judge, ncclenv
+from rdmaplane.services.doctor.policy.parse_nccl_tests import parse
+from rdmaplane.services.doctor.policy.parse_perftest import parse_bw
+from rdmaplane.services.doctor.policy.verdict import Status
 
 
 def test_device_list_syntax():

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.doctor import parse_nccl_log, parse_nccl_tests, parse_perftest
-from rdmaplane.doctor.verdict import ParseError
+from rdmaplane.services.doctor.policy import parse_nccl_log, parse_nccl_tests, parse_perftest
+from rdmaplane.services.doctor.policy.verdict import ParseError
 
 # Lines that look almost right to each parser: they reach deeper than random text does.
 PERFTEST = [

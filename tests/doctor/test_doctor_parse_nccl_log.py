@@ -8,9 +8,9 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from rdmaplane.doctor import judge
-from rdmaplane.doctor.parse_nccl_log import _PREFIX, parse
-from rdmaplane.doctor.verdict import ParseError, Status, exit_code, worst
+from rdmaplane.services.doctor.policy import judge
+from rdmaplane.services.doctor.policy.parse_nccl_log import _PREFIX, parse
+from rdmaplane.services.doctor.policy.verdict import ParseError, Status, exit_code, worst
 from tests.doctor.corpus import FIXTURES, tool_output
 
 P, W, F, S = Status.PASS, Status.WARN, Status.FAIL, Status.SKIP

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from rdmaplane.doctor.parse_nccl_tests import parse
-from rdmaplane.doctor.verdict import ParseError
+from rdmaplane.services.doctor.policy.parse_nccl_tests import parse
+from rdmaplane.services.doctor.policy.verdict import ParseError
 from tests.doctor.corpus import FIXTURES, tool_output
 
 # fixture → (collective, ranks, hosts, rows, old columns, peak busbw, footer average, checked)

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from rdmaplane.doctor.parse_perftest import diagnose_failure, parse_bw, parse_lat, to_gbps
-from rdmaplane.doctor.verdict import ParseError
+from rdmaplane.services.doctor.policy.parse_perftest import (
+    diagnose_failure,
+    parse_bw,
+    parse_lat,
+    to_gbps,
+)
+from rdmaplane.services.doctor.policy.verdict import ParseError
 from tests.doctor.corpus import FIXTURES, tool_output
 
 MIB = 1048576 * 8 / 1e9  # one MB/sec (perftest's 2^20 bytes) in Gb/s

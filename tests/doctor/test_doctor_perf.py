@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.discovery.sysfs import read_node
-from rdmaplane.doctor import perf
-from rdmaplane.doctor.verdict import Status
+from rdmaplane.adapters.discovery.sysfs import read_node
+from rdmaplane.services.doctor import perf
+from rdmaplane.services.doctor.policy.verdict import Status
 
 DOUBLE = Path(__file__).parent / "doubles" / "perftest_double.py"
 

@@ -48,7 +48,7 @@ from lightkube import ApiError, AsyncClient, Client, codecs
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import Node, Pod
 
-from rdmaplane.kube import NodeResourceTopology
+from rdmaplane.adapters.kube import NodeResourceTopology
 from tests.e2e.controlplane import (
     BUILD_SCRIPT,
     KubeCluster,

@@ -36,8 +36,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Namespace, Node, ServiceAccount, ServiceAccountToken
 from lightkube.types import PatchType
 
-from rdmaplane.kube import async_client, sync_client
-from rdmaplane.webhook import certs
+from rdmaplane.adapters.kube import async_client, sync_client
+from rdmaplane.services.webhook.policy import certs
 
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager")
 # The controllers a test cluster needs to restart jobs: the Job controller (podFailurePolicy,

@@ -28,18 +28,18 @@ from lightkube.resources.resource_v1 import (
     ResourceSlice,
 )
 
-from rdmaplane.agent.settings import AgentSettings
-from rdmaplane.config import API_VERSION, parse
-from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery.samples import read_sample
-from rdmaplane.dra.driver import DraDriver
-from rdmaplane.dra.settings import DraSettings
-from rdmaplane.dra.slices import BANDWIDTH
-from rdmaplane.faults import Fault
-from rdmaplane.kube import ClaimDict
-from rdmaplane.model import NodeTopology
-from rdmaplane.nrt import Uplink
+from rdmaplane.adapters.config import API_VERSION, parse
+from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.adapters.discovery.samples import read_sample
+from rdmaplane.adapters.kube import ClaimDict
+from rdmaplane.core.faults import Fault
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.nrt import Uplink
+from rdmaplane.core.settings.agent import AgentSettings
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.core.settings.dra import DraSettings
+from rdmaplane.services.dra.driver import DraDriver
+from rdmaplane.services.dra.policy.slices import BANDWIDTH
 from tests.e2e import nodeaccess
 from tests.e2e.controlplane import KubeCluster, add_ready_node
 from tests.unit.test_deviceplugin_resources import device_nodes

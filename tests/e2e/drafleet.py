@@ -24,13 +24,13 @@ from typing import Any, cast
 from lightkube import AsyncClient
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimTemplate, ResourceSlice
 
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery.samples import read_sample
-from rdmaplane.dra.devices import PCIE_ROOT, DraDevice, offer
-from rdmaplane.dra.driver import pools_of
-from rdmaplane.dra.settings import DraSettings
-from rdmaplane.dra.slices import slice_objects
-from rdmaplane.model import NodeTopology
+from rdmaplane.adapters.discovery.samples import read_sample
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.core.settings.dra import DraSettings
+from rdmaplane.services.dra.driver import pools_of
+from rdmaplane.services.dra.policy.devices import PCIE_ROOT, DraDevice, offer
+from rdmaplane.services.dra.policy.slices import slice_objects
 from tests.e2e import fleet
 from tests.e2e.controlplane import delete_if_there
 from tests.e2e.dra import DRIVER, GPU_DRIVER, gpu_slice, templates

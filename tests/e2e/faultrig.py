@@ -29,18 +29,18 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import CascadeType
 
-from rdmaplane import nrt
-from rdmaplane.agent.service import Agent
-from rdmaplane.agent.settings import FaultSettings, PublishSettings
-from rdmaplane.faults import FAULT_SINCE_LABEL
-from rdmaplane.kube import NodeResourceTopology
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
-from rdmaplane.model import NodeTopology
-from rdmaplane.scheduler.app import create_app
-from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.settings import ExtenderSettings
-from rdmaplane.scheduler.watch import make_client, watch_all
+from rdmaplane.adapters.kube import NodeResourceTopology
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2 as pr
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
+from rdmaplane.core import nrt
+from rdmaplane.core.faults import FAULT_SINCE_LABEL
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.settings.agent import FaultSettings, PublishSettings
+from rdmaplane.core.settings.scheduler import ExtenderSettings
+from rdmaplane.services.agent.root import Agent
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.http import create_app
+from rdmaplane.services.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_kwok_node, delete_if_there
 from tests.e2e.test_agent import GPU, HCA, Lister, eventually, running_agent
 from tests.e2e.test_scheduler_extender import _scheduler_config

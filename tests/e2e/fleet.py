@@ -24,12 +24,12 @@ from typing import Any, TypeVar
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
-from rdmaplane import nrt
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.adapters.kube import NodeResourceTopology
 from rdmaplane.cli.nrt import agent_nrt
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery import samples
-from rdmaplane.kube import NodeResourceTopology
-from rdmaplane.scheduler import placement as pl
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.services.scheduler.policy import placement as pl
 from tests.e2e.controlplane import (
     STARTUP_TIMEOUT_S,
     create_kwok_node,

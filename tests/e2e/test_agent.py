@@ -25,19 +25,19 @@ from lightkube import ApiError, AsyncClient, codecs
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node
 
-from rdmaplane import nrt
-from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.agent.podresources import PodResourcesClient
-from rdmaplane.agent.service import Agent
-from rdmaplane.agent.settings import AgentSettings, PublishSettings
-from rdmaplane.config.base import validate
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.kube import NodeResourceTopology, async_client
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
-from rdmaplane.model import NodeTopology
+from rdmaplane.adapters.config.base import validate
+from rdmaplane.adapters.kube import NodeResourceTopology, async_client
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2 as pr
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
+from rdmaplane.adapters.kubelet.podresources import PodResourcesClient
+from rdmaplane.core import nrt
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.settings.agent import AgentSettings, PublishSettings
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin
+from rdmaplane.services.agent.root import Agent
 from tests.e2e.controlplane import KubeCluster, Process, start_apiserver, start_etcd
 from tests.integration.kubelet_standin import device_nodes
 
@@ -457,7 +457,7 @@ async def test_api_server_outage(
         ):
             client.apply(crd, force=True)
     kubeconfig = install_rbac(cluster)
-    caplog.set_level(logging.INFO, logger="rdmaplane.agent.publisher")
+    caplog.set_level(logging.INFO, logger="rdmaplane.services.agent.publisher")
     async with cluster.async_client() as kube:
         await _wait_crd(kube)
         name = await create_node(kube)

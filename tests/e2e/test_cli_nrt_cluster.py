@@ -14,9 +14,9 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Node
 from typer.testing import CliRunner
 
-from rdmaplane import nrt
+from rdmaplane.adapters.kube import NodeResourceTopology
 from rdmaplane.cli import app
-from rdmaplane.kube import NodeResourceTopology
+from rdmaplane.core import nrt
 from tests.e2e.controlplane import KubeCluster, add_ready_node
 from tests.scheduler_helpers import pod
 

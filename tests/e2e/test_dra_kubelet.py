@@ -26,11 +26,11 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceClaimStatus, ResourceSlice
 from lightkube.types import PatchType
 
-from rdmaplane.dra.claims import spec_name
-from rdmaplane.dra.devices import PCI_BUS_ID
-from rdmaplane.dra.readiness import FAILED, READY
-from rdmaplane.faults import TAINT_KEY
-from rdmaplane.kube import async_client
+from rdmaplane.adapters.kube import async_client
+from rdmaplane.core.faults import TAINT_KEY
+from rdmaplane.services.dra.policy.claims import spec_name
+from rdmaplane.services.dra.policy.devices import PCI_BUS_ID
+from rdmaplane.services.dra.policy.readiness import FAILED, READY
 from tests.e2e import nodeaccess
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node
 from tests.e2e.dra import (

@@ -17,12 +17,12 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery.samples import read_sample
-from rdmaplane.dra.readiness import FAILED, READY
-from rdmaplane.dra.slices import BANDWIDTH
-from rdmaplane.faults import TAINT_KEY, Fault, FaultClass
-from rdmaplane.nrt import Uplink
+from rdmaplane.adapters.discovery.samples import read_sample
+from rdmaplane.core.faults import TAINT_KEY, Fault, FaultClass
+from rdmaplane.core.nrt import Uplink
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.services.dra.policy.readiness import FAILED, READY
+from rdmaplane.services.dra.policy.slices import BANDWIDTH
 from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manager
 from tests.e2e.dra import (
     DRIVER,

@@ -15,7 +15,7 @@ import yaml
 from lightkube import codecs
 from lightkube.generic_resource import load_in_cluster_generic_resources
 
-from rdmaplane.workloads import is_workload, pod_templates
+from rdmaplane.core.workloads import is_workload, pod_templates
 from tests.e2e.conftest import _wait_established
 from tests.e2e.controlplane import KubeCluster
 

@@ -32,10 +32,10 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, Pod
 from typer.testing import CliRunner
 
-from rdmaplane import fabric as fab
-from rdmaplane import nrt
+from rdmaplane.adapters.kube import NodeResourceTopology
 from rdmaplane.cli import app
-from rdmaplane.kube import NodeResourceTopology
+from rdmaplane.core import fabric as fab
+from rdmaplane.core import nrt
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node, poll_until
 from tests.e2e.test_scheduler_extender import (  # noqa: F401 (the extender fixture)
     _scheduler_config,

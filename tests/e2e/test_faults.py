@@ -29,10 +29,10 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node, Pod
 
-from rdmaplane.agent.budget import BUDGET_ANNOTATION
-from rdmaplane.agent.service import Agent
-from rdmaplane.agent.settings import BreakerSettings, RepeatSettings
-from rdmaplane.repeat import CLEAR_ANNOTATION, HISTORY_ANNOTATION, QUARANTINE_TAINT_KEY
+from rdmaplane.core.repeat import CLEAR_ANNOTATION, HISTORY_ANNOTATION, QUARANTINE_TAINT_KEY
+from rdmaplane.core.settings.agent import BreakerSettings, RepeatSettings
+from rdmaplane.services.agent.breaker import BUDGET_ANNOTATION
+from rdmaplane.services.agent.root import Agent
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
 from tests.e2e.controlplane import KubeCluster, Process, launch_scheduler

@@ -32,16 +32,16 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Node, Pod
 
-from rdmaplane import breaker as B
-from rdmaplane import faults as F
-from rdmaplane import repeat
-from rdmaplane.agent.budget import BUDGET_ANNOTATION, FaultBudget
-from rdmaplane.agent.offenders import Offenders
-from rdmaplane.agent.service import Agent
-from rdmaplane.agent.settings import BreakerSettings, FaultSettings
-from rdmaplane.fabric import TOPOGRAPH_TIER
-from rdmaplane.faults import FAULT_SINCE_LABEL
-from rdmaplane.model import NodeTopology
+from rdmaplane.core import breaker as B
+from rdmaplane.core import faults as F
+from rdmaplane.core import repeat
+from rdmaplane.core.fabric import TOPOGRAPH_TIER
+from rdmaplane.core.faults import FAULT_SINCE_LABEL
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.settings.agent import BreakerSettings, FaultSettings
+from rdmaplane.services.agent.breaker import BUDGET_ANNOTATION, FaultBudget
+from rdmaplane.services.agent.repeat import Offenders
+from rdmaplane.services.agent.root import Agent
 from tests.e2e import fleet, scalerig
 from tests.e2e.conftest import KwokCluster
 from tests.e2e.faultrig import PUBLISH, Proxy, holding, pod_resources_server

@@ -33,9 +33,9 @@ from lightkube import ApiError, AsyncClient, codecs
 from lightkube.generic_resource import create_namespaced_resource, load_in_cluster_generic_resources
 from lightkube.resources.core_v1 import Node, Pod
 
-from rdmaplane import fabric as fab
-from rdmaplane import nrt
-from rdmaplane.kube import NodeResourceTopology
+from rdmaplane.adapters.kube import NodeResourceTopology
+from rdmaplane.core import fabric as fab
+from rdmaplane.core import nrt
 from tests.e2e.conftest import _wait_established, install_nrt_crd
 from tests.e2e.controlplane import (
     KubeCluster,

@@ -21,11 +21,11 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 
 from rdmaplane import IMAGE
-from rdmaplane.config import Kind, parse
-from rdmaplane.config.agent import AGENT_CONFIG
-from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
-from rdmaplane.config.webhook import WEBHOOK_CONFIG
+from rdmaplane.adapters.config import Kind, parse
+from rdmaplane.adapters.config.agent import AGENT_CONFIG
+from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.adapters.config.extender import SCHEDULER_EXTENDER_CONFIG
+from rdmaplane.adapters.config.webhook import WEBHOOK_CONFIG
 from tests.e2e.controlplane import KubeCluster, poll_until
 
 REPO = Path(__file__).resolve().parents[2]

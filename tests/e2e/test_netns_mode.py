@@ -17,10 +17,10 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Node, Pod
 from lightkube.types import PatchType
 
-from rdmaplane import nrt
-from rdmaplane.deviceplugin.settings import PluginSettings, Pool
-from rdmaplane.discovery.sysfs import NETNS_PARAMETER
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
+from rdmaplane.adapters.discovery.sysfs import NETNS_PARAMETER
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2 as pr
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.deviceplugin import PluginSettings, Pool
 from tests.e2e.controlplane import Process, add_ready_node
 from tests.e2e.test_agent import (  # noqa: F401 (fixtures)
     Lister,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from lightkube import ApiError, AsyncClient
 
-from rdmaplane.kube import NodeResourceTopology
+from rdmaplane.adapters.kube import NodeResourceTopology
 
 
 def nrt_body(name: str) -> dict[str, Any]:

@@ -18,10 +18,10 @@ from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Node
 
-from rdmaplane import nrt
-from rdmaplane.agent.publisher import Publisher
-from rdmaplane.agent.settings import PublishSettings
-from rdmaplane.kube import NodeResourceTopology, async_client
+from rdmaplane.adapters.kube import NodeResourceTopology, async_client
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.agent import PublishSettings
+from rdmaplane.services.agent.publisher import Publisher
 from tests.e2e.controlplane import KubeCluster, launch_controller_manager
 from tests.e2e.test_agent import eventually, install_rbac
 from tests.e2e.test_publisher import _desired, _publishing

@@ -20,10 +20,10 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Node, Pod, ServiceAccountToken
 from lightkube.types import PatchType
 
-from rdmaplane import faults, nrt
-from rdmaplane.fabric import DEFAULT_TIER_LABELS
-from rdmaplane.kube import NodeResourceTopology, async_client
-from rdmaplane.repeat import QUARANTINE_TAINT_KEY
+from rdmaplane.adapters.kube import NodeResourceTopology, async_client
+from rdmaplane.core import faults, nrt
+from rdmaplane.core.fabric import DEFAULT_TIER_LABELS
+from rdmaplane.core.repeat import QUARANTINE_TAINT_KEY
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
 from tests.e2e.controlplane import KubeCluster, add_ready_node, write_kubeconfig

@@ -28,12 +28,12 @@ from lightkube.resources.core_v1 import Node
 from lightkube.resources.core_v1 import Pod as PodResource
 from lightkube.resources.rbac_authorization_v1 import ClusterRoleBinding
 
-from rdmaplane import nrt
-from rdmaplane.agent.desired import Condition
-from rdmaplane.agent.metrics import AgentMetrics, NodeView
-from rdmaplane.agent.publisher import FREED_ANNOTATION, Desired, Publisher
-from rdmaplane.agent.settings import PublishSettings
-from rdmaplane.kube import NodeResourceTopology, async_client
+from rdmaplane.adapters.kube import NodeResourceTopology, async_client
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.agent import PublishSettings
+from rdmaplane.services.agent.metrics import AgentMetrics, NodeView
+from rdmaplane.services.agent.policy.desired import Condition
+from rdmaplane.services.agent.publisher import FREED_ANNOTATION, Desired, Publisher
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node
 from tests.e2e.test_agent import condition, eventually, install_rbac
 from tests.e2e.test_scheduler_extender import (
@@ -141,7 +141,7 @@ async def test_an_nrt_change_waits_until_the_condition_changes(
     """A pod started (the NRT alone changes): held back for an hour, by the minimum interval
     since the last NRT update or by the write jitter; then the condition changes: it goes at
     once, and takes the NRT along."""
-    caplog.set_level(logging.DEBUG, logger="rdmaplane.agent.publisher")
+    caplog.set_level(logging.DEBUG, logger="rdmaplane.services.agent.publisher")
     async with _publishing(agent_kubeconfig, node, config, _desired(node)) as publisher:
         await asyncio.wait_for(publisher.in_sync.wait(), 30)
         publisher.set_desired(_desired(node, free_gpus=2))
@@ -314,7 +314,7 @@ async def test_a_429_is_retried_with_the_same_state_and_is_no_failure(
     throttled_kubeconfig: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="rdmaplane.agent.publisher")
+    caplog.set_level(logging.INFO, logger="rdmaplane.services.agent.publisher")
 
     def throttles() -> int:
         return sum("asked to slow down (429" in r.getMessage() for r in caplog.records)

@@ -23,13 +23,13 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Event, Pod
 from typer.testing import CliRunner
 
-from rdmaplane import nrt
+from rdmaplane.adapters.kube import NodeResourceTopology
 from rdmaplane.cli import app
-from rdmaplane.kube import NodeResourceTopology
-from rdmaplane.scheduler.app import create_app
-from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.settings import ExtenderSettings
-from rdmaplane.scheduler.watch import make_client, watch_all
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.scheduler import ExtenderSettings
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.http import create_app
+from rdmaplane.services.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node, free_port, launch_extender
 from tests.layouts import layout
 from tests.scheduler_helpers import pod, serve

@@ -28,9 +28,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.admissionregistration_v1 import MutatingWebhookConfiguration
 from lightkube.resources.core_v1 import Secret
 
-from rdmaplane.kube import sync_client
-from rdmaplane.webhook import inject
-from rdmaplane.webhook.settings import InjectPolicy
+from rdmaplane.adapters.kube import sync_client
+from rdmaplane.core.settings.webhook import InjectPolicy
+from rdmaplane.services.webhook.policy import inject
 from tests.e2e.controlplane import KubeCluster, poll_until
 from tests.webhook_pods import (
     GPU,
@@ -223,9 +223,9 @@ def test_two_replicas_agree_on_one_certificate_and_the_server_follows(
     the new certificate and the API server keeps admitting through it."""
     import asyncio
 
-    from rdmaplane.kube import async_client
-    from rdmaplane.webhook.settings import Tls
-    from rdmaplane.webhook.tls import SecretCerts
+    from rdmaplane.adapters.kube import async_client
+    from rdmaplane.core.settings.webhook import Tls
+    from rdmaplane.services.webhook.tls import SecretCerts
 
     identity = kube_cluster.kubeconfig_for(f"system:serviceaccount:{NAMESPACE}:rdmaplane-webhook")
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from rdmaplane.resources import Vocabulary
-from rdmaplane.webhook import inject
-from rdmaplane.webhook.settings import InjectPolicy
+from rdmaplane.core.resources import Vocabulary
+from rdmaplane.core.settings.webhook import InjectPolicy
+from rdmaplane.services.webhook.policy import inject
 from tests import resource_names as names
 from tests.e2e.controlplane import KubeCluster
 from tests.webhook_pods import (

@@ -23,16 +23,16 @@ from types import ModuleType
 
 import grpc
 
-from rdmaplane.kubelet.api.dra.v1 import api_pb2 as v1
-from rdmaplane.kubelet.api.dra.v1 import api_pb2_grpc as v1_grpc
-from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2 as v1beta1
-from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
-from rdmaplane.kubelet.api.dra_health.v1 import api_pb2 as health_v1
-from rdmaplane.kubelet.api.dra_health.v1 import api_pb2_grpc as health_v1_grpc
-from rdmaplane.kubelet.api.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
-from rdmaplane.kubelet.api.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
-from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
-from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from rdmaplane.adapters.kubelet.api.dra.v1 import api_pb2 as v1
+from rdmaplane.adapters.kubelet.api.dra.v1 import api_pb2_grpc as v1_grpc
+from rdmaplane.adapters.kubelet.api.dra.v1beta1 import api_pb2 as v1beta1
+from rdmaplane.adapters.kubelet.api.dra.v1beta1 import api_pb2_grpc as v1beta1_grpc
+from rdmaplane.adapters.kubelet.api.dra_health.v1 import api_pb2 as health_v1
+from rdmaplane.adapters.kubelet.api.dra_health.v1 import api_pb2_grpc as health_v1_grpc
+from rdmaplane.adapters.kubelet.api.dra_health.v1alpha1 import api_pb2 as health_v1alpha1
+from rdmaplane.adapters.kubelet.api.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
+from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2 as reg
+from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
 # What kubelet v1.37 supports, newest first (pkg/kubelet/cm/dra/plugin: servicesSupportedByKubelet).
 KUBELET_SERVICES = {"v1.DRAPlugin": (v1, v1_grpc), "v1beta1.DRAPlugin": (v1beta1, v1beta1_grpc)}

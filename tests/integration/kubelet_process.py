@@ -39,10 +39,10 @@ from typing import Any
 import grpc
 from asyncinotify import Inotify, Mask
 
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
-from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2 as reg
+from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 
 
 def say(ev: str, **fields: object) -> None:

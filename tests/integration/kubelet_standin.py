@@ -22,13 +22,13 @@ from typing import Any
 
 import grpc
 
-from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.agent.settings import AgentSettings
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
-from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2 as reg
+from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
+from rdmaplane.core.settings.agent import AgentSettings
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin
 from tests.integration.kubelet_process import DeviceManagerRecords
 
 

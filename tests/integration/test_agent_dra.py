@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rdmaplane.agent.service import Agent
-from rdmaplane.agent.settings import AgentSettings
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery import samples
-from rdmaplane.dra.driver import DraDriver
-from rdmaplane.dra.settings import DraSettings
-from rdmaplane.usability import PORT_DOWN
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.core.settings.agent import AgentSettings
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.core.settings.dra import DraSettings
+from rdmaplane.core.usability import PORT_DOWN
+from rdmaplane.services.agent.root import Agent
+from rdmaplane.services.dra.driver import DraDriver
 
 
 async def test_a_port_the_dra_driver_offers_is_down_from_the_first_discovery(

@@ -13,15 +13,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rdmaplane import nrt
-from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.agent.service import Agent
-from rdmaplane.deviceplugin.settings import PluginSettings, Pool
-from rdmaplane.discovery.rdma_netlink import RdmaNetlink
-from rdmaplane.discovery.sysfs import NETNS_PARAMETER
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from rdmaplane.model import NetnsMode
+from rdmaplane.adapters.discovery.rdma_netlink import RdmaNetlink
+from rdmaplane.adapters.discovery.sysfs import NETNS_PARAMETER
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from rdmaplane.core import nrt
+from rdmaplane.core.model import NetnsMode
+from rdmaplane.core.settings.deviceplugin import PluginSettings, Pool
+from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin
+from rdmaplane.services.agent.root import Agent
 from tests.integration.kubelet_standin import device_nodes
 from tests.integration.test_agent_service import Running, config, next_health, until
 from tests.rdma_kernel import SYS_SET_SHARED, FakeKernel, ack, error_reply
@@ -44,7 +44,7 @@ def node(sample_trees: dict[str, Path], tmp_path: Path) -> Path:
 async def test_shared_pools_make_an_exclusive_node_unready_until_the_mode_changes(
     node: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
-    caplog.set_level(logging.INFO, logger="rdmaplane.agent")
+    caplog.set_level(logging.INFO, logger="rdmaplane.services.agent")
     async with Running(Agent(config(node, tmp_path), pools=SHARED_POOL)) as run:
         agent = run.agent
         desired = agent.desired()
@@ -124,7 +124,7 @@ def flips_the_tree(node: Path) -> FakeKernel:
 async def test_fix_netns_mode_switches_to_shared_at_start(
     node: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ):
-    caplog.set_level(logging.INFO, logger="rdmaplane.agent")
+    caplog.set_level(logging.INFO, logger="rdmaplane.services.agent")
     kernel = flips_the_tree(node)
     cfg = config(node, tmp_path, fix_netns_mode=True)
     agent = Agent(cfg, pools=SHARED_POOL, netlink=RdmaNetlink(kernel.connect))

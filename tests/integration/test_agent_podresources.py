@@ -8,9 +8,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from rdmaplane.agent.podresources import PodResourcesClient, PodResourcesError
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2 as pr
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
+from rdmaplane.adapters.kubelet.podresources import PodResourcesClient, PodResourcesError
 
 GPU, HCA = "nvidia.com/gpu", "rdmaplane.io/hca"
 

@@ -18,21 +18,21 @@ from kubelet_standin import agent_with_plugin
 from lightkube import AsyncClient, KubeConfig
 from prometheus_client.parser import text_string_to_metric_families
 
-from rdmaplane import nrt
-from rdmaplane.agent.metrics import NodeCollector, NodeView
-from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.agent.podresources import PodResourcesClient
-from rdmaplane.agent.service import Agent
-from rdmaplane.agent.settings import AgentSettings, FabricSettings, HealthSettings
-from rdmaplane.config.base import validate
-from rdmaplane.counters import PORT_COUNTERS
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery import read_node
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
-from rdmaplane.model import LinkLayer, NodeTopology
+from rdmaplane.adapters.config.base import validate
+from rdmaplane.adapters.discovery import read_node
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2 as pr
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
+from rdmaplane.adapters.kubelet.podresources import PodResourcesClient
+from rdmaplane.core import nrt
+from rdmaplane.core.counters import PORT_COUNTERS
+from rdmaplane.core.model import LinkLayer, NodeTopology
+from rdmaplane.core.settings.agent import AgentSettings, FabricSettings, HealthSettings
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin
+from rdmaplane.services.agent.metrics import NodeCollector, NodeView
+from rdmaplane.services.agent.root import Agent
 
 GPU = "nvidia.com/gpu"
 POLL_S = 0.1

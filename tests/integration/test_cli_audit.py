@@ -8,9 +8,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from rdmaplane.adapters.discovery.samples import read_sample
 from rdmaplane.cli import app
-from rdmaplane.discovery.samples import read_sample
-from rdmaplane.serialize import to_document
+from rdmaplane.core.serialize import to_document
 
 runner = CliRunner()
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from rdmaplane import nrt
 from rdmaplane.cli import app
+from rdmaplane.core import nrt
 from tests.layouts import layout
 from tests.scheduler_helpers import node, pod
 

@@ -12,9 +12,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from rdmaplane import fabric as fab
-from rdmaplane import nrt
 from rdmaplane.cli import app
+from rdmaplane.core import fabric as fab
+from rdmaplane.core import nrt
 from tests.fabrics import leaf_spine, rail_optimised
 from tests.layouts import hgx_uplinks, layout
 from tests.scheduler_helpers import pod

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from rdmaplane.adapters.discovery import samples, snapshot
+from rdmaplane.adapters.discovery.sysfs import read_node
 from rdmaplane.cli import app
 from rdmaplane.cli.gid import EnvFormat, render_env
-from rdmaplane.discovery import samples, snapshot
-from rdmaplane.discovery.sysfs import read_node
-from rdmaplane.model import NodeTopology
-from rdmaplane.serialize import to_document
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.serialize import to_document
 
 runner = CliRunner()
 
@@ -240,7 +240,7 @@ def test_absurd_values_in_a_node_document_are_warnings_naming_the_file(tmp_path:
     assert f"warning: {path}: hcas[0].ports[0].rate_gbps: -400.0 is no line rate" in err
     assert f"warning: {path}: hcas[1].pci_device.numa: 99999999999999999999999999 is no NUMA" in err
     assert f"warning: {path}: numa_nodes[2].id: 5000 is no NUMA node" in err
-    from rdmaplane.serialize import from_document
+    from rdmaplane.core.serialize import from_document
 
     topo = from_document(doc, where=str(path))
     assert [n.id for n in topo.numa_nodes] == [0, 1] and topo.hcas[1].numa is None

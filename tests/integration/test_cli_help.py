@@ -63,7 +63,7 @@ def test_the_root_imports_no_command(args: list[str]) -> None:
     code = (
         "import sys; from rdmaplane.cli import main; sys.argv = ['rdmaplane', *sys.argv[1:]]\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = ('rdmaplane.cli.', 'rich', 'pydantic', 'yaml', 'rdmaplane.model')\n"
+        "heavy = ('rdmaplane.cli.', 'rich', 'pydantic', 'yaml', 'rdmaplane.core.model')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)))"
     )
     done = subprocess.run(
@@ -101,7 +101,7 @@ def test_repeatable_flags_stay_repeatable() -> None:
 
 def test_config_defaults_names_every_kind() -> None:
     """The help names the kinds without loading them (pydantic); this keeps it whole."""
-    from rdmaplane.config.kinds import KINDS
+    from rdmaplane.adapters.config.kinds import KINDS
 
     shown = " ".join(runner.invoke(app, ["config", "defaults", "--help"]).stdout.split())
     assert all(kind in shown for kind in KINDS), shown

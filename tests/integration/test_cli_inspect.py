@@ -16,13 +16,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from rdmaplane.adapters.discovery import read_node, samples
 from rdmaplane.cli import app
 from rdmaplane.cli.inspect import dot_text, matrix_text
-from rdmaplane.discovery import read_node, samples
-from rdmaplane.model import NodeTopology
-from rdmaplane.selectors import natural_key
-from rdmaplane.topology import device_label
-from rdmaplane.untrusted import printable
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.selectors import natural_key
+from rdmaplane.core.topology import device_label
+from rdmaplane.core.untrusted import printable
 
 runner = CliRunner()
 

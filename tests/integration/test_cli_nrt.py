@@ -9,13 +9,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from rdmaplane import nrt
-from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.agent.service import Agent
-from rdmaplane.agent.settings import AgentSettings
+from rdmaplane.adapters.discovery import samples
 from rdmaplane.cli import app
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery import samples
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.agent import AgentSettings
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin
+from rdmaplane.services.agent.root import Agent
 from tests import resource_names as names
 from tests.integration.kubelet_standin import device_nodes
 from tests.scheduler_helpers import pod

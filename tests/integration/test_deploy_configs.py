@@ -9,12 +9,12 @@ from typing import Any, cast
 import pytest
 import yaml
 
-from rdmaplane.config import Kind, load
-from rdmaplane.config.agent import AGENT_CONFIG
-from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
-from rdmaplane.config.webhook import WEBHOOK_CONFIG
-from rdmaplane.scheduler.settings import ExtenderSettings
+from rdmaplane.adapters.config import Kind, load
+from rdmaplane.adapters.config.agent import AGENT_CONFIG
+from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.adapters.config.extender import SCHEDULER_EXTENDER_CONFIG
+from rdmaplane.adapters.config.webhook import WEBHOOK_CONFIG
+from rdmaplane.core.settings.scheduler import ExtenderSettings
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 EMBEDDED: dict[tuple[str, str], Kind[Any]] = {
@@ -149,8 +149,8 @@ def test_every_claim_template_pairs_gpu_k_with_nic_k() -> None:
 
 def test_the_device_plugin_probes_the_socket_its_config_serves(tmp_path: Path) -> None:
     """The standalone DaemonSet's probes name the socket of its config's pool, as the plugin
-    names it (rdmaplane.deviceplugin.server.socket_name)."""
-    from rdmaplane.deviceplugin.server import socket_name
+    names it (rdmaplane.services.deviceplugin.grpc.socket_name)."""
+    from rdmaplane.services.deviceplugin.grpc import socket_name
 
     path = tmp_path / "config.yaml"
     path.write_text(embedded()[("device-plugin/daemonset.yaml", "config.yaml")])

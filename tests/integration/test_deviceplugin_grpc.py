@@ -19,18 +19,18 @@ import grpc
 import pytest
 from kubelet_standin import KubeletStandIn, device_nodes
 
-from rdmaplane.config import parse
-from rdmaplane.config.base import validate
-from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-from rdmaplane.deviceplugin import RdmaDevicePlugin
-from rdmaplane.deviceplugin import plugin as plugin_module
-from rdmaplane.deviceplugin.plugin import poll_topology
-from rdmaplane.deviceplugin.resources import device_id
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery import read_node, samples
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
-from rdmaplane.nccl import nccl_env
-from rdmaplane.selectors import Selectors, compute_ports
+from rdmaplane.adapters.config import parse
+from rdmaplane.adapters.config.base import validate
+from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.adapters.discovery import read_node, samples
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.core.nccl import nccl_env
+from rdmaplane.core.selectors import Selectors, compute_ports
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.services.deviceplugin import RdmaDevicePlugin
+from rdmaplane.services.deviceplugin import plugin as plugin_module
+from rdmaplane.services.deviceplugin.manager import device_id
+from rdmaplane.services.deviceplugin.plugin import poll_topology
 
 POLL = 0.05
 
@@ -455,7 +455,7 @@ def test_the_standalone_plugin_serves_as_one_lean_process(
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         proc.send_signal(signal.SIGTERM)
         out = proc.communicate(timeout=20)[0].decode()
-    assert argv[1:3] == [b"-m", b"rdmaplane.deviceplugin.serve"] and not children
+    assert argv[1:3] == [b"-m", b"rdmaplane.services.deviceplugin.root"] and not children
     lines = out.splitlines()
     starts = [i for i, line in enumerate(lines) if line.endswith("| site")]
     assert len(starts) == 2, "expected two interpreters: the command's and the serving one"
@@ -464,7 +464,7 @@ def test_the_standalone_plugin_serves_as_one_lean_process(
         for line in lines[starts[1] :]
         if line.startswith("import time:")
     }
-    assert {"grpc", "asyncio", "rdmaplane.deviceplugin.plugin"} <= imported
+    assert {"grpc", "asyncio", "rdmaplane.services.deviceplugin.plugin"} <= imported
     assert not {m for m in imported if m.split(".")[0] in CHECKING_ONLY}
 
 
@@ -491,7 +491,7 @@ async def test_list_is_resent_on_the_periodic_tick(
 )
 def test_the_serving_module_alone_says_what_it_is_for(args: list[str], said: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "rdmaplane.deviceplugin.serve", *args],
+        [sys.executable, "-m", "rdmaplane.services.deviceplugin.root", *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

@@ -10,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
-from rdmaplane.dra import files
+from rdmaplane.services.dra import files
 
 WRITER = """
 import sys
 from pathlib import Path
-from rdmaplane.dra.files import write_json
+from rdmaplane.services.dra.files import write_json
 target = Path(sys.argv[1])
 n = 0
 while True:

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.dra.claims import ClaimRef, PreparedDevice
-from rdmaplane.dra.kubeletplugin import DeviceHealth, HealthFeed, KubeletPlugin, Outcome
-from rdmaplane.supervisor import Supervisor
+from rdmaplane.adapters.supervisor import Supervisor
+from rdmaplane.services.dra.grpc import DeviceHealth, HealthFeed, KubeletPlugin, Outcome
+from rdmaplane.services.dra.policy.claims import ClaimRef, PreparedDevice
 from tests.integration.dra_kubelet import Claim, DraKubelet, Prepared
 
 DRIVER = "rdma.rdmaplane.io"

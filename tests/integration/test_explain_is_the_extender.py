@@ -16,12 +16,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from rdmaplane import nrt
+from rdmaplane.adapters.config import parse
+from rdmaplane.adapters.config.extender import SCHEDULER_EXTENDER_CONFIG
 from rdmaplane.cli import app
-from rdmaplane.config import parse
-from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
-from rdmaplane.scheduler.app import create_app
-from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.core import nrt
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.http import create_app
 from tests.layouts import layout
 from tests.scheduler_helpers import node, pod, serve
 

@@ -1,4 +1,5 @@
-"""/debug/* of the extender (rdmaplane.scheduler.debugaccess, as `rdmaplane scheduler-extender`
+"""/debug/* of the extender (rdmaplane.services.scheduler.debugaccess, as `rdmaplane
+scheduler-extender`
 serves the app): loopback clients only unless --debug-remote; everything else passes through.
 The peer address is what uvicorn puts in the ASGI scope, set here through httpx's ASGI
 transport; over a real socket on loopback it is 127.0.0.1."""
@@ -13,9 +14,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from starlette.types import ASGIApp
 
-from rdmaplane.scheduler.app import create_app, scheduler_calls_first
-from rdmaplane.scheduler.debugaccess import LoopbackDebug, is_loopback
-from rdmaplane.scheduler.settings import ExtenderSettings
+from rdmaplane.core.settings.scheduler import ExtenderSettings
+from rdmaplane.services.scheduler.debugaccess import LoopbackDebug, is_loopback
+from rdmaplane.services.scheduler.http import create_app, scheduler_calls_first
 from tests.scheduler_helpers import example_cluster, pod, serve
 
 LOCAL = ["127.0.0.1", "127.3.0.9", "::1", "::ffff:127.0.0.1"]

@@ -14,9 +14,9 @@ import orjson
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rdmaplane.scheduler.app import create_app
-from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.settings import ExtenderSettings
+from rdmaplane.core.settings.scheduler import ExtenderSettings
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.http import create_app
 from tests.scheduler_helpers import EXAMPLE_NODES, example_cluster, pod, serve
 
 LIMIT = 4096

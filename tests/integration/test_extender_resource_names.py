@@ -18,15 +18,15 @@ import httpx
 import orjson
 import pytest
 
-from rdmaplane import nrt
+from rdmaplane.adapters.config import load
+from rdmaplane.adapters.config.base import validate
+from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.adapters.discovery import samples
 from rdmaplane.cli.nrt import agent_nrt
-from rdmaplane.config import load
-from rdmaplane.config.base import validate
-from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-from rdmaplane.discovery import samples
-from rdmaplane.scheduler.app import create_app
-from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.settings import ExtenderSettings
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.scheduler import ExtenderSettings
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.http import create_app
 from tests import resource_names as names
 from tests.scheduler_helpers import node, pod, serve
 

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 import yaml
 
-from rdmaplane import fabric as fab
-from rdmaplane import nrt
-from rdmaplane.agent import desired as want
-from rdmaplane.agent.allocation import Allocations
-from rdmaplane.agent.fabricsource import NOTHING, FabricSource
-from rdmaplane.agent.inventory import nrt_object
-from rdmaplane.agent.settings import FabricSettings
-from rdmaplane.discovery import lldp
-from rdmaplane.model import NodeTopology
+from rdmaplane.adapters.discovery import lldp
+from rdmaplane.core import fabric as fab
+from rdmaplane.core import nrt
+from rdmaplane.core.allocation import Allocations
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.settings.agent import FabricSettings
+from rdmaplane.services.agent.fabric import NOTHING, FabricSource
+from rdmaplane.services.agent.policy import desired as want
+from rdmaplane.services.agent.policy.inventory import nrt_object
 from tests.fabrics import rail_optimised
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "lldp"

@@ -28,10 +28,10 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from rdmaplane import nrt
+from rdmaplane.adapters.discovery import samples
 from rdmaplane.cli import COMMANDS, app, load_command
-from rdmaplane.discovery import samples
-from rdmaplane.untrusted import printable
+from rdmaplane.core import nrt
+from rdmaplane.core.untrusted import printable
 from tests.fabrics import leaf_spine
 from tests.layouts import layout
 from tests.scheduler_helpers import node, pod
@@ -351,10 +351,10 @@ class Served(Exception):
 SERVING = [
     ("uvicorn", "run"),
     ("rdmaplane.cli.agent", "_serve"),
-    ("rdmaplane.deviceplugin.serve", "exec_standalone"),
-    ("rdmaplane.doctor.perf", "serve"),
-    ("rdmaplane.doctor.perf", "run_client"),
-    ("rdmaplane.webhook.service", "serve"),
+    ("rdmaplane.services.deviceplugin.root", "exec_standalone"),
+    ("rdmaplane.services.doctor.perf", "serve"),
+    ("rdmaplane.services.doctor.perf", "run_client"),
+    ("rdmaplane.services.webhook.root", "serve"),
 ]
 
 

@@ -10,10 +10,10 @@ import orjson
 import pytest
 from lightkube import KubeConfig
 
-from rdmaplane.kube import watchstream
-from rdmaplane.kube.watchstream import WatchEventTooLarge, WatchRefused, watch_lines
-from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler.watch import WatchEnded, read_pod_event
+from rdmaplane.adapters.kube import watchstream
+from rdmaplane.adapters.kube.watchstream import WatchEventTooLarge, WatchRefused, watch_lines
+from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.watch import WatchEnded, read_pod_event
 
 Reply = Callable[[asyncio.StreamWriter, bytes], Awaitable[None]]
 

@@ -19,10 +19,10 @@ import pytest
 from kubelet_process import KubeletProcess
 from kubelet_standin import agent_with_plugin, device_nodes
 
-from rdmaplane.agent.service import Agent
-from rdmaplane.deviceplugin import RdmaDevicePlugin
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery import read_node
+from rdmaplane.adapters.discovery import read_node
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.services.agent.root import Agent
+from rdmaplane.services.deviceplugin import RdmaDevicePlugin
 
 HOUR = 3600.0
 RESTARTS = 100

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rdmaplane import nrt
-from rdmaplane.model import NodeTopology
-from rdmaplane.scheduler import placement as pl
+from rdmaplane.core import nrt
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.services.scheduler.policy import placement as pl
 
 
 def test_hgx_publishes_one_gpu_nic_pair_per_root(sample_nodes: dict[str, NodeTopology]) -> None:

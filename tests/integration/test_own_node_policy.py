@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from rdmaplane import faults, nrt
-from rdmaplane.agent.desired import ANNOTATION_TOPOLOGY, LABELS
-from rdmaplane.fabric import DEFAULT_TIER_LABELS
+from rdmaplane.core import faults, nrt
+from rdmaplane.core.fabric import DEFAULT_TIER_LABELS
+from rdmaplane.services.agent.policy.desired import ANNOTATION_TOPOLOGY, LABELS
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 PREFIX = "rdmaplane.io/"

@@ -1,4 +1,5 @@
-"""The cheap poll (`rdmaplane.discovery.probe`): its fingerprint changes exactly when a full
+"""The cheap poll (`rdmaplane.adapters.discovery.probe`): its fingerprint changes exactly when a
+full
 rediscovery is worth it."""
 
 from __future__ import annotations
@@ -9,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.discovery import read_node, samples
-from rdmaplane.discovery.probe import Probe, settle
-from rdmaplane.discovery.samples import ip_gid
-from rdmaplane.discovery.sysfs import NETNS_PARAMETER
-from rdmaplane.model import NetnsMode, NodeTopology, PhysState, PortState
+from rdmaplane.adapters.discovery import read_node, samples
+from rdmaplane.adapters.discovery.probe import Probe, settle
+from rdmaplane.adapters.discovery.samples import ip_gid
+from rdmaplane.adapters.discovery.sysfs import NETNS_PARAMETER
+from rdmaplane.core.model import NetnsMode, NodeTopology, PhysState, PortState
 
 WATCHED = ("symbol_error", "link_downed", "port_rcv_errors", "local_ack_timeout_err")
 

@@ -14,11 +14,11 @@ import httpx
 import orjson
 import pytest
 
-from rdmaplane import nrt
-from rdmaplane.scheduler.app import create_app
-from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.settings import ExtenderSettings
-from rdmaplane.scheduler.watch import make_client, watch_all
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.scheduler import ExtenderSettings
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.http import create_app
+from rdmaplane.services.scheduler.watch import make_client, watch_all
 from tests.scheduler_helpers import (
     EXAMPLE_NODES,
     example_cluster,

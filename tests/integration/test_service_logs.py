@@ -23,11 +23,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from rdmaplane import logs
+from rdmaplane.adapters import logs
 from rdmaplane.cli import app
-from rdmaplane.deviceplugin import RdmaDevicePlugin
-from rdmaplane.deviceplugin.settings import CdiSettings, PluginSettings
-from rdmaplane.model import NodeTopology
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.settings.deviceplugin import CdiSettings, PluginSettings
+from rdmaplane.services.deviceplugin import RdmaDevicePlugin
 from tests.scheduler_helpers import unreachable_kubeconfig
 
 HEAD = "apiVersion: rdmaplane.io/v1alpha1\nkind: DevicePluginConfig\n"
@@ -73,7 +73,7 @@ def test_debug_is_ours_only(restore_logging: None) -> None:
     logging.getLogger("uvicorn").propagate = False
     stream = io.StringIO()
     logs.configure("json", "DEBUG", stream)
-    logging.getLogger("rdmaplane.deviceplugin").debug("ours")
+    logging.getLogger("rdmaplane.services.deviceplugin").debug("ours")
     for name in ("grpc._cython.cygrpc", "httpx", "httpcore.connection", "asyncio", "hpack"):
         logging.getLogger(name).debug("internals")
         logging.getLogger(name).info("internals")
@@ -81,7 +81,7 @@ def test_debug_is_ours_only(restore_logging: None) -> None:
     logging.getLogger("grpc").warning("a real problem")
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(r["logger"], r["msg"]) for r in lines] == [
-        ("rdmaplane.deviceplugin", "ours"),
+        ("rdmaplane.services.deviceplugin", "ours"),
         ("uvicorn.error", "Uvicorn running"),
         ("grpc", "a real problem"),
     ]
@@ -164,7 +164,7 @@ def test_extender_logs_uvicorn_in_the_same_format(tmp_path: Path) -> None:
     finally:  # uvicorn shuts down gracefully, then re-raises the signal it caught
         stop(proc, lines, 0, -signal.SIGTERM)
     loggers = {str(r["logger"]) for r in lines}
-    assert {"uvicorn.error", "uvicorn.access", "rdmaplane.scheduler.watch"} <= loggers
+    assert {"uvicorn.error", "uvicorn.access", "rdmaplane.services.scheduler.watch"} <= loggers
     assert all(name.split(".")[0] in ("rdmaplane", "uvicorn") for name in loggers), loggers
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.discovery import NodeSourceError, load_node, samples, snapshot
-from rdmaplane.discovery.sysfs import read_node
-from rdmaplane.model import NetnsMode, NodeTopology
+from rdmaplane.adapters.discovery import NodeSourceError, load_node, samples, snapshot
+from rdmaplane.adapters.discovery.sysfs import read_node
+from rdmaplane.core.model import NetnsMode, NodeTopology
 
 
 @pytest.mark.parametrize("name", samples.names())

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.discovery import samples
-from rdmaplane.discovery.sysfs import NETNS_PARAMETER, hcas_in_other_namespaces, read_node
-from rdmaplane.model import GidType, LinkLayer, NetdevKind, NetnsMode, NodeTopology, PortState
-from rdmaplane.selectors import natural_key
-from rdmaplane.topology import relations
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.adapters.discovery.sysfs import NETNS_PARAMETER, hcas_in_other_namespaces, read_node
+from rdmaplane.core.model import GidType, LinkLayer, NetdevKind, NetnsMode, NodeTopology, PortState
+from rdmaplane.core.selectors import natural_key
+from rdmaplane.core.topology import relations
 
 
 def test_gpus_are_nvidia_3d_or_vga_functions_in_bus_order(

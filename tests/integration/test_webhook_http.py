@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from rdmaplane.webhook import certs
+from rdmaplane.services.webhook.policy import certs
 from tests.e2e.controlplane import poll_until
 from tests.webhook_pods import admission_review, gpu_pod
 from tests.webhook_server import WebhookProcess, start_webhook

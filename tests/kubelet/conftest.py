@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.discovery import samples
+from rdmaplane.adapters.discovery import samples
 from tests.kubelet.harness import HarnessMissing, SampleNode, harness_binary, sample_node
 
 

@@ -29,8 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rdmaplane.resources import Amounts
-from rdmaplane.scheduler import placement as pl
+from rdmaplane.core.resources import Amounts
+from rdmaplane.services.scheduler.policy import placement as pl
 from tests.kubelet.harness import (
     RESOURCES,
     Admission,

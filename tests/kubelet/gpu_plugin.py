@@ -27,8 +27,8 @@ from pathlib import Path
 
 import grpc
 
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 
 RESOURCE = "nvidia.com/gpu"
 PREFERENCES = ("index", "reverse", "none")

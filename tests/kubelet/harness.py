@@ -1,6 +1,6 @@
 """The kubelet's own admission as a judge: the Go harness with real device plugins registered.
 
-`KubeletHarness` is one node: in the Go harness `test/k8s/kubelet-harness` (built by
+`KubeletHarness` is one node: in the Go harness `upstream/kubelet-harness` (built by
 `scripts/build-k8s.sh kubelet-harness`), the kubelet's `devicemanager.ManagerImpl` and Topology
 Manager from k8s.io/kubernetes for a sample node, policy and scope, serving in a kubelet folder
 of its own under /tmp (no root, no mount namespace); and registered with it, from an event loop
@@ -43,16 +43,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rdmaplane import nrt
-from rdmaplane.agent.allocation import Allocations, merge_containers
-from rdmaplane.agent.health import HcaHealth
-from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
-from rdmaplane.agent.plugin import EmbeddedPlugin
-from rdmaplane.deviceplugin.settings import PluginSettings, Pool
-from rdmaplane.discovery import samples
-from rdmaplane.discovery.sysfs import read_node
-from rdmaplane.model import NodeTopology
-from rdmaplane.selectors import Selectors, compute_ports, natural_key
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.adapters.discovery.sysfs import read_node
+from rdmaplane.core import nrt
+from rdmaplane.core.allocation import Allocations, merge_containers
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.selectors import Selectors, compute_ports, natural_key
+from rdmaplane.core.settings.deviceplugin import PluginSettings, Pool
+from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin
+from rdmaplane.services.agent.policy.health import HcaHealth
+from rdmaplane.services.agent.policy.inventory import Offered, gpu_ids, nrt_object
 from tests.integration.kubelet_standin import device_nodes
 from tests.kubelet.gpu_plugin import RESOURCE as GPU
 from tests.kubelet.gpu_plugin import Gpu, GpuPluginStandIn

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import nrt
-from rdmaplane.discovery import samples
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.core import nrt
 from tests import resource_names
 from tests.kubelet.differential import Container, Outcome, PodShape, run_sequence
 from tests.kubelet.harness import KubeletHarness, SampleNode

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from rdmaplane import nrt
-from rdmaplane.nccl import HCAS_ENV, RAILS_ENV
-from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.core import nrt
+from rdmaplane.core.nccl import HCAS_ENV, RAILS_ENV
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.policy import placement as pl
 from tests.kubelet.differential import Container, PodShape
 from tests.kubelet.harness import HCA, ContainerAdmission, KubeletHarness, SampleNode
 

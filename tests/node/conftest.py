@@ -41,7 +41,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from rdmaplane import __version__
-from rdmaplane.discovery import samples
+from rdmaplane.adapters.discovery import samples
 from tests.e2e.conftest import install_nrt_crd as install_nrt_crd
 from tests.e2e.conftest import k8s_bin_dir  # noqa: F401  (fixture)
 from tests.e2e.controlplane import (

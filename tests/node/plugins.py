@@ -16,11 +16,11 @@ import yaml
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node
 
-from rdmaplane.agent.allocation import PodDevices
-from rdmaplane.agent.inventory import gpu_ids
-from rdmaplane.agent.podresources import PodResourcesClient, PodResourcesError
-from rdmaplane.discovery import read_node
-from rdmaplane.model import NodeTopology
+from rdmaplane.adapters.discovery import read_node
+from rdmaplane.adapters.kubelet.podresources import PodResourcesClient, PodResourcesError
+from rdmaplane.core.allocation import PodDevices
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.services.agent.policy.inventory import gpu_ids
 from tests.e2e.controlplane import Process
 from tests.kubelet.gpu_plugin import Gpu, GpuPluginStandIn
 from tests.node.realnode import RealNode

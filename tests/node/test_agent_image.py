@@ -30,8 +30,9 @@ from lightkube.resources.apps_v1 import DaemonSet
 from lightkube.resources.core_v1 import ConfigMap, Node, Pod
 from lightkube.types import CascadeType, PatchType
 
-from rdmaplane import IMAGE, nrt
-from rdmaplane.kube import NodeResourceTopology
+from rdmaplane import IMAGE
+from rdmaplane.adapters.kube import NodeResourceTopology
+from rdmaplane.core import nrt
 from tests.e2e import nodeaccess
 from tests.e2e.controlplane import free_port
 from tests.node import pods

@@ -4,7 +4,7 @@
 plugin stand-in beside it, the kubelet's own device manager and Topology Manager on the node's
 two NUMA nodes. Each pod prints what it has — `/dev/infiniband`, its environment, its network
 interfaces — and the test compares that with what the kubelet's PodResources says it was
-given, and with the plan `rdmaplane.nccl` makes for exactly those HCAs.
+given, and with the plan `rdmaplane.core.nccl` makes for exactly those HCAs.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
-from rdmaplane.config.base import validate
-from rdmaplane.deviceplugin.resources import device_id
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery import read_node
-from rdmaplane.model import Hca, NodeTopology
-from rdmaplane.nccl import nccl_env
-from rdmaplane.selectors import Selectors, compute_ports
+from rdmaplane.adapters.config.base import validate
+from rdmaplane.adapters.discovery import read_node
+from rdmaplane.core.model import Hca, NodeTopology
+from rdmaplane.core.nccl import nccl_env
+from rdmaplane.core.selectors import Selectors, compute_ports
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.services.deviceplugin.manager import device_id
 from tests.node import pods
 from tests.node.plugins import GPU, HCA, device_plugin, gpu_plugin, held, wait_allocatable
 from tests.node.realnode import NodeSettings, RealNode
@@ -55,7 +55,8 @@ def device_files(hcas: list[Hca]) -> set[str]:
 
 
 def expected_env(topo: NodeTopology, hcas: list[Hca], config: dict[str, Any]) -> dict[str, str]:
-    """The environment our plugin plans for exactly `hcas` (rdmaplane.nccl) and RDMAPLANE_HCAS."""
+    """The environment our plugin plans for exactly `hcas` (rdmaplane.core.nccl) and
+    RDMAPLANE_HCAS."""
     pool = validate(PluginSettings, config).pools[0]
     ports = [(h, p) for h, p in compute_ports(topo, Selectors()) if h in hcas]
     return {**nccl_env(topo, ports, pool.nccl), "RDMAPLANE_HCAS": ",".join(h.name for h in hcas)}

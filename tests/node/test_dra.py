@@ -21,9 +21,9 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
-from rdmaplane.discovery import read_node
-from rdmaplane.dra.claims import spec_name
-from rdmaplane.dra.readiness import READY
+from rdmaplane.adapters.discovery import read_node
+from rdmaplane.services.dra.policy.claims import spec_name
+from rdmaplane.services.dra.policy.readiness import READY
 from tests.e2e.dra import (
     DRIVER,
     allocation,

@@ -29,8 +29,8 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType
 
-from rdmaplane.agent.settings import FaultSettings, PublishSettings
-from rdmaplane.deviceplugin.settings import PluginSettings
+from rdmaplane.core.settings.agent import FaultSettings, PublishSettings
+from rdmaplane.core.settings.deviceplugin import PluginSettings
 from tests.e2e.test_agent import install_rbac, running_agent
 from tests.node import pods
 from tests.node.conftest import NodeCluster

@@ -18,7 +18,7 @@ from pathlib import Path
 from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Node, Pod
 
-from rdmaplane.agent.allocation import PodDevices
+from rdmaplane.core.allocation import PodDevices
 from tests.node import pods
 from tests.node.plugins import HCA, device_plugin, held, kubelet_allocatable, wait_allocatable
 from tests.node.realnode import RealNode

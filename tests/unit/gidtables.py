@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from rdmaplane.model import (
+from rdmaplane.core.model import (
     Gid,
     GidType,
     Hca,

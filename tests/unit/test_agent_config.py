@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.agent.kubeletconfig import read_kubelet_topology_manager
-from rdmaplane.agent.settings import AgentSettings, HealthSettings
-from rdmaplane.config import ConfigError, load
-from rdmaplane.config.agent import AGENT_CONFIG
-from rdmaplane.counters import KNOWN_COUNTERS
+from rdmaplane.adapters.config import ConfigError, load
+from rdmaplane.adapters.config.agent import AGENT_CONFIG
+from rdmaplane.adapters.kubelet.kubeletconfig import read_kubelet_topology_manager
+from rdmaplane.core.counters import KNOWN_COUNTERS
+from rdmaplane.core.settings.agent import AgentSettings, HealthSettings
 
 HEAD = "apiVersion: rdmaplane.io/v1alpha1\nkind: AgentConfig\n"
 

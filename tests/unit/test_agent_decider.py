@@ -7,7 +7,12 @@ from dataclasses import replace
 
 import pytest
 
-from rdmaplane.agent.decider import (
+from rdmaplane.adapters.config.base import validate
+from rdmaplane.core.model import NetnsMode, NodeTopology
+from rdmaplane.core.poolplan import pool_gid_index
+from rdmaplane.core.porthealth import Symptom
+from rdmaplane.core.settings.deviceplugin import Pool
+from rdmaplane.services.agent.policy.decider import (
     Announcement,
     PoolFacts,
     health_flip,
@@ -15,13 +20,8 @@ from rdmaplane.agent.decider import (
     pool_facts,
     ports_in_service,
 )
-from rdmaplane.agent.health import HcaHealth, Transition
-from rdmaplane.config.base import validate
-from rdmaplane.deviceplugin.poolplan import pool_gid_index
-from rdmaplane.deviceplugin.resources import ResourceManager
-from rdmaplane.deviceplugin.settings import Pool
-from rdmaplane.model import NetnsMode, NodeTopology
-from rdmaplane.porthealth import Symptom
+from rdmaplane.services.agent.policy.health import HcaHealth, Transition
+from rdmaplane.services.deviceplugin.manager import ResourceManager
 
 POOLS = {
     "one exclusive": (Pool(),),

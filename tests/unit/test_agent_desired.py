@@ -9,9 +9,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import nrt
-from rdmaplane.agent.allocation import Allocations, PodDevices, merge_containers
-from rdmaplane.agent.desired import (
+from rdmaplane.core import nrt
+from rdmaplane.core.allocation import Allocations, PodDevices, merge_containers
+from rdmaplane.core.model import NetnsMode, NodeTopology
+from rdmaplane.core.netns import shared_pools_blocked
+from rdmaplane.core.porthealth import ERRORS_RISING, Symptom
+from rdmaplane.core.usability import PORT_DOWN
+from rdmaplane.services.agent.policy.desired import (
     LABELS,
     PoolGid,
     gid_label,
@@ -19,12 +23,8 @@ from rdmaplane.agent.desired import (
     rdma_ready,
     topology_annotation,
 )
-from rdmaplane.agent.health import HcaHealth
-from rdmaplane.agent.inventory import Offered, gpu_ids, nrt_object
-from rdmaplane.model import NetnsMode, NodeTopology
-from rdmaplane.netns import shared_pools_blocked
-from rdmaplane.porthealth import ERRORS_RISING, Symptom
-from rdmaplane.usability import PORT_DOWN
+from rdmaplane.services.agent.policy.health import HcaHealth
+from rdmaplane.services.agent.policy.inventory import Offered, gpu_ids, nrt_object
 
 GPU = "nvidia.com/gpu"
 HCA = "rdmaplane.io/hca"

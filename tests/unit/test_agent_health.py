@@ -7,10 +7,10 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.agent.health import HealthState, step
-from rdmaplane.model import PhysState, PortObservation, PortState
-from rdmaplane.porthealth import ERRORS_RISING, RuleTable, rule_table
-from rdmaplane.usability import PORT_DOWN
+from rdmaplane.core.model import PhysState, PortObservation, PortState
+from rdmaplane.core.porthealth import ERRORS_RISING, RuleTable, rule_table
+from rdmaplane.core.usability import PORT_DOWN
+from rdmaplane.services.agent.policy.health import HealthState, step
 
 WINDOW_S = 60.0
 THRESHOLDS = {"symbol_error": 10, "link_downed": 0}

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.deviceplugin.alloc import (
+from rdmaplane.services.deviceplugin.policy.alloc import (
     AllocationRequestError,
     Candidate,
     preferred_allocation,

@@ -7,7 +7,7 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.apitime import api_time, parse_api_time
+from rdmaplane.core.apitime import api_time, parse_api_time
 
 
 @given(st.integers(min_value=0, max_value=4_000_000_000))

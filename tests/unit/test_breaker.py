@@ -1,4 +1,4 @@
-"""The blast-radius breaker's pure core (`rdmaplane.breaker`): the budget's pace, the storms
+"""The blast-radius breaker's pure core (`rdmaplane.core.breaker`): the budget's pace, the storms
 that open it, its closing by itself, and the Lease's document."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import breaker as B
+from rdmaplane.core import breaker as B
 
 RULES = B.BreakerRules(
     max_nodes_per_minute=3, max_faulty_share=0.1, min_faulty_nodes=3, window_s=600.0

@@ -18,14 +18,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from rdmaplane.adapters.config import API_VERSION, ConfigError, Kind, load, parse, render_defaults
+from rdmaplane.adapters.config.agent import AGENT_CONFIG
+from rdmaplane.adapters.config.base import adapter, dataclass_in, item_type
+from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.adapters.config.extender import SCHEDULER_EXTENDER_CONFIG
+from rdmaplane.adapters.config.kinds import KINDS
 from rdmaplane.cli import app
-from rdmaplane.config import API_VERSION, ConfigError, Kind, load, parse, render_defaults
-from rdmaplane.config.agent import AGENT_CONFIG
-from rdmaplane.config.base import adapter, dataclass_in, item_type
-from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
-from rdmaplane.config.kinds import KINDS
-from rdmaplane.setting import (
+from rdmaplane.core.settings import (
     Seconds,
     doc_of,
     format_duration,
@@ -114,8 +114,8 @@ def test_no_file_is_the_defaults_without_the_validator() -> None:
     assert load(None, AGENT_CONFIG) == AGENT_CONFIG.settings()
     assert load(None, AGENT_CONFIG, node_name="n").node_name == "n"
     code = (
-        "import sys; from rdmaplane.config import load; "
-        "from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG as K; "
+        "import sys; from rdmaplane.adapters.config import load; "
+        "from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG as K; "
         "load(None, K); print(sorted(m for m in sys.modules if m.startswith('pydantic')))"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rdmaplane.agent.settings import AgentSettings
-from rdmaplane.counters import (
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.core.counters import (
     DEFAULT_FATAL_THRESHOLDS,
     DEFAULT_THRESHOLDS,
     HW,
     PMA,
     PORT_COUNTERS,
 )
-from rdmaplane.discovery import samples
-from rdmaplane.porthealth import PORT_RULES, FaultClass
+from rdmaplane.core.porthealth import PORT_RULES, FaultClass
+from rdmaplane.core.settings.agent import AgentSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts/counter-tables.py"

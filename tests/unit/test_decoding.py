@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.decoding import DecodeError, Decoder, Quantity, convert, parse_quantity
+from rdmaplane.core.decoding import DecodeError, Decoder, Quantity, convert, parse_quantity
 
 
 class Mode(enum.StrEnum):

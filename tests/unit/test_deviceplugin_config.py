@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from rdmaplane.adapters.config import API_VERSION, ConfigError, load, parse
+from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 from rdmaplane.cli import app
-from rdmaplane.config import API_VERSION, ConfigError, load, parse
-from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-from rdmaplane.deviceplugin.settings import PluginSettings
+from rdmaplane.core.settings.deviceplugin import PluginSettings
 
 HEAD = {"apiVersion": API_VERSION, "kind": "DevicePluginConfig"}
 

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.config.base import validate
-from rdmaplane.deviceplugin.poolplan import pool_gid_index, pool_members
-from rdmaplane.deviceplugin.resources import AllocateError, ResourceManager, device_id
-from rdmaplane.deviceplugin.settings import Pool
-from rdmaplane.model import Hca, NetnsMode, NodeTopology, PhysState, PortState
-from rdmaplane.netns import NETNS_EXCLUSIVE
-from rdmaplane.usability import (
+from rdmaplane.adapters.config.base import validate
+from rdmaplane.core.model import Hca, NetnsMode, NodeTopology, PhysState, PortState
+from rdmaplane.core.netns import NETNS_EXCLUSIVE
+from rdmaplane.core.poolplan import pool_gid_index, pool_members
+from rdmaplane.core.settings.deviceplugin import Pool
+from rdmaplane.core.usability import (
     DEVICE_GONE,
     NO_NCCL_PLAN,
     NO_VERBS_DEVICE,
@@ -21,6 +20,7 @@ from rdmaplane.usability import (
     REPORTED_FAULT,
     Unusable,
 )
+from rdmaplane.services.deviceplugin.manager import AllocateError, ResourceManager, device_id
 
 
 @pytest.fixture

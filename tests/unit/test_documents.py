@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.documents import (
+from rdmaplane.adapters.documents import (
     MAX_DEPTH,
     DocumentError,
     expect_mapping,
@@ -124,6 +124,6 @@ def test_printable_text_is_safe_and_printable_input_is_kept(text: str) -> None:
 )  # fmt: skip
 def test_errors_name_a_documents_types_in_its_own_words(value: object, word: str) -> None:
     """JSON's and YAML's words, the same wherever input is refused (a bool is no number)."""
-    from rdmaplane.untrusted import what_it_is
+    from rdmaplane.core.untrusted import what_it_is
 
     assert what_it_is(value) == word

@@ -16,21 +16,26 @@ from typing import Any
 import pytest
 import yaml
 
-from rdmaplane.agent.health import HealthState, reported_by_hca, reported_by_port, step
-from rdmaplane.agent.settings import AgentSettings
-from rdmaplane.config import load, parse
-from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-from rdmaplane.deviceplugin.resources import ResourceManager
-from rdmaplane.deviceplugin.settings import PluginSettings, Pool
-from rdmaplane.discovery.samples import names, read_sample
-from rdmaplane.dra.driver import DraDriver
-from rdmaplane.dra.settings import DraSettings
-from rdmaplane.dra.slices import UNUSABLE_EFFECT, slice_objects, taint_object
-from rdmaplane.faults import TAINT_KEY
-from rdmaplane.model import NodeTopology, PortObservation
-from rdmaplane.porthealth import rule_table
-from rdmaplane.selectors import compute_ports
-from rdmaplane.usability import REPORTED_FAULT
+from rdmaplane.adapters.config import load, parse
+from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+from rdmaplane.adapters.discovery.samples import names, read_sample
+from rdmaplane.core.faults import TAINT_KEY
+from rdmaplane.core.model import NodeTopology, PortObservation
+from rdmaplane.core.porthealth import rule_table
+from rdmaplane.core.selectors import compute_ports
+from rdmaplane.core.settings.agent import AgentSettings
+from rdmaplane.core.settings.deviceplugin import PluginSettings, Pool
+from rdmaplane.core.settings.dra import DraSettings
+from rdmaplane.core.usability import REPORTED_FAULT
+from rdmaplane.services.agent.policy.health import (
+    HealthState,
+    reported_by_hca,
+    reported_by_port,
+    step,
+)
+from rdmaplane.services.deviceplugin.manager import ResourceManager
+from rdmaplane.services.dra.driver import DraDriver
+from rdmaplane.services.dra.policy.slices import UNUSABLE_EFFECT, slice_objects, taint_object
 from tests.unit.test_deviceplugin_resources import device_nodes
 from tests.unit.test_dra_devices import with_ports_down
 

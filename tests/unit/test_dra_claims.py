@@ -15,14 +15,20 @@ import referencing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.config import ConfigError
-from rdmaplane.discovery.samples import read_sample
-from rdmaplane.dra.claims import ClaimError, ClaimRef, PreparedClaim, prepare, spec_name
-from rdmaplane.dra.devices import DraDevice, Pool, offer
-from rdmaplane.dra.driver import read_device_config
-from rdmaplane.nccl import NcclSettings
-from rdmaplane.nrt import Uplink
-from rdmaplane.selectors import Selectors
+from rdmaplane.adapters.config import ConfigError
+from rdmaplane.adapters.discovery.samples import read_sample
+from rdmaplane.core.nccl import NcclSettings
+from rdmaplane.core.nrt import Uplink
+from rdmaplane.core.selectors import Selectors
+from rdmaplane.services.dra.driver import read_device_config
+from rdmaplane.services.dra.policy.claims import (
+    ClaimError,
+    ClaimRef,
+    PreparedClaim,
+    prepare,
+    spec_name,
+)
+from rdmaplane.services.dra.policy.devices import DraDevice, Pool, offer
 
 DRIVER = "rdma.rdmaplane.io"
 NODE = "node-a"

@@ -11,8 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.discovery.samples import names, read_sample
-from rdmaplane.dra.devices import (
+from rdmaplane.adapters.discovery.samples import names, read_sample
+from rdmaplane.core.gid import GidPolicy, select_gid
+from rdmaplane.core.model import Hca, LinkLayer, NodeTopology, PhysState, Port, PortState
+from rdmaplane.core.nccl import NcclSettings
+from rdmaplane.core.nrt import Uplink
+from rdmaplane.core.selectors import Selectors, compute_ports
+from rdmaplane.core.settings.dra import DraSharing
+from rdmaplane.core.usability import NO_NCCL_PLAN, NO_VERBS_DEVICE, PORT_DOWN, REPORTED_FAULT
+from rdmaplane.services.dra.policy.devices import (
     MAX_STRING,
     NUMA_NODE,
     PCI_BUS_ID,
@@ -24,13 +31,6 @@ from rdmaplane.dra.devices import (
     offer,
     unusable,
 )
-from rdmaplane.dra.settings import DraSharing
-from rdmaplane.gid import GidPolicy, select_gid
-from rdmaplane.model import Hca, LinkLayer, NodeTopology, PhysState, Port, PortState
-from rdmaplane.nccl import NcclSettings
-from rdmaplane.nrt import Uplink
-from rdmaplane.selectors import Selectors, compute_ports
-from rdmaplane.usability import NO_NCCL_PLAN, NO_VERBS_DEVICE, PORT_DOWN, REPORTED_FAULT
 
 SAMPLES = {name: read_sample(name) for name in names()}
 ALL = Pool("rdmaplane.io/hca", Selectors())  # the device plugin's default pool: every HCA

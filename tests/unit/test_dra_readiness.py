@@ -10,9 +10,12 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.discovery.samples import read_sample
-from rdmaplane.dra.devices import Pool, offer, unusable
-from rdmaplane.dra.readiness import (
+from rdmaplane.adapters.discovery.samples import read_sample
+from rdmaplane.core.faults import Fault, FaultClass
+from rdmaplane.core.selectors import Selectors
+from rdmaplane.core.usability import NO_NCCL_PLAN, PORT_DOWN
+from rdmaplane.services.dra.policy.devices import Pool, offer, unusable
+from rdmaplane.services.dra.policy.readiness import (
     DEVICE_GONE,
     FAILED,
     PORT_READY,
@@ -21,9 +24,6 @@ from rdmaplane.dra.readiness import (
     binding_status,
     readiness,
 )
-from rdmaplane.faults import Fault, FaultClass
-from rdmaplane.selectors import Selectors
-from rdmaplane.usability import NO_NCCL_PLAN, PORT_DOWN
 from tests.unit.test_dra_devices import with_ports_down
 
 DRIVER = "rdma.rdmaplane.io"

@@ -7,9 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.dra.devices import DraDevice, share_of
-from rdmaplane.dra.settings import DraSharing
-from rdmaplane.dra.slices import (
+from rdmaplane.core.faults import TAINT_KEY, Fault, FaultClass, Taint
+from rdmaplane.core.model import LinkLayer, PhysState, Port, PortState
+from rdmaplane.core.settings.dra import DraSharing
+from rdmaplane.core.usability import NO_NCCL_PLAN, PORT_DOWN, Unusable
+from rdmaplane.services.dra.policy.devices import DraDevice, share_of
+from rdmaplane.services.dra.policy.slices import (
     BANDWIDTH,
     MAX_DEVICES,
     MAX_DEVICES_TAINTED,
@@ -22,9 +25,6 @@ from rdmaplane.dra.slices import (
     slice_objects,
     taint_object,
 )
-from rdmaplane.faults import TAINT_KEY, Fault, FaultClass, Taint
-from rdmaplane.model import LinkLayer, PhysState, Port, PortState
-from rdmaplane.usability import NO_NCCL_PLAN, PORT_DOWN, Unusable
 
 DRIVER = "rdma.rdmaplane.io"
 FATAL, DEGRADED = FaultClass.FATAL, FaultClass.DEGRADED

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.errors import InputError, RdmaplaneError
+from rdmaplane.core.errors import InputError, RdmaplaneError
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "rdmaplane"
 # rdmaplane.train runs inside training pods and imports nothing else of rdmaplane; the kubelet
@@ -49,10 +49,10 @@ def test_each_error_name_is_used_once() -> None:
 
 def test_bad_input_is_an_input_error() -> None:
     """What the CLI answers with exit 2 (the hostile-input corpus holds the exit codes)."""
-    from rdmaplane.config import ConfigError
-    from rdmaplane.discovery import NodeSourceError
-    from rdmaplane.kube import KubeconfigError
-    from rdmaplane.untrusted import DocumentError, FieldError
+    from rdmaplane.adapters.config import ConfigError
+    from rdmaplane.adapters.discovery import NodeSourceError
+    from rdmaplane.adapters.kube import KubeconfigError
+    from rdmaplane.core.untrusted import DocumentError, FieldError
 
     for cls in (ConfigError, DocumentError, FieldError, NodeSourceError, KubeconfigError):
         assert issubclass(cls, InputError), cls

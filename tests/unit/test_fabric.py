@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import fabric as fab
-from rdmaplane.config.fabric import fabric_from_document
-from rdmaplane.fabric_export import ExportError, kueue_topology, volcano_hypernodes
+from rdmaplane.adapters.config.fabric import fabric_from_document
+from rdmaplane.core import fabric as fab
+from rdmaplane.core.fabric_export import ExportError, kueue_topology, volcano_hypernodes
 from tests.fabrics import leaf_spine, rail_optimised
 
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")

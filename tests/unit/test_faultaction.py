@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from rdmaplane import faults as F
-from rdmaplane.agent.faultaction import View, device_hcas, notice, stale_view
-from rdmaplane.agent.inventory import Offered
-from rdmaplane.discovery.samples import read_sample
+from rdmaplane.adapters.discovery.samples import read_sample
+from rdmaplane.core import faults as F
+from rdmaplane.services.agent.faults import View, device_hcas, notice, stale_view
+from rdmaplane.services.agent.policy.inventory import Offered
 
 
 def test_stale_view():

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import breaker as B
-from rdmaplane import faults as F
-from rdmaplane.discovery.samples import read_sample
-from rdmaplane.model import PhysState, PortObservation, PortState
-from rdmaplane.porthealth import FaultClass, judge, rule_table
+from rdmaplane.adapters.discovery.samples import read_sample
+from rdmaplane.core import breaker as B
+from rdmaplane.core import faults as F
+from rdmaplane.core.model import PhysState, PortObservation, PortState
+from rdmaplane.core.porthealth import FaultClass, judge, rule_table
 from tests.health_memory import risen_memory
 
 RULES = F.FaultRules(fatal_after_s=5.0, clear_after_s=60.0)

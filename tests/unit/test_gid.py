@@ -12,9 +12,9 @@ from gidtables import E, hca, lladdr, node, pair, port, raw, standard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.discovery import samples
-from rdmaplane.discovery.sysfs import read_node
-from rdmaplane.gid import (
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.adapters.discovery.sysfs import read_node
+from rdmaplane.core.gid import (
     GidChoice,
     GidPolicy,
     audit,
@@ -22,9 +22,9 @@ from rdmaplane.gid import (
     plan_node,
     select_gid,
 )
-from rdmaplane.model import Gid, LinkLayer, NodeTopology
-from rdmaplane.selectors import Selectors, compute_ports
-from rdmaplane.untrusted import FieldError
+from rdmaplane.core.model import Gid, LinkLayer, NodeTopology
+from rdmaplane.core.selectors import Selectors, compute_ports
+from rdmaplane.core.untrusted import FieldError
 
 
 def choose(entries: list[E], policy: GidPolicy = GidPolicy(), **kw: object) -> GidChoice:
@@ -376,8 +376,8 @@ def test_gid_note_explains_losers() -> None:
 
 
 def test_gid_problem_says_why_a_forced_index_cannot_carry_roce() -> None:
-    from rdmaplane.gid import GidPolicy, gid_problem
-    from rdmaplane.model import Gid, GidType
+    from rdmaplane.core.gid import GidPolicy, gid_problem
+    from rdmaplane.core.model import Gid, GidType
 
     v4 = "0000:0000:0000:0000:0000:ffff:0a63:5b27"
     assert gid_problem(Gid(3, v4, GidType.ROCE_V2, "eth0")) is None

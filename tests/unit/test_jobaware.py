@@ -11,14 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane import fabric as fab
-from rdmaplane import nrt
-from rdmaplane.config.fabric import fabric_from_document
-from rdmaplane.scheduler import jobaware as ja
-from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.decisions import Decisions
-from rdmaplane.scheduler.settings import FabricScoring
+from rdmaplane.adapters.config.fabric import fabric_from_document
+from rdmaplane.core import fabric as fab
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.scheduler import FabricScoring
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.decisions import Decisions
+from rdmaplane.services.scheduler.policy import jobaware as ja
+from rdmaplane.services.scheduler.policy import placement as pl
 from tests.fabrics import leaf_spine, rail_optimised
 from tests.layouts import hgx_uplinks, layout
 from tests.scheduler_helpers import pod

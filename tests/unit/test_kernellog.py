@@ -1,5 +1,5 @@
-"""mlx5's health lines (`rdmaplane.kernellog`) and the reader of new log lines
-(`rdmaplane.discovery.kmsg`), on recorded lines: never the host's own log."""
+"""mlx5's health lines (`rdmaplane.core.kernellog`) and the reader of new log lines
+(`rdmaplane.adapters.discovery.kernellog`), on recorded lines: never the host's own log."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane import kernellog as K
-from rdmaplane.discovery.kmsg import KernelLog
+from rdmaplane.adapters.discovery.kernellog import KernelLog
+from rdmaplane.core import kernellog as K
 
 # As the driver prints them (drivers/net/ethernet/mellanox/mlx5/core/health.c, cmd.c,
 # events.c), in /dev/kmsg's record format and in a syslog file's.

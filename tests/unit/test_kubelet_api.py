@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from rdmaplane.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
-from rdmaplane.kubelet.api.dra.v1 import api_pb2 as dra
-from rdmaplane.kubelet.api.dra.v1beta1 import api_pb2 as dra_beta
-from rdmaplane.kubelet.api.pluginregistration.v1 import api_pb2 as reg
-from rdmaplane.kubelet.api.podresources.v1 import api_pb2 as pr
+from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
+from rdmaplane.adapters.kubelet.api.dra.v1 import api_pb2 as dra
+from rdmaplane.adapters.kubelet.api.dra.v1beta1 import api_pb2 as dra_beta
+from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2 as reg
+from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2 as pr
 
 REPO = Path(__file__).resolve().parents[2]
 

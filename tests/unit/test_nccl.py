@@ -10,17 +10,17 @@ from gidtables import hca, node, pair, port, standard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane.gid import GidPolicy
-from rdmaplane.model import Hca, NodeTopology, Port
-from rdmaplane.nccl import (
+from rdmaplane.core.gid import GidPolicy
+from rdmaplane.core.model import Hca, NodeTopology, Port
+from rdmaplane.core.nccl import (
     NcclPlanError,
     NcclSettings,
     default_socket_ifname,
     nccl_env,
     parse_nccl_version,
 )
-from rdmaplane.selectors import Selectors, compute_ports
-from rdmaplane.untrusted import FieldError
+from rdmaplane.core.selectors import Selectors, compute_ports
+from rdmaplane.core.untrusted import FieldError
 
 H200_COMPUTE = "mlx5_0:1,mlx5_3:1,mlx5_4:1,mlx5_5:1,mlx5_6:1,mlx5_9:1,mlx5_10:1,mlx5_11:1"
 

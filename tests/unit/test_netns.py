@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.model import NetnsMode
-from rdmaplane.netns import HOW_TO_SHARE, device_blocked, shared_pools_blocked
+from rdmaplane.core.model import NetnsMode
+from rdmaplane.core.netns import HOW_TO_SHARE, device_blocked, shared_pools_blocked
 
 names = st.text("abcdefghij/._-0123456789", min_size=1, max_size=12)
 pools = st.lists(st.tuples(names, st.lists(names, max_size=3)), max_size=4)

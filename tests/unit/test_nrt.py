@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane import nrt
+from rdmaplane.core import nrt
 
 NAMES = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.:/", min_size=1, max_size=20)
 

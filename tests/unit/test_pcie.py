@@ -1,5 +1,5 @@
-"""PCIe links that trained short (`rdmaplane.pcie`), read from the samples' sysfs trees, and
-the fleet audit of firmware and links (`rdmaplane.audit`)."""
+"""PCIe links that trained short (`rdmaplane.core.pcie`), read from the samples' sysfs trees, and
+the fleet audit of firmware and links (`rdmaplane.core.audit`)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane import audit as A
-from rdmaplane import pcie
-from rdmaplane.discovery.samples import read_sample
-from rdmaplane.model import PcieLink
+from rdmaplane.adapters.discovery.samples import read_sample
+from rdmaplane.core import audit as A
+from rdmaplane.core import pcie
+from rdmaplane.core.model import PcieLink
 
 SPEEDS = st.sampled_from([2.5, 5.0, 8.0, 16.0, 32.0, 64.0])
 WIDTHS = st.sampled_from([1, 2, 4, 8, 16])

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import nrt
-from rdmaplane.resources import DEFAULT, NONE, Amounts
-from rdmaplane.scheduler import placement as pl
+from rdmaplane.core import nrt
+from rdmaplane.core.resources import DEFAULT, NONE, Amounts
+from rdmaplane.services.scheduler.policy import placement as pl
 from tests.layouts import layout
 
 
@@ -379,7 +379,7 @@ def test_naming_a_resource_with_no_healthy_device_is_refused_even_with_zero(poli
 def test_a_gb300_pairs_each_gpu_with_its_connectx8_by_the_data_direct_root() -> None:
     """The extender's PCIe score reads the NRT's PCIe-root zones: a ConnectX-8 sits in the
     zone of its Data Direct function's root, the GPU's, though its own function is elsewhere."""
-    from rdmaplane.discovery.samples import read_sample
+    from rdmaplane.adapters.discovery.samples import read_sample
 
     topo = read_sample("gb300-cx8")
     state = pl.node_state(

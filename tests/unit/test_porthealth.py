@@ -10,12 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import faults, kernellog
-from rdmaplane.agent.health import HealthState, reported_by_hca, reported_by_port, step
-from rdmaplane.discovery.samples import read_sample
-from rdmaplane.model import PhysState, PortObservation, PortState
-from rdmaplane.pcie import DOWNTRAINED
-from rdmaplane.porthealth import (
+from rdmaplane.adapters.discovery.samples import read_sample
+from rdmaplane.core import faults, kernellog
+from rdmaplane.core.model import PhysState, PortObservation, PortState
+from rdmaplane.core.pcie import DOWNTRAINED
+from rdmaplane.core.porthealth import (
     ERRORS_RISING,
     HCA_GONE,
     LINK_FLAPPING,
@@ -28,7 +27,13 @@ from rdmaplane.porthealth import (
     remember,
     rule_table,
 )
-from rdmaplane.usability import PORT_DOWN
+from rdmaplane.core.usability import PORT_DOWN
+from rdmaplane.services.agent.policy.health import (
+    HealthState,
+    reported_by_hca,
+    reported_by_port,
+    step,
+)
 from tests.health_memory import risen_memory
 
 UP = (PortState.ACTIVE, PhysState.LINK_UP)

@@ -8,12 +8,12 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane import nrt
-from rdmaplane.scheduler import jobaware as ja
-from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler import rails as rl
-from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.settings import FabricScoring
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.scheduler import FabricScoring
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.policy import jobaware as ja
+from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import rails as rl
 from tests.fabrics import rail_optimised
 from tests.layouts import hgx_uplinks, layout
 from tests.scheduler_helpers import pod

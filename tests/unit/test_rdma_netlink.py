@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.discovery import rdma_netlink
-from rdmaplane.discovery.rdma_netlink import NetlinkError, RdmaNetlink
-from rdmaplane.model import NetnsMode
+from rdmaplane.adapters.discovery import rdma_netlink
+from rdmaplane.adapters.discovery.rdma_netlink import NetlinkError, RdmaNetlink
+from rdmaplane.core.model import NetnsMode
 from tests.rdma_kernel import (
     SYS_GET,
     SYS_SET_SHARED,

@@ -1,4 +1,4 @@
-"""Repeat offenders (`rdmaplane.repeat`): episodes counted within the window, the quarantine
+"""Repeat offenders (`rdmaplane.core.repeat`): episodes counted within the window, the quarantine
 that outlives the faults, the operator's clear, and the Node's annotation."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import repeat as R
+from rdmaplane.core import repeat as R
 
 RULES = R.RepeatRules(count=3, window_s=86400.0)
 KEY = ("mlx5_3", 1)

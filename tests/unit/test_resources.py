@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.resources import (
+from rdmaplane.core.resources import (
     DEFAULT,
     NONE,
     Amounts,

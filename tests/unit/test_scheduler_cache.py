@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rdmaplane import nrt
-from rdmaplane.scheduler import cache as cache_module
-from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler.cache import ClusterCache
+from rdmaplane.core import nrt
+from rdmaplane.services.scheduler import cache as cache_module
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.policy import placement as pl
 from tests.layouts import layout
 from tests.scheduler_helpers import node, pod
 

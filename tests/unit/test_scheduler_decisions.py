@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rdmaplane import nrt
-from rdmaplane.scheduler.cache import ClusterCache
-from rdmaplane.scheduler.decisions import Decisions
-from rdmaplane.scheduler.settings import FabricScoring
+from rdmaplane.core import nrt
+from rdmaplane.core.settings.scheduler import FabricScoring
+from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.decisions import Decisions
 from tests.scheduler_helpers import node, pod
 
 NODES = ["n1", "n2"]

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.scheduler import placement as pl
-from rdmaplane.scheduler import wire
+from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import wire
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8),

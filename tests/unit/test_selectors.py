@@ -10,9 +10,9 @@ from gidtables import hca, node, port, standard
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.config.base import ConfigError, validate
-from rdmaplane.model import LinkLayer, NodeTopology
-from rdmaplane.selectors import Selectors, classify_ports, compute_ports, natural_key
+from rdmaplane.adapters.config.base import ConfigError, validate
+from rdmaplane.core.model import LinkLayer, NodeTopology
+from rdmaplane.core.selectors import Selectors, classify_ports, compute_ports, natural_key
 
 
 def names(pairs: list) -> list[str]:  # type: ignore[type-arg]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.model import SCHEMA, Gid, NetnsMode, NodeTopology, format_cpulist, parse_cpulist
-from rdmaplane.serialize import DocumentError, from_document, to_document
+from rdmaplane.core.model import SCHEMA, Gid, NetnsMode, NodeTopology, format_cpulist, parse_cpulist
+from rdmaplane.core.serialize import DocumentError, from_document, to_document
 
 
 def test_contract_fields(sample_nodes: dict[str, NodeTopology]) -> None:

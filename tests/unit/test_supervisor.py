@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from rdmaplane.supervisor import Supervisor
+from rdmaplane.adapters.supervisor import Supervisor
 
 
 class Flaky:

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.discovery import samples
-from rdmaplane.model import NodeTopology, PciDevice
-from rdmaplane.topology import Relation, nearest_hcas, pci_relation, relations
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.core.model import NodeTopology, PciDevice
+from rdmaplane.core.topology import Relation, nearest_hcas, pci_relation, relations
 
 
 def dev(address: str, root: str, *bridges: str, numa: int | None = 0) -> PciDevice:

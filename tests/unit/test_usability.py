@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.model import Hca, LinkLayer, NetnsMode, NodeTopology, PhysState, Port, PortState
-from rdmaplane.nccl import NcclSettings
-from rdmaplane.netns import NETNS_EXCLUSIVE
-from rdmaplane.usability import (
+from rdmaplane.core.model import Hca, LinkLayer, NetnsMode, NodeTopology, PhysState, Port, PortState
+from rdmaplane.core.nccl import NcclSettings
+from rdmaplane.core.netns import NETNS_EXCLUSIVE
+from rdmaplane.core.usability import (
     NO_NCCL_PLAN,
     NO_VERBS_DEVICE,
     PORT_DOWN,

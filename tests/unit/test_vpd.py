@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.discovery.vpd import encode, ro_keyword
+from rdmaplane.adapters.discovery.vpd import encode, ro_keyword
 
 ASCII = st.text(st.characters(min_codepoint=0x21, max_codepoint=0x7E), min_size=1, max_size=40)
 KEYS = st.text(st.characters(min_codepoint=0x41, max_codepoint=0x5A), min_size=2, max_size=2)

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.webhook.app import BadReview, admit
-from rdmaplane.webhook.settings import InjectPolicy
+from rdmaplane.core.settings.webhook import InjectPolicy
+from rdmaplane.services.webhook.http import BadReview, admit
 from tests.webhook_pods import admission_review, cpu_pod, gpu_pod, pods
 
 POLICY = InjectPolicy()

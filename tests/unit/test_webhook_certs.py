@@ -7,7 +7,7 @@ import datetime as dt
 
 from cryptography import x509
 
-from rdmaplane.webhook import certs
+from rdmaplane.services.webhook.policy import certs
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 HOSTS = ["rdmaplane-webhook.rdmaplane.svc", "127.0.0.1"]

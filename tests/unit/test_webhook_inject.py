@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdmaplane import IMAGE
-from rdmaplane.config.base import validate
-from rdmaplane.webhook import inject
-from rdmaplane.webhook.settings import InjectPolicy, WebhookSettings
+from rdmaplane.adapters.config.base import validate
+from rdmaplane.core.settings.webhook import InjectPolicy, WebhookSettings
+from rdmaplane.services.webhook.policy import inject
 from tests import resource_names as names
 from tests.webhook_pods import GPU, HCA, SHARED, contains, pods
 

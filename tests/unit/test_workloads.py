@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from rdmaplane.untrusted import DocumentError
-from rdmaplane.workloads import WORKLOADS, is_workload, kind_of, pod_of, pod_templates
+from rdmaplane.core.untrusted import DocumentError
+from rdmaplane.core.workloads import WORKLOADS, is_workload, kind_of, pod_of, pod_templates
 from tests.workload_manifests import MANIFESTS, manifest
 
 

@@ -21,7 +21,7 @@ from typer.core import TyperGroup, TyperOption
 from typer.models import CommandInfo, TyperInfo
 
 from rdmaplane import __version__
-from rdmaplane.errors import InputError, RdmaplaneError
+from rdmaplane.core.errors import InputError, RdmaplaneError
 
 # click's exceptions, from wherever this typer takes click (newer releases vendor it)
 _errors: Any = importlib.import_module(typer.BadParameter.__module__)

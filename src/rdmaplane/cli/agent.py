@@ -22,10 +22,10 @@ from rdmaplane.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from rdmaplane.agent.service import Agent
-    from rdmaplane.agent.settings import AgentSettings
+    from rdmaplane.core.settings.agent import AgentSettings
+    from rdmaplane.services.agent.root import Agent
 
-log = logging.getLogger("rdmaplane.agent")
+log = logging.getLogger("rdmaplane.services.agent")
 
 
 def _a_folder(flag: str) -> Callable[[str | None], Path | None]:
@@ -139,8 +139,8 @@ def configured(
 ) -> AgentSettings:
     """The AgentConfig of the file (or the defaults) with the flags that were given on top."""
     # the agent's stack (gRPC, lightkube, prometheus) loads only when the command runs
-    from rdmaplane.config import load
-    from rdmaplane.config.agent import AGENT_CONFIG
+    from rdmaplane.adapters.config import load
+    from rdmaplane.adapters.config.agent import AGENT_CONFIG
 
     return load(
         config,
@@ -159,9 +159,9 @@ def configured(
 def serve(cfg: AgentSettings, verbose: bool, source: Path | None) -> None:
     """Run the agent as `cfg` (read from `source`) says: with the device plugin, the DRA
     driver, or neither."""
-    from rdmaplane.agent.service import configured_agent
-    from rdmaplane.config import load
-    from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+    from rdmaplane.adapters.config import load
+    from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+    from rdmaplane.services.agent.root import configured_agent
 
     where = f"{source}: " if source else ""
     if not cfg.node_name:

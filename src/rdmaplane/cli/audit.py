@@ -19,7 +19,7 @@ from rdmaplane.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from rdmaplane.audit import Audit, NodeFacts
+    from rdmaplane.core.audit import Audit, NodeFacts
 
 
 class Format(StrEnum):
@@ -51,7 +51,7 @@ def audit_command(
     which PCIe links (NICs, GPUs) trained short of their slot. Put the node documents first:
     --nrt takes every file that follows it. Exit 1 when there are outliers (or the cluster
     cannot be read), 2 on bad input."""
-    from rdmaplane.audit import audit
+    from rdmaplane.core.audit import audit
 
     nodes = [_topology_facts(t) for t in load_nodes(files, snapshot, sample)]
     objects = read_objects(nrt or (), "NodeResourceTopology")
@@ -72,13 +72,13 @@ def audit_command(
 
 
 def _topology_facts(topo: Any) -> NodeFacts:
-    from rdmaplane.audit import facts_of
+    from rdmaplane.core.audit import facts_of
 
     return facts_of(topo.hostname or topo.source or "node", topo)
 
 
 def _nrt_facts(obj: dict[str, Any]) -> NodeFacts:
-    from rdmaplane.audit import facts_from_attributes
+    from rdmaplane.core.audit import facts_from_attributes
 
     name = str(obj["metadata"]["name"])
     attrs = {
@@ -109,7 +109,7 @@ def _print(result: Audit) -> None:
     from rich.table import Table
 
     from rdmaplane.cli.common import console as out
-    from rdmaplane.untrusted import printable
+    from rdmaplane.core.untrusted import printable
 
     for kind, version in result.fleet_firmware.items():
         out.print(f"fleet firmware: {escape(printable(kind))} {escape(printable(version))}")

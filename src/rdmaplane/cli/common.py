@@ -15,7 +15,7 @@ import typer
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from rdmaplane.model import NodeTopology
+    from rdmaplane.core.model import NodeTopology
 
     console: Console  # stdout
     err_console: Console  # stderr
@@ -47,7 +47,7 @@ def __getattr__(name: str) -> Console:
 
 def complete_sample(incomplete: str) -> list[str]:
     """Shell completion of `--sample NAME`."""
-    from rdmaplane.discovery import samples
+    from rdmaplane.adapters.discovery import samples
 
     return [n for n in samples.names() if n.startswith(incomplete)]
 
@@ -87,7 +87,7 @@ def say_error(message: str) -> None:
     sequences or line breaks from file names and snapshot values are shown escaped."""
     from rich.markup import escape
 
-    from rdmaplane.untrusted import printable
+    from rdmaplane.core.untrusted import printable
 
     __getattr__("err_console").print(
         f"[bold red]error:[/] {escape(printable(message))}", soft_wrap=True
@@ -98,7 +98,7 @@ def load(sysfs_root: str | None, snapshot: str | None, sample: str | None) -> No
     """The node from the one source given (this machine's /sys without one), its reader's
     warnings said on stderr; `NodeSourceError` (exit 2) when the source is unusable (discovery
     loads only for the commands that read a node)."""
-    from rdmaplane.discovery import load_node
+    from rdmaplane.adapters.discovery import load_node
 
     topo = load_node(sysfs_root=sysfs_root, snapshot_file=snapshot, sample=sample)
     say_warnings(topo)
@@ -146,7 +146,7 @@ def read_objects(paths: Iterable[Path], kind: str) -> list[dict[str, Any]]:
     """The Kubernetes objects of `kind` in files (one per YAML document, the items of a List,
     or a YAML list of them), read like every document; exit 2 naming the file and the object
     when one lacks the envelope every reader of it relies on."""
-    from rdmaplane.documents import read_documents
+    from rdmaplane.adapters.documents import read_documents
 
     found: list[dict[str, Any]] = []
     for path in paths:
@@ -162,7 +162,7 @@ def read_objects(paths: Iterable[Path], kind: str) -> list[dict[str, Any]]:
 def _kube_object(obj: object, kind: str, where: str) -> dict[str, Any]:
     """`obj` when it is an object of `kind` (if it names one) with `metadata.name`, and with
     objects, lists and strings where readers take them for such."""
-    from rdmaplane.untrusted import type_word, what_it_is
+    from rdmaplane.core.untrusted import type_word, what_it_is
 
     if not isinstance(obj, dict):
         fail(f"{where}: expected a {kind} object, got {what_it_is(obj)}")
@@ -214,8 +214,8 @@ def log_options(fmt: str | None, verbose: bool, level: str = "INFO") -> tuple[st
 
 
 def start_logging(fmt: str | None, verbose: bool, level: str = "INFO") -> None:
-    """The services' one log format (see `rdmaplane.logs`)."""
-    from rdmaplane import logs
+    """The services' one log format (see `rdmaplane.adapters.logs`)."""
+    from rdmaplane.adapters import logs
 
     logs.configure(*log_options(fmt, verbose, level))
 
@@ -230,8 +230,8 @@ def existing_dir(flag: str, path: str | Path) -> None:
 def read_node_document(path: str) -> NodeTopology:
     """A node document (`rdmaplane inspect -o json`); its DocumentError (exit 2) when it
     cannot be read, exit 1 when it has no RDMA device."""
-    from rdmaplane.documents import read_document
-    from rdmaplane.serialize import from_document
+    from rdmaplane.adapters.documents import read_document
+    from rdmaplane.core.serialize import from_document
 
     topo = from_document(read_document(path), where=path)
     say_warnings(topo)

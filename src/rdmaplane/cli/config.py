@@ -10,7 +10,7 @@ import typer
 from rdmaplane.cli.common import fail, say_error
 
 if TYPE_CHECKING:
-    from rdmaplane.config import Kind
+    from rdmaplane.adapters.config import Kind
 
 config_app = typer.Typer(
     help="Config files: print a kind's defaults, check files before deploying them.",
@@ -19,7 +19,7 @@ config_app = typer.Typer(
 
 
 def _kinds_help() -> str:
-    from rdmaplane.config.kinds import KINDS
+    from rdmaplane.adapters.config.kinds import KINDS
 
     return ", ".join(KINDS)
 
@@ -36,8 +36,8 @@ def defaults(
     ],
 ) -> None:
     """Print KIND's defaults as a config file, every key explained (what the docs show)."""
-    from rdmaplane.config import render_defaults
-    from rdmaplane.config.kinds import KINDS
+    from rdmaplane.adapters.config import render_defaults
+    from rdmaplane.adapters.config.kinds import KINDS
 
     if kind not in KINDS:
         fail(f"unknown kind {kind!r}; one of {', '.join(sorted(KINDS))}")
@@ -55,9 +55,9 @@ def validate(
     document, a ConfigMap's entries too; other objects are named and left alone. Every
     problem of a file is said at once, one line per file. Exit 2 when any is wrong, or a file
     holds no config."""
+    from rdmaplane.adapters.config import ConfigError, parse
+    from rdmaplane.adapters.documents import DocumentError, manifest_objects, read_documents
     from rdmaplane.cli.common import console
-    from rdmaplane.config import ConfigError, parse
-    from rdmaplane.documents import DocumentError, manifest_objects, read_documents
 
     bad = 0
     for path in files:
@@ -94,8 +94,8 @@ def _configs(where: str, obj: object) -> list[tuple[str, Any]]:
     """The config documents an object is or holds: itself when it is (or may be) one, a
     ConfigMap's entries that are (or the error of one that does not parse); else one
     (where, "a Kind") saying what it is."""
-    from rdmaplane.config import API_VERSION
-    from rdmaplane.documents import DocumentError, parse_document
+    from rdmaplane.adapters.config import API_VERSION
+    from rdmaplane.adapters.documents import DocumentError, parse_document
 
     if not isinstance(obj, dict) or _may_be_config(obj):
         return [(where, obj)]
@@ -126,8 +126,8 @@ def _what(obj: dict[str, Any]) -> str:
 def _may_be_config(doc: dict[str, Any]) -> bool:
     """One of our kinds, our apiVersion, the shared plugin's configList, or no envelope at all
     (loading then says what to add)."""
-    from rdmaplane.config import API_VERSION
-    from rdmaplane.config.kinds import KINDS
+    from rdmaplane.adapters.config import API_VERSION
+    from rdmaplane.adapters.config.kinds import KINDS
 
     version, kind = doc.get("apiVersion"), doc.get("kind")
     return (
@@ -141,9 +141,9 @@ def _may_be_config(doc: dict[str, Any]) -> bool:
 def _kind_of(doc: object, source: str) -> Kind[Any]:
     """The kind a document says it is (a bare configList: the device plugin's; no mapping at
     all: any kind, loading says what is wrong with the shape)."""
-    from rdmaplane.config import ConfigError
-    from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-    from rdmaplane.config.kinds import KINDS
+    from rdmaplane.adapters.config import ConfigError
+    from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+    from rdmaplane.adapters.config.kinds import KINDS
 
     named = doc.get("kind") if isinstance(doc, dict) else None
     if named in KINDS:

@@ -47,11 +47,11 @@ def device_plugin(
 ) -> None:
     """Run the kubelet device plugin for this node's RDMA NICs until SIGTERM."""
     # Check everything here, then become the lean serving process (one process: see
-    # rdmaplane.deviceplugin.serve); nothing of the CLI or the validator stays loaded.
-    from rdmaplane.config import load
-    from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-    from rdmaplane.deviceplugin.serve import exec_standalone
-    from rdmaplane.deviceplugin.settings import Standalone
+    # rdmaplane.services.deviceplugin.root); nothing of the CLI or the validator stays loaded.
+    from rdmaplane.adapters.config import load
+    from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+    from rdmaplane.core.settings.deviceplugin import Standalone
+    from rdmaplane.services.deviceplugin.root import exec_standalone
 
     settings = load(config, DEVICE_PLUGIN_CONFIG)
     existing_dir("--sysfs-root", sysfs_root)

@@ -24,13 +24,14 @@ import typer
 
 from rdmaplane import IMAGE
 from rdmaplane.cli.common import fail, say_warnings
-from rdmaplane.resources import HCA, is_extended
+from rdmaplane.core.resources import HCA, is_extended
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from rdmaplane.doctor import parse_nccl_log, perf
-    from rdmaplane.doctor.verdict import Finding
+    from rdmaplane.services.doctor import perf
+    from rdmaplane.services.doctor.policy import parse_nccl_log
+    from rdmaplane.services.doctor.policy.verdict import Finding
 
 # Far above a 4096-rank NCCL INFO log (tens of MiB); below what would exhaust a pod's memory.
 MAX_INPUT = 256 * 1024 * 1024
@@ -151,8 +152,8 @@ def _findings_table(title: str, findings: list[Finding]) -> Table:
 
 def _finish(kind: str, findings: list[Finding], output: str, extra: Mapping[str, Any]) -> NoReturn:
     from rdmaplane.cli.common import console
-    from rdmaplane.doctor.report import SCHEMA
-    from rdmaplane.doctor.verdict import exit_code, jsonable, worst
+    from rdmaplane.services.doctor.policy.verdict import exit_code, jsonable, worst
+    from rdmaplane.services.doctor.report import SCHEMA
 
     status = worst(f.status for f in findings)
     if output == "json":
@@ -180,7 +181,7 @@ def run_checks(ctx: typer.Context, root: RootOption = None, output: OutputOption
     GPUDirect RDMA, /dev/shm."""
     if ctx.invoked_subcommand is not None:
         return  # the command takes the options (see _group_options)
-    from rdmaplane.doctor import checks
+    from rdmaplane.services.doctor import checks
 
     host = checks.Host(root=_root_dir("/" if root is None else root))
     node = checks.load(host)
@@ -205,9 +206,9 @@ def nccl_tests(
     busbw, #wrong, and the peak against one node's NIC aggregate (read below --root, unless
     --line-rate gives it) when the run spans nodes (a single-node run is SKIP: it measured
     NVLink/PCIe, not the NICs)."""
-    from rdmaplane.doctor import judge
-    from rdmaplane.doctor import parse_nccl_tests as parser
-    from rdmaplane.doctor.verdict import Finding, ParseError, Status
+    from rdmaplane.services.doctor.policy import judge
+    from rdmaplane.services.doctor.policy import parse_nccl_tests as parser
+    from rdmaplane.services.doctor.policy.verdict import Finding, ParseError, Status
 
     host_root, output_kind = _group_options(ctx, "nccl-tests", root, output)
     _positive("--line-rate", line_rate)
@@ -218,7 +219,7 @@ def nccl_tests(
         fail(f"{file}: {e}")
     aggregate, basis, notes = line_rate, "--line-rate" if line_rate else None, []
     if aggregate is None and (host_root / "sys/class/infiniband").is_dir():
-        from rdmaplane.discovery import read_node
+        from rdmaplane.adapters.discovery import read_node
 
         topo = read_node(str(host_root / "sys"))
         say_warnings(topo)
@@ -263,9 +264,9 @@ def nccl_log(
     """Say which transport NCCL used per rank (IB/RoCE or sockets), which HCAs, GPUDirect RDMA
     per channel and the GID index, and turn known failures into a cause and a fix (NCCL 2.4 to
     2.28 wordings)."""
-    from rdmaplane.doctor import judge
-    from rdmaplane.doctor import parse_nccl_log as parser
-    from rdmaplane.doctor.verdict import ParseError, jsonable
+    from rdmaplane.services.doctor.policy import judge
+    from rdmaplane.services.doctor.policy import parse_nccl_log as parser
+    from rdmaplane.services.doctor.policy.verdict import ParseError, jsonable
 
     _, output_kind = _group_options(ctx, "nccl-log", output=output)
     try:
@@ -355,7 +356,7 @@ def perf_cmd(
     pod has /dev/infiniband device nodes for are tested."""
     import asyncio
 
-    from rdmaplane.doctor import checks, perf
+    from rdmaplane.services.doctor import checks, perf
 
     host_root, output_kind = _group_options(ctx, "perf", root, output)
     if server == (client is not None):
@@ -400,7 +401,7 @@ def perf_cmd(
         console.print(_perf_table(result))
         if result.tcp_gbps:
             console.print(f"TCP stream: {result.tcp_gbps:.2f} Gb/s")
-    from rdmaplane.doctor.verdict import jsonable
+    from rdmaplane.services.doctor.policy.verdict import jsonable
 
     _finish(
         "perf",
@@ -445,7 +446,7 @@ def _check_perf_flags(
 def perf_progress(output: str) -> Any:
     """A rich progress bar on stderr; silent for -o json (machines read stdout)."""
     from rdmaplane.cli.common import err_console
-    from rdmaplane.doctor import perf
+    from rdmaplane.services.doctor import perf
 
     return perf.RichProgress(err_console, enabled=output == "table")
 
@@ -497,7 +498,7 @@ def job_cmd(
     import yaml
 
     from rdmaplane.cli.common import err_console
-    from rdmaplane.doctor import pairing
+    from rdmaplane.services.doctor.policy import pairing
 
     _group_options(ctx, "job")
     for node in nodes:
@@ -530,8 +531,8 @@ def report_cmd(
 ) -> None:
     """Merge the `-o json` outputs of many pods (checks, perf) into one cluster report."""
     from rdmaplane.cli.common import console
-    from rdmaplane.doctor import report
-    from rdmaplane.doctor.verdict import exit_code, jsonable
+    from rdmaplane.services.doctor import report
+    from rdmaplane.services.doctor.policy.verdict import exit_code, jsonable
 
     _, output_kind = _group_options(ctx, "report", output=output)
     texts = [(f, _read_input(f)) for f in files]

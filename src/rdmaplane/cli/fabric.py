@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rdmaplane import fabric as fab
 from rdmaplane.cli.common import fail, read_objects
-from rdmaplane.fabric_export import KUEUE_API_VERSION
+from rdmaplane.core import fabric as fab
+from rdmaplane.core.fabric_export import KUEUE_API_VERSION
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -75,10 +75,10 @@ def load_view(
     tier_labels: list[str],
 ) -> View:
     """The fabric from exactly one kind of source; an `InputError` (exit 2) on bad input."""
+    from rdmaplane.adapters.config.fabric import fabric_from_document
+    from rdmaplane.adapters.documents import read_document
     from rdmaplane.cli.scheduler import list_cluster
-    from rdmaplane.config.fabric import fabric_from_document
-    from rdmaplane.documents import read_document
-    from rdmaplane.scheduler.cache import ClusterCache
+    from rdmaplane.services.scheduler.cache import ClusterCache
 
     given = [bool(fabric_file), bool(nodes or nrts), kubeconfig is not None]
     if sum(given) != 1:
@@ -171,8 +171,8 @@ def show(
 
 def job_pods(pods: list[dict[str, Any]], job: str) -> dict[str, list[str]]:
     """Node → pod names of the job's bound pods (the job named bare or as namespace/name)."""
-    from rdmaplane.scheduler.cache import pod_key
-    from rdmaplane.scheduler.jobaware import pod_group
+    from rdmaplane.services.scheduler.cache import pod_key
+    from rdmaplane.services.scheduler.policy.jobaware import pod_group
 
     out: dict[str, list[str]] = {}
     for p in pods:
@@ -304,7 +304,7 @@ def export(
         fail(f"--name {name!r}: not a Kubernetes object name (a-z, 0-9, '-', '.'; 253 at most)")
     import yaml
 
-    from rdmaplane.fabric_export import kueue_topology, volcano_hypernodes
+    from rdmaplane.core.fabric_export import kueue_topology, volcano_hypernodes
 
     view = load_view(fabric_file, nodes, nrt, [], kubeconfig, tier_label)
     _, shape = resolved(view)

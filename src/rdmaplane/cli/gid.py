@@ -20,7 +20,7 @@ from rdmaplane.cli.common import (
     load_nodes,
     load_rdma_node,
 )
-from rdmaplane.gid import (
+from rdmaplane.core.gid import (
     ClusterAudit,
     GidChoice,
     GidPolicy,
@@ -31,13 +31,13 @@ from rdmaplane.gid import (
     roce_version,
     select_gid,
 )
-from rdmaplane.selectors import PortVerdict, Selectors, classify_ports, compute_ports
-from rdmaplane.untrusted import FieldError
+from rdmaplane.core.selectors import PortVerdict, Selectors, classify_ports, compute_ports
+from rdmaplane.core.untrusted import FieldError
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from rdmaplane.model import Gid, NodeTopology
+    from rdmaplane.core.model import Gid, NodeTopology
 
 app = typer.Typer(
     help="The GID index NCCL should use: explain it per port, audit it across nodes.",
@@ -86,7 +86,7 @@ RoceOption = Annotated[
 TableOutput = Annotated[Format, typer.Option("--output", "-o", help="table or json.")]
 
 
-# The plan's fields (rdmaplane.gid, rdmaplane.nccl) as the flags that set them.
+# The plan's fields (rdmaplane.core.gid, rdmaplane.core.nccl) as the flags that set them.
 _FLAGS = {
     "family": "--family",
     "cidr": "--addr-range",
@@ -161,7 +161,7 @@ def env(
 
     Exit 1 when no environment can be right for them (InfiniBand and RoCE ports together, GID
     indexes an older NCCL cannot handle), 2 on bad input."""
-    from rdmaplane.nccl import NcclSettings, default_socket_ifname, nccl_env
+    from rdmaplane.core.nccl import NcclSettings, default_socket_ifname, nccl_env
 
     policy = _policy(family, addr_range, roce_version)
     topo = load_rdma_node(sysfs_root, snapshot, sample)

@@ -21,9 +21,9 @@ from rdmaplane.cli.common import (
     load,
     no_rdma,
 )
-from rdmaplane.model import Gpu, Hca, NodeTopology
-from rdmaplane.topology import Relation, device_label, nearest_hcas, relation_label
-from rdmaplane.untrusted import printable
+from rdmaplane.core.model import Gpu, Hca, NodeTopology
+from rdmaplane.core.topology import Relation, device_label, nearest_hcas, relation_label
+from rdmaplane.core.untrusted import printable
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -62,13 +62,13 @@ def inspect(
     """
     topo = load(sysfs_root, snapshot_file, sample)
     if output is Output.json:
-        from rdmaplane.serialize import to_document
+        from rdmaplane.core.serialize import to_document
 
         typer.echo(json.dumps(to_document(topo), indent=2))
     elif output is Output.yaml:
         import yaml
 
-        from rdmaplane.serialize import to_document
+        from rdmaplane.core.serialize import to_document
 
         typer.echo(yaml.safe_dump(to_document(topo), sort_keys=False), nl=False)
     elif output is Output.matrix:
@@ -97,7 +97,7 @@ def print_summary(topo: NodeTopology) -> None:
         console.print(_gpu_table(topo))
     if topo.hcas:
         console.print(_hca_table(topo))
-    from rdmaplane.pcie import node_downtrained
+    from rdmaplane.core.pcie import node_downtrained
 
     for d in node_downtrained(topo):
         console.print(f"[yellow]PCIe downtrained:[/] {d.device} ({d.pci}): {d.why}")
@@ -298,8 +298,8 @@ def list_samples(
         return
     from rich.table import Table
 
+    from rdmaplane.adapters.discovery import samples
     from rdmaplane.cli.common import console
-    from rdmaplane.discovery import samples
 
     found = samples.all_samples()
     if output is ListFormat.json:
@@ -322,8 +322,8 @@ def materialize(
     """Write a sample's sysfs tree to DIR, to read with `--sysfs-root DIR` or edit by hand."""
     from rich.markup import escape
 
+    from rdmaplane.adapters.discovery import samples
     from rdmaplane.cli.common import console
-    from rdmaplane.discovery import samples
 
     try:
         samples.materialise(name, dest)
@@ -358,8 +358,8 @@ def snapshot_create(
     """
     from rich.markup import escape
 
+    from rdmaplane.adapters.discovery import nvml, snapshot
     from rdmaplane.cli.common import console, err_console, say_warnings
-    from rdmaplane.discovery import nvml, snapshot
 
     to_stdout = output == "-"
     if to_stdout and sys.stdout.isatty():

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 import yaml
 
-from rdmaplane import nrt
 from rdmaplane.cli.common import (
     SampleOption,
     SnapshotOption,
@@ -25,11 +24,12 @@ from rdmaplane.cli.common import (
     fail,
     load_rdma_node,
 )
-from rdmaplane.model import NodeTopology, PortObservation
-from rdmaplane.resources import is_extended
+from rdmaplane.core import nrt
+from rdmaplane.core.model import NodeTopology, PortObservation
+from rdmaplane.core.resources import is_extended
 
 if TYPE_CHECKING:
-    from rdmaplane.deviceplugin.settings import PluginSettings
+    from rdmaplane.core.settings.deviceplugin import PluginSettings
 
 
 class Format(StrEnum):
@@ -92,8 +92,8 @@ def nrt_command(
     Feed it to `rdmaplane explain-placement POD --nrt FILE`. Exit 1 when the node has no
     RDMA device, 2 on bad input.
     """
-    from rdmaplane.config import load
-    from rdmaplane.config.deviceplugin import DEVICE_PLUGIN_CONFIG
+    from rdmaplane.adapters.config import load
+    from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
 
     plugin_config = load(device_plugin_config, DEVICE_PLUGIN_CONFIG)
     if not is_extended(gpu_resource):
@@ -128,11 +128,11 @@ def agent_nrt(
         with tempfile.TemporaryDirectory(prefix="rdmaplane-dev-") as folder:
             dev = _device_nodes(topo, Path(folder))
             return agent_nrt(topo, node_name, plugin_config, policy, scope, dev, gpu_resource)
-    from rdmaplane.agent.allocation import Allocations
-    from rdmaplane.agent.health import HealthState, step
-    from rdmaplane.agent.inventory import nrt_object, offered_devices
-    from rdmaplane.deviceplugin.resources import ResourceManager
-    from rdmaplane.porthealth import rule_table
+    from rdmaplane.core.allocation import Allocations
+    from rdmaplane.core.porthealth import rule_table
+    from rdmaplane.services.agent.policy.health import HealthState, step
+    from rdmaplane.services.agent.policy.inventory import nrt_object, offered_devices
+    from rdmaplane.services.deviceplugin.manager import ResourceManager
 
     # the embedded device plugin's decisions, without its gRPC servers
     pools = [ResourceManager(p, dev_root=str(dev_root)) for p in plugin_config.pools]

@@ -17,7 +17,7 @@ from rdmaplane.cli.common import (
     read_objects,
     start_logging,
 )
-from rdmaplane.errors import RdmaplaneError
+from rdmaplane.core.errors import RdmaplaneError
 
 app = typer.Typer()
 ConfigOption = Annotated[
@@ -63,14 +63,14 @@ def scheduler_extender(
     """Serve /filter and /prioritize for kube-scheduler (see docs/scheduler-extender.md)."""
     import uvicorn
 
-    from rdmaplane.config import load
-    from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
-    from rdmaplane.kube import load_config
-    from rdmaplane.scheduler.app import create_app, scheduler_calls_first
-    from rdmaplane.scheduler.cache import ClusterCache
-    from rdmaplane.scheduler.debugaccess import LoopbackDebug
-    from rdmaplane.scheduler.serving import server_config
-    from rdmaplane.scheduler.watch import make_client, watch_all
+    from rdmaplane.adapters.config import load
+    from rdmaplane.adapters.config.extender import SCHEDULER_EXTENDER_CONFIG
+    from rdmaplane.adapters.kube import load_config
+    from rdmaplane.services.scheduler.cache import ClusterCache
+    from rdmaplane.services.scheduler.debugaccess import LoopbackDebug
+    from rdmaplane.services.scheduler.http import create_app, scheduler_calls_first
+    from rdmaplane.services.scheduler.serving import server_config
+    from rdmaplane.services.scheduler.watch import make_client, watch_all
 
     cfg = load(config, SCHEDULER_EXTENDER_CONFIG)
     tls = _tls_options(tls_cert_file, tls_key_file)
@@ -149,11 +149,11 @@ def explain_placement(
     included), as kube-scheduler calls them. Put FILE first: --nrt/--nodes/--pods take every
     file that follows them. Exit 1 when a pod fits nowhere (or the cluster cannot be read), 2
     on bad input."""
-    from rdmaplane.config import load
-    from rdmaplane.config.extender import SCHEDULER_EXTENDER_CONFIG
-    from rdmaplane.scheduler import placement as pl
-    from rdmaplane.scheduler.cache import ClusterCache
-    from rdmaplane.scheduler.decisions import Decisions
+    from rdmaplane.adapters.config import load
+    from rdmaplane.adapters.config.extender import SCHEDULER_EXTENDER_CONFIG
+    from rdmaplane.services.scheduler.cache import ClusterCache
+    from rdmaplane.services.scheduler.decisions import Decisions
+    from rdmaplane.services.scheduler.policy import placement as pl
 
     cfg = load(config, SCHEDULER_EXTENDER_CONFIG)
     cache = ClusterCache.configured(cfg)
@@ -192,7 +192,7 @@ def _print_table(explained: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from rdmaplane.untrusted import printable
+    from rdmaplane.core.untrusted import printable
 
     total = explained["request"]["total"]
     asking = ", ".join(f"{count} {name}" for name, count in total.items()) or "no device"
@@ -217,8 +217,8 @@ def _print_table(explained: dict[str, Any]) -> None:
 def _pod_templates(path: Path) -> list[tuple[str, dict[str, Any]]]:
     """(label, pod) for every pod template of the file's objects (other objects skipped); exit
     2 when there is none."""
-    from rdmaplane.documents import manifest_objects, read_documents
-    from rdmaplane.workloads import label, manifest_templates, pod_of
+    from rdmaplane.adapters.documents import manifest_objects, read_documents
+    from rdmaplane.core.workloads import label, manifest_templates, pod_of
 
     found = manifest_templates(manifest_objects(read_documents(path), str(path)), str(path))
     return [(f"{label(obj)} {t.pointer}".rstrip(), pod_of(obj, t)) for obj, ts in found for t in ts]
@@ -241,8 +241,8 @@ def list_cluster(
     from lightkube import ApiError, operators
     from lightkube.resources.core_v1 import Node, Pod
 
-    from rdmaplane.kube import NodeResourceTopology, sync_client
-    from rdmaplane.scheduler.watch import as_dict
+    from rdmaplane.adapters.kube import NodeResourceTopology, sync_client
+    from rdmaplane.services.scheduler.watch import as_dict
 
     client = sync_client(kubeconfig)
     bound: dict[str, Any] = {"spec.nodeName": operators.not_equal("")}

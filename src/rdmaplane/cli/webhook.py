@@ -46,10 +46,10 @@ def webhook(
     """Serve the mutating admission webhook over HTTPS (see docs/webhook.md): GPU pods in
     opted-in namespaces, or annotated rdmaplane.io/rdma, get the RDMA resource, IPC_LOCK,
     /dev/shm and the fault-notice volume."""
-    from rdmaplane.config import load
-    from rdmaplane.config.webhook import WEBHOOK_CONFIG
-    from rdmaplane.kube import load_config
-    from rdmaplane.webhook.service import serve
+    from rdmaplane.adapters.config import load
+    from rdmaplane.adapters.config.webhook import WEBHOOK_CONFIG
+    from rdmaplane.adapters.kube import load_config
+    from rdmaplane.services.webhook.root import serve
 
     cfg = load(config, WEBHOOK_CONFIG)
     if not cfg.tls.from_files:  # its own certificate: it needs the API server
@@ -104,11 +104,11 @@ def inject_command(
     why. Exit 1 when the webhook would refuse a pod."""
     import copy
 
-    from rdmaplane.config import load
-    from rdmaplane.config.webhook import WEBHOOK_CONFIG
-    from rdmaplane.documents import manifest_objects, read_documents
-    from rdmaplane.webhook.inject import PodError, mutate, not_sent
-    from rdmaplane.workloads import label, manifest_templates
+    from rdmaplane.adapters.config import load
+    from rdmaplane.adapters.config.webhook import WEBHOOK_CONFIG
+    from rdmaplane.adapters.documents import manifest_objects, read_documents
+    from rdmaplane.core.workloads import label, manifest_templates
+    from rdmaplane.services.webhook.policy.inject import PodError, mutate, not_sent
 
     policy = load(config, WEBHOOK_CONFIG)
     docs = copy.deepcopy(read_documents(file))

@@ -68,7 +68,7 @@ request.userInfo.username in ['system:serviceaccount:{{ .Release.Namespace }}:rd
 {{- end -}}
 
 {{/* The fabric tier labels the agent writes, as a CEL list: fabric.tierLabels, else the agent's
-default (rdmaplane.fabric.DEFAULT_TIER_LABELS). */}}
+default (rdmaplane.core.fabric.DEFAULT_TIER_LABELS). */}}
 {{- define "rdmaplane.agentTierLabels" -}}
 {{- $labels := .Values.fabric.tierLabels | default (list "fabric.topograph.run/tier-0" "fabric.topograph.run/tier-1" "fabric.topograph.run/tier-2") -}}
 [{{ range $i, $l := $labels }}{{ if $i }}, {{ end }}'{{ $l }}'{{ end }}]

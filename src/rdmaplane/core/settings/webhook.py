@@ -1,0 +1,147 @@
+"""What the admission webhook adds to GPU pods and where its serving certificate comes from
+(`WebhookConfig`, `rdmaplane webhook --config`, `rdmaplane inject --config`; docs/webhook.md),
+defined once: these frozen dataclasses are the file's schema too (see `rdmaplane.core.settings`).
+`InjectPolicy` is what the pure mutation (`webhook.inject`) reads; `WebhookSettings` adds how
+the webhook serves."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rdmaplane import IMAGE
+from rdmaplane.core import nrt
+from rdmaplane.core.resources import Mode, Vocabulary
+from rdmaplane.core.settings import Seconds, setting
+from rdmaplane.core.untrusted import FieldError, SettingsError
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClass:
+    """HCAs per GPU on one kind of node, for pods whose nodeSelector holds `node_selector`."""
+
+    name: str = setting(doc="a name for people")
+    node_selector: dict[str, str] = setting(
+        factory=dict, doc="labels the pod's nodeSelector must hold"
+    )
+    hcas_per_gpu: float = setting(1.0, "HCAs per GPU", gt=0, le=64)
+    max_hcas: int = setting(8, "at most this many HCAs", ge=1, le=1024)
+
+
+@dataclass(frozen=True, slots=True)
+class Shm:
+    """The memory-backed /dev/shm NCCL needs."""
+
+    enabled: bool = setting(True, "mount one where none is")
+    size_limit: str | None = setting(
+        None, "a quantity; null: the GPU containers' largest memory limit"
+    )
+    volume_name: str = setting("rdmaplane-shm", "the volume's name")
+
+    def __post_init__(self) -> None:
+        if self.size_limit is not None and nrt.parse_quantity(self.size_limit) is None:
+            raise FieldError("size_limit", f"{self.size_limit!r} is not a Kubernetes quantity")
+
+
+@dataclass(frozen=True, slots=True)
+class FaultNotice:
+    """The pod's annotations as a file, where rdmaplane.train's FaultNotice reads them."""
+
+    enabled: bool = setting(True, "mount it where none is")
+    volume_name: str = setting("podinfo", "the downward-API volume")
+    mount_path: str = setting("/etc/podinfo", "the folder it is mounted at", pattern=r"^/")
+    file_name: str = setting("annotations", "the file in that folder", pattern=r"^[^/]+$")
+    env: str = setting("RDMAPLANE_ANNOTATIONS_FILE", "the variable naming the file")
+
+    @property
+    def path(self) -> str:
+        return f"{self.mount_path.rstrip('/')}/{self.file_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Doctor:
+    """The init container for pods annotated rdmaplane.io/doctor: "true": its image and
+    `rdmaplane` arguments (its command is `rdmaplane`, whatever entry point the image has)."""
+
+    enabled: bool = setting(True, "honour the annotation")
+    image: str = setting(IMAGE, "an image with rdmaplane (rdmaplane's own)")
+    args: tuple[str, ...] = setting(("doctor",), "rdmaplane's arguments")
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """The serving certificate: `certFile` + `keyFile` (cert-manager, or your own), else a
+    Secret the webhook fills with its own CA and serving certificate."""
+
+    cert_file: Path | None = setting(None, "serve this certificate ...")
+    key_file: Path | None = setting(None, "... with this key")
+    secret_name: str = setting("rdmaplane-webhook-tls", "else this Secret")
+    secret_namespace: str = setting("rdmaplane", "in this namespace")
+    webhook_configuration: str = setting("rdmaplane-webhook", "whose caBundle it writes")
+    hosts: tuple[str, ...] = setting(
+        ("rdmaplane-webhook.rdmaplane.svc", "rdmaplane-webhook.rdmaplane.svc.cluster.local"),
+        "DNS names or IPs the certificate is for",
+        min_length=1,
+    )
+    cert_dir: Path = setting(Path("/tmp/rdmaplane-webhook"), "where the served files go")
+    check_interval_s: Seconds = setting(
+        300.0, "how often the certificate is checked and reloaded", gt=0
+    )
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise SettingsError("certFile and keyFile go together")
+
+    @property
+    def from_files(self) -> bool:
+        return self.cert_file is not None
+
+
+@dataclass(frozen=True, slots=True)
+class InjectPolicy:
+    """What the webhook adds to GPU pods. `resources` names at least one GPU resource and one
+    pool of each mode: the first pool of a mode is what it adds."""
+
+    mode: Mode = setting("exclusive", "what `auto` and a namespace opt-in mean")
+    resources: Vocabulary = setting(factory=Vocabulary, doc="names")
+    hcas_per_gpu: float = setting(
+        1.0, "exclusive HCAs per GPU (rounded up, at least 1)", gt=0, le=64
+    )
+    max_hcas: int = setting(8, "at most this many HCAs", ge=1, le=1024)
+    node_classes: tuple[NodeClass, ...] = setting((), "other ratios for pods selecting other nodes")
+    ipc_lock: bool = setting(True, "add IPC_LOCK to GPU containers")
+    shm: Shm = setting(factory=Shm, doc="/dev/shm")
+    fault_notice: FaultNotice = setting(
+        factory=FaultNotice, doc="the fault notice's annotations file"
+    )
+    doctor: Doctor = setting(factory=Doctor, doc="rdmaplane.io/doctor")
+
+    def __post_init__(self) -> None:
+        v = self.resources
+        if not (v.gpus and v.exclusive and v.shared):
+            raise FieldError("resources", "name a GPU resource and a pool of each mode")
+
+    @property
+    def hca(self) -> str:
+        """The exclusive pool it adds."""
+        return self.resources.exclusive[0]
+
+    @property
+    def hca_shared(self) -> str:
+        """The shared pool it adds."""
+        return self.resources.shared[0]
+
+    @property
+    def default_class(self) -> NodeClass:
+        """The ratio for pods that no node class matches."""
+        return NodeClass("default", {}, self.hcas_per_gpu, self.max_hcas)
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookSettings(InjectPolicy):
+    """What the admission webhook adds to GPU pods, and its certificate."""
+
+    tls: Tls = setting(factory=Tls, doc="the serving certificate")
+    max_request_bytes: int = setting(
+        4 * 1024 * 1024, "larger bodies get 413", gt=0, le=64 * 1024 * 1024
+    )
