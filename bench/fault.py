@@ -190,7 +190,7 @@ async def storm(cluster: KubeCluster, args: argparse.Namespace) -> None:
             while True:
                 answer, said = await budget.take()
                 changes.extend((time.time() - start, c) for c in said)
-                if answer.verdict == B.Verdict.GRANTED:
+                if answer.verdict == B.BudgetVerdict.GRANTED:
                     acted[name] = time.time() - start
                     return
                 await asyncio.sleep(STORM_RETRY_S)

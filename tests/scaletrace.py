@@ -21,7 +21,7 @@ from rdmaplane.core import nrt
 from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.scheduler.cache import REASON_PREFIX, ClusterCache
 from rdmaplane.services.scheduler.decisions import Decisions
-from rdmaplane.services.scheduler.http import ExtenderShell, Metrics
+from rdmaplane.services.scheduler.http import ExtenderMetrics, ExtenderShell
 from rdmaplane.services.scheduler.policy import placement as pl
 from rdmaplane.services.scheduler.policy import wire
 from rdmaplane.services.scheduler.watch import read_pod_event
@@ -115,7 +115,7 @@ class Extender:
         )
         self.cache.replace("pod", [])
         self.shell = ExtenderShell(
-            self.cache, Decisions(self.cache, settings.fabric), Metrics(self.cache)
+            self.cache, Decisions(self.cache, settings.fabric), ExtenderMetrics(self.cache)
         )
         self.version = 0
 

@@ -126,7 +126,7 @@ def test_rdma_cm_missing_warns(roce):
     assert f.status == Status.WARN and "rdma_cm" in f.detail
 
 
-def port_down(node: checks.Node, hca: str) -> checks.Node:
+def port_down(node: checks.CheckedNode, hca: str) -> checks.CheckedNode:
     """The node as the reader models it after `mlx5_1/ports/1/state` turned `1: DOWN`."""
 
     def down(h):
@@ -137,7 +137,7 @@ def port_down(node: checks.Node, hca: str) -> checks.Node:
         )
         return replace(h, ports=ports)
 
-    return checks.Node(
+    return checks.CheckedNode(
         replace(node.topo, hcas=tuple(map(down, node.topo.hcas))), tuple(map(down, node.usable))
     )
 

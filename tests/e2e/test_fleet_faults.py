@@ -121,7 +121,7 @@ async def test_a_leaf_storm_opens_the_breaker_and_it_closes_by_itself(fault_flee
     try:
         await mark_faulty(kube, hurt, time.time())
         answers = await take_all(budgets)
-        assert all(a.verdict == B.Verdict.REFUSED and a.storming for a, _ in answers)
+        assert all(a.verdict == B.BudgetVerdict.REFUSED and a.storming for a, _ in answers)
         opened = [c for _, changes in answers for c in changes if c.opened]
         assert len({c.scope for c in opened}) == len(opened), "each scope opened once"
         assert {c.scope for c in opened} <= {B.CLUSTER, f"{TOPOGRAPH_TIER.format(0)}=leaf-3"}
@@ -130,14 +130,14 @@ async def test_a_leaf_storm_opens_the_breaker_and_it_closes_by_itself(fault_flee
         assert leaf_reason.startswith(f"{PER_LEAF} of {PER_LEAF} nodes under ")
         # A node of another leaf: the cluster's share (25 of 200, over 10 %) holds it too.
         other, _ = await elsewhere.take()
-        assert other.verdict == B.Verdict.REFUSED and "in the cluster" in other.why
+        assert other.verdict == B.BudgetVerdict.REFUSED and "in the cluster" in other.why
 
         await asyncio.sleep(WINDOW_S)  # the faults are now older than the breaker's window
         answers = await take_all(budgets)
-        granted = [a for a, _ in answers if a.verdict == B.Verdict.GRANTED]
+        granted = [a for a, _ in answers if a.verdict == B.BudgetVerdict.GRANTED]
         assert len(granted) == PER_MINUTE and all(a.fresh for a in granted)
-        refused = [a for a, _ in answers if a.verdict != B.Verdict.GRANTED]
-        assert all(a.verdict == B.Verdict.REFUSED and not a.storming for a in refused)
+        refused = [a for a, _ in answers if a.verdict != B.BudgetVerdict.GRANTED]
+        assert all(a.verdict == B.BudgetVerdict.REFUSED and not a.storming for a in refused)
         closed = [c for _, changes in answers for c in changes if not c.opened]
         assert {c.scope for c in closed} == {c.scope for c in opened}
         assert len(closed) == len(opened), "each scope closed once"
@@ -147,7 +147,7 @@ async def test_a_leaf_storm_opens_the_breaker_and_it_closes_by_itself(fault_flee
         # The five that act keep their token for its minute: asked again, still granted.
         winners = [b for b, (a, _) in zip(budgets, answers, strict=True) if a.fresh]
         again = await take_all(winners)
-        assert all(a.verdict == B.Verdict.GRANTED and not a.fresh for a, _ in again)
+        assert all(a.verdict == B.BudgetVerdict.GRANTED and not a.fresh for a, _ in again)
     finally:
         await mark_faulty(kube, hurt, None)
 
@@ -157,7 +157,9 @@ async def test_agents_racing_for_the_last_token_one_wins(fault_fleet: Fleet):
     racers = [FaultBudget(fault_fleet.kube, n, config) for n in fault_fleet.leaf(1)[:6]]
     answers = [a for a, _ in await take_all(racers)]
     assert sorted(a.verdict.value for a in answers) == ["granted"] + ["refused"] * 5
-    assert all("budget spent: 1 nodes" in a.why for a in answers if a.verdict != B.Verdict.GRANTED)
+    assert all(
+        "budget spent: 1 nodes" in a.why for a in answers if a.verdict != B.BudgetVerdict.GRANTED
+    )
 
 
 async def test_no_agent_acts_on_a_budget_it_could_not_read(
@@ -176,12 +178,12 @@ async def test_no_agent_acts_on_a_budget_it_could_not_read(
     try:
         budget = FaultBudget(via, fault_fleet.nodes[0], config)
         first, _ = await budget.take()
-        assert first.verdict == B.Verdict.GRANTED
+        assert first.verdict == B.BudgetVerdict.GRANTED
         await proxy.cut()
         answer, changes = await FaultBudget(via, fault_fleet.nodes[1], config).take()
     finally:
         await via.close()
-    assert answer.verdict == B.Verdict.UNKNOWN and changes == []
+    assert answer.verdict == B.BudgetVerdict.UNKNOWN and changes == []
     assert answer.why.startswith("the fault budget could not be read: ")
     # A Lease holding a budget of a version this agent does not know: read, not overwritten.
     unreadable = json.dumps({"v": 2, "tokens": []})
@@ -191,7 +193,7 @@ async def test_no_agent_acts_on_a_budget_it_could_not_read(
     )
     await fault_fleet.kube.create(Lease(metadata=meta))
     answer, _ = await FaultBudget(fault_fleet.kube, fault_fleet.nodes[0], config).take()
-    assert answer.verdict == B.Verdict.UNKNOWN and "budget version 2, not 1" in answer.why
+    assert answer.verdict == B.BudgetVerdict.UNKNOWN and "budget version 2, not 1" in answer.why
     lease = await fault_fleet.kube.get(Lease, config.lease, namespace=config.namespace)
     assert lease.metadata is not None and lease.metadata.annotations is not None
     assert lease.metadata.annotations[BUDGET_ANNOTATION] == unreadable

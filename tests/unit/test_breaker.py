@@ -35,7 +35,7 @@ def test_never_more_tokens_within_a_minute_than_the_budget(asks):
         if answer.fresh:
             given_at.append(now)
         held = [t for n, t in budget.tokens if n == f"n{node}"]
-        assert (answer.verdict == B.Verdict.GRANTED) == bool(held)
+        assert (answer.verdict == B.BudgetVerdict.GRANTED) == bool(held)
     for t in given_at:
         assert sum(1 for u in given_at if t <= u < t + B.MINUTE_S) <= RULES.max_nodes_per_minute
 
@@ -44,11 +44,11 @@ def test_the_last_token_goes_to_one_node():
     budget = B.Budget(tokens=(("a", 0.0), ("b", 1.0)))
     after_c, c, _ = B.take(budget, "c", 2.0, CALM, RULES)
     after_d, d, _ = B.take(after_c, "d", 2.0, CALM, RULES)
-    assert c.verdict == B.Verdict.GRANTED and c.fresh and c.until == 62.0
-    assert d.verdict == B.Verdict.REFUSED and not d.storming
+    assert c.verdict == B.BudgetVerdict.GRANTED and c.fresh and c.until == 62.0
+    assert d.verdict == B.BudgetVerdict.REFUSED and not d.storming
     assert "budget spent: 3 nodes acted within the last minute (max 3)" in d.why
     _, d_later, _ = B.take(after_d, "d", 60.5, CALM, RULES)  # a's token is older than a minute
-    assert d_later.verdict == B.Verdict.GRANTED
+    assert d_later.verdict == B.BudgetVerdict.GRANTED
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_the_breaker_opens_and_closes_by_itself(faulty, later):
     under it while the faults are younger than the window, and closes by itself afterwards."""
     budget, answer, changes = B.take(B.Budget(), "n1", 0.0, [*CALM, leaf(faulty)], RULES)
     storms = faulty >= 3
-    assert answer.storming == storms and (answer.verdict == B.Verdict.REFUSED) == storms
+    assert answer.storming == storms and (answer.verdict == B.BudgetVerdict.REFUSED) == storms
     assert [c.opened for c in changes] == ([True] if storms else [])
     if storms:
         assert (
@@ -107,9 +107,9 @@ def test_a_census_counted_before_the_breaker_opened_does_not_close_it(faults, as
 
 def test_a_token_held_does_not_act_through_a_storm():
     budget, first, _ = B.take(B.Budget(), "n1", 0.0, CALM, RULES)
-    assert first.verdict == B.Verdict.GRANTED
+    assert first.verdict == B.BudgetVerdict.GRANTED
     _, second, _ = B.take(budget, "n1", 10.0, [*CALM, leaf(5, since=5.0)], RULES)
-    assert second.verdict == B.Verdict.REFUSED and second.storming
+    assert second.verdict == B.BudgetVerdict.REFUSED and second.storming
 
 
 def test_open_for_names_the_first_open_scope():

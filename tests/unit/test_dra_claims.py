@@ -28,14 +28,14 @@ from rdmaplane.services.dra.policy.claims import (
     prepare,
     spec_name,
 )
-from rdmaplane.services.dra.policy.devices import DraDevice, Pool, offer
+from rdmaplane.services.dra.policy.devices import DraDevice, DraPool, offer
 
 DRIVER = "rdma.rdmaplane.io"
 NODE = "node-a"
 UID = "4f1b5e0c-9a7d-4c1e-8f3a-2b6d7e8f9a01"
 REF = ClaimRef("team", "train-0", UID)
 TOPO = read_sample("hgx-h100-roce")
-DEVICES = offer(TOPO, [Pool("rdmaplane.io/hca", Selectors())])
+DEVICES = offer(TOPO, [DraPool("rdmaplane.io/hca", Selectors())])
 BY_HCA = {d.hca: d for d in DEVICES.values()}
 SCHEMA_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "cdi"
 CDI_NAME = r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$"
@@ -141,7 +141,7 @@ def test_devices_that_name_their_rail_tell_the_claim_its_rails() -> None:
     order; a claim with a device of unknown rail gets no partial list."""
     uplinks = [Uplink(f"mlx5_{k}", f"rail-{7 - k}", 7 - k) for k in range(4)]
     cabled = {
-        d.hca: d for d in offer(TOPO, [Pool("rdmaplane.io/hca", Selectors())], uplinks).values()
+        d.hca: d for d in offer(TOPO, [DraPool("rdmaplane.io/hca", Selectors())], uplinks).values()
     }
     picked = [("nic-0", cabled["mlx5_2"]), ("nic-1", cabled["mlx5_0"])]
     env = env_of(run(claim(picked), devices={d.name: d for d in cabled.values()}))

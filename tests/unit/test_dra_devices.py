@@ -25,7 +25,7 @@ from rdmaplane.services.dra.policy.devices import (
     PCI_BUS_ID,
     PCIE_ROOT,
     DraDevice,
-    Pool,
+    DraPool,
     Share,
     device_name,
     offer,
@@ -33,7 +33,7 @@ from rdmaplane.services.dra.policy.devices import (
 )
 
 SAMPLES = {name: read_sample(name) for name in names()}
-ALL = Pool("rdmaplane.io/hca", Selectors())  # the device plugin's default pool: every HCA
+ALL = DraPool("rdmaplane.io/hca", Selectors())  # the device plugin's default pool: every HCA
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -84,7 +84,7 @@ def test_names_come_from_the_pci_address_not_the_hca_name() -> None:
 def test_software_devices_with_punctuation_twins_get_distinct_names() -> None:
     port = Port(1, PortState.ACTIVE, PhysState.LINK_UP, LinkLayer.ETHERNET, 25.0)
     topo = NodeTopology(hcas=(Hca("rxe_0", None, (port,)), Hca("rxe-0", None, (port,))))
-    devices = offer(topo, [Pool("rdmaplane.io/hca", Selectors(hca_names=("rxe*",)))])
+    devices = offer(topo, [DraPool("rdmaplane.io/hca", Selectors(hca_names=("rxe*",)))])
     assert len(devices) == 2 and all(DNS_LABEL.match(n) for n in devices)
     assert all(d.attribute(PCIE_ROOT) is None for d in devices.values())
 
@@ -96,7 +96,7 @@ def test_any_hca_name_becomes_a_dns_label(name: str, number: int) -> None:
 
 def test_a_port_that_goes_down_stays_offered_and_a_vanished_hca_leaves() -> None:
     topo = SAMPLES["hgx-h100-roce"]
-    default = Pool("rdmaplane.io/hca")  # no selectors: the fastest ports that are up
+    default = DraPool("rdmaplane.io/hca")  # no selectors: the fastest ports that are up
     before = offer(topo, [default])
     down = with_ports_down(topo, "mlx5_3")
     assert ("mlx5_3", 1) not in {(h.name, p.number) for h, p in compute_ports(down, None)}
@@ -116,14 +116,14 @@ def test_remembered_devices_are_exactly_those_whose_port_still_exists(removed: s
     topo = SAMPLES["dgx-a100"]
     before = offer(topo, [ALL])
     left = dataclasses.replace(topo, hcas=tuple(h for h in topo.hcas if h.name not in removed))
-    after = offer(left, [Pool(ALL.name, Selectors(hca_names=("none",)))], before=before)
+    after = offer(left, [DraPool(ALL.name, Selectors(hca_names=("none",)))], before=before)
     assert {d.hca for d in after.values()} == {d.hca for d in before.values()} - removed
 
 
 def test_a_port_two_pools_select_belongs_to_the_first() -> None:
     topo = SAMPLES["hgx-h100-roce"]
-    compute = Pool("rdmaplane.io/hca", Selectors(hca_names=("mlx5_[0-7]",)))
-    devices = offer(topo, [compute, Pool("rdmaplane.io/storage", Selectors())])
+    compute = DraPool("rdmaplane.io/hca", Selectors(hca_names=("mlx5_[0-7]",)))
+    devices = offer(topo, [compute, DraPool("rdmaplane.io/storage", Selectors())])
     pools = {d.hca: d.attribute("pool") for d in devices.values()}
     assert pools["mlx5_0"] == "rdmaplane.io/hca"
     assert pools["mlx5_bond_0"] == "rdmaplane.io/storage"
@@ -146,7 +146,7 @@ def every_node(topo: NodeTopology) -> frozenset[str]:
 
 
 def reasons(
-    topo: NodeTopology, pools: list[Pool], before: dict[str, DraDevice] | None = None
+    topo: NodeTopology, pools: list[DraPool], before: dict[str, DraDevice] | None = None
 ) -> dict[str, str]:
     """The reason each offered HCA's port cannot be handed out, by HCA name."""
     devices = offer(topo, pools, before=before)
@@ -168,7 +168,7 @@ def test_a_port_set_down_is_unusable_and_the_others_keep_their_verdict(data: st.
     topo = SAMPLES[sample]
     down = data.draw(st.sets(st.sampled_from([h.name for h in topo.hcas])))
     changed = with_ports_down(topo, *down)
-    default = Pool("rdmaplane.io/hca")  # no selectors: a port that goes down stays by `before`
+    default = DraPool("rdmaplane.io/hca")  # no selectors: a port that goes down stays by `before`
     for pools in ([ALL], [default]):
         before = offer(topo, pools)
         was = reasons(topo, pools)
@@ -206,8 +206,8 @@ def test_each_device_is_judged_with_its_own_pools_gid_policy() -> None:
     topo = SAMPLES["hgx-h100-roce"]
     elsewhere = NcclSettings(gid_policy=GidPolicy(cidr="192.168.0.0/16"))  # no GID in range
     pools = [
-        Pool("rdmaplane.io/hca", Selectors(hca_names=("mlx5_[0-3]",)), elsewhere),
-        Pool("rdmaplane.io/storage", Selectors()),
+        DraPool("rdmaplane.io/hca", Selectors(hca_names=("mlx5_[0-3]",)), elsewhere),
+        DraPool("rdmaplane.io/storage", Selectors()),
     ]
     assert reasons(topo, pools) == dict.fromkeys(
         ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3"], NO_NCCL_PLAN
@@ -230,7 +230,7 @@ def with_ports_down(topo: NodeTopology, *names: str) -> NodeTopology:
 
 def test_a_shared_pools_ports_are_shared_by_bandwidth_and_an_exclusive_pools_are_not() -> None:
     topo = SAMPLES["hgx-h100-roce"]
-    shared = Pool("rdmaplane.io/hca-shared", Selectors(hca_names=("mlx5_[0-3]",)),
+    shared = DraPool("rdmaplane.io/hca-shared", Selectors(hca_names=("mlx5_[0-3]",)),
                   share=DraSharing(100, 25))  # fmt: skip
     devices = offer(topo, [shared, ALL])
     for device in devices.values():
@@ -243,7 +243,7 @@ def test_a_shared_pools_ports_are_shared_by_bandwidth_and_an_exclusive_pools_are
 
 def test_a_connectx8_pairs_by_its_data_direct_functions_root_and_names_its_own_function() -> None:
     topo = SAMPLES["gb300-cx8"]
-    devices = offer(topo, [Pool("rdmaplane.io/hca")])  # the fastest ports: the four CX-8
+    devices = offer(topo, [DraPool("rdmaplane.io/hca")])  # the fastest ports: the four CX-8
     for gpu in topo.gpus:
         (paired,) = (
             d for d in devices.values() if d.attribute(PCIE_ROOT) == gpu.pci.root

@@ -14,7 +14,7 @@ from rdmaplane.adapters.discovery.samples import read_sample
 from rdmaplane.core.faults import Fault, FaultClass
 from rdmaplane.core.selectors import Selectors
 from rdmaplane.core.usability import NO_NCCL_PLAN, PORT_DOWN
-from rdmaplane.services.dra.policy.devices import Pool, offer, unusable
+from rdmaplane.services.dra.policy.devices import DraPool, offer, unusable
 from rdmaplane.services.dra.policy.readiness import (
     DEVICE_GONE,
     FAILED,
@@ -29,7 +29,7 @@ from tests.unit.test_dra_devices import with_ports_down
 DRIVER = "rdma.rdmaplane.io"
 NODE = "node-a"
 TOPO = read_sample("hgx-h100-roce")
-POOLS = [Pool("rdmaplane.io/hca", Selectors())]
+POOLS = [DraPool("rdmaplane.io/hca", Selectors())]
 DEVICES = offer(TOPO, POOLS)
 BY_HCA = {d.hca: name for name, d in DEVICES.items()}
 T0, T1 = "2026-01-02T03:04:05Z", "2026-01-02T03:09:00Z"

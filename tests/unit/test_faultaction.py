@@ -7,19 +7,19 @@ import json
 
 from rdmaplane.adapters.discovery.samples import read_sample
 from rdmaplane.core import faults as F
-from rdmaplane.services.agent.faults import View, device_hcas, notice, stale_view
+from rdmaplane.services.agent.faults import Freshness, device_hcas, notice, stale_view
 from rdmaplane.services.agent.policy.inventory import Offered
 
 
 def test_stale_view():
-    assert stale_view(View(0, 100.0, 30.0), 159.0) is None
-    assert stale_view(View(0, 100.0, 30.0), 161.0) == (
+    assert stale_view(Freshness(0, 100.0, 30.0), 159.0) is None
+    assert stale_view(Freshness(0, 100.0, 30.0), 161.0) == (
         "PodResources older than two intervals (60 s)"
     )
-    assert stale_view(View(3, 100.0, 30.0), 101.0) == "API server unreachable"
-    assert stale_view(View(0, None, 30.0), 101.0) == "PodResources never answered"
+    assert stale_view(Freshness(3, 100.0, 30.0), 101.0) == "API server unreachable"
+    assert stale_view(Freshness(0, None, 30.0), 101.0) == "PodResources never answered"
     # The text stays the same while the cause does (a hold is logged once).
-    assert stale_view(View(0, 0.0, 1.0), 10.0) == stale_view(View(0, 0.0, 1.0), 500.0)
+    assert stale_view(Freshness(0, 0.0, 1.0), 10.0) == stale_view(Freshness(0, 0.0, 1.0), 500.0)
 
 
 def test_notice_is_the_documented_json():

@@ -435,10 +435,10 @@ def through_breaker(ledger, decisions, now):
     return ledger
 
 
-STORM = B.Answer(B.Verdict.REFUSED, "breaker open: a storm", storming=True)
-SPENT = B.Answer(B.Verdict.REFUSED, "budget spent")
-GRANTED = B.Answer(B.Verdict.GRANTED, "token held", 1e9)
-UNKNOWN = B.Answer(B.Verdict.UNKNOWN, "the fault budget could not be read: HTTP 503")
+STORM = B.Answer(B.BudgetVerdict.REFUSED, "breaker open: a storm", storming=True)
+SPENT = B.Answer(B.BudgetVerdict.REFUSED, "budget spent")
+GRANTED = B.Answer(B.BudgetVerdict.GRANTED, "token held", 1e9)
+UNKNOWN = B.Answer(B.BudgetVerdict.UNKNOWN, "the fault budget could not be read: HTTP 503")
 
 
 @settings(max_examples=200, deadline=None)
@@ -456,7 +456,7 @@ def test_nothing_acts_without_a_token_and_every_pod_is_acted_on_once(pods, answe
     for now, answer in enumerate([*answers, GRANTED, GRANTED]):
         wanted = F.decide(float(now), hurt, ledger, rules)
         decisions = F.gate(wanted, hurt, ledger, answer)
-        granted = answer is not None and answer.verdict == B.Verdict.GRANTED
+        granted = answer is not None and answer.verdict == B.BudgetVerdict.GRANTED
         for d in decisions:
             if d.verb == F.Verb.ACT:
                 assert granted, "an act without a token"

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from rdmaplane.core.audit import Audit, NodeFacts
 
 
-class Format(StrEnum):
+class AuditFormat(StrEnum):
     table = "table"
     json = "json"
 
@@ -43,8 +43,8 @@ def audit_command(
         Path | None,
         typer.Option(metavar="FILE", help="Read the NodeResourceTopology objects of this cluster."),
     ] = None,
-    output: Annotated[Format, typer.Option("-o", "--output", help="table or json.")] = (
-        Format.table
+    output: Annotated[AuditFormat, typer.Option("-o", "--output", help="table or json.")] = (
+        AuditFormat.table
     ),
 ) -> None:
     """Which nodes run another firmware than the rest of the fleet's HCAs of their kind, and
@@ -63,7 +63,7 @@ def audit_command(
     if not nodes:
         fail("give node documents, --snapshot FILE, --sample NAME, --nrt FILE or --kubeconfig")
     result = audit(_unique(nodes))
-    if output == Format.json:
+    if output == AuditFormat.json:
         typer.echo(json.dumps(_document(result), indent=2))
     else:
         _print(result)

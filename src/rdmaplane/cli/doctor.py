@@ -45,13 +45,13 @@ doctor_app = typer.Typer(
 )
 
 
-class Output(StrEnum):
+class DoctorOutput(StrEnum):
     table = "table"
     json = "json"
 
 
 OutputOption = Annotated[
-    Output | None,
+    DoctorOutput | None,
     typer.Option("-o", "--output", help="table (people) or json (machines) [default: table]."),
 ]
 RootOption = Annotated[
@@ -75,7 +75,7 @@ _STYLE = {"SKIP": "cyan", "PASS": "green", "WARN": "yellow", "FAIL": "bold red"}
 
 
 def _group_options(
-    ctx: typer.Context, command: str, root: str | None = None, output: Output | None = None
+    ctx: typer.Context, command: str, root: str | None = None, output: DoctorOutput | None = None
 ) -> tuple[Path, str]:
     """The command's --root (a directory) and -o, given to it or to the group (not both);
     exit 2 for a group option the command has no use for."""
@@ -90,7 +90,7 @@ def _group_options(
             fail(f"doctor {command}: {flag} given to doctor and to {command}; give it once")
     root = root if root is not None else group.get("root")
     root = "/" if root is None else root
-    chosen = output or group.get("output") or Output.table
+    chosen = output or group.get("output") or DoctorOutput.table
     return _root_dir(root), str(chosen)
 
 
@@ -188,7 +188,7 @@ def run_checks(ctx: typer.Context, root: RootOption = None, output: OutputOption
     say_warnings(node.topo)
     findings = checks.run_all(host, node)
     extra = {"hostname": node.topo.hostname, "usable_hcas": [h.name for h in node.usable]}
-    _finish("checks", findings, str(output or Output.table), extra)
+    _finish("checks", findings, str(output or DoctorOutput.table), extra)
 
 
 @doctor_app.command("nccl-tests")

@@ -58,7 +58,7 @@ TierLabel = Annotated[
 
 
 @dataclass
-class View:
+class FabricView:
     """What the commands show or export: node locations and the label keys of their tiers."""
 
     locations: dict[str, fab.Location]
@@ -73,7 +73,7 @@ def load_view(
     pods: list[Path],
     kubeconfig: Path | None,
     tier_labels: list[str],
-) -> View:
+) -> FabricView:
     """The fabric from exactly one kind of source; an `InputError` (exit 2) on bad input."""
     from rdmaplane.adapters.config.fabric import fabric_from_document
     from rdmaplane.adapters.documents import read_document
@@ -87,7 +87,7 @@ def load_view(
         doc = read_document(fabric_file)
         where = fabric_from_document(doc, str(fabric_file)).locations()
         pods_given = read_objects(pods, "Pod")
-        return View(where, tuple(tier_labels) or fab.DEFAULT_TIER_LABELS, pods_given)
+        return FabricView(where, tuple(tier_labels) or fab.DEFAULT_TIER_LABELS, pods_given)
     if kubeconfig is not None:
         listed = list_cluster(kubeconfig)
     else:
@@ -102,10 +102,10 @@ def load_view(
     cache.replace("nrt", listed["nrt"])
     found = {fab.scheme_of(_labels(n), schemes) for n in listed["node"]} - {None}
     keys = found.pop() if len(found) == 1 else None  # Kueue levels need one scheme
-    return View(dict(cache.locations), keys, listed["pod"])
+    return FabricView(dict(cache.locations), keys, listed["pod"])
 
 
-def resolved(view: View) -> tuple[dict[str, fab.Location], fab.Tree]:
+def resolved(view: FabricView) -> tuple[dict[str, fab.Location], fab.TierTree]:
     """The one fabric `show` and `export` both read: the tree the nodes' locations fold into,
     each contradiction warned about on stderr, and the locations of the nodes it kept (a node
     left out of the tree is left out of the table too)."""
@@ -123,7 +123,7 @@ def _labels(node: dict[str, Any]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if isinstance(v, str)}
 
 
-class Output(StrEnum):
+class FabricOutput(StrEnum):
     table = "table"
     json = "json"
     dot = "dot"
@@ -148,8 +148,8 @@ def show(
             "LeaderWorkerSet, rdmaplane.io/group ... name).",
         ),
     ] = None,
-    output: Annotated[Output, typer.Option("-o", "--output", help="table, json or dot.")] = (
-        Output.table
+    output: Annotated[FabricOutput, typer.Option("-o", "--output", help="table, json or dot.")] = (
+        FabricOutput.table
     ),
 ) -> None:
     """Where every node sits: its tier ids, closest first, and its rails. `-o dot` draws the
@@ -161,9 +161,9 @@ def show(
     marked = job_pods(view.pods, job) if job else {}
     if job and not marked:
         err_console.print(f"[yellow]warning:[/] no bound pod of job {job!r} found")
-    if output is Output.json:
+    if output is FabricOutput.json:
         typer.echo(json.dumps(show_document(locations, view.tier_keys, shape, marked), indent=2))
-    elif output is Output.dot:
+    elif output is FabricOutput.dot:
         typer.echo(dot_text(locations, shape, marked))
     else:
         console.print(show_table(locations, shape.depth, marked))
@@ -186,7 +186,7 @@ def job_pods(pods: list[dict[str, Any]], job: str) -> dict[str, list[str]]:
 def show_document(
     locations: dict[str, fab.Location],
     tier_keys: tuple[str, ...] | None,
-    shape: fab.Tree,
+    shape: fab.TierTree,
     marked: dict[str, list[str]],
 ) -> dict[str, Any]:
     return {
@@ -230,7 +230,7 @@ def show_table(
 
 
 def dot_text(
-    locations: dict[str, fab.Location], shape: fab.Tree, marked: dict[str, list[str]]
+    locations: dict[str, fab.Location], shape: fab.TierTree, marked: dict[str, list[str]]
 ) -> str:
     """Tier ids as boxes, one rank per tier, the widest on top; nodes below their tier-0 id
     (or below the rail switches they plug into, edges labelled with the rail); the job's nodes

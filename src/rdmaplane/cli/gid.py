@@ -51,7 +51,7 @@ class EnvFormat(StrEnum):
     json = "json"
 
 
-class Format(StrEnum):
+class GidFormat(StrEnum):
     table = "table"
     json = "json"
 
@@ -83,7 +83,7 @@ RoceOption = Annotated[
         "--roce-version", metavar="1|2", help="Preferred RoCE version (NCCL_IB_ROCE_VERSION_NUM)."
     ),
 ]
-TableOutput = Annotated[Format, typer.Option("--output", "-o", help="table or json.")]
+TableOutput = Annotated[GidFormat, typer.Option("--output", "-o", help="table or json.")]
 
 
 # The plan's fields (rdmaplane.core.gid, rdmaplane.core.nccl) as the flags that set them.
@@ -217,7 +217,7 @@ def explain(
     family: FamilyOption = 4,
     addr_range: RangeOption = None,
     roce_version: RoceOption = 2,
-    output: TableOutput = Format.table,
+    output: TableOutput = GidFormat.table,
 ) -> None:
     """Show every GID like show_gids, the row NCCL picks per port, and why."""
     policy = _policy(family, addr_range, roce_version)
@@ -225,7 +225,7 @@ def explain(
     verdicts = _ports_for(topo, hca)
     choices = [select_gid(v.hca, v.port, policy) for v in verdicts]
     plan = plan_node(topo, [(v.hca, v.port) for v in verdicts if v.compute], policy)
-    if output == Format.json:
+    if output == GidFormat.json:
         doc = _explain_doc(topo, policy, verdicts, choices, plan.uniform_index)
         typer.echo(json.dumps(doc, indent=2))
         return
@@ -344,7 +344,7 @@ def audit_command(
     family: FamilyOption = 4,
     addr_range: RangeOption = None,
     roce_version: RoceOption = 2,
-    output: TableOutput = Format.table,
+    output: TableOutput = GidFormat.table,
 ) -> None:
     """Is one GID index right for every compute port of every node? Exit 1 when not (or when a
     node has no RDMA device), 2 on bad input."""
@@ -353,7 +353,7 @@ def audit_command(
     if not nodes:
         fail("give node documents, --snapshot FILE or --sample NAME")
     result = audit(nodes, _selectors(hca), policy)
-    if output == Format.json:
+    if output == GidFormat.json:
         typer.echo(json.dumps(_audit_doc(result), indent=2))
     else:
         _print_audit(result)

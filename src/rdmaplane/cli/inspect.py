@@ -40,7 +40,7 @@ LEGEND = """Legend:
   NV#  = Connection traversing a bonded set of # NVLinks (only shown when NVML reports them)"""
 
 
-class Output(StrEnum):
+class InspectOutput(StrEnum):
     table = "table"
     json = "json"
     yaml = "yaml"
@@ -52,7 +52,9 @@ def inspect(
     sysfs_root: SysfsRootOption = None,
     snapshot_file: SnapshotOption = None,
     sample: SampleOption = None,
-    output: Annotated[Output, typer.Option("-o", "--output", help="Output format.")] = Output.table,
+    output: Annotated[
+        InspectOutput, typer.Option("-o", "--output", help="Output format.")
+    ] = InspectOutput.table,
 ) -> None:
     """Show a node's GPUs, RDMA NICs, ports, GIDs, NUMA nodes and PCIe relations.
 
@@ -61,19 +63,19 @@ def inspect(
     Exit 1 when the node has no RDMA device (after showing what it has), 2 on bad input.
     """
     topo = load(sysfs_root, snapshot_file, sample)
-    if output is Output.json:
+    if output is InspectOutput.json:
         from rdmaplane.core.serialize import to_document
 
         typer.echo(json.dumps(to_document(topo), indent=2))
-    elif output is Output.yaml:
+    elif output is InspectOutput.yaml:
         import yaml
 
         from rdmaplane.core.serialize import to_document
 
         typer.echo(yaml.safe_dump(to_document(topo), sort_keys=False), nl=False)
-    elif output is Output.matrix:
+    elif output is InspectOutput.matrix:
         typer.echo(matrix_text(topo))
-    elif output is Output.dot:
+    elif output is InspectOutput.dot:
         typer.echo(dot_text(topo))
     else:
         print_summary(topo)

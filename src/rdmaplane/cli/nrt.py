@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from rdmaplane.core.settings.deviceplugin import PluginSettings
 
 
-class Format(StrEnum):
+class NrtFormat(StrEnum):
     yaml = "yaml"
     json = "json"
 
@@ -84,7 +84,9 @@ def nrt_command(
             "--sample, every HCA has its device nodes].",
         ),
     ] = None,
-    output: Annotated[Format, typer.Option("-o", "--output", help="yaml or json.")] = Format.yaml,
+    output: Annotated[
+        NrtFormat, typer.Option("-o", "--output", help="yaml or json.")
+    ] = NrtFormat.yaml,
 ) -> None:
     """Print the NodeResourceTopology the node agent would publish for this node (or the
     --sysfs-root/--snapshot/--sample one) while no pod holds its devices.
@@ -107,7 +109,7 @@ def nrt_command(
     live = sysfs_root is None and snapshot is None and sample is None
     dev = Path(dev_root) if dev_root is not None else Path("/dev") if live else None
     obj = agent_nrt(topo, name, plugin_config, str(policy), str(scope), dev, gpu_resource)
-    if output is Format.json:
+    if output is NrtFormat.json:
         typer.echo(json.dumps(obj, indent=2))
     else:
         typer.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)

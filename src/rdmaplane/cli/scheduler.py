@@ -26,7 +26,7 @@ ConfigOption = Annotated[
 ]
 
 
-class Output(StrEnum):
+class PlacementOutput(StrEnum):
     table = "table"
     json = "json"
 
@@ -140,8 +140,8 @@ def explain_placement(
         typer.Option(metavar="FILE", help="Read NRTs, nodes and pods from this cluster instead."),
     ] = None,
     config: ConfigOption = None,
-    output: Annotated[Output, typer.Option("-o", "--output", help="table or json.")] = (
-        Output.table
+    output: Annotated[PlacementOutput, typer.Option("-o", "--output", help="table or json.")] = (
+        PlacementOutput.table
     ),
 ) -> None:
     """Why each node would or would not get each pod of FILE, and its score: the extender's
@@ -178,7 +178,7 @@ def explain_placement(
     names = sorted({_name(o) for objs in (listed["nrt"], listed["node"]) for o in objs})
     decide = Decisions(cache, cfg.fabric)
     explained = [{"pod": label, **decide.explain(c, names)} for label, c in templates]
-    if output is Output.json:
+    if output is PlacementOutput.json:
         typer.echo(json.dumps(explained[0] if len(explained) == 1 else explained, indent=2))
     else:
         for one in explained:

@@ -65,7 +65,7 @@ class Budget:
     open: tuple[Opened, ...] = ()
 
 
-class Verdict(StrEnum):
+class BudgetVerdict(StrEnum):
     GRANTED = "granted"
     REFUSED = "refused"  # the budget is spent, or a scope storms
     UNKNOWN = "unknown"  # the budget could not be read or written: act on nothing
@@ -73,7 +73,7 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Answer:
-    verdict: Verdict
+    verdict: BudgetVerdict
     why: str = ""
     until: float | None = None  # a token's end
     storming: bool = False  # refused because a scope storms (not for the spent budget)
@@ -132,16 +132,24 @@ def take(
     if storming:
         return (
             after,
-            Answer(Verdict.REFUSED, f"breaker open: {storming[0]}", storming=True),
+            Answer(BudgetVerdict.REFUSED, f"breaker open: {storming[0]}", storming=True),
             changes,
         )
     if mine:
-        return after, Answer(Verdict.GRANTED, "token held", max(mine) + MINUTE_S), changes
+        return after, Answer(BudgetVerdict.GRANTED, "token held", max(mine) + MINUTE_S), changes
     if len(tokens) >= rules.max_nodes_per_minute:
         why = f"budget spent: {len(tokens)} nodes acted within the last minute"
-        return after, Answer(Verdict.REFUSED, f"{why} (max {rules.max_nodes_per_minute})"), changes
+        return (
+            after,
+            Answer(BudgetVerdict.REFUSED, f"{why} (max {rules.max_nodes_per_minute})"),
+            changes,
+        )
     granted = replace(after, tokens=(*tokens, (node, now)))
-    return granted, Answer(Verdict.GRANTED, "token given", now + MINUTE_S, fresh=True), changes
+    return (
+        granted,
+        Answer(BudgetVerdict.GRANTED, "token given", now + MINUTE_S, fresh=True),
+        changes,
+    )
 
 
 def _counted(count: ScopeCount, now: float) -> float:

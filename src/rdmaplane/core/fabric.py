@@ -345,7 +345,7 @@ def _check_links(
 
 
 @dataclass(frozen=True)
-class Tree:
+class TierTree:
     """Tier ids above each other as the nodes' locations say: parent of (tier, id), members."""
 
     depth: int
@@ -365,7 +365,7 @@ class Tree:
         return sorted(i for (t, i), p in self.parents.items() if t == tier - 1 and p == name)
 
 
-def tree(locations: Mapping[str, Location]) -> Tree:
+def tree(locations: Mapping[str, Location]) -> TierTree:
     """Fold locations into a tree. A node that contradicts what earlier nodes said (an id with
     two parents, or seen at two tiers) is left out and named in `problems`."""
     parents: dict[tuple[int, str], str] = {}
@@ -385,7 +385,7 @@ def tree(locations: Mapping[str, Location]) -> Tree:
         if tiers:
             under.setdefault(tiers[0], []).append(node)
     depth = max((len(locations[n].tiers) for n in locations), default=0)
-    return Tree(depth, parents, {k: tuple(v) for k, v in under.items()}, tuple(problems))
+    return TierTree(depth, parents, {k: tuple(v) for k, v in under.items()}, tuple(problems))
 
 
 def _contradiction(

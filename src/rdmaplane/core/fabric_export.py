@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rdmaplane.core.errors import InputError
-from rdmaplane.core.fabric import HOSTNAME_LABEL, Tree, object_name
+from rdmaplane.core.fabric import HOSTNAME_LABEL, TierTree, object_name
 
 KUEUE_API_VERSION = "kueue.x-k8s.io/v1beta2"
 VOLCANO_API_VERSION = "topology.volcano.sh/v1alpha1"
@@ -49,7 +49,7 @@ def hypernode_name(tier: int, name: str) -> str:
     return object_name(f"tier{tier + 1}", name)
 
 
-def volcano_hypernodes(fabric: Tree) -> list[dict[str, Any]]:
+def volcano_hypernodes(fabric: TierTree) -> list[dict[str, Any]]:
     """One HyperNode per tier id: tier-0 ids hold their nodes, higher ids the ids below them."""
     if fabric.depth <= 0:
         raise ExportError("no node has a fabric tier: nothing to make HyperNodes of")

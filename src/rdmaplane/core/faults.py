@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from rdmaplane.core.breaker import Answer, Verdict
+from rdmaplane.core.breaker import Answer, BudgetVerdict
 from rdmaplane.core.model import NodeTopology
 from rdmaplane.core.porthealth import FaultClass, PortKey, Symptom
 
@@ -438,7 +438,7 @@ def gate(
     without a token waits (`HOLD`, with the breaker's reason); a notice while a storm holds
     the node says so (`held`), and a pod noticed before the storm is told once."""
     storming = answer is not None and answer.storming
-    granted = answer is not None and answer.verdict == Verdict.GRANTED
+    granted = answer is not None and answer.verdict == BudgetVerdict.GRANTED
     out = []
     for d in decisions:
         if d.verb == Verb.NOTIFY and storming:

@@ -307,7 +307,7 @@ class KernelSaid:
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class HealthRule:
     """One row: `check` gives the symptom's message when it fires."""
 
     reason: str
@@ -329,7 +329,7 @@ class Symptom:
 
 @dataclass(frozen=True, slots=True)
 class RuleTable:
-    rows: tuple[Rule, ...]
+    rows: tuple[HealthRule, ...]
     keep_s: float  # how long a port's memory keeps increments: the longest window a row reads
 
     @property
@@ -343,11 +343,11 @@ FATAL, DEGRADED = FaultClass.FATAL, FaultClass.DEGRADED
 # use, is not called unhealthy here: the device plugin and the DRA driver find no NCCL plan for
 # it themselves (`rdmaplane.core.usability`).
 PORT_RULES = (
-    Rule(HCA_GONE, hca_gone, unhealthy=True, fault=FATAL),
-    Rule(PORT_GONE, port_gone, unhealthy=True, fault=FATAL),
-    Rule(PORT_DOWN, port_not_up, unhealthy=True, fault=FATAL),
-    Rule(NO_NETDEV, no_netdev, unhealthy=False, fault=FATAL),
-    Rule(GID_INDEX_LOST, gid_index_lost, unhealthy=False, fault=FATAL),
+    HealthRule(HCA_GONE, hca_gone, unhealthy=True, fault=FATAL),
+    HealthRule(PORT_GONE, port_gone, unhealthy=True, fault=FATAL),
+    HealthRule(PORT_DOWN, port_not_up, unhealthy=True, fault=FATAL),
+    HealthRule(NO_NETDEV, no_netdev, unhealthy=False, fault=FATAL),
+    HealthRule(GID_INDEX_LOST, gid_index_lost, unhealthy=False, fault=FATAL),
 )
 
 
@@ -383,26 +383,26 @@ def rule_table(
     rows += _counter_rows(window_s, thresholds, fatal_thresholds)
     rows += _counter_rows(HOUR_S, hourly or {}, hourly_fatal or {})
     if flaps_per_hour is not None:
-        rows.append(Rule(LINK_FLAPPING, LinkFlaps(flaps_per_hour), True, FATAL))
-    rows.append(Rule(QUARANTINED, quarantined, unhealthy=True, fault=None))
+        rows.append(HealthRule(LINK_FLAPPING, LinkFlaps(flaps_per_hour), True, FATAL))
+    rows.append(HealthRule(QUARANTINED, quarantined, unhealthy=True, fault=None))
     for reason, (unhealthy, cls) in KERNEL_CLASSES.items():
-        rows.append(Rule(reason, KernelSaid(reason, window_s), unhealthy, cls))
-    rows.append(Rule(DOWNTRAINED, pcie_downtrained, unhealthy=False, fault=DEGRADED))
+        rows.append(HealthRule(reason, KernelSaid(reason, window_s), unhealthy, cls))
+    rows.append(HealthRule(DOWNTRAINED, pcie_downtrained, unhealthy=False, fault=DEGRADED))
     longest = HOUR_S if hourly or hourly_fatal or flaps_per_hour is not None else 0.0
     return RuleTable(tuple(rows), max(window_s, longest))
 
 
 def _counter_rows(
     window_s: float, thresholds: Mapping[str, int], fatal_thresholds: Mapping[str, int]
-) -> list[Rule]:
+) -> list[HealthRule]:
     rows = []
     for name in sorted({*thresholds, *fatal_thresholds}):
         limit, fatal = thresholds.get(name), fatal_thresholds.get(name)
         if limit is not None:
             cls = FATAL if limit == fatal else DEGRADED if fatal is None else None
-            rows.append(Rule(ERRORS_RISING, CounterRise(name, limit, window_s), True, cls))
+            rows.append(HealthRule(ERRORS_RISING, CounterRise(name, limit, window_s), True, cls))
         if fatal is not None and fatal != limit:
-            rows.append(Rule(ERRORS_RISING, CounterRise(name, fatal, window_s), False, FATAL))
+            rows.append(HealthRule(ERRORS_RISING, CounterRise(name, fatal, window_s), False, FATAL))
     return rows
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from rdmaplane.adapters.discovery import vpd
-from rdmaplane.adapters.discovery.tree import DiskTree, Tree
+from rdmaplane.adapters.discovery.tree import DiskTree, SysfsTree
 from rdmaplane.core.model import (
     DATA_DIRECT_DEVICE,
     MAX_NUMA_NODES,
@@ -77,7 +77,7 @@ class _Sysfs:
     """File access relative to a tree's root (on disk or in memory), collecting warnings
     instead of raising, and recording what was read when asked."""
 
-    def __init__(self, tree: Tree, recording: Recording | None = None) -> None:
+    def __init__(self, tree: SysfsTree, recording: Recording | None = None) -> None:
         self.tree = tree
         self.warnings: list[ReadWarning] = []
         self.recorded_errors: dict[str, int] = {}
@@ -221,7 +221,7 @@ class _Sysfs:
 
 
 def read_node(
-    root: str | Tree = "/sys",
+    root: str | SysfsTree = "/sys",
     *,
     hostname: str | None = None,
     gpu_info: dict[str, dict[str, Any]] | None = None,

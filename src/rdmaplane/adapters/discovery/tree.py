@@ -19,7 +19,7 @@ MAX_LINKS = 40  # the kernel's limit on links followed in one lookup (ELOOP beyo
 _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK  # a FIFO planted in a tree must not hang the reader
 
 
-class Tree(Protocol):
+class SysfsTree(Protocol):
     """What the reader asks of a tree; paths are relative to its root, `/`-separated."""
 
     name: str  # what the reader's `source` says

@@ -44,7 +44,7 @@ class Shm:
 
 
 @dataclass(frozen=True, slots=True)
-class FaultNotice:
+class NoticeVolume:
     """The pod's annotations as a file, where rdmaplane.train's FaultNotice reads them."""
 
     enabled: bool = setting(True, "mount it where none is")
@@ -111,8 +111,8 @@ class InjectPolicy:
     node_classes: tuple[NodeClass, ...] = setting((), "other ratios for pods selecting other nodes")
     ipc_lock: bool = setting(True, "add IPC_LOCK to GPU containers")
     shm: Shm = setting(factory=Shm, doc="/dev/shm")
-    fault_notice: FaultNotice = setting(
-        factory=FaultNotice, doc="the fault notice's annotations file"
+    fault_notice: NoticeVolume = setting(
+        factory=NoticeVolume, doc="the fault notice's annotations file"
     )
     doctor: Doctor = setting(factory=Doctor, doc="rdmaplane.io/doctor")
 

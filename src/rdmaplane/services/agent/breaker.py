@@ -89,11 +89,12 @@ class FaultBudget:
                 if not (answer.fresh or changes) or await self._write(lease, after):
                     return answer, changes
             return fleet_breaker.Answer(
-                fleet_breaker.Verdict.UNKNOWN, "the fault budget changed under every write"
+                fleet_breaker.BudgetVerdict.UNKNOWN, "the fault budget changed under every write"
             ), []
         except (*API_ERRORS, ValueError, KeyError, TypeError) as e:
             return fleet_breaker.Answer(
-                fleet_breaker.Verdict.UNKNOWN, f"the fault budget could not be read: {_said(e)}"
+                fleet_breaker.BudgetVerdict.UNKNOWN,
+                f"the fault budget could not be read: {_said(e)}",
             ), []
 
     async def peek(self) -> fleet_breaker.Answer | None:
@@ -113,7 +114,7 @@ class FaultBudget:
         if opened is None:
             return None
         return fleet_breaker.Answer(
-            fleet_breaker.Verdict.REFUSED, f"breaker open: {opened.reason}", storming=True
+            fleet_breaker.BudgetVerdict.REFUSED, f"breaker open: {opened.reason}", storming=True
         )
 
     # ---------------------------------------------------------------- the census

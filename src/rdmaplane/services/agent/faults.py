@@ -82,7 +82,7 @@ def notice(fault: policy.Fault, wall_since: float, held: str = "") -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class View:
+class Freshness:
     """How fresh the agent's knowledge is: consecutive failed publish cycles, and when
     PodResources last answered (monotonic; None: never)."""
 
@@ -91,7 +91,7 @@ class View:
     podresources_interval_s: float
 
 
-def stale_view(view: View, now: float) -> str | None:
+def stale_view(view: Freshness, now: float) -> str | None:
     """Why the view cannot be trusted for acting on pods, or None when it can. The texts stay
     the same while the cause does, so a hold is logged once."""
     if view.api_failures:
@@ -117,7 +117,7 @@ class FaultActor:
         kube: AsyncClient | None,
         metrics: AgentMetrics,
         *,
-        view: Callable[[], View],
+        view: Callable[[], Freshness],
         node_event: Callable[[str, str, str], None] = lambda *_: None,
         clock: Callable[[], float] = time.monotonic,
         event_namespace: str = "default",
@@ -319,7 +319,7 @@ class FaultActor:
             await self._guarded(self.offenders.sync(self.state.fatal, self.state.pending))
         if self.kube is not None and self.decision_rules.action != policy.Action.OBSERVE and api_up:
             may_taint = not new_noexecute or (
-                answer is not None and answer.verdict == fleet_breaker.Verdict.GRANTED
+                answer is not None and answer.verdict == fleet_breaker.BudgetVerdict.GRANTED
             )
             await self._guarded(self._reconcile_taints(may_taint))
         self.rounds += 1
@@ -342,7 +342,7 @@ class FaultActor:
         acting = new_noexecute or evicting
         if self.budget is None:
             return (
-                fleet_breaker.Answer(fleet_breaker.Verdict.GRANTED, "no fault budget")
+                fleet_breaker.Answer(fleet_breaker.BudgetVerdict.GRANTED, "no fault budget")
                 if acting
                 else None
             )
@@ -353,7 +353,7 @@ class FaultActor:
             return None
         if time.time() < self._token_until and not evicting:
             return fleet_breaker.Answer(
-                fleet_breaker.Verdict.GRANTED, "token held", self._token_until
+                fleet_breaker.BudgetVerdict.GRANTED, "token held", self._token_until
             )
         now = self._clock()
         if self._answer is not None and now - self._answer[0] < self.decision_rules.retry_s:
@@ -362,12 +362,12 @@ class FaultActor:
         self._answer = (now, answer)
         self.breaker_answers.labels(answer.verdict.value).inc()
         self.breaker_open.set(1 if answer.storming else 0)
-        if answer.verdict == fleet_breaker.Verdict.GRANTED and answer.until is not None:
+        if answer.verdict == fleet_breaker.BudgetVerdict.GRANTED and answer.until is not None:
             self._token_until = answer.until
             self._answer = None
         for change in changes:
             await self._guarded(self._breaker_event(change))
-        if answer.verdict != fleet_breaker.Verdict.GRANTED:
+        if answer.verdict != fleet_breaker.BudgetVerdict.GRANTED:
             log.warning("fault budget: %s: %s", answer.verdict.value, answer.why)
         return self._said(answer)
 
@@ -376,10 +376,10 @@ class FaultActor:
         nothing."""
         if (
             self.config.breaker.mode == "observe"
-            and answer.verdict != fleet_breaker.Verdict.GRANTED
+            and answer.verdict != fleet_breaker.BudgetVerdict.GRANTED
         ):
             return fleet_breaker.Answer(
-                fleet_breaker.Verdict.GRANTED, f"observe mode, would hold: {answer.why}"
+                fleet_breaker.BudgetVerdict.GRANTED, f"observe mode, would hold: {answer.why}"
             )
         return answer
 

@@ -50,13 +50,13 @@ from rdmaplane.core.settings.agent import AgentSettings
 from rdmaplane.core.settings.deviceplugin import PluginSettings, Pool
 from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin
 from rdmaplane.services.agent.fabric import FabricSource
-from rdmaplane.services.agent.faults import FaultActor, View
+from rdmaplane.services.agent.faults import FaultActor, Freshness
 from rdmaplane.services.agent.http import HttpServer, Response
 from rdmaplane.services.agent.metrics import AgentMetrics, NodeView
 from rdmaplane.services.agent.policy import desired as want
 from rdmaplane.services.agent.policy.decider import (
     Announcement,
-    NodeState,
+    NodeReading,
     PoolFacts,
     PublishInputs,
     TopologyFacts,
@@ -189,7 +189,7 @@ class Agent:
         restarts = self.metrics.task_restarts
         self.tasks = Supervisor(on_restart=lambda name: restarts.labels(name).inc())
         # what was read, and what was last passed on (so only changes are)
-        self.node = NodeState()
+        self.node = NodeReading()
         self._probe: Probe | None = None
         self._facts: TopologyFacts | None = None
         self._plugin_fed: tuple[NodeTopology, dict[str, str], dict[str, int]] | None = None
@@ -427,9 +427,9 @@ class Agent:
             )
         return self._facts
 
-    def _fault_view(self) -> View:
+    def _fault_view(self) -> Freshness:
         failures = self.publisher.failures if self.publisher is not None else 0
-        return View(failures, self.node.allocations_at, self.config.allocation_interval_s)
+        return Freshness(failures, self.node.allocations_at, self.config.allocation_interval_s)
 
     # ---------------------------------------------------------------- allocations
 

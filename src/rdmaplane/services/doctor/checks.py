@@ -77,22 +77,22 @@ class Host:
 
 
 @dataclass(frozen=True, slots=True)
-class Node:
+class CheckedNode:
     """What the checks share: the topology and which HCAs this pod can open."""
 
     topo: NodeTopology
     usable: tuple[Hca, ...]  # HCAs whose /dev/infiniband/uverbsN exists
 
 
-def load(host: Host) -> Node:
+def load(host: Host) -> CheckedNode:
     topo = read_node(str(host.path("sys")))
     usable = tuple(
         h for h in topo.hcas if h.uverbs and host.path(f"dev/infiniband/{h.uverbs}").exists()
     )
-    return Node(topo, usable)
+    return CheckedNode(topo, usable)
 
 
-def run_all(host: Host, node: Node | None = None) -> list[Finding]:
+def run_all(host: Host, node: CheckedNode | None = None) -> list[Finding]:
     node = node or load(host)
     return [check(host, node) for check in CHECKS]
 
@@ -100,7 +100,7 @@ def run_all(host: Host, node: Node | None = None) -> list[Finding]:
 # --------------------------------------------------------------------------- the checks
 
 
-def devices(host: Host, node: Node) -> Finding:
+def devices(host: Host, node: CheckedNode) -> Finding:
     name = "rdma-devices"
     unseen = _unseen_device_nodes(host, node)
     if hidden := [(u, ib) for u, ib in unseen if ib is not None]:
@@ -147,7 +147,7 @@ def device_nodes(host: Host) -> list[str]:
     return sorted(found, key=lambda n: int(n[6:]))
 
 
-def _unseen_device_nodes(host: Host, node: Node) -> list[tuple[str, str | None]]:
+def _unseen_device_nodes(host: Host, node: CheckedNode) -> list[tuple[str, str | None]]:
     """Device nodes whose HCA this pod's /sys/class/infiniband does not show: (uverbsN, the HCA
     `class/infiniband_verbs/uverbsN/ibdev` names — that class is not network-namespaced — or
     None when no HCA of that number exists at all)."""
@@ -164,7 +164,7 @@ def _unseen_device_nodes(host: Host, node: Node) -> list[tuple[str, str | None]]
     return out
 
 
-def _netns_finding(node: Node, hidden: list[tuple[str, str]]) -> Finding:
+def _netns_finding(node: CheckedNode, hidden: list[tuple[str, str]]) -> Finding:
     """Device nodes without their HCA in sysfs: in exclusive RDMA netns mode a device is only
     visible in the network namespace it belongs to, so the pod has /dev nodes for HCAs it
     cannot see, and NCCL falls back to sockets. The mode is discovery's reading of the pod's
@@ -198,7 +198,7 @@ def _netns_finding(node: Node, hidden: list[tuple[str, str]]) -> Finding:
     )
 
 
-def ports(host: Host, node: Node) -> Finding:
+def ports(host: Host, node: CheckedNode) -> Finding:
     name = "ports-active"
     if not node.usable:
         return Finding(name, Status.FAIL, "no usable HCA to check", "see rdma-devices")
@@ -221,7 +221,7 @@ def ports(host: Host, node: Node) -> Finding:
     return Finding(name, Status.PASS, f"all {len(up)} port(s) ACTIVE")
 
 
-def memlock(host: Host, node: Node) -> Finding:
+def memlock(host: Host, node: CheckedNode) -> Finding:
     """Locked memory for RDMA registration: the memlock limit and CAP_IPC_LOCK judged together,
     because the kernel skips the limit for a process holding IPC_LOCK (ib_umem_get)."""
     name = "memlock"
@@ -298,7 +298,7 @@ def _ipc_lock(host: Host) -> bool | str:
     return bool(eff >> CAP_IPC_LOCK & 1)
 
 
-def libraries(host: Host, node: Node) -> Finding:
+def libraries(host: Host, node: CheckedNode) -> Finding:
     name = "libibverbs"
     verbs = host.find_library("ibverbs")
     mlx5 = host.find_library("mlx5")
@@ -314,7 +314,7 @@ def libraries(host: Host, node: Node) -> Finding:
     return Finding(name, Status.PASS, f"loaded {verbs} and {mlx5}")
 
 
-def nccl_env(host: Host, node: Node) -> Finding:
+def nccl_env(host: Host, node: CheckedNode) -> Finding:
     """NCCL_IB_HCA, NCCL_IB_GID_INDEX and NCCL_SOCKET_IFNAME against the hardware; every fix
     is a value that works in this pod (its own HCAs, an interface other than loopback)."""
     name = "nccl-env"
@@ -528,7 +528,7 @@ def _ifname_fix(topo: NodeTopology) -> str:
     )
 
 
-def gpu_nic(host: Host, node: Node) -> Finding:
+def gpu_nic(host: Host, node: CheckedNode) -> Finding:
     """Each visible GPU against its nearest usable HCA; SYS pairs cross the socket link."""
     name = "gpu-nic"
     gpus, minor_of, unmapped = _visible_gpus(host, node.topo)
@@ -570,7 +570,7 @@ def gpu_nic(host: Host, node: Node) -> Finding:
     )
 
 
-def pcie_links(host: Host, node: Node) -> Finding:
+def pcie_links(host: Host, node: CheckedNode) -> Finding:
     """The PCIe links of the pod's HCAs and GPUs against what device and slot allow
     (`rdmaplane.core.pcie`): a NIC at x8 of x16 moves half the data it should."""
     name = "pcie-links"
@@ -681,7 +681,7 @@ def _nvml_minors() -> dict[int, str]:
     return found
 
 
-def gdr_module(host: Host, node: Node) -> Finding:
+def gdr_module(host: Host, node: CheckedNode) -> Finding:
     name = "gpudirect-rdma"
     if not node.topo.gpus:
         return Finding(name, Status.PASS, "no GPU on this node")
@@ -703,7 +703,7 @@ def gdr_module(host: Host, node: Node) -> Finding:
     )
 
 
-def shm(host: Host, node: Node) -> Finding:
+def shm(host: Host, node: CheckedNode) -> Finding:
     name = "dev-shm"
     path = str(host.path("dev/shm"))
     try:
@@ -734,7 +734,7 @@ def _size(n: int) -> str:
     return f"{value:.1f} TiB"
 
 
-CHECKS: tuple[Callable[[Host, Node], Finding], ...] = (
+CHECKS: tuple[Callable[[Host, CheckedNode], Finding], ...] = (
     devices,
     ports,
     memlock,

@@ -22,7 +22,7 @@ class ReportError(InputError):
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class ReportEntry:
     source: str
     node: str | None
     kind: str
@@ -32,7 +32,7 @@ class Entry:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    entries: tuple[Entry, ...]
+    entries: tuple[ReportEntry, ...]
     status: Status
     nodes: tuple[str, ...]
 
@@ -72,7 +72,7 @@ def _next_object(text: str, pos: int) -> int:
 
 def merge(inputs: list[tuple[str, str]]) -> Report:
     """`inputs`: (source name, text). Raises ReportError for a source with no document."""
-    entries: list[Entry] = []
+    entries: list[ReportEntry] = []
     for source, text in inputs:
         docs = documents(text, source)
         if not docs:
@@ -83,7 +83,7 @@ def merge(inputs: list[tuple[str, str]]) -> Report:
     return Report(tuple(entries), worst(e.status for e in entries), nodes)
 
 
-def _entry(source: str, doc: dict[str, Any]) -> Entry:
+def _entry(source: str, doc: dict[str, Any]) -> ReportEntry:
     try:
         status = Status[str(doc.get("status"))]
     except KeyError:
@@ -95,4 +95,6 @@ def _entry(source: str, doc: dict[str, Any]) -> Entry:
         if isinstance(f, dict) and f.get("status") == "FAIL"
     )
     node = doc.get("node") or doc.get("hostname")
-    return Entry(source, str(node) if node else None, str(doc.get("kind", "?")), status, failed)
+    return ReportEntry(
+        source, str(node) if node else None, str(doc.get("kind", "?")), status, failed
+    )

@@ -32,15 +32,15 @@ STARTED, PREPARED = "started", "prepared"
 
 
 @dataclass(frozen=True)
-class Entry:
+class PreparedEntry:
     state: str
     claim: PreparedClaim
 
 
-class Checkpoint:
+class DraCheckpoint:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.entries: dict[str, Entry] = {}
+        self.entries: dict[str, PreparedEntry] = {}
 
     def load(self) -> None:
         """Read the file (none: nothing prepared yet); a bad one is moved aside."""
@@ -66,7 +66,7 @@ def _checksum(entries: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
 
 
-def _entries(doc: object) -> dict[str, Entry]:
+def _entries(doc: object) -> dict[str, PreparedEntry]:
     if not isinstance(doc, dict) or doc.get("version") != VERSION:
         raise ValueError(f"not a {VERSION} document")
     claims = doc["claims"]
@@ -75,7 +75,7 @@ def _entries(doc: object) -> dict[str, Entry]:
     return {uid: _entry(uid, e) for uid, e in claims.items()}
 
 
-def _entry_object(e: Entry) -> dict[str, Any]:
+def _entry_object(e: PreparedEntry) -> dict[str, Any]:
     c = e.claim
     return {
         "state": e.state,
@@ -96,7 +96,7 @@ def _entry_object(e: Entry) -> dict[str, Any]:
     }
 
 
-def _entry(uid: str, e: Mapping[str, Any]) -> Entry:
+def _entry(uid: str, e: Mapping[str, Any]) -> PreparedEntry:
     if e["state"] not in (STARTED, PREPARED):
         raise ValueError(f"claim {uid}: state {e['state']!r}")
     devices = tuple(
@@ -106,4 +106,4 @@ def _entry(uid: str, e: Mapping[str, Any]) -> Entry:
         for d in e["devices"]
     )
     ref = ClaimRef(str(e["namespace"]), str(e["name"]), uid)
-    return Entry(e["state"], PreparedClaim(ref, devices, str(e["specName"]), e["spec"]))
+    return PreparedEntry(e["state"], PreparedClaim(ref, devices, str(e["specName"]), e["spec"]))

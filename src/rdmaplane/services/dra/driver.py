@@ -36,7 +36,7 @@ from rdmaplane.core.settings.agent import AgentSettings
 from rdmaplane.core.settings.dra import DraSharing
 from rdmaplane.core.usability import Unusable
 from rdmaplane.services.dra import files
-from rdmaplane.services.dra.checkpoint import PREPARED, STARTED, Checkpoint, Entry
+from rdmaplane.services.dra.checkpoint import PREPARED, STARTED, DraCheckpoint, PreparedEntry
 from rdmaplane.services.dra.claimstatus import ClaimStatusWriter
 from rdmaplane.services.dra.grpc import DeviceHealth, HealthFeed, KubeletPlugin, Outcome
 from rdmaplane.services.dra.policy.claims import (
@@ -46,7 +46,7 @@ from rdmaplane.services.dra.policy.claims import (
     prepare,
     spec_name,
 )
-from rdmaplane.services.dra.policy.devices import DraDevice, Pool, offer, unusable
+from rdmaplane.services.dra.policy.devices import DraDevice, DraPool, offer, unusable
 from rdmaplane.services.dra.policy.readiness import Readiness, readiness
 from rdmaplane.services.dra.policy.slices import device_taints
 from rdmaplane.services.dra.publisher import SlicePublisher
@@ -54,11 +54,12 @@ from rdmaplane.services.dra.publisher import SlicePublisher
 log = logging.getLogger("rdmaplane.services.dra")
 
 
-def pools_of(configs: Sequence[plugin_settings.Pool], sharing: DraSharing) -> list[Pool]:
+def pools_of(configs: Sequence[plugin_settings.Pool], sharing: DraSharing) -> list[DraPool]:
     """The device plugin's pools, as the DRA driver offers them (the same ports, same plan);
     a shared pool's ports go to several claims, each taking a share of the port's rate."""
     return [
-        Pool(p.resource_name, p.selectors, p.nccl, sharing if p.shared else None) for p in configs
+        DraPool(p.resource_name, p.selectors, p.nccl, sharing if p.shared else None)
+        for p in configs
     ]
 
 
@@ -86,7 +87,7 @@ class DraDriver:
         self.cdi_dir = dra.cdi_dir
         self.dev_root = str(config.dev_root)
         self.devices_dir = config.dev_root / "infiniband"
-        self.checkpoint = Checkpoint(config.dra_plugin_dir / "checkpoint.json")
+        self.checkpoint = DraCheckpoint(config.dra_plugin_dir / "checkpoint.json")
         self.kube = kube
         self.health = HealthFeed(self.node, dra.health.timeout_s, dra.health.resend_s)
         self.plugin = KubeletPlugin(
@@ -267,7 +268,7 @@ class DraDriver:
         if not resolved:
             return out
         for claim in resolved:
-            self.checkpoint.entries[claim.ref.uid] = Entry(STARTED, claim)
+            self.checkpoint.entries[claim.ref.uid] = PreparedEntry(STARTED, claim)
         try:
             self.checkpoint.save()
         except OSError as e:
@@ -282,7 +283,7 @@ class DraDriver:
             except OSError as e:
                 out[claim.ref.uid] = self._failed(claim.ref, f"cannot write its CDI spec: {e}")
                 continue
-            self.checkpoint.entries[claim.ref.uid] = Entry(PREPARED, claim)
+            self.checkpoint.entries[claim.ref.uid] = PreparedEntry(PREPARED, claim)
             out[claim.ref.uid] = Outcome(claim.devices)
             done.append(claim)
         try:
@@ -305,7 +306,7 @@ class DraDriver:
         if claim.spec is not None:
             files.write_json(self.cdi_dir / f"{claim.spec_name}.json", claim.spec)
 
-    async def _cached(self, entry: Entry) -> Outcome:
+    async def _cached(self, entry: PreparedEntry) -> Outcome:
         claim = entry.claim
         self.stats["cached"] += 1
         log.debug("claim %s: prepared already (checkpoint)", claim.ref)

@@ -82,7 +82,7 @@ class _NodeStatus(msgspec.Struct, frozen=True):
     conditions: tuple[_Condition, ...] | None = None
 
 
-class Node(msgspec.Struct, frozen=True):
+class WatchedNode(msgspec.Struct, frozen=True):
     """A v1 Node as the extender reads it: its labels (fabric tiers) and RDMAReady."""
 
     metadata: pl.ObjectMeta = pl.ObjectMeta()
@@ -225,9 +225,9 @@ class ClusterCache:
 
     def _set_node(self, obj: Mapping[str, Any]) -> None:
         try:
-            node = convert(obj, Node)
+            node = convert(obj, WatchedNode)
         except DecodeError:
-            node = Node(_named(obj))  # the API server's Nodes are always readable: no news
+            node = WatchedNode(_named(obj))  # the API server's Nodes are always readable: no news
         name = node.metadata.name
         self._nodes.add(name)
         labels = node.metadata.labels

@@ -52,7 +52,7 @@ class _Reject(Exception):
         self.status = status
 
 
-class Metrics:
+class ExtenderMetrics:
     def __init__(self, cache: ClusterCache) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
@@ -123,7 +123,7 @@ class ExtenderShell:
     decider (`Decisions`) answers, maps faults to HTTP codes and counts requests. No decision
     is made here."""
 
-    def __init__(self, cache: ClusterCache, decide: Decisions, metrics: Metrics) -> None:
+    def __init__(self, cache: ClusterCache, decide: Decisions, metrics: ExtenderMetrics) -> None:
         self.cache = cache
         self.decide = decide
         self.metrics = metrics
@@ -248,7 +248,7 @@ def create_app(
 ) -> FastAPI:
     """The extender's composition root: the cache's watch under a supervisor, the decider
     over the cache, the shell in front of it, the routes."""
-    metrics = Metrics(cache)
+    metrics = ExtenderMetrics(cache)
     tasks = Supervisor()  # a watch task that fails is restarted, /healthz fails meanwhile
     shell = ExtenderShell(cache, Decisions(cache, config.fabric), metrics)
 

@@ -35,7 +35,7 @@ class BadReview(InputError):
     """A request body that is not an AdmissionReview for a Pod: a 400 with the message."""
 
 
-class Metrics:
+class WebhookMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
@@ -95,7 +95,7 @@ def create_app(
     400/413/503, requests counted. `ready()` returns None when the webhook can serve, else
     why not (no certificate yet, caBundle not written)."""
     app = FastAPI(title="rdmaplane admission webhook", openapi_url=None)
-    metrics = Metrics()
+    metrics = WebhookMetrics()
     app.state.metrics = metrics
 
     @app.post("/mutate")

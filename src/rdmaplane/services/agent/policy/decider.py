@@ -25,7 +25,7 @@ from rdmaplane.services.agent.policy.inventory import Offered
 
 
 @dataclass(slots=True)
-class NodeState:
+class NodeReading:
     """What the agent knows of its node: the last discovery and poll, the health monitor's
     state, the kubelet's allocations. Times are monotonic seconds."""
 

@@ -237,7 +237,7 @@ def completion_finding(code: int) -> Finding:
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class KnownFailure:
     """A known failure: how to recognise it, what it means, the one-line fix."""
 
     code: str
@@ -257,8 +257,8 @@ _GID_FIX = (
 )
 
 # Messages NCCL prints (INFO or WARN), each wording of every release that printed it.
-NCCL_RULES: tuple[Rule, ...] = (
-    Rule(
+NCCL_RULES: tuple[KnownFailure, ...] = (
+    KnownFailure(
         "no-rdma-device",
         re.compile(r"NET/IB\s*:\s*No device found"),
         Status.FAIL,
@@ -266,21 +266,21 @@ NCCL_RULES: tuple[Rule, ...] = (
         "request rdmaplane.io/hca for the pod (mounts /dev/infiniband) and make NCCL_IB_HCA "
         "name devices that exist (`rdmaplane doctor` checks both)",
     ),
-    Rule(
+    KnownFailure(
         "libibverbs-missing",
         re.compile(r"Failed to open libibverbs"),
         Status.FAIL,
         "NCCL could not load libibverbs, so it cannot use RDMA at all",
         "install rdma-core's libibverbs1 and ibverbs-providers (libmlx5) in the image",
     ),
-    Rule(
+    KnownFailure(
         "ib-disabled",
         re.compile(r"NCCL_IB_DISABLE set by environment to 1\b"),
         Status.FAIL,
         "NCCL_IB_DISABLE=1 forces TCP sockets",
         "unset NCCL_IB_DISABLE",
     ),
-    Rule(
+    KnownFailure(
         "socket-fallback",
         re.compile(r"Using network Socket\b|via NET/Socket/"),
         Status.FAIL,
@@ -288,14 +288,14 @@ NCCL_RULES: tuple[Rule, ...] = (
         "give the pod an RDMA device (rdmaplane.io/hca) and run `rdmaplane doctor` in it; "
         "NCCL falls back when it finds no ACTIVE HCA",
     ),
-    Rule(
+    KnownFailure(
         "no-oob-interface",
         re.compile(r"NET/IB\s*:\s*No IP interface found"),
         Status.FAIL,
         "NCCL found no IP interface for its out-of-band connection, so it cannot use IB",
         "set NCCL_SOCKET_IFNAME to an interface with an address (`ip -br addr` in the pod)",
     ),
-    Rule(
+    KnownFailure(
         "modify-qp-timeout",
         re.compile(r"ibv_modify_qp failed with (?!.*retrying)(?:error )?(?:110 )?Connection timed"),
         Status.FAIL,
@@ -303,7 +303,7 @@ NCCL_RULES: tuple[Rule, ...] = (
         "same valid entry on both nodes",
         _GID_FIX,
     ),
-    Rule(
+    KnownFailure(
         "modify-qp-einval",
         re.compile(r"ibv_modify_qp failed with (?!.*retrying)(?:error )?(?:22 )?Invalid argument"),
         Status.FAIL,
@@ -311,21 +311,21 @@ NCCL_RULES: tuple[Rule, ...] = (
         "(or the MTU / traffic class is out of range)",
         _GID_FIX + "; unset NCCL_IB_TC / NCCL_IB_SL overrides to test",
     ),
-    Rule(
+    KnownFailure(
         "gid-einval",
         re.compile(r"read failed in ncclIbRoceGetVersionNum"),
         Status.FAIL,
         "NCCL < 2.26 read an empty GID table entry (EINVAL) while choosing a GID",
         "set NCCL_IB_GID_INDEX explicitly to a valid RoCE v2 index, or upgrade NCCL to >= 2.26",
     ),
-    Rule(
+    KnownFailure(
         "memlock",
         re.compile(r"ibv_reg_(?:dmabuf_)?mr(?:_iova2)? failed with error Cannot allocate memory"),
         Status.FAIL,
         "memory registration failed for lack of locked memory",
         "give the container IPC_LOCK (or memlock unlimited); `rdmaplane doctor` checks it",
     ),
-    Rule(
+    KnownFailure(
         "gpu-memory-registration",
         re.compile(
             r"ibv_reg_(?:dmabuf_)?mr(?:_iova2)? failed with error (?:Bad address|"
@@ -337,14 +337,14 @@ NCCL_RULES: tuple[Rule, ...] = (
         "load nvidia_peermem on the node or use DMA-BUF (open kernel module, NCCL >= 2.19); "
         "NCCL_NET_GDR_LEVEL=LOC works around it at a bandwidth cost",
     ),
-    Rule(
+    KnownFailure(
         "memory-registration",
         re.compile(r"Call to ibv_reg_(?:dmabuf_)?mr(?:_iova2)? failed\s*$"),
         Status.FAIL,
         "memory registration failed (this NCCL does not say why: locked memory or GPUDirect RDMA)",
         "check memlock / IPC_LOCK and nvidia_peermem with `rdmaplane doctor`",
     ),
-    Rule(
+    KnownFailure(
         "dev-shm",
         re.compile(
             r"Error while (?:creating|attaching to) shared memory segment"
@@ -355,7 +355,7 @@ NCCL_RULES: tuple[Rule, ...] = (
         "default is 64 MiB)",
         "mount an emptyDir {medium: Memory, sizeLimit: 16Gi} at /dev/shm",
     ),
-    Rule(
+    KnownFailure(
         "port-error",
         re.compile(r"[Gg]ot (?:non-fatal )?async (?:error )?event\s*: ?port error"),
         Status.FAIL,
@@ -363,7 +363,7 @@ NCCL_RULES: tuple[Rule, ...] = (
         "check the cable and switch port (`ibstat`, link_downed counter); the node agent "
         "reports the port and can evict the job so it restarts elsewhere",
     ),
-    Rule(
+    KnownFailure(
         "hca-fatal",
         re.compile(r"async fatal event|async event\s*: ?local catastrophic error"),
         Status.FAIL,
@@ -371,7 +371,7 @@ NCCL_RULES: tuple[Rule, ...] = (
         "look for mlx5 health messages in the node's kernel log; the device needs a reset; "
         "move the job off the node",
     ),
-    Rule(
+    KnownFailure(
         "gid-changed",
         re.compile(r"GID table change"),
         Status.WARN,
@@ -379,7 +379,7 @@ NCCL_RULES: tuple[Rule, ...] = (
         "index chosen at start may now point elsewhere",
         "keep RoCE interface addresses stable while jobs run; pin NCCL_IB_GID_INDEX",
     ),
-    Rule(
+    KnownFailure(
         "mixed-link-layers",
         re.compile(
             r"(?:merge|connect) incompatible devices|device is incompatible with the "

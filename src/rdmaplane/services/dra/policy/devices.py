@@ -47,7 +47,7 @@ AttributeValue = int | str | bool
 
 
 @dataclass(frozen=True, slots=True)
-class Pool:
+class DraPool:
     """A device plugin pool as DRA uses it: which ports, and the NCCL/GID policy for them;
     `share` for a shared pool (its ports go to several claims, each taking some bandwidth)."""
 
@@ -109,7 +109,7 @@ def _digest(text: str, port: int) -> str:
 
 def offer(
     topo: NodeTopology,
-    pools: Sequence[Pool],
+    pools: Sequence[DraPool],
     uplinks: Iterable[Uplink] = (),
     before: Mapping[str, DraDevice] | None = None,
 ) -> dict[str, DraDevice]:
@@ -117,7 +117,7 @@ def offer(
     the first), plus the devices of `before` whose port still exists. `uplinks` (the agent's
     fabric source) give the tier-0 switch and rail attributes."""
     by_hca = {u.hca: u for u in uplinks}
-    chosen: dict[tuple[str, int], tuple[Hca, Port, Pool]] = {}
+    chosen: dict[tuple[str, int], tuple[Hca, Port, DraPool]] = {}
     for pool in pools:
         for hca, port in compute_ports(topo, pool.selectors):
             chosen.setdefault((hca.name, port.number), (hca, port, pool))
@@ -143,7 +143,7 @@ def offer(
 def unusable(
     topo: NodeTopology,
     devices: Mapping[str, DraDevice],
-    pools: Sequence[Pool],
+    pools: Sequence[DraPool],
     device_nodes: Collection[str],
     dev_root: str,
     reported: Mapping[tuple[str, int], str] | None = None,
@@ -175,7 +175,7 @@ def unusable(
 
 
 def _attributes(
-    hca: Hca, port: Port, pool: Pool, uplink: Uplink | None
+    hca: Hca, port: Port, pool: DraPool, uplink: Uplink | None
 ) -> tuple[tuple[str, AttributeValue], ...]:
     found: dict[str, AttributeValue | None] = {
         "rdmaDevice": hca.name,

@@ -33,7 +33,7 @@ from rdmaplane.core import nrt
 from rdmaplane.core.decoding import DecodeError, convert
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.resources import Mode
-from rdmaplane.core.settings.webhook import Doctor, FaultNotice, InjectPolicy, NodeClass
+from rdmaplane.core.settings.webhook import Doctor, InjectPolicy, NodeClass, NoticeVolume
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
 DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
@@ -524,7 +524,7 @@ def _add_notice(
     build: _Builder,
     at: tuple[str | int, ...],
     body: _Container,
-    notice: FaultNotice,
+    notice: NoticeVolume,
     result: Mutation,
 ) -> None:
     """Mount the annotations file where the fault notice reads it, unless the container already
