@@ -110,7 +110,7 @@ def test_committed_stubs_match_the_protos(tmp_path: Path) -> None:
         check=True,
         capture_output=True,
     )
-    committed = REPO / "src" / "rdmaplane" / "kubelet" / "api"
+    committed = REPO / "src" / "rdmaplane" / "adapters" / "kubelet" / "api"
     generated = sorted(p.relative_to(out) for p in out.rglob("*") if p.is_file())
     assert generated == sorted(
         p.relative_to(committed)

@@ -1,0 +1,1 @@
+"""The device plugin's decisions, pure: which devices a container should get."""

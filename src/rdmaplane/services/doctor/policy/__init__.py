@@ -1,0 +1,1 @@
+"""The doctor's judgements, pure: parsers of the tools' output, known failures, verdicts."""
