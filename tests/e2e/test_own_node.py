@@ -219,7 +219,7 @@ NOT_ITS_OWN: list[tuple[str, Write, str]] = [
         _node_status({}, PatchType.MERGE, {"labels": {"team": "x"}}),
         "own labels and annotations",
     ),
-    ("a pod's label", _pod({"metadata": {"labels": {"x": "y"}}}), "no label of a pod"),
+    ("a pod's label", _pod({"metadata": {"labels": {"x": "y"}}}), "not x"),
     (
         "a pod's annotation",
         _pod({"metadata": {"annotations": {"example.com/x": "1"}}}),
