@@ -2,7 +2,8 @@
 the agent's (or the DRA driver's) DaemonSet pod on node A, requested through the TokenRequest
 API as the kubelet requests it, names A. With it, every write the agent makes succeeds on A and
 A's pods, the same writes on node B and B's pods are refused, and so is anything on A the agent
-does not own. The fault chain under the same policy: tests/e2e/test_faults.py.
+does not own, a pod's labels included: rdmaplane reads its own (`rdmaplane.io/group` …) on
+pods, so an agent may change none. The fault chain under the same policy: tests/e2e/test_faults.py.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from rdmaplane.adapters.kube import NodeResourceTopology, async_client
 from rdmaplane.core import faults, nrt
 from rdmaplane.core.fabric import DEFAULT_TIER_LABELS
 from rdmaplane.core.repeat import QUARANTINE_TAINT_KEY
+from rdmaplane.services.scheduler.policy.jobaware import (
+    GROUP_LABEL,
+    GROUP_LABELS,
+    GROUP_SIZE,
+    KV_PEERS,
+)
+from rdmaplane.services.webhook.policy.inject import OPT_IN_LABEL
 from tests.e2e import nodeaccess
 from tests.e2e.conftest import KwokCluster
 from tests.e2e.controlplane import KubeCluster, add_ready_node, write_kubeconfig
@@ -34,6 +42,8 @@ DAEMONSETS = [nodeaccess.AGENT_DAEMONSET, nodeaccess.DRA_DAEMONSET]
 # it (A)", "... evict only pods bound to its own node (A)".
 OWN = "its own node"
 NOW = "2026-01-01T00:00:00Z"
+# The workload pods' labels: one rdmaplane reads (the job it belongs to), one of the user's.
+POD_LABELS = {GROUP_LABEL: "job-1", "app": "train"}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +77,7 @@ async def scene(cluster: KubeCluster) -> AsyncIterator[Scene]:
                 patch_type=PatchType.MERGE,
             )
             body = {
-                "metadata": {"name": f"work-{node}", "namespace": namespace},
+                "metadata": {"name": f"work-{node}", "namespace": namespace, "labels": POD_LABELS},
                 "spec": {
                     "nodeName": node,
                     "tolerations": [{"operator": "Exists"}],
@@ -126,12 +136,12 @@ def _node_status(
     return write
 
 
-def _pod(patch: dict[str, Any], status: bool = False) -> Write:
+def _pod(
+    patch: dict[str, Any], status: bool = False, patch_type: PatchType = PatchType.STRATEGIC
+) -> Write:
     async def write(client: AsyncClient, node: str, ns: str) -> Any:
         kind = Pod.Status if status else Pod
-        return await client.patch(
-            kind, f"work-{node}", patch, namespace=ns, patch_type=PatchType.STRATEGIC
-        )
+        return await client.patch(kind, f"work-{node}", patch, namespace=ns, patch_type=patch_type)
 
     return write
 
@@ -209,7 +219,12 @@ NOT_ITS_OWN: list[tuple[str, Write, str]] = [
         _node_status({}, PatchType.MERGE, {"labels": {"team": "x"}}),
         "own labels and annotations",
     ),
-    ("a pod's label", _pod({"metadata": {"labels": {"x": "y"}}}), "own labels and annotations"),
+    ("a pod's label", _pod({"metadata": {"labels": {"x": "y"}}}), "not x"),
+    (
+        "a pod's annotation",
+        _pod({"metadata": {"annotations": {"example.com/x": "1"}}}),
+        "not example.com/x",
+    ),
     ("a pod's spec", _pod({"spec": {"activeDeadlineSeconds": 5}}), "condition of a pod"),
     (
         "a pod's Ready",
@@ -217,6 +232,31 @@ NOT_ITS_OWN: list[tuple[str, Write, str]] = [
         "only the RDMAFault condition",
     ),
     ("a pod's phase", _pod({"status": {"phase": "Failed"}}, status=True), "condition of a pod"),
+]
+# Every label rdmaplane reads on pods: the extender's job grouping (its own rdmaplane.io/group
+# first, then the job controllers'; the group's size; the KV peers), the webhook's opt-in (a
+# namespace label; tried on the pod too) and the fault notice's key, each set by a merge patch as
+# any client would. An agent may change none of them on its own node's pods; then the one the
+# pod carries, changed and removed, and a label through pods/status.
+READ_POD_LABELS = [*GROUP_LABELS, GROUP_SIZE, KV_PEERS, OPT_IN_LABEL, faults.ANNOTATION]
+NOT_ITS_OWN += [
+    (
+        f"a pod's label {key}",
+        _pod({"metadata": {"labels": {key: "64"}}}, patch_type=PatchType.MERGE),
+        f"no label of a pod and only its own annotations, not {key}",
+    )
+    for key in READ_POD_LABELS
+] + [
+    (
+        "removing a pod's rdmaplane.io/group",
+        _pod({"metadata": {"labels": {GROUP_LABEL: None}}}, patch_type=PatchType.MERGE),
+        f"not {GROUP_LABEL}",
+    ),
+    (
+        "a pod's label through pods/status",
+        _pod({"metadata": {"labels": {GROUP_LABEL: "job-2"}}}, True, PatchType.MERGE),
+        f"not {GROUP_LABEL}",
+    ),
 ]
 
 
@@ -249,12 +289,10 @@ async def test_an_agent_may_write_only_its_own_node_and_pods(scene: Scene, on_a:
         "Ready": "True",
         nrt.CONDITION_RDMA_READY: "True",
     }
-    going = {
-        p.metadata.name: p.metadata.deletionTimestamp is not None
-        async for p in scene.kube.list(Pod, namespace=scene.namespace)
-        if p.metadata is not None
-    }
+    pods = [p.metadata async for p in scene.kube.list(Pod, namespace=scene.namespace)]
+    going = {m.name: m.deletionTimestamp is not None for m in pods if m is not None}
     assert going == {scene.pod_a: True, scene.pod_b: False}  # A's pod evicted, B's untouched
+    assert all(m is not None and m.labels == POD_LABELS for m in pods)  # no label changed
 
 
 async def test_a_token_that_names_no_node_is_refused(cluster: KubeCluster, scene: Scene) -> None:
