@@ -53,7 +53,7 @@ from rdmaplane.services.agent.fabric import FabricSource
 from rdmaplane.services.agent.faults import FaultActor, Freshness
 from rdmaplane.services.agent.http import HttpServer, Response
 from rdmaplane.services.agent.metrics import AgentMetrics, NodeView
-from rdmaplane.services.agent.policy import desired as want
+from rdmaplane.services.agent.policy import desired
 from rdmaplane.services.agent.policy.decider import (
     Announcement,
     NodeReading,
@@ -196,7 +196,7 @@ class Agent:
         self._published_from: PublishInputs | None = None
         self._told_pools: PoolFacts | None = None
         self._allocation_problem: str | None = None
-        self.condition: want.Condition | None = None
+        self.condition: desired.Condition | None = None
         self._poll_now = asyncio.Event()
         self.ready = asyncio.Event()
 
@@ -475,7 +475,7 @@ class Agent:
         facts = self._topology_facts().pools
         managed = self.managed(offered)
         return Desired(
-            labels=want.owned_labels(
+            labels=desired.owned_labels(
                 {
                     **nrt.node_labels(topo, gid_index=facts.gid_index),
                     **self.node.fabric.labels,
@@ -484,9 +484,11 @@ class Agent:
                 (*self.fabric.owned_keys, FAULT_SINCE_LABEL),
             ),
             annotations={
-                want.ANNOTATION_TOPOLOGY: want.topology_annotation(topo, health, gpu_ids(topo))
+                desired.ANNOTATION_TOPOLOGY: desired.topology_annotation(
+                    topo, health, gpu_ids(topo)
+                )
             },
-            condition=want.rdma_ready(managed, health, facts.gid_problem, facts.netns_problem),
+            condition=desired.rdma_ready(managed, health, facts.gid_problem, facts.netns_problem),
             nrt=nrt_object(
                 self.config.node_name,
                 topo,

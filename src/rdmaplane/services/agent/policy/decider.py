@@ -19,7 +19,7 @@ from rdmaplane.core.poolplan import pool_gid_index, pool_members
 from rdmaplane.core.porthealth import PortKey
 from rdmaplane.core.selectors import compute_ports
 from rdmaplane.core.settings.deviceplugin import Pool
-from rdmaplane.services.agent.policy import desired as want
+from rdmaplane.services.agent.policy import desired
 from rdmaplane.services.agent.policy.health import HcaHealth, HealthState, Transition
 from rdmaplane.services.agent.policy.inventory import Offered
 
@@ -43,7 +43,7 @@ class NodeReading:
 @dataclass(frozen=True, slots=True)
 class PoolFacts:
     """What the device plugin's pools make of a topology: the gid-index label and a mismatch
-    between pools (`want.gid_label`), and why exclusive netns mode blocks shared pools."""
+    between pools (`desired.gid_label`), and why exclusive netns mode blocks shared pools."""
 
     gid_index: int | None
     gid_problem: str | None
@@ -62,9 +62,9 @@ class TopologyFacts:
 def pool_facts(topo: NodeTopology, pools: Sequence[Pool]) -> PoolFacts:
     """`PoolFacts` from the pools' own Allocate plans and members, whichever process serves
     them."""
-    gids = [want.PoolGid(p.resource_name, *pool_gid_index(topo, p)) for p in pools]
+    gids = [desired.PoolGid(p.resource_name, *pool_gid_index(topo, p)) for p in pools]
     shared = [(p.resource_name, pool_members(topo, p)) for p in pools if p.shared]
-    gid_index, gid_problem = want.gid_label(gids)
+    gid_index, gid_problem = desired.gid_label(gids)
     return PoolFacts(gid_index, gid_problem, netns.shared_pools_blocked(topo.netns_mode, shared))
 
 
