@@ -90,7 +90,9 @@ def test_the_pure_layers_are_held_to_mypy_strict() -> None:
     assert pure == contract("pure-io")["source_modules"]
     for module in modules():
         if any(matches(p, module) for p in pure):  # type: ignore[attr-defined]
-            assert any(mypy_matches(p, module) for p in strict), f"{module}: not under mypy --strict"
+            assert any(mypy_matches(p, module) for p in strict), (
+                f"{module}: not under mypy --strict"
+            )
 
 
 def drawn(tree: str) -> set[str]:
