@@ -23,7 +23,7 @@ from tests.e2e.test_gangs import APISERVER_FLAGS
 from tests.kubelet.harness import sample_node
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-import fabric as bench  # bench/fabric.py
+import fabric_rails_real as bench  # bench/fabric.py until its split
 from cluster import cluster_with_kwok  # bench/cluster.py
 
 
