@@ -27,7 +27,7 @@ class Job:
     labels: dict[str, str]
     prefill: str | None = None  # the prefill job a decode job reads from
     placed: list[str] = field(default_factory=list)
-    gpus: int = 8  # per pod, and as many HCAs: a whole HGX node unless `--rails`
+    gpus: int = 8  # per pod, and as many HCAs: a whole HGX node unless a rails job
     namespace: str = "bench"
 
 
