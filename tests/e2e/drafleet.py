@@ -128,9 +128,9 @@ def unpaired_template(gpus: int) -> dict[str, Any]:
     with no constraint, a count-1 request per device would bring back the allocator's search
     over the requests' orders on a node one device short (field notes: every order of same-class
     requests is tried before the node is rejected), so the anchor would measure that search, not
-    what DRA itself costs; within one request the allocator tries combinations only. What the
-    template leaves out against deploy/dra's is exactly the pairing: a GPU's NIC may sit on any
-    root of the node."""
+    what DRA itself costs; within one request the allocator tries combinations only (PR
+    #133678, in the incubating allocator v1.37 runs by default). What the template leaves out
+    against deploy/dra's is exactly the pairing: a GPU's NIC may sit on any root of the node."""
     gpu_class = GPU_CLASS["metadata"]["name"]
     nic_class = DRIVER  # deploy/dra/deviceclass.yaml's class bears the driver's name
     return {
