@@ -1,10 +1,11 @@
 """kube-scheduler alone vs. kube-scheduler with the rdmaplane extender vs. DRA (kube-scheduler
-allocating each GPU a NIC on its PCIe root, no extender), on a real control plane with thousands
-of KWOK GPU nodes; then the extender killed mid-stream.
+allocating each GPU a NIC on its PCIe root, no extender) vs. DRA unpaired (the same devices, no
+pairing), on a real control plane with thousands of KWOK GPU nodes; then the extender killed
+mid-stream.
 
     .venv/bin/python bench/cluster.py [--nodes 1000 5000] [--rounds 3] [--burst 1000]
                                       [--paced 300] [--rate 20] [--failover 300] [--seed 7]
-                                      [--within 300] [--stall 60] [--configs a n b d]
+                                      [--within 300] [--stall 60] [--configs a n b d u]
 
 Per node count: etcd, kube-apiserver, the NRT CRD and KWOK (the e2e fixtures' code; `make
 k8s-bins` first), a fleet of KWOK nodes made from the bundled samples with mixed Topology
@@ -15,7 +16,7 @@ carries the ResourceSlices of DRA (tests/e2e/drafleet.py): its NIC ports as rdma
 driver publishes them (the driver's own code, without binding conditions: no driver runs beside
 a KWOK node to say a port is ready) and its GPUs as NVIDIA's GPU DRA driver does.
 
-Rounds alternate four kube-schedulers on the same stream of GPU counts: 1/2/4/8-GPU pods with
+Rounds alternate five configurations on the same stream of GPU counts: 1/2/4/8-GPU pods with
 one exclusive HCA per GPU, and CPU-only pods the extender never sees (fleet.SHAPES), in a fresh
 namespace, the cluster emptied between rounds:
 
@@ -27,7 +28,15 @@ namespace, the cluster emptied between rounds:
   (d) kube-scheduler alone, the pods asking through DRA: a claim from deploy/dra/'s
       ResourceClaimTemplates pairing each GPU with a NIC port on its PCIe root (gpu-nic-pcie-x1,
       x4, x8; x2 by their pattern), made by kube-controller-manager's resourceclaim controller
-      (running in these rounds only).
+      (running in these rounds only);
+  (u) the anchor: as (d), the same pods asking as many GPUs and NIC ports through the simplest
+      claim upstream's DRA benchmark uses (kubernetes v1.37 test/integration/scheduler_perf/dra,
+      SchedulingWithResourceClaimTemplate: one request of one class, no selector, no
+      constraint), here one request per class with `count: N` and no constraint
+      (tests/e2e/drafleet.unpaired_template; `count: N` rather than N one-device requests,
+      which without a constraint would bring back the search over the requests' orders on a
+      node one device short). DRA ÷ (u) is what pairing costs beyond what DRA itself costs,
+      measured on this machine in the same run.
 
 - burst: the pods are created first (with DRA, and their claims), then the scheduler starts;
   pods/s from its first binding to its last, as a watch sees them (kube-scheduler's own
@@ -50,7 +59,10 @@ model of its admission (fleet.refused: placement.py, itself checked against the 
 code in tests/kubelet): each node's pods replayed in binding order on its published NRT. "wrong
 pairs" (DRA): pairs of a bound pod's claim, as the API server holds its allocation, whose GPU
 and NIC are not on one PCIe root of the pod's node (devices allocated twice, or missing, count
-too).
+too); in (u), "wrong" counts a claim's devices of the wrong driver, too few, elsewhere or
+doubled, and "beside a NIC" how many GPUs chance gave a NIC of their claim on their own root.
+The ratios are of the configurations' medians over rounds: pods/s, paced latencies and
+kube-scheduler's CPU per pod in the burst.
 
 Failover, with (b): two extender replicas behind one address (a TCP relay standing in for the
 Service), pods streamed at --rate through five phases: both up, one killed (SIGKILL), it back,
@@ -105,7 +117,10 @@ CONFIGS = {
     "n": "with a do-nothing extender",
     "b": "with the rdmaplane extender",
     "d": "DRA: pcieRoot pairs, no extender",
+    "u": "DRA unpaired: count per class (anchor)",
 }
+# The DRA configurations: whether their claims pair each GPU with a NIC on its PCIe root.
+PAIRED = {"d": True, "u": False}
 # The ratios the issue names (and the do-nothing extender's cost), printed together.
 RATIOS = (
     ("b", "a", "extender ÷ alone"),
@@ -113,6 +128,8 @@ RATIOS = (
     ("d", "a", "DRA ÷ alone"),
     ("n", "a", "do-nothing ÷ alone"),
     ("d", "b", "DRA ÷ extender"),
+    ("d", "u", "DRA ÷ unpaired DRA"),
+    ("u", "a", "unpaired DRA ÷ alone"),
 )
 
 
@@ -227,9 +244,11 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 async def one_round(env: Env, config: str, index: int) -> Round:
     args, kube = env.args, env.kube
-    dra = config == "d"
+    dra = config in PAIRED
     namespace = await scalerig.create_namespace(kube, f"r{index}-{config}")
-    make = drafleet.pod_body if dra else fleet.pod_body
+    make = fleet.pod_body
+    if dra:
+        make = drafleet.pod_body if PAIRED[config] else drafleet.unpaired_pod_body
     gpus = fleet.stream(args.burst, args.seed), fleet.stream(args.paced, args.seed + 1)
     burst = scalerig.bodies(namespace, env.label, "burst", gpus[0], make)
     paced = scalerig.bodies(namespace, env.label, "paced", gpus[1], make)
@@ -237,7 +256,9 @@ async def one_round(env: Env, config: str, index: int) -> Round:
     pid = env.extender_pid(config)
     claims = None
     if dra:
-        await drafleet.create_templates(kube, namespace, [*gpus[0], *gpus[1]])
+        await drafleet.create_templates(
+            kube, namespace, [*gpus[0], *gpus[1]], paired=PAIRED[config]
+        )
         qps = int(args.scheduler_qps)  # its default 20 QPS would cap claims at ~10 pods/s
         claims = await asyncio.to_thread(
             launch_controller_manager,
@@ -380,8 +401,7 @@ def report_round(r: Round) -> None:
     lat = r.latencies
     ext = f"{_CPU_OF[r.config]} CPU {r.extender_cpu_ms:.2f} ms/pod, " if r.config in _CPU_OF else ""
     if r.pairing is not None:
-        judged = f"wrong pairs {r.pairing.problems} of {r.pairing.pairs}"
-        ext = f"controller-manager CPU {r.controllers_cpu_ms:.2f} ms/pod, {judged}, "
+        ext = f"controller-manager CPU {r.controllers_cpu_ms:.2f} ms/pod, {judged(r)}, "
     print(
         f"  ({r.config}) burst {r.burst}: {r.pods_per_s:6.1f} pods/s   paced {len(lat)}: "
         f"creation→binding p50 {1000 * percentile(lat, 0.5):6.1f} ms  p99 "
@@ -390,32 +410,41 @@ def report_round(r: Round) -> None:
     )
 
 
+def judged(*rounds: Round) -> str:
+    """The DRA rounds' claims judged, together: wrong pairs (d), or wrong allocations and how
+    many GPUs chance put beside a NIC of their claim (u)."""
+    j = [r.pairing for r in rounds if r.pairing is not None]
+    problems, pairs = sum(x.problems for x in j), sum(x.pairs for x in j)
+    if all(PAIRED.get(r.config, True) for r in rounds):
+        return f"wrong pairs {problems} of {pairs}"
+    aligned = sum(x.aligned for x in j)
+    return f"wrong {problems}, GPUs beside a NIC {aligned} of {pairs}"
+
+
 def summary(rounds: list[Round], configs: Sequence[str]) -> None:
-    """Medians of the rounds' throughput, percentiles of every round's latencies together;
-    then the ratios, all from this run's rounds."""
-    rate, p50, p99 = {}, {}, {}
+    """Medians of the rounds' throughput and kube-scheduler CPU per pod, percentiles of every
+    round's latencies together; then the ratios, all from this run's rounds."""
+    rate, p50, p99, sched = {}, {}, {}, {}
     for c in configs:
         mine = [r for r in rounds if r.config == c]
         lats = [x for r in mine for x in r.latencies]
         rate[c] = statistics.median(r.pods_per_s for r in mine)
+        sched[c] = statistics.median(r.scheduler_cpu_ms for r in mine)
         p50[c], p99[c] = percentile(lats, 0.5), percentile(lats, 0.99)
-        judged = [r.pairing for r in mine if r.pairing is not None]
-        pairs = (
-            f", wrong pairs {sum(j.problems for j in judged)} of {sum(j.pairs for j in judged)}"
-            if judged
-            else ""
-        )
+        pairs = f", {judged(*mine)}" if c in PAIRED else ""
         print(
-            f"  {c} {CONFIGS[c]:<33} pods/s {rate[c]:6.1f}   creation→binding p50 "
-            f"{1000 * p50[c]:6.1f} ms  p99 {1000 * p99[c]:7.1f} ms   refused "
-            f"{sum(r.refused for r in mine)}, unbound {sum(r.unbound for r in mine)}{pairs}"
+            f"  {c} {CONFIGS[c]:<38} pods/s {rate[c]:6.1f}   creation→binding p50 "
+            f"{1000 * p50[c]:6.1f} ms  p99 {1000 * p99[c]:7.1f} ms   scheduler CPU "
+            f"{sched[c]:.2f} ms/pod   refused {sum(r.refused for r in mine)}, unbound "
+            f"{sum(r.unbound for r in mine)}{pairs}"
         )
     print(f"  ratios ({len(rounds) // max(1, len(configs))} alternating rounds of each, one run):")
     for top, bottom, name in RATIOS:
         if top in rate and bottom in rate:
             print(
-                f"    {name:<22} ({top})/({bottom}): pods/s {rate[top] / rate[bottom]:.2f}x   "
-                f"p50 {p50[top] / p50[bottom]:.2f}x   p99 {p99[top] / p99[bottom]:.2f}x"
+                f"    {name:<22} ({top})/({bottom}): pods/s {ratio(rate[top], rate[bottom])}   "
+                f"p50 {ratio(p50[top], p50[bottom])}   p99 {ratio(p99[top], p99[bottom])}   "
+                f"scheduler CPU/pod {ratio(sched[top], sched[bottom])}"
             )
     cpu = {
         c: statistics.median(r.extender_cpu_ms for r in rounds if r.config == c)
@@ -430,6 +459,10 @@ def summary(rounds: list[Round], configs: Sequence[str]) -> None:
             f"{max(r.extender.rss_mb for r in ext):.0f} MB (peak "
             f"{max(r.extender.peak_mb for r in ext):.0f} MB)"
         )
+
+
+def ratio(top: float, bottom: float) -> str:
+    return f"{top / bottom:.2f}x" if bottom else "n/a"
 
 
 def report_failover(f: scalerig.Failover) -> None:
@@ -447,7 +480,7 @@ def report_failover(f: scalerig.Failover) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--rounds", type=int, default=3, help="of each configuration")
     parser.add_argument("--burst", type=int, default=1000)

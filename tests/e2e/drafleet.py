@@ -2,8 +2,9 @@
 bench/cluster.py: each node's RDMA NIC ports as rdmaplane's driver publishes them (its own code:
 `devices.offer` over the device plugin's default pools, `slices.slice_objects`) and its GPUs as
 NVIDIA's GPU DRA driver does (`dra.gpu_slice`); pods naming deploy/dra/'s ResourceClaimTemplates
-that pair each GPU with a NIC port on its PCIe root; and the judge, reading the allocations the
-scheduler wrote into the claims.
+that pair each GPU with a NIC port on its PCIe root, or the unpaired anchor's (`unpaired_template`:
+as many GPUs and NIC ports, no constraint); and the judge, reading the allocations the scheduler
+wrote into the claims.
 
 The driver's devices go out without binding conditions (`dra.bindingConditions: false`): no
 driver runs beside a KWOK node to say its ports are ready, and with them every binding would
@@ -33,10 +34,11 @@ from rdmaplane.services.dra.policy.devices import PCIE_ROOT, DraDevice, offer
 from rdmaplane.services.dra.policy.slices import slice_objects
 from tests.e2e import fleet
 from tests.e2e.controlplane import delete_if_there
-from tests.e2e.dra import DRIVER, GPU_DRIVER, gpu_slice, templates
+from tests.e2e.dra import DRIVER, GPU_CLASS, GPU_DRIVER, gpu_slice, templates
 
 CLAIM = "gpus-nics"  # the pod's name for its claim
 PAIRS = "gpu-nic-pcie-x{}"  # deploy/dra/claim-templates.yaml's names, by pairs
+UNPAIRED = "gpu-nic-unpaired-x{}"  # the anchor's (unpaired_template), by GPUs; not deployed
 DeviceKey = tuple[str, str]  # driver, device
 
 
@@ -113,33 +115,84 @@ def by_pattern(pairs: int) -> dict[str, Any]:
     return body
 
 
-async def create_templates(kube: AsyncClient, namespace: str, sizes: Iterable[int]) -> None:
+def unpaired_template(gpus: int) -> dict[str, Any]:
+    """The anchor's ResourceClaimTemplate for `gpus` GPUs and as many NIC ports, in no relation
+    to each other: one request per DeviceClass, `count: gpus` (allocationMode ExactCount), no
+    selector beyond the class, no constraint.
+
+    Upstream's DRA benchmark (kubernetes v1.37's test/integration/scheduler_perf/dra/
+    performance-config.yaml, SchedulingWithResourceClaimTemplate with templates/
+    resourceclaimtemplate.yaml) asks one device of one class in one request, with no selector
+    and no constraint. For one GPU this template is that claim once per driver. For N GPUs it
+    keeps one request per class and asks `count: N` rather than N requests of one device each:
+    with no constraint, a count-1 request per device would bring back the allocator's search
+    over the requests' orders on a node one device short (field notes: every order of same-class
+    requests is tried before the node is rejected), so the anchor would measure that search, not
+    what DRA itself costs; within one request the allocator tries combinations only (PR
+    #133678, in the incubating allocator v1.37 runs by default). What the template leaves out
+    against deploy/dra's is exactly the pairing: a GPU's NIC may sit on any root of the node."""
+    gpu_class = GPU_CLASS["metadata"]["name"]
+    nic_class = DRIVER  # deploy/dra/deviceclass.yaml's class bears the driver's name
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": UNPAIRED.format(gpus)},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpus", "exactly": {"deviceClassName": gpu_class, "count": gpus}},
+                        {"name": "nics", "exactly": {"deviceClassName": nic_class, "count": gpus}},
+                    ]
+                }
+            }
+        },
+    }
+
+
+async def create_templates(
+    kube: AsyncClient, namespace: str, sizes: Iterable[int], *, paired: bool = True
+) -> None:
+    """The templates the pods of `pod_body(paired=...)` name, for every size in `sizes`."""
     for pairs in sorted(set(sizes) - {0}):
-        body = pair_template(pairs)
+        body = pair_template(pairs) if paired else unpaired_template(pairs)
         body["metadata"]["namespace"] = namespace
         await kube.create(cast(ResourceClaimTemplate, ResourceClaimTemplate.from_dict(body)))
 
 
-def pod_body(name: str, namespace: str, fleet_label: str, gpus: int) -> dict[str, Any]:
+def pod_body(
+    name: str, namespace: str, fleet_label: str, gpus: int, *, paired: bool = True
+) -> dict[str, Any]:
     """`fleet.pod_body`'s pod with its GPUs and HCAs asked for through DRA: a claim from the
-    template pairing `gpus` GPUs with NIC ports on their PCIe roots (CPU-only pods as there)."""
+    template pairing `gpus` GPUs with NIC ports on their PCIe roots, or with `paired=False` from
+    the anchor's asking as many GPUs and NIC ports unpaired (CPU-only pods as there)."""
     body = fleet.pod_body(name, namespace, fleet_label, gpus)
     if gpus:
-        body["spec"]["resourceClaims"] = [
-            {"name": CLAIM, "resourceClaimTemplateName": PAIRS.format(gpus)}
-        ]
+        template = (PAIRS if paired else UNPAIRED).format(gpus)
+        body["spec"]["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": template}]
         body["spec"]["containers"][0]["resources"] = {"claims": [{"name": CLAIM}]}
     return body
 
 
-def pairs_of(body: Mapping[str, Any]) -> int:
-    """The GPU+NIC pairs a pod of `pod_body` asks for (0: none, a CPU-only pod)."""
-    prefix = PAIRS.format("")
+def unpaired_pod_body(name: str, namespace: str, fleet_label: str, gpus: int) -> dict[str, Any]:
+    return pod_body(name, namespace, fleet_label, gpus, paired=False)
+
+
+def _asked(body: Mapping[str, Any]) -> tuple[int, bool]:
+    """The GPUs a pod of `pod_body` asks for, each with a NIC port, and whether paired."""
     for claim in body["spec"].get("resourceClaims") or ():
         template = claim.get("resourceClaimTemplateName") or ""
-        if template.startswith(prefix):
-            return int(template.removeprefix(prefix))
-    return 0
+        for names, paired in ((PAIRS, True), (UNPAIRED, False)):
+            prefix = names.format("")
+            if template.startswith(prefix):
+                return int(template.removeprefix(prefix)), paired
+    return 0, True
+
+
+def pairs_of(body: Mapping[str, Any]) -> int:
+    """The GPUs a pod of `pod_body` asks for, each with a NIC port: paired on a PCIe root, or
+    unpaired (the anchor's); 0: none, a CPU-only pod."""
+    return _asked(body)[0]
 
 
 async def wait_for_claims(kube: AsyncClient, namespace: str, count: int, within: float) -> None:
@@ -163,8 +216,12 @@ class Pairing:
     """What the scheduler allocated to the bound pods' claims, judged."""
 
     claims: int = 0  # bound pods' claims read
-    pairs: int = 0  # GPU+NIC pairs among them
+    pairs: int = 0  # GPU+NIC pairs among them (unpaired claims: GPUs asked, each with a NIC)
     wrong: list[str] = field(default_factory=list)  # pairs not on one PCIe root, or missing
+    # GPUs that got a NIC of the claim on their own PCIe root: every pair of a paired claim
+    # judged right; for unpaired claims, the most GPUs a NIC of theirs on one root could serve
+    # (per root, the lesser of its GPUs and NICs in the claim), i.e. what chance paired
+    aligned: int = 0
     elsewhere: list[str] = field(default_factory=list)  # devices not on the pod's node
     unallocated: list[str] = field(default_factory=list)  # bound pods whose claim has none
     doubled: list[str] = field(default_factory=list)  # devices allocated to two claims
@@ -188,7 +245,9 @@ async def judge(
 ) -> Pairing:
     """Every bound pod's claim, as the API server holds it: each GPU-k/NIC-k pair on the pod's
     node, of the right drivers, on one PCIe root (from the slices both drivers published), and
-    no device in two claims."""
+    no device in two claims. An unpaired claim (the anchor's): as many GPUs and NIC ports as
+    asked, of the right drivers, on the pod's node, none in two claims; its GPUs whose root got
+    one of its NICs counted in `aligned`."""
     by_node = {n.name: n for n in nodes}
     claims = {}
     async for c in kube.list(ResourceClaim, namespace=namespace):
@@ -199,7 +258,7 @@ async def judge(
     out = Pairing()
     held: Counter[tuple[str, str, str]] = Counter()
     for name, where in sorted(bound.items()):
-        pairs = pairs_of(pods[name])
+        pairs, paired = _asked(pods[name])
         if not pairs:
             continue
         claim = claims.get(name)
@@ -215,6 +274,9 @@ async def judge(
             held[(r["driver"], r["pool"], r["device"])] += 1
             if r["pool"] != where.node:
                 out.elsewhere.append(f"{name}: {r['device']} of {r['pool']}, pod on {where.node}")
+        if not paired:
+            _judge_unpaired(out, name, pairs, results, roots)
+            continue
         for k in range(pairs):
             out.pairs += 1
             gpu, nic = got.get(f"gpu-{k}"), got.get(f"nic-{k}")
@@ -227,5 +289,31 @@ async def judge(
                 out.wrong.append(
                     f"{name}: pair {k}: {gpu['device']} on {a}, {nic['device']} on {b}"
                 )
+            else:
+                out.aligned += 1
     out.doubled = [f"{d} of {p} ({drv}) in {n} claims" for (drv, p, d), n in held.items() if n > 1]
     return out
+
+
+def _judge_unpaired(
+    out: Pairing,
+    name: str,
+    gpus: int,
+    results: Sequence[Mapping[str, Any]],
+    roots: Mapping[DeviceKey, str],
+) -> None:
+    """An unpaired claim's allocation: `gpus` GPUs of NVIDIA's driver and as many NIC ports of
+    ours; how many GPUs chance put beside one of the claim's NICs (one NIC serves one GPU)."""
+    out.pairs += gpus
+    by_driver: dict[str, Counter[str | None]] = {GPU_DRIVER: Counter(), DRIVER: Counter()}
+    for r in results:
+        request = {"gpus": GPU_DRIVER, "nics": DRIVER}.get(r["request"])
+        if request is None or r["driver"] != request:
+            out.wrong.append(f"{name}: {r['device']} of {r['driver']} for {r['request']}")
+            continue
+        by_driver[request][roots.get((r["driver"], r["device"]))] += 1
+    for driver, got in by_driver.items():
+        if got.total() != gpus:
+            out.wrong.append(f"{name}: {got.total()} devices of {driver}, {gpus} asked")
+    gpu_roots, nic_roots = by_driver[GPU_DRIVER], by_driver[DRIVER]
+    out.aligned += sum(min(n, nic_roots[root]) for root, n in gpu_roots.items() if root)

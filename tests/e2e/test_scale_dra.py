@@ -8,6 +8,12 @@ claims made before the scheduler starts, as the bench measures it), then a paced
 Every pod binds; every GPU of a bound pod got a NIC port on its own PCIe root on the pod's node,
 as the claims' allocations in the API server say; no device went to two claims.
 
+Then one smaller round of the bench's anchor (u) on the same fleet: the pods asking as many GPUs
+and NIC ports through claims without pairing (`drafleet.unpaired_template`: `count: N` per
+class, no constraint). Every pod binds, and every claim holds its GPUs and NIC ports of the right
+drivers on the pod's node, none in two claims: the bench's DRA ÷ (u) compares rounds that both
+do their work.
+
 The largest claims come first, onto empty nodes, and the scheduler's DRA plugin runs without
 its filterTimeout (10 s by default): a claim of many pairs on a node where it does not fit (an
 8-pair claim on the L40S server, or on an HGX node with a pair taken) costs kube-scheduler
@@ -24,6 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import pytest
+import pytest_asyncio
 from lightkube import AsyncClient
 
 from tests.e2e import drafleet, fleet, scalerig
@@ -33,6 +40,7 @@ from tests.e2e.dra import ensure_device_classes, templates
 
 NODES = 200
 PODS = 240  # half a burst, half paced
+UNPAIRED_PODS = 80  # the anchor's round: small, it only has to bind and allocate
 RATE = 25.0  # paced pods a second
 NO_FILTER_TIMEOUT = {
     "profiles": [
@@ -52,7 +60,11 @@ class DraFleet:
     claims: Process  # kube-controller-manager with the resourceclaim controller
 
 
-@pytest.fixture
+# One fleet for the module's rounds: they and the fixture share one event loop.
+ROUNDS = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def dra_fleet(kwok_cluster: KwokCluster) -> AsyncIterator[DraFleet]:
     cluster = kwok_cluster.cluster
     nodes = fleet.plan(NODES, seed=7, prefix=f"scale-dra-{uuid.uuid4().hex[:5]}")
@@ -76,15 +88,18 @@ def test_sizes_missing_from_deploy_are_made_by_its_pattern() -> None:
         assert drafleet.by_pattern(pairs) == templates()[drafleet.PAIRS.format(pairs)]
 
 
-async def test_a_burst_and_a_stream_bind_with_every_gpu_beside_its_nic(dra_fleet: DraFleet) -> None:
+async def burst_then_stream(
+    dra_fleet: DraFleet, prefix: str, gpus: list[int], *, paired: bool
+) -> drafleet.Pairing:
+    """Half the pods as a burst (their claims made before the scheduler starts), half paced; all
+    bound, their claims judged, then the namespace emptied."""
     kube = dra_fleet.kube
     label = dra_fleet.nodes[0].labels[fleet.FLEET_LABEL]
-    namespace = await scalerig.create_namespace(kube, "scale-dra")
-    gpus = sorted(fleet.stream(PODS, seed=17), reverse=True)
-    assert set(gpus) == {g for g, _ in fleet.SHAPES}  # every shape, 2 made by the pattern
-    await drafleet.create_templates(kube, namespace, gpus)
-    pods = scalerig.bodies(namespace, label, "p", gpus, drafleet.pod_body)
-    burst, paced = pods[: PODS // 2], pods[PODS // 2 :]
+    namespace = await scalerig.create_namespace(kube, prefix)
+    await drafleet.create_templates(kube, namespace, gpus, paired=paired)
+    make = drafleet.pod_body if paired else drafleet.unpaired_pod_body
+    pods = scalerig.bodies(namespace, label, "p", gpus, make)
+    burst, paced = pods[: len(pods) // 2], pods[len(pods) // 2 :]
     sent: dict[str, float] = {}
     async with fleet.Bindings(kube, namespace) as seen:
         await scalerig.create_pods(kube, burst, sent)
@@ -109,3 +124,23 @@ async def test_a_burst_and_a_stream_bind_with_every_gpu_beside_its_nic(dra_fleet
         [],
     )
     await scalerig.empty(kube, namespace, [], claims=True)
+    return pairing
+
+
+@ROUNDS
+async def test_a_burst_and_a_stream_bind_with_every_gpu_beside_its_nic(dra_fleet: DraFleet) -> None:
+    gpus = sorted(fleet.stream(PODS, seed=17), reverse=True)
+    assert set(gpus) == {g for g, _ in fleet.SHAPES}  # every shape, 2 made by the pattern
+    pairing = await burst_then_stream(dra_fleet, "scale-dra", gpus, paired=True)
+    assert pairing.aligned == pairing.pairs
+
+
+@ROUNDS
+async def test_the_unpaired_anchor_binds_every_pod_with_its_gpus_and_nics(
+    dra_fleet: DraFleet,
+) -> None:
+    """The bench's (u): the same shapes, claims of `count: N` GPUs and N NIC ports unpaired."""
+    gpus = sorted(fleet.stream(UNPAIRED_PODS, seed=19), reverse=True)
+    assert set(gpus) == {g for g, _ in fleet.SHAPES}  # every shape
+    pairing = await burst_then_stream(dra_fleet, "scale-dra-u", gpus, paired=False)
+    assert 0 <= pairing.aligned <= pairing.pairs  # chance's pairs: reported by the bench
