@@ -22,9 +22,8 @@ from tests.dra_allocator.harness import (
     DRIVER,
     GPU_DRIVER,
     ONE_GPU,
-    REPO,
     STATES,
-    TEMPLATES,
+    TEMPLATE_FILES,
     Figure,
     Node,
     Run,
@@ -34,7 +33,6 @@ from tests.dra_allocator.harness import (
     templates,
 )
 
-TEMPLATE_FILES = (TEMPLATES, REPO / "examples" / "dra-rails.yaml")
 # The bounds, from the figures of docs/dra.md ("Claims by size"): the worst shipped template
 # takes 137 steps (gpu-nic-node-x8 on a DGX A100 with one GPU taken: the eight GPUs of a count
 # tried as subsets of the seven free) and 40-56x the one-GPU claim's CPU time (gpu-nic-rails-x4
