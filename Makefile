@@ -6,10 +6,12 @@ STAMP  := $(VENV)/.installed-stamp
 TORCH_STAMP := $(VENV)/.torch-stamp
 SAMPLE ?= hgx-h100-roce
 # Where scripts/build-k8s.sh keeps kube-apiserver, kube-scheduler and etcd for the e2e tests,
-# the kubelet admission harness (device manager + Topology Manager) for tests/kubelet, and the
-# node (kubelet, containerd, CNI plugins) for tests/node.
+# the kubelet admission harness (device manager + Topology Manager) for tests/kubelet, the DRA
+# allocator harness (upstream's structured allocator) for tests/dra_allocator, and the node
+# (kubelet, containerd, CNI plugins) for tests/node.
 K8S_BIN = $(shell scripts/build-k8s.sh --bin-dir)
 KUBELET_HARNESS = $(shell scripts/build-k8s.sh kubelet-harness --path)
+DRA_ALLOCATOR = $(shell scripts/build-k8s.sh dra-allocator --path)
 NODE_BIN = $(shell scripts/build-k8s.sh node --bin-dir)
 LINT_DIRS := $(wildcard src tests bench examples image)
 VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
@@ -83,17 +85,19 @@ image-lock: | $(STAMP)
 test-fast: lint typecheck graphviz
 	$(BIN)/pytest -q  # the unit and integration tiers: pyproject's addopts
 
-# Builds the e2e control plane, the kubelet harness and the node on first use (tens of minutes
-# on 2 cores), then reuses them; Go's caches of those builds (~7 GB) go once all are built.
+# Builds the e2e control plane, the kubelet harness, the DRA allocator harness and the node on
+# first use (tens of minutes on 2 cores), then reuses them; Go's caches of those builds (~7 GB)
+# go once all are built.
 k8s-bins:
 	scripts/build-k8s.sh
 	scripts/build-k8s.sh kubelet-harness
+	scripts/build-k8s.sh dra-allocator
 	scripts/build-k8s.sh node
 	scripts/build-k8s.sh trim
 
 test: lint typecheck graphviz k8s-bins torch node-deps image
 	RDMAPLANE_K8S_BIN="$(K8S_BIN)" RDMAPLANE_KUBELET_HARNESS="$(KUBELET_HARNESS)" \
-	  RDMAPLANE_NODE_BIN="$(NODE_BIN)" RDMAPLANE_IMAGE="$(IMAGE_ARCHIVE)" $(BIN)/pytest -q -m ""
+	  RDMAPLANE_DRA_ALLOCATOR="$(DRA_ALLOCATOR)" RDMAPLANE_NODE_BIN="$(NODE_BIN)" RDMAPLANE_IMAGE="$(IMAGE_ARCHIVE)" $(BIN)/pytest -q -m ""
 
 # Benchmarks run by hand, not by `make bench`: the real kube-scheduler's fabric runs take about 10
 # minutes or more each on the 2-core machine (their docstrings say how; docs/fabric.md quotes them).

@@ -6,8 +6,9 @@
 # and two tools from their own modules (go install pkg@version): KWOK (fake nodes with a pod
 # lifecycle) at $kwok_version and Helm (for the chart's tests) at $helm_version, into
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/rdmaplane/{kwok,helm}/<tool key>/bin
-# and, on request, the admission harness of tests/kubelet and the node of tests/node (the kubelet
-# from upstream/node, containerd v2 and CNI plugins) under .../rdmaplane/{k8s,node}/<key>.
+# and, on request, the admission harness of tests/kubelet, the DRA allocator harness of
+# tests/dra_allocator and the node of tests/node (the kubelet from upstream/node, containerd v2
+# and CNI plugins) under .../rdmaplane/{k8s,node}/<key>.
 # Later runs reuse all of them. Progress goes to stderr; the k8s bin dir is the one line on stdout.
 #
 #   scripts/build-k8s.sh                 build if needed, print the k8s bin dir
@@ -17,6 +18,10 @@
 #
 #   scripts/build-k8s.sh kubelet-harness         build the admission harness if needed, print its path
 #   scripts/build-k8s.sh kubelet-harness --path  print its path only (builds nothing)
+#
+#   scripts/build-k8s.sh dra-allocator           build the DRA allocator harness of tests/dra_allocator
+#                                                if needed, print its path
+#   scripts/build-k8s.sh dra-allocator --path    print its path only (builds nothing)
 #
 #   scripts/build-k8s.sh node            build the node of tests/node if needed, print its bin dir
 #   scripts/build-k8s.sh node --bin-dir  print that bin dir only (builds nothing)
@@ -79,6 +84,38 @@ kubelet_harness() {
 }
 if [[ "${1:-}" == "kubelet-harness" ]]; then
   kubelet_harness "${2:-}"
+  exit 0
+fi
+
+# --- the DRA allocator harness (upstream/dra-allocator): upstream's structured allocator, as
+# kube-scheduler's DRA plugin runs it; its own module, key and binary, like the kubelet harness.
+dra_allocator() {
+  local module="$root/upstream/dra-allocator"
+  local dra go_version hash key bin
+  dra="$(pinned "$module" k8s.io/dynamic-resource-allocation)"
+  go_version="$(go env GOVERSION)"
+  hash="$(cat "$module"/go.mod "$module"/go.sum "$module"/*.go | sha256sum | cut -c1-10)"
+  key="dra-allocator_dra-${dra}_${go_version}_${hash}"
+  bin="$cache/k8s/$key/bin/dra-allocator"
+  if [[ "${1:-}" == "--path" || -x "$bin" ]]; then
+    echo "$bin"
+    return
+  fi
+  mkdir -p "$(dirname "$bin")"
+  exec 6>"$(dirname "$bin")/build.lock"
+  flock 6 # a parallel build of the same key waits here, then finds the binary
+  if [[ ! -x "$bin" ]]; then
+    local start=$SECONDS
+    printf '[build-k8s %(%H:%M:%S)T] building dra-allocator (k8s.io/dynamic-resource-allocation %s)\n' -1 "$dra" >&2
+    (cd "$module" && CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" \
+      go build -trimpath -ldflags="-s -w" -o "$bin.partial" .)
+    mv "$bin.partial" "$bin"
+    printf '[build-k8s %(%H:%M:%S)T] built dra-allocator in %d s\n' -1 $((SECONDS - start)) >&2
+  fi
+  echo "$bin"
+}
+if [[ "${1:-}" == "dra-allocator" ]]; then
+  dra_allocator "${2:-}"
   exit 0
 fi
 

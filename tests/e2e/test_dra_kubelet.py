@@ -237,7 +237,7 @@ async def test_registers_and_prepares_exactly_the_allocated_devices(
     assert kubelet.health_service == "v1.DRAResourceHealth"
     devices = await published(kube, node)
     claim, results = await allocated_claim(
-        kube, namespace, node, templates()["gpu-nic-pcie-x4"]["spec"]["spec"]
+        kube, namespace, node, templates()["gpu-nic-pcie-x2"]["spec"]["spec"]
     )
     ours = {r["request"]: r["device"] for r in results if r["driver"] == DRIVER}
 

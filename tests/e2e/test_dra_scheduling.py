@@ -143,59 +143,62 @@ async def test_the_rail_selector_gives_each_gpu_the_nic_of_its_rail_or_the_pod_w
         await stays_pending(kube, namespace, pod)
 
 
-# gb300-cx8: each ConnectX-8 is on its GPU's root only by its Data Direct function
-@pytest.mark.parametrize("sample", ["hgx-h100-roce", "gb300-cx8"])
+# Four GPUs with the NICs beside them: half an HGX node (one socket, by its numaNode
+# constraint) and a whole GB300 node (every GPU and every compute NIC), where each ConnectX-8 is
+# on its GPU's root only by its Data Direct function
+@pytest.mark.parametrize(
+    ("sample", "template"), [("hgx-h100-roce", "gpu-nic-numa-x4"), ("gb300-cx8", "gpu-nic-node")]
+)
 async def test_four_gpus_get_the_nic_on_their_pcie_root(
-    kube: AsyncClient, namespace: str, scheduler: Process, sample: str
+    kube: AsyncClient, namespace: str, scheduler: Process, sample: str, template: str
 ) -> None:
     async with dra_node(kube, sample) as node:
-        pod, claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x4")
+        pod, claim = await template_pod(kube, namespace, node, template)
 
-        got = by_request(await allocation(kube, namespace, claim))
+        results = await allocation(kube, namespace, claim)
 
         where = roots(node)
-        expected = [f"gpu-{k}" for k in range(4)] + [f"nic-{k}" for k in range(4)]
-        assert sorted(got) == sorted(expected)
-        for k in range(4):
-            gpu, nic = got[f"gpu-{k}"], got[f"nic-{k}"]
-            assert gpu[0] == GPU_DRIVER and nic[0] == DRIVER
-            assert where[gpu] == where[nic], (
-                f"pair {k}: {gpu} on {where[gpu]}, {nic} on {where[nic]}"
-            )
-            hca = node.topo.hca(node.driver.devices[nic[1]].hca)
+        gpus = {(r["driver"], r["device"]) for r in results if r["driver"] == GPU_DRIVER}
+        ours = {(r["driver"], r["device"]) for r in results if r["driver"] == DRIVER}
+        assert len(gpus) == len(ours) == len(results) // 2 == 4
+        # four GPUs on four roots, each holding one of the claim's NICs
+        assert sorted(where[g] for g in gpus) == sorted(where[n] for n in ours)
+        assert len({where[g] for g in gpus}) == 4
+        for _, nic in ours:
+            hca = node.topo.hca(node.driver.devices[nic].hca)
             assert hca is not None and hca.pci is not None
             if hca.data_direct is not None:  # paired through it, not the NIC's own root
-                assert hca.pci.root != where[gpu] == hca.data_direct.root
-        assert len({got[f"gpu-{k}"] for k in range(4)}) == 4
+                assert hca.pci.root != where[(DRIVER, nic)] == hca.data_direct.root
         # bound once the driver said each NIC is ready (its binding condition)
         assert await bound_node(kube, namespace, pod) == node.name
         stored = (await kube.get(ResourceClaim, claim, namespace=namespace)).to_dict()
         said = {d["device"]: d["conditions"] for d in stored["status"]["devices"]}
-        assert set(said) == {nic for driver, nic in got.values() if driver == DRIVER}
+        assert set(said) == {nic for _, nic in ours}
         for conditions in said.values():
             ready = next(c for c in conditions if c["type"] == READY)
             assert (ready["status"], ready["reason"]) == ("True", "PortReady")
 
 
-async def test_a_request_that_cannot_be_paired_stays_pending_and_numa_pairs_fit(
+async def test_a_request_that_cannot_be_paired_stays_pending_and_pairs_that_can_fit(
     kube: AsyncClient, namespace: str, scheduler: Process
 ) -> None:
-    # A PCIe server: two GPUs share a root complex with a NIC, the others have none beside
-    # them, so four PCIe pairs do not exist; four NUMA pairs do (NUMA node 0).
+    # A PCIe server: two GPUs share a root complex with a 400G NIC, the others have none beside
+    # them, and NUMA node 0 has four GPUs but two compute NICs: half a node does not fit, the
+    # two pairs that exist do.
     async with dra_node(kube, "pcie-l40s-split") as node:
-        pod, _ = await template_pod(kube, namespace, node, "gpu-nic-pcie-x4")
+        pod, _ = await template_pod(kube, namespace, node, "gpu-nic-numa-x4")
 
         note = await failed_scheduling_note(kube, namespace, pod, CANNOT)
 
         assert "1 cannot allocate all claims" in note, note  # the other nodes: other reasons
         assert await pending(kube, namespace, pod)
 
-        _, numa_claim = await template_pod(kube, namespace, node, "gpu-nic-numa-x4")
-        got = by_request(await allocation(kube, namespace, numa_claim))
-        numa = {(GPU_DRIVER, f"gpu-{g.index}"): g.pci.numa for g in node.topo.gpus}
-        numa |= {(DRIVER, n): d.attribute("numaNode") for n, d in node.driver.devices.items()}
-        for k in range(4):
-            assert numa[got[f"gpu-{k}"]] == numa[got[f"nic-{k}"]]
+        _, pairs_claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x2")
+        got = by_request(await allocation(kube, namespace, pairs_claim))
+        where = roots(node)
+        for k in range(2):
+            assert where[got[f"gpu-{k}"]] == where[got[f"nic-{k}"]]
+        assert {got["gpu-0"], got["gpu-1"]} == {(GPU_DRIVER, "gpu-0"), (GPU_DRIVER, "gpu-2")}
 
 
 async def test_a_tainted_nic_is_not_allocated_until_its_fault_clears(
@@ -206,8 +209,8 @@ async def test_a_tainted_nic_is_not_allocated_until_its_fault_clears(
         await node.publish()
         tainted = node.device_of("mlx5_0")
 
-        # Eight pairs need every NIC beside a GPU; GPU0's root holds only mlx5_0.
-        pod, claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x8")
+        # A whole node takes every compute NIC, mlx5_0 (GPU0's) among them.
+        pod, claim = await template_pod(kube, namespace, node, "gpu-nic-node-x8")
         await failed_scheduling_note(kube, namespace, pod, CANNOT)
         assert await pending(kube, namespace, pod)
 
@@ -215,8 +218,7 @@ async def test_a_tainted_nic_is_not_allocated_until_its_fault_clears(
         await node.publish()
         assert node.driver.publisher is not None
         assert not await node.driver.publisher.publish_once()  # the server holds it: no write
-        got = by_request(await allocation(kube, namespace, claim))
-        assert tainted in {device for _, device in got.values()}
+        assert tainted in nics_of(await allocation(kube, namespace, claim))
 
 
 async def test_a_fatal_fault_evicts_the_pods_that_do_not_tolerate_it(
@@ -263,8 +265,8 @@ async def test_ports_down_from_the_start_go_to_no_nic_claim_and_no_pair(
             n: {PORT_DOWN} if n in down else set() for n in stored
         }
 
-        # NUMA node 1's NICs and node 0's first compute NIC taken: four NUMA pairs would need
-        # a storage port (node 0 has three compute NICs left).
+        # NUMA node 1's NICs and node 0's first compute NIC taken: half a node needs four
+        # compute NICs on one NUMA node, and node 0 has three left beside its storage ports.
         taken = ("mlx5_0", "mlx5_6", "mlx5_7", "mlx5_8", "mlx5_9", "mlx5_10", "mlx5_11")
         _, taker = await claim_pod(kube, namespace, node, only(*taken))
         assert nics_of(await allocation(kube, namespace, taker)) == {
@@ -295,8 +297,8 @@ async def test_a_port_that_goes_down_later_is_allocated_to_no_claim_until_it_is_
         compute = node.device_of("mlx5_0")
         assert taints_said((await slice_devices(kube, node.name))[compute]) == {PORT_DOWN}
 
-        # Eight pairs need every NIC beside a GPU; GPU0's root holds only mlx5_0.
-        pairs, pairs_claim = await template_pod(kube, namespace, node, "gpu-nic-pcie-x8")
+        # A whole node takes every compute NIC, mlx5_0 (GPU0's) among them.
+        pairs, pairs_claim = await template_pod(kube, namespace, node, "gpu-nic-node-x8")
         await stays_pending(kube, namespace, pairs)
         node.topo = sample
         await node.publish()
