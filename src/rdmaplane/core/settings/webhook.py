@@ -121,7 +121,7 @@ DRA_NODE_LABEL = "rdmaplane.io/kubelet-plugin"  # deploy/dra/: the nodes the DRA
 
 
 @dataclass(frozen=True, slots=True)
-class DraPool:
+class DraNodePool:
     """Nodes whose GPUs and NICs are DRA devices. A pod is headed there when its nodeSelector
     holds `node_selector`, or each of its required node-affinity terms asks `In` those values
     only, or it is in one of `namespaces`: said by the pod or the cluster's admin, never
@@ -153,7 +153,7 @@ class Dra:
     device-plugin resources (docs/webhook.md, "DRA")."""
 
     enabled: bool = setting(True, "give pods headed to a pool its claim")
-    pools: tuple[DraPool, ...] = setting((DraPool(),), "the DRA node pools")
+    pools: tuple[DraNodePool, ...] = setting((DraNodePool(),), "the DRA node pools")
     gpu: str = setting("nvidia.com/gpu", "the GPU resource the templates' GPUs replace")
     claim_name: str = setting(
         "rdmaplane-gpus-nics",

@@ -7,7 +7,7 @@ Pure, on the pod as the API server sent it (a dict) and the webhook's `Dra` sett
   would ask for its NICs twice); its containers that use a claim get IPC_LOCK, `/dev/shm` and
   the fault notice like GPU containers (`inject.mutate` adds them);
 - a GPU pod headed to a DRA pool (its nodeSelector or required node affinity pins the pool's
-  labels, or its namespace is the pool's: `DraPool`) gets, per GPU container, a claim from the
+  labels, or its namespace is the pool's: `DraNodePool`) gets, per GPU container, a claim from the
   pool's template for that many GPUs, pairing each GPU with a NIC port on its PCIe root, in
   place of its `nvidia.com/gpu` count (which moves into the claim: the one thing the webhook
   removes, or the pod would ask for its GPUs twice). The NCCL/UCX environment of exactly the
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from rdmaplane.core.settings.webhook import Dra, DraPool
+from rdmaplane.core.settings.webhook import Dra, DraNodePool
 
 Json = Any
 Path = tuple[str | int, ...]
@@ -69,7 +69,7 @@ def claim_users(pod: Mapping[str, Json]) -> Iterator[tuple[str, int]]:
                 yield field, i
 
 
-def headed_to(pod: Mapping[str, Json], namespace: str | None, dra: Dra) -> DraPool | None:
+def headed_to(pod: Mapping[str, Json], namespace: str | None, dra: Dra) -> DraNodePool | None:
     """The first DRA pool the pod is headed to, by what the pod or the cluster's admin says:
     its nodeSelector holds the pool's labels; or every term of its required node affinity
     asks `In` exactly the pool's value for each of them; or its namespace is one of the pool's.
@@ -113,7 +113,7 @@ def _affinity_pins(spec: Mapping[str, Json], wanted: Mapping[str, str]) -> bool:
 
 
 def give_claim(
-    build: Builder, at: Path, gpus: Mapping[str, int], pool: DraPool, dra: Dra
+    build: Builder, at: Path, gpus: Mapping[str, int], pool: DraNodePool, dra: Dra
 ) -> str | None:
     """Move the container's GPU count into a claim made from the pool's template for that
     many GPUs: remove the GPU resource from its limits (and requests), add the claim to
@@ -136,7 +136,7 @@ def give_claim(
     return template
 
 
-def not_served(gpus: int, pool: DraPool, dra: Dra, hca: str) -> str:
+def not_served(gpus: int, pool: DraNodePool, dra: Dra, hca: str) -> str:
     """The warning for a container on a DRA pool that keeps the device-plugin path."""
     sizes = ", ".join(str(t.gpus) for t in pool.claim_templates) or "none"
     return (
