@@ -191,6 +191,10 @@ def test_shared_mode_and_other_pods_are_not_converted() -> None:
         pod(gpu(), nodeSelector=DRA_NODES, annotations={"rdmaplane.io/rdma": "shared"})
     )
     assert "resourceClaims" not in shared["spec"]
+    warned = inject.mutate(
+        pod(gpu(), nodeSelector=DRA_NODES, annotations={"rdmaplane.io/rdma": "shared"}), POLICY
+    ).warnings
+    assert any("shared mode" in w and "share-templates.yaml" in w for w in warned), warned
     elsewhere = applied(pod(gpu(), nodeSelector={"node.example/pool": "a"}))
     assert "resourceClaims" not in elsewhere["spec"]
     off = validate(WebhookSettings, {"dra": {"enabled": False}})

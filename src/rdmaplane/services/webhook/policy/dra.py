@@ -136,13 +136,21 @@ def give_claim(
     return template
 
 
-def not_served(gpus: int, pool: DraNodePool, dra: Dra, hca: str) -> str:
-    """The warning for a container on a DRA pool that keeps the device-plugin path."""
+def not_served(gpus: int, pool: DraNodePool, dra: Dra, mode: str, resource: str) -> str:
+    """The warning for a container on a DRA pool that keeps the device-plugin path, given
+    `resource` (the HCA pool of `mode`)."""
+    if mode == "shared":
+        return (
+            f"headed to DRA pool {pool.name} in shared mode: given {resource}, which no "
+            "DeviceClass serves on DRA nodes (only rdmaplane.io/hca is), so it fits no node "
+            "there; name a share template (deploy/dra/share-templates.yaml) in its "
+            "resourceClaims, or use exclusive mode"
+        )
     sizes = ", ".join(str(t.gpus) for t in pool.claim_templates) or "none"
     return (
         f"headed to DRA pool {pool.name} but no claim template of it has {gpus} {dra.gpu} "
-        f"(it has: {sizes}): given {hca} as on the device-plugin path, which the pool serves "
-        "through its DeviceClasses' extendedResourceName, with no GPU-NIC pairing"
+        f"(it has: {sizes}): given {resource} as on the device-plugin path, which the pool "
+        "serves through its DeviceClasses' extendedResourceName, with no GPU-NIC pairing"
     )
 
 

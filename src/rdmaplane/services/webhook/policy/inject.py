@@ -414,7 +414,13 @@ def mutate(pod: Mapping[str, Json], policy: InjectPolicy, namespace: str | None 
             if pool is not None:
                 result.warnings.append(
                     f"container {c.body.name[:63]}: "
-                    + dra.not_served(c.gpu_count, pool, policy.dra, policy.hca)
+                    + dra.not_served(
+                        c.gpu_count,
+                        pool,
+                        policy.dra,
+                        mode,
+                        policy.hca if mode == "exclusive" else policy.hca_shared,
+                    )
                 )
             granted = _add_rdma(build, at, c, mode, cls, policy)
         if _size(granted, policy) > _size(rdma, policy):
