@@ -146,9 +146,18 @@ def gpu_slice(node: str, topo: NodeTopology) -> dict[str, Any]:
     }
 
 
-async def ensure_device_classes(kube: AsyncClient) -> None:
-    ours = yaml.safe_load((DRA_DEPLOY / "deviceclass.yaml").read_text())
-    for body in (ours, GPU_CLASS):
+def device_classes(extended: bool = False) -> list[dict[str, Any]]:
+    """deploy/dra/deviceclass.yaml's classes: the driver's, and with `extended` those that
+    serve extended resources through DRA (KEP-5004)."""
+    ours = yaml.safe_load_all((DRA_DEPLOY / "deviceclass.yaml").read_text())
+    return [c for c in ours if extended or "extendedResourceName" not in c["spec"]]
+
+
+async def ensure_device_classes(kube: AsyncClient, extended: bool = False) -> None:
+    """The driver's DeviceClass and NVIDIA's; with `extended`, deploy/dra/'s classes serving
+    `rdmaplane.io/hca` and `nvidia.com/gpu` by DRA too (left out by default: the scheduler
+    would then serve device-plugin pods on DRA nodes, which the other tests do not expect)."""
+    for body in (*device_classes(extended), GPU_CLASS):
         try:
             await kube.create(cast(DeviceClass, DeviceClass.from_dict(body)))
         except ApiError as e:

@@ -110,6 +110,18 @@ def _calls(env: Env) -> float:
     )
 
 
+def _claims_only(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    """A DRA pod: its devices through a claim, no GPU in limits."""
+    obj = cpu_pod(name)
+    if annotations:
+        obj["metadata"]["annotations"] = annotations
+    obj["spec"]["resourceClaims"] = [
+        {"name": "gpus-nics", "resourceClaimTemplateName": "gpu-nic-pcie-x1"}
+    ]
+    obj["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus-nics"}]}
+    return obj
+
+
 def _requests_only(name: str) -> dict[str, Any]:
     obj = gpu_pod(name)
     obj["spec"]["containers"][0]["resources"] = {"requests": {GPU: "8"}}
@@ -126,6 +138,10 @@ def _requests_only(name: str) -> dict[str, Any]:
         ("plain", gpu_pod("call-asked", annotations={"rdmaplane.io/rdma": "auto"})),
         ("kube-system", gpu_pod("call-system", annotations={"rdmaplane.io/rdma": "exclusive"})),
         ("opted_in", cpu_pod("call-cpu")),
+        ("opted_in", _claims_only("call-claims")),
+        ("plain", _claims_only("call-claims-plain")),
+        ("plain", _claims_only("call-claims-asked", {"rdmaplane.io/rdma": "auto"})),
+        ("opted_in", _claims_only("call-claims-off", {"rdmaplane.io/rdma": "off"})),
     ],
     ids=lambda v: v if isinstance(v, str) else v["metadata"]["name"],
 )
@@ -179,6 +195,23 @@ def test_a_second_pass_changes_nothing(kube_cluster: KubeCluster, env: Env) -> N
         verify=ssl.create_default_context(cafile=str(env.ca_file)),
     )
     assert reply.json()["response"] == {"uid": "0f7c1d6e", "allowed": True}
+
+
+def test_a_dra_pod_gets_ipc_lock_and_shm_and_no_device_plugin_resources(
+    kube_cluster: KubeCluster, env: Env
+) -> None:
+    """Issue 40's pod: claims for its GPUs and NICs and `nvidia.com/gpu: 8` besides: admitted
+    with IPC_LOCK and /dev/shm, and no `rdmaplane.io/hca` (it would ask for NICs twice)."""
+    obj = _claims_only("dra-twice")
+    obj["spec"]["containers"][0]["resources"]["limits"] = {GPU: "8"}
+    with kube_cluster.client() as client:
+        out = create(client, env.opted_in, obj, dry_run=True)
+        claims_only = create(client, env.opted_in, _claims_only("dra-only"), dry_run=True)
+    for pod in (out, claims_only):
+        (c,) = pod["spec"]["containers"]
+        assert not {HCA, SHARED} & set(c["resources"].get("limits", {}))
+        assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+        assert "/dev/shm" in [m["mountPath"] for m in c["volumeMounts"]]
 
 
 def test_warnings_reach_the_client(kube_cluster: KubeCluster, env: Env) -> None:

@@ -101,3 +101,39 @@ def test_bad_inputs_are_one_line_exit_2(tmp_path: Path) -> None:
         assert result.exit_code == 2, (args, result.output)
         assert message in result.stderr, (args, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_inject_does_what_the_webhook_does_on_the_dra_path(tmp_path: Path) -> None:
+    """The same policy as the webhook: a pod selecting the DRA label gets the claim of its GPU
+    count in place of its GPUs; a pod with claims gets IPC_LOCK and no HCA; a pool named by
+    namespace in the config follows `--namespace`."""
+    headed = gpu_pod("p", "8")
+    headed["spec"]["nodeSelector"] = {"rdmaplane.io/kubelet-plugin": "dra"}
+    result = run("inject", write(tmp_path, headed))
+    assert result.exit_code == 0, result.output
+    pod = yaml.safe_load(result.stdout)
+    (claim,) = pod["spec"]["resourceClaims"]
+    assert claim["resourceClaimTemplateName"] == "gpu-nic-pcie-x8"
+    c = pod["spec"]["containers"][0]
+    assert c["resources"]["claims"] == [{"name": claim["name"]}]
+    assert not {HCA, "nvidia.com/gpu"} & set(c["resources"]["limits"])
+
+    claimed = gpu_pod("q", "8")
+    claimed["spec"]["resourceClaims"] = [{"name": "g", "resourceClaimTemplateName": "t"}]
+    claimed["spec"]["containers"][0]["resources"]["claims"] = [{"name": "g"}]
+    pod = yaml.safe_load(run("inject", write(tmp_path, claimed, "claimed.yaml")).stdout)
+    c = pod["spec"]["containers"][0]
+    assert HCA not in c["resources"]["limits"]
+    assert c["securityContext"]["capabilities"]["add"] == ["IPC_LOCK"]
+
+    config = {
+        "apiVersion": "rdmaplane.io/v1alpha1",
+        "kind": "WebhookConfig",
+        "dra": {"pools": [{"name": "team", "nodeSelector": {}, "namespaces": ["team-dra"]}]},
+    }
+    cfg = write(tmp_path, config, "config.yaml")
+    plain = write(tmp_path, gpu_pod("r", "4"), "plain.yaml")
+    there = yaml.safe_load(run("inject", plain, "--config", cfg, "--namespace", "team-dra").stdout)
+    assert there["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "gpu-nic-pcie-x4"
+    elsewhere = yaml.safe_load(run("inject", plain, "--config", cfg, "--namespace", "a").stdout)
+    assert "resourceClaims" not in elsewhere["spec"]

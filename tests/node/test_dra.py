@@ -4,13 +4,18 @@ real kube-scheduler allocates a claim and binds the pod once the driver set the 
 condition, the kubelet's own DRA manager calls NodePrepareResources, containerd applies the
 driver's CDI spec, and the container sees its NICs; the kubelet watches the driver's device
 health stream and shows it in the pod's status: Healthy, then Unhealthy with the driver's
-message while a port is down, then Healthy again."""
+message while a port is down, then Healthy again. The pod is admitted as the webhook (and
+`rdmaplane inject`) would admit it, opted in: the container's own view has its NICs, the NCCL
+environment of exactly them, IPC_LOCK in its effective capabilities and a memory-backed
+/dev/shm of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +27,10 @@ from lightkube.resources.core_v1 import Pod
 from lightkube.resources.resource_v1 import ResourceClaim, ResourceSlice
 
 from rdmaplane.adapters.discovery import read_node
+from rdmaplane.core.settings.webhook import InjectPolicy
 from rdmaplane.services.dra.policy.claims import spec_name
 from rdmaplane.services.dra.policy.readiness import READY
+from rdmaplane.services.webhook.policy import inject
 from tests.e2e.dra import (
     DRIVER,
     allocation,
@@ -36,7 +43,11 @@ from tests.node import pods
 from tests.node.conftest import NodeCluster
 from tests.node.pods import until
 from tests.node.realnode import RealNode
-from tests.node.test_device_plugin import VIEW, view
+from tests.node.test_device_plugin import VIEW, parse_view
+
+CAP_IPC_LOCK = 14  # linux/capability.h
+# the container's capabilities and /dev/shm, then the device plugin tests' view
+VIEW_RDMA = "grep CapEff /proc/self/status; grep ' /dev/shm ' /proc/mounts; echo +++; " + VIEW
 
 TOKEN_POD = "rdmaplane-dra-driver-token"
 
@@ -98,6 +109,22 @@ async def our_slice_devices(kube: AsyncClient, node: str) -> dict[str, dict[str,
     return found
 
 
+async def rdma_view(
+    kube: AsyncClient, namespace: str, name: str
+) -> tuple[int, str, set[str], dict[str, str]]:
+    """Once the pod printed `VIEW_RDMA`: its effective capabilities, its /dev/shm mount line,
+    devices and environment."""
+    await pods.wait_phase(kube, namespace, name, ("Running",))
+    deadline = time.monotonic() + pods.WAIT_S
+    while "END" not in (text := await pods.log(kube, namespace, name)):
+        assert time.monotonic() < deadline, text
+        await asyncio.sleep(0.2)
+    head, rest = text.split("+++", 1)
+    caps, shm = [*head.strip().splitlines(), "", ""][:2]
+    devices, env, _ = parse_view(rest)
+    return int(caps.split()[-1], 16), shm, devices, env
+
+
 async def health_of(kube: AsyncClient, namespace: str, pod: str) -> dict[str, tuple[str, str]]:
     """What the kubelet shows in the pod's status for its claim: resource ID → health, message."""
     stored = await kube.get(Pod, pod, namespace=namespace)
@@ -118,12 +145,22 @@ async def test_the_kubelets_dra_manager_prepares_the_claim_and_the_pod_sees_its_
     claim = {"metadata": {"name": "nics"}, "spec": nics(2)}
     await kube.create(ResourceClaim.from_dict(claim), namespace=node_namespace)  # type: ignore[arg-type]
     body = pods.pod_body(
-        "dra", ["sh", "-c", VIEW], resourceClaims=[{"name": "nics", "resourceClaimName": "nics"}]
+        "dra",
+        ["sh", "-c", VIEW_RDMA],
+        resourceClaims=[{"name": "nics", "resourceClaimName": "nics"}],
     )
+    body["metadata"]["annotations"] = {inject.MODE_ANNOTATION: "auto"}
     body["spec"]["containers"][0]["resources"] = {"claims": [{"name": "nics"}]}
-    name = await pods.create(kube, node_namespace, body)
+    admitted = inject.mutate(body, InjectPolicy(), node_namespace)  # as the webhook would
+    assert not admitted.warnings, admitted.warnings
+    name = await pods.create(kube, node_namespace, admitted.pod)
     results = await allocation(kube, node_namespace, "nics")
-    seen_devices, env, _ = await view(kube, node_namespace, name)
+    caps, shm, seen_devices, env = await rdma_view(kube, node_namespace, name)
+    assert caps & (1 << CAP_IPC_LOCK), f"CapEff {caps:x}"
+    # the webhook's memory emptyDir, not the runtime's 64 MiB shm
+    assert shm.split()[:3] == ["tmpfs", "/dev/shm", "tmpfs"], shm
+    assert "size=65536k" not in shm, shm
+    assert env["RDMAPLANE_ANNOTATIONS_FILE"] == "/etc/podinfo/annotations"
     pod = await kube.get(Pod, name, namespace=node_namespace)
     stored = (await kube.get(ResourceClaim, "nics", namespace=node_namespace)).to_dict()
     topo = read_node(str(node_sample))

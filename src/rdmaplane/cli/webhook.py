@@ -125,7 +125,7 @@ def inject_command(
                 done[t.pointer] = []
                 continue
             try:
-                result = mutate(t.template, policy)
+                result = mutate(t.template, policy, str(ns))
             except PodError as exc:
                 fail(f"{file}: {where}: refused: {exc}", 1)
             for warning in result.warnings:

@@ -58,7 +58,8 @@ init container's limits)? */}}
 object.spec.containers.exists(c, has(c.resources) && has(c.resources.limits) &&
 {{ $gpu }}) ||
 (has(object.spec.initContainers) && object.spec.initContainers.exists(c,
-has(c.resources) && has(c.resources.limits) && {{ $gpu }}))
+has(c.resources) && has(c.resources.limits) && {{ $gpu }})) ||
+(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)
 {{- end -}}
 
 {{/* The node agents' users (the agent, the DRA driver): who the own-node policies bind. */}}

@@ -98,6 +98,71 @@ class Tls:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimTemplate:
+    """The ResourceClaimTemplate a pod of this many GPUs is given on a DRA node pool."""
+
+    gpus: int = setting(1, "for a container of this many GPUs", ge=1, le=1024)
+    name: str = setting(
+        "gpu-nic-pcie-x1",
+        "a ResourceClaimTemplate in the pod's namespace",
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+    )
+
+
+# deploy/dra/claim-templates.yaml's names by size (tests/unit/test_webhook_dra.py holds them to
+# that file): each pairs every GPU of the claim with a NIC port, the allocator's cheapest shape
+# for that size (docs/dra.md, "Claims by size").
+CLAIM_TEMPLATES = (
+    ClaimTemplate(1, "gpu-nic-pcie-x1"),
+    ClaimTemplate(4, "gpu-nic-pcie-x4"),
+    ClaimTemplate(8, "gpu-nic-pcie-x8"),
+)
+DRA_NODE_LABEL = "rdmaplane.io/kubelet-plugin"  # deploy/dra/: the nodes the DRA driver serves
+
+
+@dataclass(frozen=True, slots=True)
+class DraNodePool:
+    """Nodes whose GPUs and NICs are DRA devices. A pod is headed there when its nodeSelector
+    holds `node_selector`, or each of its required node-affinity terms asks `In` those values
+    only, or it is in one of `namespaces`: said by the pod or the cluster's admin, never
+    guessed."""
+
+    name: str = setting("dra", "a name for people")
+    node_selector: dict[str, str] = setting(
+        factory=lambda: {DRA_NODE_LABEL: "dra"}, doc="labels every node of the pool has"
+    )
+    namespaces: tuple[str, ...] = setting((), "namespaces whose every pod runs on the pool")
+    claim_templates: tuple[ClaimTemplate, ...] = setting(
+        CLAIM_TEMPLATES, "by GPUs per container: the template its claim is made from"
+    )
+
+    def __post_init__(self) -> None:
+        if not (self.node_selector or self.namespaces):
+            raise FieldError("node_selector", "name the pool's labels or its namespaces")
+        sizes = [t.gpus for t in self.claim_templates]
+        if len(sizes) != len(set(sizes)):
+            raise FieldError("claim_templates", "one template per GPU count")
+
+    def template(self, gpus: int) -> str | None:
+        return next((t.name for t in self.claim_templates if t.gpus == gpus), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Dra:
+    """GPU pods headed to DRA node pools: a claim pairing each GPU with a NIC in place of the
+    device-plugin resources (docs/webhook.md, "DRA")."""
+
+    enabled: bool = setting(True, "give pods headed to a pool its claim")
+    pools: tuple[DraNodePool, ...] = setting((DraNodePool(),), "the DRA node pools")
+    gpu: str = setting("nvidia.com/gpu", "the GPU resource the templates' GPUs replace")
+    claim_name: str = setting(
+        "rdmaplane-gpus-nics",
+        "the pod's name for its claim (-2, -3, ... for more GPU containers)",
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class InjectPolicy:
     """What the webhook adds to GPU pods. `resources` names at least one GPU resource and one
     pool of each mode: the first pool of a mode is what it adds."""
@@ -115,6 +180,7 @@ class InjectPolicy:
         factory=NoticeVolume, doc="the fault notice's annotations file"
     )
     doctor: Doctor = setting(factory=Doctor, doc="rdmaplane.io/doctor")
+    dra: Dra = setting(factory=Dra, doc="pods headed to DRA node pools")
 
     def __post_init__(self) -> None:
         v = self.resources

@@ -81,7 +81,7 @@ def admit(body: bytes, policy: InjectPolicy) -> Admitted:
     if request.operation != "CREATE":
         return Admitted(review.respond(request.uid), "ignored")
     try:
-        mutation = inject.mutate(request.pod, policy)
+        mutation = inject.mutate(request.pod, policy, request.namespace or None)
     except inject.PodError as exc:
         return Admitted(review.respond(request.uid, denied=str(exc)), "denied")
     outcome = "patched" if mutation.patch else "unchanged"

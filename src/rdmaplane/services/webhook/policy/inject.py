@@ -34,6 +34,7 @@ from rdmaplane.core.decoding import DecodeError, convert
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.resources import Mode
 from rdmaplane.core.settings.webhook import Doctor, InjectPolicy, NodeClass, NoticeVolume
+from rdmaplane.services.webhook.policy import dra
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
 DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
@@ -111,6 +112,15 @@ class _Builder:
             }
         )
         node.insert(len(node) if index is None else index, _copy(item))
+
+    def remove(self, path: tuple[str | int, ...]) -> None:
+        """Remove the key at `path` (it must be there): only a GPU count moved into a DRA
+        claim (`dra.give_claim`)."""
+        node: Json = self.obj
+        for token in path[:-1]:
+            node = _child(node, token)
+        self.ops.append({"op": "remove", "path": pointer(*path)})
+        del node[path[-1]]
 
     def _add(self, path: tuple[str | int, ...], parent: Json, key: str | int, value: Json) -> None:
         self.ops.append({"op": "add", "path": pointer(*path), "value": _copy(value)})
@@ -320,10 +330,13 @@ class _GpuContainer:
         return sum(self.gpus.values())
 
 
-def _gpu_containers(spec: _Spec, gpus: Sequence[str]) -> Iterator[_GpuContainer]:
+def _gpu_containers(
+    spec: _Spec, gpus: Sequence[str], claim_users: frozenset[tuple[str, int]] = frozenset()
+) -> Iterator[_GpuContainer]:
+    """Containers asking GPUs, and those using a DRA claim (`claim_users`, by field and index)."""
     for kind, i, c in spec.every():
         counts = {n: k for n in gpus if (k := c.count(n))}
-        if counts and c.name != DOCTOR_CONTAINER:  # ours: complete as it is
+        if (counts or (kind, i) in claim_users) and c.name != DOCTOR_CONTAINER:  # ours: as it is
             yield _GpuContainer(kind, i, c, counts)
 
 
@@ -354,19 +367,22 @@ def not_sent(
     gpus = policy.resources.gpus
     if any(set(gpus) & set(r.limits or {}) for r in resources):
         return None
+    if dra.claims(pod):  # the match condition sends DRA pods too
+        return None
     if any(set(gpus) & set(r.requests or {}) for r in resources):
         return (
             f"its {' or '.join(gpus)} is in requests only: the webhook is called for GPUs in "
             "limits (and the API server refuses an extended resource without a limit)"
         )
-    return f"no container asks for {' or '.join(gpus)} (limits)"
+    return f"no container asks for {' or '.join(gpus)} (limits) and the pod has no resourceClaims"
 
 
 # ------------------------------------------------------------------------------ the mutation
 
 
-def mutate(pod: Mapping[str, Json], policy: InjectPolicy) -> Mutation:
+def mutate(pod: Mapping[str, Json], policy: InjectPolicy, namespace: str | None = None) -> Mutation:
     """The patch that makes `pod` RDMA-ready, and warnings for what it will not fix.
+    `namespace`: the request's (default: the pod's own), for DRA pools named by namespace.
     Raises `PodError` for a mode annotation it does not know; a pod it cannot read (no Pod the
     API server would take) gets no patch and a warning naming the field."""
     try:
@@ -377,15 +393,36 @@ def mutate(pod: Mapping[str, Json], policy: InjectPolicy) -> Mutation:
     spec = read.spec or _Spec()
     build = _Builder(pod)
     result = Mutation(warnings=list(_warnings(spec, policy.hca)), pod=build.obj)
-    containers = list(_gpu_containers(spec, policy.resources.gpus))
+    claimed = bool(dra.claims(pod))  # a DRA pod: never given device-plugin resources
+    users = frozenset(dra.claim_users(pod))
+    containers = list(_gpu_containers(spec, policy.resources.gpus, users))
     if mode is None or not containers or read.spec is None:
         return result
     cls = node_class(read, policy)
+    pool = None if claimed else dra.headed_to(pod, namespace, policy.dra)
     shm_size = _shm_size(containers, policy)
     rdma: dict[str, str] = {}  # the largest RDMA request among the containers, for the doctor
     for c in containers:
         at = ("spec", c.field, c.index)
-        granted = _add_rdma(build, at, c, mode, cls, policy)
+        if claimed or (
+            pool is not None
+            and mode == "exclusive"
+            and dra.give_claim(build, at, c.gpus, pool, policy.dra)
+        ):
+            granted: dict[str, str] = {}
+        else:
+            if pool is not None:
+                result.warnings.append(
+                    f"container {c.body.name[:63]}: "
+                    + dra.not_served(
+                        c.gpu_count,
+                        pool,
+                        policy.dra,
+                        mode,
+                        policy.hca if mode == "exclusive" else policy.hca_shared,
+                    )
+                )
+            granted = _add_rdma(build, at, c, mode, cls, policy)
         if _size(granted, policy) > _size(rdma, policy):
             rdma = granted
         result.warnings += _own_hca_list(c.body, granted, policy)
@@ -397,7 +434,9 @@ def mutate(pod: Mapping[str, Json], policy: InjectPolicy) -> Mutation:
             _add_notice(build, at, c.body, policy.fault_notice, result)
     if policy.doctor.enabled and _wants_doctor(read):
         largest = max(containers, key=lambda c: c.gpu_count)
-        _add_doctor(build, policy.doctor, largest.gpus, rdma)
+        claims = dra.doctor_claims(build, ("spec", largest.field, largest.index))
+        gpus = {n: k for n, k in largest.gpus.items() if not claims or n != policy.dra.gpu}
+        _add_doctor(build, policy.doctor, gpus, rdma, claims)
     result.patch = build.ops
     return result
 
@@ -556,10 +595,15 @@ def _wants_doctor(pod: _Pod) -> bool:
 
 
 def _add_doctor(
-    build: _Builder, doctor: Doctor, gpus: Mapping[str, int], rdma: Mapping[str, str]
+    build: _Builder,
+    doctor: Doctor,
+    gpus: Mapping[str, int],
+    rdma: Mapping[str, str],
+    claims: Sequence[str] = (),
 ) -> None:
     """`rdmaplane doctor` as the first init container, with the largest container's GPUs and
-    RDMA devices (the kubelet hands them on to the app containers), IPC_LOCK and /dev/shm."""
+    RDMA devices (the kubelet hands them on to the app containers) or DRA claims (shared with
+    it), IPC_LOCK and /dev/shm."""
     spec = _now(build)
     if any(c.name == DOCTOR_CONTAINER for c in spec.init_containers or ()):
         return
@@ -569,7 +613,7 @@ def _add_doctor(
         "image": doctor.image,
         "command": ["rdmaplane"],
         "args": list(doctor.args),
-        "resources": {"limits": limits},
+        "resources": {"limits": limits} if limits or not claims else {},
         "securityContext": {  # root: a non-root process gets no effective IPC_LOCK
             "runAsUser": 0,
             "allowPrivilegeEscalation": False,
@@ -586,6 +630,8 @@ def _add_doctor(
         ),
         None,
     )
+    if claims:
+        container["resources"]["claims"] = [{"name": n} for n in claims]
     if shm is not None:
         container["volumeMounts"] = [{"name": shm.name, "mountPath": SHM_PATH}]
     build.insert(("spec", "initContainers"), container, 0)
