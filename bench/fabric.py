@@ -105,7 +105,7 @@ from rdmaplane.core import nrt
 from rdmaplane.core.settings.scheduler import FabricScoring
 from rdmaplane.services.agent.publisher import FREED_ANNOTATION
 from rdmaplane.services.scheduler.cache import ClusterCache, pod_key
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import podrequest
 from rdmaplane.services.scheduler.policy import rails as rl
 from tests.e2e import fleet, scalerig
 from tests.e2e.controlplane import (
@@ -208,7 +208,7 @@ class Scheduler:
         placed = []
         for p in pods_of(job):
             started = time.perf_counter()
-            request = pl.pod_request(p)
+            request = podrequest.pod_request(p)
             verdicts = self.cache.verdicts(self.names, request)
             scores, _ = self.cache.job_scores(p, self.names, request, verdicts, self.weights)
             fits = [(s, n) for s, n, v in zip(scores, self.names, verdicts, strict=True) if v.fits]
@@ -344,7 +344,7 @@ def main() -> None:
 
 
 def _free_per_leaf(cache: ClusterCache, leaf: dict[str, str]) -> dict[str, int]:
-    request = pl.PodRequest.of({nrt.GPU: 8, nrt.HCA: 8})
+    request = podrequest.PodRequest.of({nrt.GPU: 8, nrt.HCA: 8})
     names = sorted(leaf)
     room: dict[str, int] = {}
     for n, v in zip(names, cache.verdicts(names, request), strict=True):
@@ -439,7 +439,7 @@ def matchable(cache: ClusterCache, names: list[str], pod: dict[str, Any], count:
     takes them all (no pair crosses nodes), or `count` nodes would each give one of them
     the same rails (by the extender's prediction on the published NRTs, exact on this
     sample)."""
-    request = pl.pod_request(pod)
+    request = podrequest.pod_request(pod)
     verdicts = cache.verdicts(names, request)
     offered = Counter(cache.rails_at(n, v) for n, v in zip(names, verdicts, strict=True) if v.fits)
     whole = any(cache.slots(n, request, count) >= count for n in names)
@@ -482,7 +482,7 @@ class RailCluster:
         return nrt.to_object(h.published(h.rail_uplinks()))
 
     def choose(self, pod: dict[str, Any], rng: random.Random, rdmaplane: bool) -> str | None:
-        request = pl.pod_request(pod)
+        request = podrequest.pod_request(pod)
         verdicts = self.cache.verdicts(self.names, request)
         if rdmaplane:
             scores, _ = self.cache.job_scores(pod, self.names, request, verdicts, self.weights)
@@ -504,7 +504,7 @@ class RailCluster:
 
     def bind(self, pod: dict[str, Any], name: str) -> tuple[str, frozenset[int], bool] | None:
         """Bind the pod, let the node's kubelet admit it; (uid, its real rails, predicted?)."""
-        request = pl.pod_request(pod)
+        request = podrequest.pod_request(pod)
         predicted = self.cache.rails_at(name, self.cache.verdict(name, request))
         h = self.nodes[name]
         admission = h.admit(pod)
@@ -1246,7 +1246,7 @@ def judge_rails(
         body = e.body
         key = pod_key(body)
         if e.kind == "bind" and key in rails:
-            request = pl.pod_request(body)
+            request = podrequest.pod_request(body)
             tally.pods += 1
             tally.predicted += cache.rails_at(e.node, cache.verdict(e.node, request)) == rails[key]
             predicted_seen = seen.rails_at(e.node, seen.verdict(e.node, request))
