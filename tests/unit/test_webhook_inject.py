@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from rdmaplane import IMAGE
 from rdmaplane.adapters.config.base import validate
+from rdmaplane.core import jsonpatch as jsonpatch_core
 from rdmaplane.core.settings.webhook import InjectPolicy, WebhookSettings
 from rdmaplane.services.webhook.policy import inject
 from tests import resource_names as names
@@ -199,7 +200,7 @@ def test_doctor_goes_first_with_the_largest_rdma_request() -> None:
 
 
 def test_pointer_escapes_rfc6901() -> None:
-    assert inject.pointer("a/b", "m~n", 0) == "/a~1b/m~0n/0"
+    assert jsonpatch_core.pointer("a/b", "m~n", 0) == "/a~1b/m~0n/0"
 
 
 def test_strange_shapes_are_not_a_crash() -> None:
