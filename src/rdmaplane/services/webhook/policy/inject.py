@@ -1,9 +1,10 @@
 """What the admission webhook adds to a GPU pod, as a JSONPatch built from the real object.
 
-Pure: a pod (the dict the API server sent) and an `InjectPolicy` in, a `Mutation` (RFC 6902
-operations and admission warnings) out. For every container (and init container) that asks for
-GPUs (any GPU resource of the policy's vocabulary: `nvidia.com/gpu`, `amd.com/gpu`, ...) it
-adds, unless the user already did:
+Pure: a pod (the dict the API server sent, read as `podview` reads it) and an `InjectPolicy`
+in, a `Mutation` (RFC 6902 operations, built by `core.jsonpatch`, and admission warnings) out.
+For every container (and init container) that asks for GPUs (any GPU resource of the policy's
+vocabulary: `nvidia.com/gpu`, `amd.com/gpu`, ...; counted by the one Pod model's rule, its
+limits) it adds, unless the user already did:
 
 - the RDMA resource: the vocabulary's first exclusive pool x N (`rdmaplane.io/hca`) or one slot
   of its first shared pool (`rdmaplane.io/hca-shared`); a container that names any of its HCA
