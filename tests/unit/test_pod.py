@@ -101,7 +101,7 @@ def test_the_rule_on_any_limits_and_requests(
     limits: dict[str, int], requests: dict[str, int]
 ) -> None:
     """The count is the limit; the faults are exactly the requests the API server refuses."""
-    res = Resources(ResourceList(limits), ResourceList(requests))
+    res = Resources(ResourceList.of(limits), ResourceList.of(requests))
     for name in {*limits, *requests, GPU}:
         assert res.count(name) == limits.get(name, 0)
     assert dict(res.devices) == limits

@@ -51,16 +51,19 @@ class ResourceList(dict[str, int]):
 
     __slots__ = ("other",)
     expected = "an object"
+    other: Mapping[str, Any]
 
-    def __init__(self, counts: Any = (), other: Mapping[str, Any] | None = None) -> None:
-        super().__init__(counts)
-        self.other: Mapping[str, Any] = other or {}
+    @classmethod
+    def of(cls, counts: Mapping[str, int], other: Mapping[str, Any] | None = None) -> ResourceList:
+        made = cls(counts)
+        made.other = other or {}
+        return made
 
     @classmethod
     def from_wire(cls, value: Any) -> ResourceList:
         if not isinstance(value, dict):
             raise ValueError("expected an object")
-        counts: dict[str, int] = {}
+        made = cls()
         other: dict[str, Any] = {}
         for name, amount in value.items():
             if not isinstance(name, str):
@@ -69,13 +72,14 @@ class ResourceList(dict[str, int]):
                 other[name] = amount
                 continue
             try:
-                counts[name] = parse_count(amount)
+                made[name] = parse_count(amount)
             except ValueError as e:
                 raise ValueError(f"[{name}]: {e}") from None
-        return cls(counts, other)
+        made.other = other
+        return made
 
 
-_NONE: Final = ResourceList()
+_NONE: Final = ResourceList.of({})
 
 
 class Resources(msgspec.Struct, frozen=True):

@@ -99,13 +99,11 @@ def pod_request(pod: Pod | Mapping[str, Any]) -> PodRequest:
     spec = read_pod(pod).spec
     if spec is None:
         raise RequestError("Pod.spec: expected an object")
-    for field, why in spec.faults():
-        raise RequestError(f"Pod.{field}: {why}")
     steps: list[ContainerRequest] = []
     sidecars = total = NONE
     named: set[str] = set()
-    for container in spec.init_containers or ():
-        devices, names_here = _container_devices(container)
+    for index, container in enumerate(spec.init_containers or ()):
+        devices, names_here = _container_devices(container, "initContainers", index)
         kind = "sidecar" if container.restart_policy == "Always" else "init"
         zero = tuple(name for name in names_here if not devices[name])
         steps.append(ContainerRequest(kind, devices, zero))
@@ -115,8 +113,8 @@ def pod_request(pod: Pod | Mapping[str, Any]) -> PodRequest:
         else:
             total = total | (devices + sidecars)
     apps = sidecars
-    for container in spec.containers or ():
-        devices, names_here = _container_devices(container)
+    for index, container in enumerate(spec.containers or ()):
+        devices, names_here = _container_devices(container, "containers", index)
         zero = tuple(name for name in names_here if not devices[name])
         steps.append(ContainerRequest("app", devices, zero))
         named.update(names_here)
@@ -129,9 +127,15 @@ def pod_request(pod: Pod | Mapping[str, Any]) -> PodRequest:
     )
 
 
-def _container_devices(container: Container) -> tuple[Amounts, tuple[str, ...]]:
+def _container_devices(
+    container: Container, field: str, index: int
+) -> tuple[Amounts, tuple[str, ...]]:
     """The container's extended resources, and which of them it names at all (0 too)."""
-    if container.resources is None:
+    resources = container.resources
+    if resources is None:
         return NONE, ()
-    devices = container.resources.devices
+    if resources.requests:  # most pods' requests are their limits again: no fault to find
+        for below, why in resources.faults():
+            raise RequestError(f"Pod.spec.{field}[{index}].resources.{below}: {why}")
+    devices = resources.devices
     return Amounts(devices), tuple(sorted(devices))
