@@ -44,7 +44,7 @@ def score(
 
 def running(placements: tuple[UnitPlacement, ...]) -> tuple[UnitPlacement, ...]:
     """The containers that run: sidecars and apps (init containers' devices pass to them)."""
-    return tuple(p for p in placements if p.kind != "init") or placements
+    return tuple(placed for placed in placements if placed.kind != "init") or placements
 
 
 def unit_alignment(placed: UnitPlacement, weights: Weights) -> float:
@@ -64,9 +64,10 @@ def alignment(placements: tuple[UnitPlacement, ...], weights: Weights) -> float:
     """The running containers' alignment, weighted by their devices, 0-1."""
     placements = running(placements)
     top = max(weights.pcie, weights.numa, weights.cross) or 1.0
-    sizes = [max(1, p.unit.total()) for p in placements]
+    sizes = [max(1, placed.unit.total()) for placed in placements]
     total = sum(
-        unit_alignment(p, weights) * size for p, size in zip(placements, sizes, strict=True)
+        unit_alignment(placed, weights) * size
+        for placed, size in zip(placements, sizes, strict=True)
     )
     return total / (sum(sizes) * top) if sizes else 1.0
 
@@ -74,7 +75,7 @@ def alignment(placements: tuple[UnitPlacement, ...], weights: Weights) -> float:
 def packing(before: NodeState, after: NodeState, request: PodRequest, weights: Weights) -> float:
     """How full the zones the pod touches and the node are after it, 0-1 (by the first
     resource the pod asks for)."""
-    name = next(n for n in before.vocabulary.names if request.total[n])
+    name = next(each for each in before.vocabulary.names if request.total[each])
     touched = [
         index
         for index, (was, now) in enumerate(zip(before.zones, after.zones, strict=True))
@@ -95,10 +96,10 @@ def packing(before: NodeState, after: NodeState, request: PodRequest, weights: W
 def alignment_level(placements: tuple[UnitPlacement, ...]) -> str:
     """pcie | numa | cross | none (nothing to align), for all the running containers."""
     placements = running(placements)
-    if all(p.needed == 0 for p in placements):
-        return "none" if all(p.aligned for p in placements) else "cross"
-    if all(p.aligned and p.pcie_pairs == p.needed for p in placements):
+    if all(placed.needed == 0 for placed in placements):
+        return "none" if all(placed.aligned for placed in placements) else "cross"
+    if all(placed.aligned and placed.pcie_pairs == placed.needed for placed in placements):
         return "pcie"
-    if all(p.aligned and p.numa_pairs == p.needed for p in placements):
+    if all(placed.aligned and placed.numa_pairs == placed.needed for placed in placements):
         return "numa"
     return "cross"
