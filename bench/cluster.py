@@ -55,7 +55,7 @@ scheduler calls it for); it includes its watches of every pod. Measured the same
 do-nothing extender's in (n) is the calls' own cost (HTTP and JSON, no watch, no decision), and
 rdmaplane's in (a), where nobody calls it, the cost of its watches alone. RSS is its resident
 memory after the round (and its peak). "refused": bound pods the kubelet would refuse, by our
-model of its admission (fleet.refused: placement.py, itself checked against the kubelet's own
+model of its admission (fleet.refused: the extender's policy, checked against the kubelet's own
 code in tests/kubelet): each node's pods replayed in binding order on its published NRT. "wrong
 pairs" (DRA): pairs of a bound pod's claim, as the API server holds its allocation, whose GPU
 and NIC are not on one PCIe root of the pod's node (devices allocated twice, or missing, count

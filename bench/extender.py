@@ -21,7 +21,7 @@ of KWOK nodes and its burst and paced pod streams, each device pod asked about t
 kube-scheduler's filters pass, bound to a best-scored one): CPU µs per filter and prioritize
 call (from ExtenderArgs bytes to the reply's bytes) and per pod watch event (from the line to
 the cache updated), the extender's fast path against the plain one: every asked node evaluated
-on its own (`placement.evaluate` on the node's state, no classes, no memo; on the first
+on its own (`fit.evaluate` on the node's state, no classes, no memo; on the first
 --plain-pods device pods), and pod events read as lightkube's watch reads them (a dict of the
 whole object, then the model).
 """
@@ -265,7 +265,7 @@ def replay(n: int, seed: int, plain_pods: int) -> None:
 
     from rdmaplane.adapters.kube import PodDict
     from rdmaplane.services.scheduler.cache import ClusterCache
-    from rdmaplane.services.scheduler.policy.placement import evaluate
+    from rdmaplane.services.scheduler.policy.fit import evaluate
     from rdmaplane.services.scheduler.watch import as_dict, read_pod_event
     from tests import scaletrace
 

@@ -54,7 +54,7 @@ from fabriclib.trace import (
 from rdmaplane.core import fabric as fab
 from rdmaplane.core import nrt
 from rdmaplane.services.scheduler.cache import pod_key
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import podrequest
 from tests.e2e import fleet
 from tests.e2e.controlplane import KubeCluster
 
@@ -138,7 +138,7 @@ def judge_rails(
         body = e.body
         key = pod_key(body)
         if e.kind == "bind" and key in rails:
-            request = pl.pod_request(body)
+            request = podrequest.pod_request(body)
             tally.pods += 1
             tally.predicted += cache.rails_at(e.node, cache.verdict(e.node, request)) == rails[key]
             predicted_seen = seen.rails_at(e.node, seen.verdict(e.node, request))

@@ -43,7 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rdmaplane.core import nrt
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import fit, nodestate, podrequest
 from tests.e2e.fleet import POLICY_MIX, pick
 from tests.e2e.fleet import SAMPLE_MIX as LAYOUT_MIX
 from tests.kubelet.differential import Container, PodShape
@@ -76,12 +76,12 @@ class Node:
     """A node of the cluster: its kubelet, and its published state as schedulers see it."""
 
     harness: KubeletHarness
-    _state: pl.NodeState | None = None
+    _state: nodestate.NodeState | None = None
 
     @property
-    def state(self) -> pl.NodeState:
+    def state(self) -> nodestate.NodeState:
         if self._state is None:
-            self._state = pl.node_state(self.harness.published())
+            self._state = nodestate.node_state(self.harness.published())
         return self._state
 
     def admit(self, shape: PodShape, name: str) -> Admission:
@@ -96,35 +96,37 @@ class Node:
 @dataclass
 class Cluster:
     nodes: list[Node]
-    memo: dict[tuple[pl.NodeState, pl.PodRequest], pl.Verdict] = field(default_factory=dict)
+    memo: dict[tuple[nodestate.NodeState, podrequest.PodRequest], fit.Verdict] = field(
+        default_factory=dict
+    )
 
-    def verdict(self, node: Node, request: pl.PodRequest) -> pl.Verdict:
+    def verdict(self, node: Node, request: podrequest.PodRequest) -> fit.Verdict:
         key = (node.state, request)
         found = self.memo.get(key)
         if found is None:
-            found = self.memo[key] = pl.evaluate(node.state, request)
+            found = self.memo[key] = fit.evaluate(node.state, request)
         return found
 
 
 ROOTED = (nrt.GPU, nrt.HCA)  # what the simple scorers count: GPUs and exclusive NICs
 
 
-def _free(state: pl.NodeState, r: str) -> int:
+def _free(state: nodestate.NodeState, r: str) -> int:
     return sum(z.free[r] for z in state.zones)
 
 
-def _cap(state: pl.NodeState, r: str) -> int:
+def _cap(state: nodestate.NodeState, r: str) -> int:
     return sum(z.capacity[r] for z in state.zones)
 
 
-def _spread(c: Cluster, n: Node, req: pl.PodRequest) -> float | None:
+def _spread(c: Cluster, n: Node, req: podrequest.PodRequest) -> float | None:
     s = n.state
     if any(_free(s, r) < req.total[r] for r in ROOTED):
         return None
     return round(10 * (_free(s, nrt.GPU) - req.total[nrt.GPU]) / max(_cap(s, nrt.GPU), 1))
 
 
-def _numa_only(c: Cluster, n: Node, req: pl.PodRequest) -> float | None:
+def _numa_only(c: Cluster, n: Node, req: podrequest.PodRequest) -> float | None:
     s = n.state
     if any(_free(s, r) < req.total[r] for r in ROOTED):
         return None
@@ -140,12 +142,12 @@ def _numa_only(c: Cluster, n: Node, req: pl.PodRequest) -> float | None:
     return max(scores, default=0)
 
 
-def _rdmaplane(c: Cluster, n: Node, req: pl.PodRequest) -> float | None:
+def _rdmaplane(c: Cluster, n: Node, req: podrequest.PodRequest) -> float | None:
     v = c.verdict(n, req)
     return float(v.score) if v.fits else None
 
 
-SCORERS: dict[str, Callable[[Cluster, Node, pl.PodRequest], float | None]] = {
+SCORERS: dict[str, Callable[[Cluster, Node, podrequest.PodRequest], float | None]] = {
     "spread": _spread,
     "numa-only": _numa_only,
     "rdmaplane": _rdmaplane,
@@ -154,7 +156,7 @@ SCORERS: dict[str, Callable[[Cluster, Node, pl.PodRequest], float | None]] = {
 
 def choose(name: str, c: Cluster, shape: PodShape, rng: random.Random) -> Node | None:
     """The node a scheduler picks (ties broken at random, as kube-scheduler does)."""
-    request = pl.pod_request(shape.manifest("x"))
+    request = podrequest.pod_request(shape.manifest("x"))
     best: list[Node] = []
     best_score = -1.0
     for node in c.nodes:
@@ -253,7 +255,7 @@ def run(
         if node is None:
             tally.unplaced += 1
             continue
-        predicted = pl.evaluate(node.state, pl.pod_request(shape.manifest("x")))
+        predicted = fit.evaluate(node.state, podrequest.pod_request(shape.manifest("x")))
         admission = node.admit(shape, f"job{now}")
         if not admission.admitted:
             tally.rejected[node.harness.policy] += 1

@@ -3,7 +3,7 @@
 way the API server sends them) and asked as kube-scheduler asks it (`ExtenderArgs` bytes, the
 nodes kube-scheduler's own filters found, rotating through the fleet), and a plain model beside
 it: every node's state recomputed from its NRT and the pods bound to it, every asked node
-evaluated by `placement.evaluate` on it. Used by tests/integration/test_extender_fast_path.py
+evaluated by `fit.evaluate` on it. Used by tests/integration/test_extender_fast_path.py
 (the two decide the same) and bench/extender.py `--replay` (what each costs).
 """
 
@@ -22,8 +22,14 @@ from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.scheduler.cache import REASON_PREFIX, ClusterCache
 from rdmaplane.services.scheduler.decisions import Decisions
 from rdmaplane.services.scheduler.http import ExtenderMetrics, ExtenderShell
-from rdmaplane.services.scheduler.policy import placement as pl
-from rdmaplane.services.scheduler.policy import wire
+from rdmaplane.services.scheduler.policy import (
+    devicemanager,
+    fit,
+    nodestate,
+    podrequest,
+    topologymanager,
+    wire,
+)
 from rdmaplane.services.scheduler.watch import read_pod_event
 from tests.e2e import fleet
 
@@ -139,9 +145,9 @@ class Extender:
 
 
 @functools.cache
-def _evaluate(state: pl.NodeState, request: pl.PodRequest) -> pl.Verdict:
-    """`placement.evaluate` (pure: remembering its answers changes none)."""
-    return pl.evaluate(state, request)
+def _evaluate(state: nodestate.NodeState, request: podrequest.PodRequest) -> fit.Verdict:
+    """`fit.evaluate` (pure: remembering its answers changes none)."""
+    return fit.evaluate(state, request)
 
 
 @dataclass
@@ -150,14 +156,14 @@ class Plain:
     placed in order, each asked node evaluated on it."""
 
     nodes: Sequence[fleet.FleetNode]
-    evaluate: Callable[[pl.NodeState, pl.PodRequest], pl.Verdict] = _evaluate
-    states: dict[str, pl.NodeState] = field(default_factory=dict)
+    evaluate: Callable[[nodestate.NodeState, podrequest.PodRequest], fit.Verdict] = _evaluate
+    states: dict[str, nodestate.NodeState] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.states = fleet.node_states(self.nodes)
 
     def filter(self, pod: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
-        request = pl.pod_request(pod)
+        request = podrequest.pod_request(pod)
         passed, failed, unresolvable = [], {}, {}
         for name in names:
             v = self.evaluate(self.states[name], request)
@@ -174,12 +180,12 @@ class Plain:
         }
 
     def prioritize(self, pod: dict[str, Any], names: Sequence[str]) -> list[dict[str, Any]]:
-        request = pl.pod_request(pod)
+        request = podrequest.pod_request(pod)
         return [{"Host": n, "Score": self.evaluate(self.states[n], request).score} for n in names]
 
     def bind(self, pod: dict[str, Any], name: str) -> None:
-        placed = pl.place_pod(self.states[name], pl.pod_request(pod))
-        if not isinstance(placed, pl.Rejection):
+        placed = topologymanager.place_pod(self.states[name], podrequest.pod_request(pod))
+        if not isinstance(placed, devicemanager.Rejection):
             self.states[name] = placed[1]
 
 

@@ -12,7 +12,7 @@ from rdmaplane.core import fabric as fab
 from rdmaplane.core import nrt
 from rdmaplane.core.settings.scheduler import FabricScoring
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import podrequest
 from tests.layouts import layout
 
 from .fabric import leaves_of, mean_hops
@@ -54,7 +54,7 @@ class Scheduler:
         placed = []
         for p in pods_of(job):
             started = time.perf_counter()
-            request = pl.pod_request(p)
+            request = podrequest.pod_request(p)
             verdicts = self.cache.verdicts(self.names, request)
             scores, _ = self.cache.job_scores(p, self.names, request, verdicts, self.weights)
             fits = [(s, n) for s, n, v in zip(scores, self.names, verdicts, strict=True) if v.fits]
@@ -117,7 +117,7 @@ def run_model(
 
 
 def free_per_leaf(cache: ClusterCache, leaf: dict[str, str]) -> dict[str, int]:
-    request = pl.PodRequest.of({nrt.GPU: 8, nrt.HCA: 8})
+    request = podrequest.PodRequest.of({nrt.GPU: 8, nrt.HCA: 8})
     names = sorted(leaf)
     room: dict[str, int] = {}
     for n, v in zip(names, cache.verdicts(names, request), strict=True):

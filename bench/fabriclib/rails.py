@@ -16,7 +16,7 @@ from typing import Any
 from rdmaplane.core import nrt
 from rdmaplane.core.settings.scheduler import FabricScoring
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import podrequest
 from rdmaplane.services.scheduler.policy import rails as rl
 
 
@@ -37,7 +37,7 @@ def matchable(cache: ClusterCache, names: list[str], pod: dict[str, Any], count:
     takes them all (no pair crosses nodes), or `count` nodes would each give one of them
     the same rails (by the extender's prediction on the published NRTs, exact on this
     sample)."""
-    request = pl.pod_request(pod)
+    request = podrequest.pod_request(pod)
     verdicts = cache.verdicts(names, request)
     offered = Counter(cache.rails_at(n, v) for n, v in zip(names, verdicts, strict=True) if v.fits)
     whole = any(cache.slots(n, request, count) >= count for n in names)
@@ -80,7 +80,7 @@ class RailCluster:
         return nrt.to_object(h.published(h.rail_uplinks()))
 
     def choose(self, pod: dict[str, Any], rng: random.Random, rdmaplane: bool) -> str | None:
-        request = pl.pod_request(pod)
+        request = podrequest.pod_request(pod)
         verdicts = self.cache.verdicts(self.names, request)
         if rdmaplane:
             scores, _ = self.cache.job_scores(pod, self.names, request, verdicts, self.weights)
@@ -102,7 +102,7 @@ class RailCluster:
 
     def bind(self, pod: dict[str, Any], name: str) -> tuple[str, frozenset[int], bool] | None:
         """Bind the pod, let the node's kubelet admit it; (uid, its real rails, predicted?)."""
-        request = pl.pod_request(pod)
+        request = podrequest.pod_request(pod)
         predicted = self.cache.rails_at(name, self.cache.verdict(name, request))
         h = self.nodes[name]
         admission = h.admit(pod)

@@ -29,7 +29,12 @@ from rdmaplane.adapters.kube import NodeResourceTopology
 from rdmaplane.cli.nrt import agent_nrt
 from rdmaplane.core import nrt
 from rdmaplane.core.settings.deviceplugin import PluginSettings
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import (
+    devicemanager,
+    nodestate,
+    podrequest,
+    topologymanager,
+)
 from tests.e2e.controlplane import (
     STARTUP_TIMEOUT_S,
     create_kwok_node,
@@ -161,9 +166,9 @@ async def delete(kube: AsyncClient, nodes: Sequence[FleetNode]) -> None:
     await bounded(CREATE_PARALLEL, (functools.partial(drop, n) for n in nodes))
 
 
-def node_states(nodes: Iterable[FleetNode]) -> dict[str, pl.NodeState]:
+def node_states(nodes: Iterable[FleetNode]) -> dict[str, nodestate.NodeState]:
     """The extender's view of each node as published, with no pod on it."""
-    return {n.name: pl.node_state(nrt.from_object(n.nrt)) for n in nodes}
+    return {n.name: nodestate.node_state(nrt.from_object(n.nrt)) for n in nodes}
 
 
 # ---------------------------------------------------------------- the pods
@@ -285,8 +290,8 @@ def overbooked(
 def refused(
     nodes: Iterable[FleetNode], pods: Mapping[str, Mapping[str, Any]], bound: Mapping[str, Bound]
 ) -> dict[str, str]:
-    """The bound pods the kubelet would refuse, by our model of its admission (placement.py,
-    itself checked against the kubelet's own code in tests/kubelet): each node's pods replayed
+    """The bound pods the kubelet would refuse, by our model of its admission (the extender's
+    policy, checked against the kubelet's own code in tests/kubelet): each node's pods replayed
     in the order they were bound, on the node as its NRT publishes it. A refused pod holds
     nothing. pod name → why."""
     states = node_states(nodes)
@@ -297,11 +302,11 @@ def refused(
     for node, placed in by_node.items():
         state = states[node]
         for _, name in sorted(placed):
-            request = pl.pod_request(pods[name])
+            request = podrequest.pod_request(pods[name])
             if not request.wants_devices:
                 continue
-            outcome = pl.place_pod(state, request)
-            if isinstance(outcome, pl.Rejection):
+            outcome = topologymanager.place_pod(state, request)
+            if isinstance(outcome, devicemanager.Rejection):
                 out[name] = f"{node}: {outcome.reason}"
             else:
                 state = outcome[1]

@@ -6,7 +6,7 @@ ServiceAccount's RBAC), on the control plane of `kwok_cluster`.
 
 A stream of GPU + HCA pods and CPU-only pods: none is lost, no node holds more than it has,
 and every pod with devices lands where the kubelet would admit it (our model of its admission,
-placement.py, itself judged by the kubelet's own code in tests/kubelet). Then two replicas
+the extender's policy, itself judged by the kubelet's own code in tests/kubelet). Then two replicas
 behind one address, killed and restarted mid-stream: pods keep binding (without the extender
 while none runs: `ignorable`), a restarted replica lists everything again and answers exactly
 as the one that stayed.

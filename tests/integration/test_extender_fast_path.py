@@ -1,7 +1,7 @@
 """The extender's fast path decides as the plain path does, on the scale test's whole trace.
 
 Fast: the extender as deployed (tests/scaletrace.py): pod events decoded straight from watch
-lines into `placement.Pod`, node states interned into classes and kept by subtracting each
+lines into `rdmaplane.core.pod.Pod`, node states interned into classes and kept by subtracting each
 bound pod, decisions memoised per (class, request) and looked up in bulk, the prioritize call
 answered from its filter call, replies serialised from ExtenderArgs bytes. Plain: every node's
 state recomputed from its NRT and the pods bound to it, every asked node evaluated on its own.

@@ -12,7 +12,8 @@ from lightkube import KubeConfig
 
 from rdmaplane.adapters.kube import watchstream
 from rdmaplane.adapters.kube.watchstream import WatchEventTooLarge, WatchRefused, watch_lines
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.core.pod import Pod
+from rdmaplane.services.scheduler.policy import podrequest
 from rdmaplane.services.scheduler.watch import WatchEnded, read_pod_event
 
 Reply = Callable[[asyncio.StreamWriter, bytes], Awaitable[None]]
@@ -118,9 +119,11 @@ POD = {
 
 def test_a_pod_event_is_read_into_the_model() -> None:
     kind, pod = read_pod_event(orjson.dumps({"type": "MODIFIED", "object": POD}))
-    assert kind == "MODIFIED" and isinstance(pod, pl.Pod)
+    assert kind == "MODIFIED" and isinstance(pod, Pod)
     assert pod.key == "jobs/p" and pod.metadata.resource_version == "42"
-    assert pl.pod_request(pod).total == pl.PodRequest.of({"nvidia.com/gpu": 2}).total
+    assert (
+        podrequest.pod_request(pod).total == podrequest.PodRequest.of({"nvidia.com/gpu": 2}).total
+    )
 
 
 def test_a_pod_the_model_cannot_read_comes_as_a_dict() -> None:

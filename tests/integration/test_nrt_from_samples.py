@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rdmaplane.core import nrt
 from rdmaplane.core.model import NodeTopology
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import fit, nodestate, podrequest
 
 
 def test_hgx_publishes_one_gpu_nic_pair_per_root(sample_nodes: dict[str, NodeTopology]) -> None:
@@ -29,13 +29,13 @@ def test_hgx_publishes_one_gpu_nic_pair_per_root(sample_nodes: dict[str, NodeTop
 
 def test_split_node_pairs_only_where_nics_are(sample_nodes: dict[str, NodeTopology]) -> None:
     topo = sample_nodes["pcie-l40s-split"]
-    state = pl.node_state(
+    state = nodestate.node_state(
         nrt.build("l40s", nrt.devices_from_topology(topo), policy="single-numa-node")
     )
     assert [z.capacity for z in state.zones] == [{nrt.GPU: 4, nrt.HCA: 2}, {nrt.GPU: 4}]
-    two = pl.evaluate(state, pl.PodRequest.of({nrt.GPU: 2, nrt.HCA: 2}))
+    two = fit.evaluate(state, podrequest.PodRequest.of({nrt.GPU: 2, nrt.HCA: 2}))
     assert two.fits and two.alignment == "pcie"
-    assert not pl.evaluate(state, pl.PodRequest.of({nrt.GPU: 3, nrt.HCA: 3})).fits
+    assert not fit.evaluate(state, podrequest.PodRequest.of({nrt.GPU: 3, nrt.HCA: 3})).fits
 
 
 def test_no_rdma_no_labels(sample_nodes: dict[str, NodeTopology]) -> None:

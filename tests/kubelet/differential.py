@@ -4,7 +4,7 @@ Every pod is predicted from the NodeResourceTopology the agent would publish fro
 real allocations so far (`KubeletHarness.published`), so an earlier mistake cannot snowball.
 Two levels are compared:
 
-1. The pod, as the extender decides it (`placement.evaluate`): fits or not, against the
+1. The pod, as the extender decides it (`fit.evaluate`): fits or not, against the
    kubelet's admission (the Topology Manager's `TopologyAffinityError`, or the device manager's
    `UnexpectedAdmissionError` when devices run out under best-effort/none).
 2. Each container, replayed from the real node state before it (the devices the kubelet really
@@ -30,7 +30,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from rdmaplane.core.resources import Amounts
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import (
+    devicemanager,
+    fit,
+    nodestate,
+    numamask,
+    podrequest,
+    topologymanager,
+)
 from tests.kubelet.harness import (
     RESOURCES,
     Admission,
@@ -105,19 +112,19 @@ class Outcome:
     """One pod: the prediction, the kubelet's answer, what disagrees, what the plugins chose."""
 
     shape: PodShape
-    verdict: pl.Verdict
+    verdict: fit.Verdict
     admission: Admission
     disagreements: tuple[str, ...]
     choices: int  # containers whose devices' NUMA zones the plugins chose
     diverged: bool  # a plugin's choice differed from the prediction's plan, before the end
 
 
-def numa_ids(state: pl.NodeState) -> tuple[int, ...]:
+def numa_ids(state: nodestate.NodeState) -> tuple[int, ...]:
     return tuple(int(z.name.removeprefix("node-")) for z in state.zones)
 
 
 def kubelet_affinity(
-    state: pl.NodeState, hint: pl.Hint | None
+    state: nodestate.NodeState, hint: numamask.Hint | None
 ) -> tuple[tuple[int, ...] | None, bool]:
     """What `GetAffinity` answers for a container given the predicted hint."""
     if hint is None:  # policy none: no hint is ever stored
@@ -132,7 +139,7 @@ def kubelet_affinity(
 class _Locator:
     """Device IDs to (zone, root) positions of a node state, and back to Roots counts."""
 
-    def __init__(self, state: pl.NodeState, facts: Mapping[str, DeviceFact]) -> None:
+    def __init__(self, state: nodestate.NodeState, facts: Mapping[str, DeviceFact]) -> None:
         self.state = state
         self.facts = facts
         zone_of = {int(z.name.removeprefix("node-")): i for i, z in enumerate(state.zones)}
@@ -145,7 +152,7 @@ class _Locator:
             i = names.index(fact.root) if fact.root in names else names.index("")
             self.where[dev_id] = (z, i)
 
-    def roots(self, ids: Iterable[str]) -> pl.Roots:
+    def roots(self, ids: Iterable[str]) -> nodestate.Roots:
         counts: list[list[dict[str, int]]] = [[{} for _ in z.roots] for z in self.state.zones]
         for dev_id in ids:
             if dev_id in self.where:
@@ -160,12 +167,15 @@ class _Locator:
         return Amounts((p, pools.count(p)) for p in self.state.vocabulary.shared)
 
 
-def _zone_counts(roots: pl.Roots) -> tuple[Amounts, ...]:
+def _zone_counts(roots: nodestate.Roots) -> tuple[Amounts, ...]:
     return tuple(sum(zone, Amounts()) for zone in roots)
 
 
 def plugins_choose(
-    state: pl.NodeState, unit: Amounts, affinity: tuple[int, ...], reusable: pl.Reusable
+    state: nodestate.NodeState,
+    unit: Amounts,
+    affinity: tuple[int, ...],
+    reusable: devicemanager.Reusable,
 ) -> bool:
     """Whether the device plugins (or Go's map order) pick the NUMA zones of some of the
     container's GPUs or HCAs: a stage of the device manager's allocation (reusable devices,
@@ -199,33 +209,35 @@ def _without_numa(harness: KubeletHarness) -> frozenset[str]:
 
 
 def _hint(
-    state: pl.NodeState,
+    state: nodestate.NodeState,
     unit: Amounts,
-    reusable: pl.Reusable,
+    reusable: devicemanager.Reusable,
     no_numa: frozenset[str],
     zero: tuple[str, ...],
-) -> tuple[pl.Hint, bool] | None:
-    """`placement.kubelet_hint`, except that a resource whose devices report no NUMA node
+) -> tuple[numamask.Hint, bool] | None:
+    """`topologymanager.kubelet_hint`, except that a resource whose devices report no NUMA node
     gives the kubelet no preference (`{any, preferred}`) where the NRT, which publishes such
     devices in node-0, makes the prediction treat them as node-0's."""
     named = set(unit) | set(zero)
     if not no_numa & named:
-        return pl.kubelet_hint(state, unit, reusable, zero)
+        return topologymanager.kubelet_hint(state, unit, reusable, zero)
     if state.policy == "none":
         return None
     full = (1 << len(state.zones)) - 1
     hints = [
-        [pl.Hint(full, True)] if r in no_numa else pl.resource_hints(state, r, unit[r], reusable)
+        [numamask.Hint(full, True)]
+        if r in no_numa
+        else devicemanager.resource_hints(state, r, unit[r], reusable)
         for r in state.vocabulary.names
         if r in named
     ]
-    best = pl.merge_hints(state, hints)
+    best = topologymanager.merge_hints(state, hints)
     return best, best.preferred or state.policy == "best-effort"
 
 
 def _failed_at(
     admission: Admission,
-    pairs: Sequence[tuple[pl.ContainerRequest, ContainerAdmission]],
+    pairs: Sequence[tuple[podrequest.ContainerRequest, ContainerAdmission]],
     scope: str,
     resources: Sequence[str],
 ) -> int | None:
@@ -261,10 +273,10 @@ _UNHEALTHY = re.compile(r"cannot allocate unhealthy devices (\S+?),")
 
 def judge(harness: KubeletHarness, shape: PodShape, name: str) -> Outcome:
     """Predict, admit, compare; the harness keeps the pod when the kubelet admitted it."""
-    state = pl.node_state(harness.published())
+    state = nodestate.node_state(harness.published())
     manifest = shape.manifest(name, harness.resources)
-    request = pl.pod_request(manifest)
-    verdict = pl.evaluate(state, request)
+    request = podrequest.pod_request(manifest)
+    verdict = fit.evaluate(state, request)
     admission = harness.admit(manifest)
     with_devices = [
         c for c, spec in zip(admission.containers, shape.kubelet_order(), strict=True) if spec.named
@@ -289,7 +301,7 @@ def judge(harness: KubeletHarness, shape: PodShape, name: str) -> Outcome:
 class _Replay:
     """Level 2: each container predicted from the real node state before it."""
 
-    def __init__(self, harness: KubeletHarness, state: pl.NodeState) -> None:
+    def __init__(self, harness: KubeletHarness, state: nodestate.NodeState) -> None:
         self.harness = harness
         self.state = state
         self.locate = _Locator(state, harness.facts)
@@ -299,13 +311,15 @@ class _Replay:
         self.choices = 0
         self.diverged_at = 1 << 30
 
-    def _reusable(self) -> pl.Reusable:
-        return pl.Reusable(self.locate.roots(self.reuse_ids), self.locate.slots(self.reuse_ids))
+    def _reusable(self) -> devicemanager.Reusable:
+        return devicemanager.Reusable(
+            self.locate.roots(self.reuse_ids), self.locate.slots(self.reuse_ids)
+        )
 
     def run(
         self,
-        request: pl.PodRequest,
-        pairs: Sequence[tuple[pl.ContainerRequest, ContainerAdmission]],
+        request: podrequest.PodRequest,
+        pairs: Sequence[tuple[podrequest.ContainerRequest, ContainerAdmission]],
         failed: int | None,
     ) -> None:
         pod_hint = None
@@ -332,9 +346,9 @@ class _Replay:
     def _container(
         self,
         k: int,
-        step: pl.ContainerRequest,
+        step: podrequest.ContainerRequest,
         got: ContainerAdmission,
-        decided: tuple[pl.Hint, bool] | None,
+        decided: tuple[numamask.Hint, bool] | None,
         refused_here: bool,
     ) -> bool:
         """Check one container against what the kubelet did; False when the replay ends here
@@ -351,10 +365,14 @@ class _Replay:
             )
         zones = () if hint is None else _zones(hint.mask, len(self.state.zones))
         reusable = self._reusable()
-        placed = pl.allocate(self.state, step, zones, hint is not None and hint.preferred, reusable)
-        if isinstance(placed, pl.Rejection) or refused_here:
-            if isinstance(placed, pl.Rejection) != refused_here:
-                why = placed.reason if isinstance(placed, pl.Rejection) else "allocatable"
+        placed = devicemanager.allocate(
+            self.state, step, zones, hint is not None and hint.preferred, reusable
+        )
+        if isinstance(placed, devicemanager.Rejection) or refused_here:
+            if isinstance(placed, devicemanager.Rejection) != refused_here:
+                why = (
+                    placed.reason if isinstance(placed, devicemanager.Rejection) else "allocatable"
+                )
                 kubelet = "refused" if refused_here else "did not refuse"
                 self.problems.append(f"{got.name}: predicted {why}, the kubelet {kubelet} it")
             return False
@@ -371,7 +389,7 @@ class _Replay:
             self.diverged_at = min(self.diverged_at, k)
         self.problems += _pcie_bound(self.harness, got.name, placed, ids)
         taken = [i for i in ids if i not in self.reuse_ids]
-        self.state = pl.apply(
+        self.state = devicemanager.apply(
             self.state,
             replace(placed, taken=self.locate.roots(taken), shared_taken=self.locate.slots(taken)),
         )
@@ -387,7 +405,7 @@ def _zones(mask: int, n: int) -> tuple[int, ...]:
 
 
 def _pcie_bound(
-    harness: KubeletHarness, name: str, placed: pl.UnitPlacement, ids: Sequence[str]
+    harness: KubeletHarness, name: str, placed: devicemanager.UnitPlacement, ids: Sequence[str]
 ) -> list[str]:
     """The PCIe pairs the kubelet's devices make never exceed the predicted best (which is
     computed on the same free devices); not checked when devices were reused, as the device

@@ -11,7 +11,7 @@ import pytest
 from rdmaplane.core import nrt
 from rdmaplane.core.nccl import HCAS_ENV, RAILS_ENV
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import podrequest
 from tests.kubelet.differential import Container, PodShape
 from tests.kubelet.harness import HCA, ContainerAdmission, KubeletHarness, SampleNode
 
@@ -55,7 +55,7 @@ def test_each_container_is_told_the_rails_of_the_nics_the_kubelet_gave_it(
         for k in range(12):
             body: dict[str, Any] = SHAPES[k % len(SHAPES)].manifest(f"p{k}")
             cache = _cache(h)
-            predicted = cache.rails_at(h.name, cache.verdict(h.name, pl.pod_request(body)))
+            predicted = cache.rails_at(h.name, cache.verdict(h.name, podrequest.pod_request(body)))
             admission = h.admit(body)
             if not admission.admitted:
                 break

@@ -18,7 +18,7 @@ from rdmaplane.core.settings.scheduler import FabricScoring
 from rdmaplane.services.scheduler.cache import ClusterCache
 from rdmaplane.services.scheduler.decisions import Decisions
 from rdmaplane.services.scheduler.policy import jobaware as ja
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import podrequest
 from tests.fabrics import leaf_spine, rail_optimised
 from tests.layouts import hgx_uplinks, layout
 from tests.scheduler_helpers import pod
@@ -54,7 +54,7 @@ def place(
 ) -> str:
     """Score every node as the extender would, bind the pod to the best one."""
     names = sorted(cache.locations)
-    request = pl.pod_request(obj)
+    request = podrequest.pod_request(obj)
     verdicts = cache.verdicts(names, request)
     scores, _ = cache.job_scores(obj, names, request, verdicts, weights)
     best = max((s, -i) for i, (s, v) in enumerate(zip(scores, verdicts, strict=True)) if v.fits)
@@ -116,7 +116,7 @@ def test_without_the_fabric_term_the_same_job_spreads() -> None:
     for i in range(8):
         obj = job_pod(f"train-{i}", {JOB: "train"})
         names = sorted(cache.locations)
-        request = pl.pod_request(obj)
+        request = podrequest.pod_request(obj)
         verdicts = cache.verdicts(names, request)
         scores, _ = cache.job_scores(obj, names, request, verdicts, FabricScoring(0, 1))
         top = max(s for s, v in zip(scores, verdicts, strict=True) if v.fits)
@@ -181,7 +181,7 @@ def test_pods_without_a_group_keep_their_node_local_score() -> None:
     cache = cluster(leaf_spine(2, 4))
     obj = pod("loner", 4, 4, ns="x")
     names = sorted(cache.locations)
-    request = pl.pod_request(obj)
+    request = podrequest.pod_request(obj)
     verdicts = cache.verdicts(names, request)
     scores, terms = cache.job_scores(obj, names, request, verdicts, FabricScoring())
     assert terms is None and scores == [v.score for v in verdicts]

@@ -16,8 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rdmaplane.core import nrt
+from rdmaplane.core.pod import KINDS, parse_count
 from rdmaplane.core.resources import DEFAULT, NONE, Amounts
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import (
+    devicemanager,
+    fit,
+    nodestate,
+    podrequest,
+    topologymanager,
+)
 from tests.layouts import layout
 
 
@@ -42,12 +49,12 @@ def _pod(
     }
 
 
-def _gpus_nics(g: int, h: int) -> pl.PodRequest:
-    return pl.PodRequest.of(_v(g, h, 0))
+def _gpus_nics(g: int, h: int) -> podrequest.PodRequest:
+    return podrequest.PodRequest.of(_v(g, h, 0))
 
 
-def _state(kind: str, policy: str, scope: str = "container") -> pl.NodeState:
-    return pl.node_state(layout(kind, "n", policy=policy, scope=scope))
+def _state(kind: str, policy: str, scope: str = "container") -> nodestate.NodeState:
+    return nodestate.node_state(layout(kind, "n", policy=policy, scope=scope))
 
 
 def test_pod_request_is_in_the_kubelets_order_with_the_effective_total() -> None:
@@ -56,7 +63,7 @@ def test_pod_request_is_in_the_kubelets_order_with_the_effective_total() -> None
         {nrt.GPU: 1, "cpu": 3},
         init=({nrt.GPU: 4}, {nrt.HCA_SHARED: 1, "restartPolicy": "Always"}, {nrt.HCA: 1}),
     )
-    request = pl.pod_request(pod)
+    request = podrequest.pod_request(pod)
     assert [(s.kind, s.devices) for s in request.steps] == [
         ("init", _v(4, 0, 0)),
         ("sidecar", _v(0, 0, 1)),
@@ -72,14 +79,14 @@ def test_pod_request_is_in_the_kubelets_order_with_the_effective_total() -> None
     assert DEFAULT.wants_rdma(request.total)
 
 
-def test_requests_win_over_limits_and_quantities_parse() -> None:
-    pod = {
-        "spec": {
-            "containers": [{"resources": {"limits": {nrt.GPU: 2}, "requests": {nrt.GPU: "1"}}}]
-        }
-    }
-    assert pl.pod_request(pod).total == _v(1, 0, 0)
-    assert pl.parse_count("2k", "x") == 2000
+def test_the_limit_counts_and_requests_must_equal_it() -> None:
+    """The API server's rule (`rdmaplane.core.pod`): the request defaults to the limit, and a
+    request that differs from it, or has none, is refused as the API server refuses it."""
+    both = {"limits": {nrt.GPU: 2}, "requests": {nrt.GPU: "2"}}
+    assert podrequest.pod_request({"spec": {"containers": [{"resources": both}]}}).total == _v(
+        2, 0, 0
+    )
+    assert parse_count("2k") == 2000
 
 
 @pytest.mark.parametrize(
@@ -95,35 +102,51 @@ def test_requests_win_over_limits_and_quantities_parse() -> None:
             {"spec": {"containers": [{"resources": {"requests": []}}]}},
             "Pod.spec.containers[0].resources.requests",
         ),
+        (
+            {
+                "spec": {
+                    "containers": [
+                        {"resources": {"limits": {nrt.GPU: 2}, "requests": {nrt.GPU: "1"}}}
+                    ]
+                }
+            },
+            "Pod.spec.containers[0].resources.requests[nvidia.com/gpu]",
+        ),
+        (
+            {"spec": {"initContainers": [{"resources": {"requests": {nrt.HCA: "1"}}}]}},
+            "Pod.spec.initContainers[0].resources.requests[rdmaplane.io/hca]",
+        ),
     ],
 )
 def test_bad_pods_name_the_field(pod: dict[str, object], field: str) -> None:
-    with pytest.raises(pl.RequestError) as err:
-        pl.pod_request(pod)
+    with pytest.raises(podrequest.RequestError) as err:
+        podrequest.pod_request(pod)
     assert str(err.value).startswith(field + ":")
 
 
 def test_pass_through_pod() -> None:
-    verdict = pl.evaluate(_state("hgx", "single-numa-node"), pl.pod_request(_pod({"cpu": 4})))
-    assert verdict == pl.PASS_THROUGH
+    verdict = fit.evaluate(
+        _state("hgx", "single-numa-node"), podrequest.pod_request(_pod({"cpu": 4}))
+    )
+    assert verdict == fit.PASS_THROUGH
 
 
 def test_single_numa_node_cannot_take_eight_gpus_on_two_sockets() -> None:
-    verdict = pl.evaluate(_state("hgx", "single-numa-node"), _gpus_nics(8, 8))
+    verdict = fit.evaluate(_state("hgx", "single-numa-node"), _gpus_nics(8, 8))
     assert not verdict.fits and verdict.unresolvable
     assert "single-numa-node" in verdict.reason
-    restricted = pl.evaluate(_state("hgx", "restricted"), _gpus_nics(8, 8))
+    restricted = fit.evaluate(_state("hgx", "restricted"), _gpus_nics(8, 8))
     assert restricted.alignment == "pcie"
     assert [(p.zones, p.preferred) for p in restricted.placements] == [((0, 1), True)]
 
 
 def test_full_zone_is_resolvable_but_fails() -> None:
-    placed = pl.place_pod(_state("hgx", "single-numa-node"), _gpus_nics(3, 3))
-    assert not isinstance(placed, pl.Rejection)
-    placed = pl.place_pod(placed[1], _gpus_nics(3, 3))  # goes to node-1
-    assert not isinstance(placed, pl.Rejection)
+    placed = topologymanager.place_pod(_state("hgx", "single-numa-node"), _gpus_nics(3, 3))
+    assert not isinstance(placed, devicemanager.Rejection)
+    placed = topologymanager.place_pod(placed[1], _gpus_nics(3, 3))  # goes to node-1
+    assert not isinstance(placed, devicemanager.Rejection)
     assert placed[0][0].zones == (1,)
-    verdict = pl.evaluate(placed[1], _gpus_nics(2, 2))
+    verdict = fit.evaluate(placed[1], _gpus_nics(2, 2))
     assert not verdict.fits and not verdict.unresolvable
 
 
@@ -131,32 +154,32 @@ def test_restricted_refuses_resources_that_need_different_widths() -> None:
     """1 GPU fits one zone, 5 NICs need two: the merged {0} is not preferred, because a merge
     is preferred only when every resource's hint is preferred and they are all equal
     (upstream `mergePermutation`). restricted refuses; best-effort admits on both zones."""
-    refused = pl.evaluate(_state("hgx", "restricted"), _gpus_nics(1, 5))
+    refused = fit.evaluate(_state("hgx", "restricted"), _gpus_nics(1, 5))
     assert not refused.fits and refused.unresolvable
-    admitted = pl.evaluate(_state("hgx", "best-effort"), _gpus_nics(1, 5))
+    admitted = fit.evaluate(_state("hgx", "best-effort"), _gpus_nics(1, 5))
     assert admitted.fits and admitted.alignment == "cross"
     assert [(p.zones, p.preferred) for p in admitted.placements] == [((0, 1), False)]
 
 
 def test_dgx_four_and_four_is_preferred_on_two_zones() -> None:
     """GPUs and NICs two per zone on NUMA 1, 3, 5, 7: both need two zones, the same two."""
-    verdict = pl.evaluate(_state("dgx-a100", "restricted"), _gpus_nics(4, 4))
+    verdict = fit.evaluate(_state("dgx-a100", "restricted"), _gpus_nics(4, 4))
     assert verdict.fits and verdict.alignment == "pcie"
     assert [(p.zones, p.preferred, p.spilled) for p in verdict.placements] == [((1, 3), True, ())]
 
 
 def test_container_scope_places_containers_one_by_one() -> None:
-    two = pl.pod_request(_pod({nrt.GPU: 4, nrt.HCA: 4}, {nrt.GPU: 4, nrt.HCA: 4}))
-    verdict = pl.evaluate(_state("hgx", "single-numa-node", "container"), two)
+    two = podrequest.pod_request(_pod({nrt.GPU: 4, nrt.HCA: 4}, {nrt.GPU: 4, nrt.HCA: 4}))
+    verdict = fit.evaluate(_state("hgx", "single-numa-node", "container"), two)
     assert verdict.fits and [p.zones for p in verdict.placements] == [(0,), (1,)]
-    assert not pl.evaluate(_state("hgx", "single-numa-node", "pod"), two).fits
+    assert not fit.evaluate(_state("hgx", "single-numa-node", "pod"), two).fits
 
 
 def test_sidecars_are_admitted_before_app_containers() -> None:
     """The kubelet admits init containers and sidecars before apps: the sidecar's NICs take
     node-0, then the app's GPUs go to node-1 (apps first would strand the sidecar)."""
     pod = _pod({nrt.GPU: 3}, init=({nrt.GPU: 2, nrt.HCA: 2, "restartPolicy": "Always"},))
-    state = pl.node_state(
+    state = nodestate.node_state(
         nrt.build(
             "n",
             [nrt.Device(nrt.GPU, z, f"r{z}{i}") for z in (0, 1) for i in range(4)]
@@ -164,7 +187,7 @@ def test_sidecars_are_admitted_before_app_containers() -> None:
             policy="single-numa-node",
         )
     )
-    verdict = pl.evaluate(state, pl.pod_request(pod))
+    verdict = fit.evaluate(state, podrequest.pod_request(pod))
     assert verdict.fits
     assert [(p.kind, p.zones) for p in verdict.placements] == [("sidecar", (0,)), ("app", (1,))]
 
@@ -174,9 +197,9 @@ def test_init_container_spanning_both_zones_pins_later_containers_to_both() -> N
     init containers (upstream `generateDeviceTopologyHints` with `reusable`): after an init
     container took all 8 GPUs, a 1-GPU app container gets only the two-zone, not preferred
     hint, so restricted refuses the pod and best-effort admits it unaligned."""
-    pod = pl.pod_request(_pod({nrt.GPU: 1}, init=({nrt.GPU: 8},)))
-    assert not pl.evaluate(_state("hgx", "restricted"), pod).fits
-    admitted = pl.evaluate(_state("hgx", "best-effort"), pod)
+    pod = podrequest.pod_request(_pod({nrt.GPU: 1}, init=({nrt.GPU: 8},)))
+    assert not fit.evaluate(_state("hgx", "restricted"), pod).fits
+    admitted = fit.evaluate(_state("hgx", "best-effort"), pod)
     assert admitted.fits
     app = admitted.placements[-1]
     assert (app.kind, app.zones, app.preferred) == ("app", (0, 1), False)
@@ -188,53 +211,55 @@ def test_shared_slots_span_the_pools_zones() -> None:
     pool HCAs and the NRT counts it in each: 16 slots, not 32."""
     state = _state("hgx-shared", "best-effort")
     assert [z.capacity[nrt.HCA_SHARED] for z in state.zones] == [16, 16]
-    assert pl.evaluate(state, pl.PodRequest.of(_v(0, 0, 16))).fits
-    assert not pl.evaluate(state, pl.PodRequest.of(_v(0, 0, 17))).fits
-    placed = pl.place_pod(state, pl.PodRequest.of(_v(0, 0, 5)))
-    assert not isinstance(placed, pl.Rejection)
+    assert fit.evaluate(state, podrequest.PodRequest.of(_v(0, 0, 16))).fits
+    assert not fit.evaluate(state, podrequest.PodRequest.of(_v(0, 0, 17))).fits
+    placed = topologymanager.place_pod(state, podrequest.PodRequest.of(_v(0, 0, 5)))
+    assert not isinstance(placed, devicemanager.Rejection)
     assert [z.free[nrt.HCA_SHARED] for z in placed[1].zones] == [11, 11]
 
 
 def test_shared_slot_pairs_every_gpu_on_a_pool_root() -> None:
-    verdict = pl.evaluate(_state("hgx-shared", "single-numa-node"), pl.PodRequest.of(_v(4, 0, 1)))
+    verdict = fit.evaluate(
+        _state("hgx-shared", "single-numa-node"), podrequest.PodRequest.of(_v(4, 0, 1))
+    )
     assert verdict.fits and verdict.alignment == "pcie"
 
 
 def test_policy_none_promises_no_alignment() -> None:
-    verdict = pl.evaluate(_state("hgx", "none"), _gpus_nics(2, 2))
+    verdict = fit.evaluate(_state("hgx", "none"), _gpus_nics(2, 2))
     assert verdict.fits and verdict.alignment == "cross"
     assert [p.zones for p in verdict.placements] == [()]
-    aligned = pl.evaluate(_state("hgx", "single-numa-node"), _gpus_nics(2, 2))
+    aligned = fit.evaluate(_state("hgx", "single-numa-node"), _gpus_nics(2, 2))
     assert aligned.score > verdict.score
 
 
 def test_nics_on_one_socket_score_below_paired_nodes() -> None:
-    paired = pl.evaluate(_state("hgx", "best-effort"), _gpus_nics(8, 8))
-    lopsided = pl.evaluate(_state("one-socket-nics", "best-effort"), _gpus_nics(8, 8))
+    paired = fit.evaluate(_state("hgx", "best-effort"), _gpus_nics(8, 8))
+    lopsided = fit.evaluate(_state("one-socket-nics", "best-effort"), _gpus_nics(8, 8))
     assert paired.alignment == "pcie" and lopsided.alignment == "cross"
     assert paired.score > lopsided.score
 
 
 def test_packing_prefers_the_fragment_over_a_fresh_node() -> None:
     fresh = _state("hgx", "single-numa-node")
-    placed = pl.place_pod(fresh, _gpus_nics(3, 3))
-    assert not isinstance(placed, pl.Rejection)
+    placed = topologymanager.place_pod(fresh, _gpus_nics(3, 3))
+    assert not isinstance(placed, devicemanager.Rejection)
     one = _gpus_nics(1, 1)
-    assert pl.evaluate(placed[1], one).score > pl.evaluate(fresh, one).score
+    assert fit.evaluate(placed[1], one).score > fit.evaluate(fresh, one).score
 
 
 def test_pcie_beats_numa_only_alignment() -> None:
     # node-0 of a two-socket node: GPUs and NICs on different roots of the same NUMA zone
     devices = [nrt.Device(nrt.GPU, 0, "pci0000:15"), nrt.Device(nrt.HCA, 0, "pci0000:37")]
-    numa_only = pl.node_state(nrt.build("n", devices, policy="single-numa-node"))
-    paired = pl.node_state(
+    numa_only = nodestate.node_state(nrt.build("n", devices, policy="single-numa-node"))
+    paired = nodestate.node_state(
         nrt.build(
             "p",
             [nrt.Device(nrt.GPU, 0, "r"), nrt.Device(nrt.HCA, 0, "r")],
             policy="single-numa-node",
         )
     )
-    a, b = pl.evaluate(numa_only, _gpus_nics(1, 1)), pl.evaluate(paired, _gpus_nics(1, 1))
+    a, b = fit.evaluate(numa_only, _gpus_nics(1, 1)), fit.evaluate(paired, _gpus_nics(1, 1))
     assert (a.alignment, b.alignment) == ("numa", "pcie")
     assert b.score > a.score
 
@@ -243,7 +268,7 @@ def test_pcie_beats_numa_only_alignment() -> None:
 
 
 @st.composite
-def nodes(draw: st.DrawFn) -> pl.NodeState:
+def nodes(draw: st.DrawFn) -> nodestate.NodeState:
     devices = []
     zones = draw(st.integers(1, 4))
     for numa in range(zones):
@@ -268,7 +293,7 @@ def nodes(draw: st.DrawFn) -> pl.NodeState:
             if d.resource == nrt.HCA
         ],
     )
-    return pl.node_state(topology)
+    return nodestate.node_state(topology)
 
 
 UNITS = (
@@ -277,24 +302,24 @@ UNITS = (
     .map(lambda u: _v(*u))
 )
 STEPS = st.lists(
-    st.builds(pl.ContainerRequest, st.sampled_from(pl.KINDS), UNITS), min_size=1, max_size=3
+    st.builds(podrequest.ContainerRequest, st.sampled_from(KINDS), UNITS), min_size=1, max_size=3
 )
 
 
-def _request(steps: list[pl.ContainerRequest]) -> pl.PodRequest:
+def _request(steps: list[podrequest.ContainerRequest]) -> podrequest.PodRequest:
     total = NONE
     for s in steps:
         total = total | s.devices
-    return pl.PodRequest(tuple(steps), total)
+    return podrequest.PodRequest(tuple(steps), total)
 
 
 @settings(max_examples=300, deadline=None)
 @given(nodes(), STEPS)
 def test_placements_take_only_free_devices_and_give_them_all_back(
-    state: pl.NodeState, steps: list[pl.ContainerRequest]
+    state: nodestate.NodeState, steps: list[podrequest.ContainerRequest]
 ) -> None:
-    placed = pl.place_pod(state, _request(steps))
-    if isinstance(placed, pl.Rejection):
+    placed = topologymanager.place_pod(state, _request(steps))
+    if isinstance(placed, devicemanager.Rejection):
         return
     placements, after = placed
     for zone in after.zones:
@@ -310,27 +335,27 @@ def test_placements_take_only_free_devices_and_give_them_all_back(
             assert len(p.zones) == 1 or len(p.zones) == len(state.zones)
     back = after
     for p in placements:
-        back = pl.release(back, p)
+        back = devicemanager.release(back, p)
     assert back == state
 
 
 @settings(max_examples=200, deadline=None)
 @given(nodes(), UNITS)
-def test_score_in_range_and_failures_explain(state: pl.NodeState, unit: Amounts) -> None:
-    verdict = pl.evaluate(state, pl.PodRequest.of(unit))
+def test_score_in_range_and_failures_explain(state: nodestate.NodeState, unit: Amounts) -> None:
+    verdict = fit.evaluate(state, podrequest.PodRequest.of(unit))
     assert 0 <= verdict.score <= 10
     assert verdict.reason
     if verdict.unresolvable:  # nothing freed would help: it fails on the empty node too
-        assert not pl.evaluate(state.fresh(), pl.PodRequest.of(unit)).fits
+        assert not fit.evaluate(state.fresh(), podrequest.PodRequest.of(unit)).fits
 
 
 @settings(max_examples=200, deadline=None)
 @given(nodes(), UNITS)
 def test_an_admitted_preferred_unit_inside_one_zone_is_numa_aligned(
-    state: pl.NodeState, unit: Amounts
+    state: nodestate.NodeState, unit: Amounts
 ) -> None:
     state = replace(state, policy="single-numa-node")
-    verdict = pl.evaluate(state, pl.PodRequest.of(unit))
+    verdict = fit.evaluate(state, podrequest.PodRequest.of(unit))
     if verdict.fits and len(state.zones) > 1:
         (p,) = verdict.placements
         assert p.aligned and len(p.zones) == 1 and p.numa_pairs == p.needed
@@ -339,17 +364,19 @@ def test_an_admitted_preferred_unit_inside_one_zone_is_numa_aligned(
 def test_a_resource_named_with_zero_spoils_a_two_zone_merge() -> None:
     """Upstream hints a device resource named with a count of 0 too (one-zone sets preferred),
     so 8 GPUs with `rdmaplane.io/hca: "0"` have no preferred merge: restricted refuses."""
-    zero = pl.pod_request(_pod({nrt.GPU: 8, nrt.HCA: 0}))
+    zero = podrequest.pod_request(_pod({nrt.GPU: 8, nrt.HCA: 0}))
     assert zero.steps[0].zero == (nrt.HCA,) and zero.zero == (nrt.HCA,)
-    assert pl.evaluate(_state("hgx", "restricted"), pl.pod_request(_pod({nrt.GPU: 8}))).fits
-    assert not pl.evaluate(_state("hgx", "restricted"), zero).fits
-    assert pl.evaluate(_state("hgx", "best-effort"), zero).fits
+    assert fit.evaluate(
+        _state("hgx", "restricted"), podrequest.pod_request(_pod({nrt.GPU: 8}))
+    ).fits
+    assert not fit.evaluate(_state("hgx", "restricted"), zero).fits
+    assert fit.evaluate(_state("hgx", "best-effort"), zero).fits
 
 
-def _all_unhealthy(state: pl.NodeState, r: str) -> pl.NodeState:
+def _all_unhealthy(state: nodestate.NodeState, r: str) -> nodestate.NodeState:
     """Every device of resource r still registered (the NRT's capacity), none healthy."""
 
-    def sick(z: pl.ZoneState) -> pl.ZoneState:
+    def sick(z: nodestate.ZoneState) -> nodestate.ZoneState:
         return replace(
             z,
             capacity=Amounts({**z.capacity, r: 0}),
@@ -367,13 +394,13 @@ def test_naming_a_resource_with_no_healthy_device_is_refused_even_with_zero(poli
     pool's slots on a node in exclusive RDMA netns mode), and a pod naming nothing else is no
     pass-through."""
     state = _all_unhealthy(_state("hgx", policy), nrt.HCA)
-    zero_only = pl.evaluate(state, pl.pod_request(_pod({nrt.HCA: 0})))
+    zero_only = fit.evaluate(state, podrequest.pod_request(_pod({nrt.HCA: 0})))
     assert not zero_only.fits and "no healthy rdmaplane.io/hca " in zero_only.reason
-    with_gpus = pl.evaluate(state, pl.pod_request(_pod({nrt.GPU: 2, nrt.HCA: 0})))
+    with_gpus = fit.evaluate(state, podrequest.pod_request(_pod({nrt.GPU: 2, nrt.HCA: 0})))
     assert not with_gpus.fits and "no healthy rdmaplane.io/hca " in with_gpus.reason
-    assert pl.evaluate(state, pl.pod_request(_pod({nrt.GPU: 2}))).fits
+    assert fit.evaluate(state, podrequest.pod_request(_pod({nrt.GPU: 2}))).fits
     healthy = _state("hgx", policy)
-    assert pl.evaluate(healthy, pl.pod_request(_pod({nrt.HCA: 0}))) == pl.PASS_THROUGH
+    assert fit.evaluate(healthy, podrequest.pod_request(_pod({nrt.HCA: 0}))) == fit.PASS_THROUGH
 
 
 def test_a_gb300_pairs_each_gpu_with_its_connectx8_by_the_data_direct_root() -> None:
@@ -382,10 +409,10 @@ def test_a_gb300_pairs_each_gpu_with_its_connectx8_by_the_data_direct_root() -> 
     from rdmaplane.adapters.discovery.samples import read_sample
 
     topo = read_sample("gb300-cx8")
-    state = pl.node_state(
+    state = nodestate.node_state(
         nrt.build("gb300", nrt.devices_from_topology(topo), policy="single-numa-node")
     )
-    verdict = pl.evaluate(state, _gpus_nics(2, 2))
+    verdict = fit.evaluate(state, _gpus_nics(2, 2))
     assert verdict.fits and verdict.alignment == "pcie"
     own_roots = [
         nrt.Device(d.resource, d.numa, h.pci.root if h is not None and h.pci else d.pcie_root)
@@ -395,6 +422,6 @@ def test_a_gb300_pairs_each_gpu_with_its_connectx8_by_the_data_direct_root() -> 
             strict=True,
         )
     ]  # the same node paired by each NIC's own function: NUMA pairs only
-    by_own = pl.evaluate(pl.node_state(nrt.build("own", own_roots, policy="single-numa-node")),
-                         _gpus_nics(2, 2))  # fmt: skip
+    own = nodestate.node_state(nrt.build("own", own_roots, policy="single-numa-node"))
+    by_own = fit.evaluate(own, _gpus_nics(2, 2))
     assert by_own.alignment == "numa" and verdict.score > by_own.score

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from rdmaplane.core import nrt
 from rdmaplane.core.settings.scheduler import FabricScoring
 from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.policy import fit, nodestate, podrequest
 from rdmaplane.services.scheduler.policy import jobaware as ja
-from rdmaplane.services.scheduler.policy import placement as pl
 from rdmaplane.services.scheduler.policy import rails as rl
 from tests.fabrics import rail_optimised
 from tests.layouts import hgx_uplinks, layout
@@ -33,14 +33,14 @@ def test_root_rails_come_from_the_hca_zones_below_each_pcie_root() -> None:
 def test_a_half_node_pod_gets_the_rails_of_the_roots_it_is_placed_on() -> None:
     topology = layout("hgx", "n", uplinks=hgx_uplinks(RAILS))
     roots = rl.root_rails(topology.uplinks())
-    state = pl.node_state(topology)
-    request = pl.PodRequest.of({nrt.GPU: 4, nrt.HCA: 4})
-    first = pl.evaluate(state, request)
+    state = nodestate.node_state(topology)
+    request = podrequest.PodRequest.of({nrt.GPU: 4, nrt.HCA: 4})
+    first = fit.evaluate(state, request)
     assert rl.pod_rails(state, first.placements, roots) == {0, 1, 2, 3}
     assert first.state_after is not None
-    second = pl.evaluate(first.state_after, request)
+    second = fit.evaluate(first.state_after, request)
     assert rl.pod_rails(first.state_after, second.placements, roots) == {4, 5, 6, 7}
-    gpus_only = pl.evaluate(state, pl.PodRequest.of({nrt.GPU: 2}))
+    gpus_only = fit.evaluate(state, podrequest.PodRequest.of({nrt.GPU: 2}))
     assert rl.pod_rails(state, gpus_only.placements, roots) == {0, 1}
 
 
@@ -104,7 +104,7 @@ def test_without_rails_the_same_second_pod_packs_onto_other_rails() -> None:
     context = cache.job_context(second)
     assert context is not None and context.peer_rails == (frozenset({0, 1, 2, 3}),)
     names = sorted(cache.locations)
-    request = pl.pod_request(second)
+    request = podrequest.pod_request(second)
     verdicts = cache.verdicts(names, request)
     locations = cache.locations
     slots = lambda i, cap: 1  # noqa: E731
@@ -138,7 +138,7 @@ def test_a_jobs_first_pod_takes_rails_enough_other_nodes_still_offer() -> None:
     pods = [_pod(f"j-{i}", "j", 4) for i in range(3)]
     for p in pods:
         cache.apply("pod", "ADDED", p)
-    request = pl.pod_request(pods[0])
+    request = podrequest.pod_request(pods[0])
     assert {cache.rails_at(n, cache.verdict(n, request)) for n in names[:2]} == {
         frozenset(range(4, 8))
     }

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from rdmaplane.core import nrt
 from rdmaplane.services.scheduler import cache as cache_module
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.policy import placement as pl
+from rdmaplane.services.scheduler.policy import fit, podrequest
 from tests.layouts import layout
 from tests.scheduler_helpers import node, pod
 
@@ -25,8 +25,8 @@ def _cache(*topologies: nrt.NodeResourceTopology) -> ClusterCache:
     return cache
 
 
-def _decide(cache: ClusterCache, name: str, gpus: int, hcas: int) -> pl.Verdict:
-    request = pl.pod_request(pod("x", gpus, hcas))
+def _decide(cache: ClusterCache, name: str, gpus: int, hcas: int) -> fit.Verdict:
+    request = podrequest.pod_request(pod("x", gpus, hcas))
     return cache.verdict(name, request)
 
 
@@ -179,7 +179,7 @@ _CHANGES = st.lists(
     ),
     max_size=25,
 )  # fmt: skip
-_ASKED = [pl.pod_request(pod("x", g, h)) for g, h in ((1, 1), (2, 2), (8, 8), (2, 0))]
+_ASKED = [podrequest.pod_request(pod("x", g, h)) for g, h in ((1, 1), (2, 2), (8, 8), (2, 0))]
 
 
 def _nrt_object(name: str, kind: str) -> dict[str, Any]:

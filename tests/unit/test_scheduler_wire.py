@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rdmaplane.services.scheduler.policy import placement as pl
-from rdmaplane.services.scheduler.policy import wire
+from rdmaplane.services.scheduler.policy import podrequest, score, wire
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=8),
@@ -49,8 +48,8 @@ SHAPED = st.recursive(
 def test_any_json_is_read_or_refused_with_a_message(value: object) -> None:
     try:
         args = wire.parse_args(orjson.dumps(value))
-        request = pl.pod_request(args.pod)
-    except (wire.WireError, pl.RequestError) as err:
+        request = podrequest.pod_request(args.pod)
+    except (wire.WireError, podrequest.RequestError) as err:
         assert str(err)
         return
     assert all(isinstance(n, str) for n in args.node_names)
@@ -86,7 +85,7 @@ def test_upstream_shapes() -> None:
         wire.parse_args(orjson.dumps({"Pod": pod, "NodeNames": ["a", None]}))
 
 
-@given(st.lists(st.tuples(st.text(max_size=12), st.integers(-3, pl.MAX_SCORE + 3)), max_size=30))
+@given(st.lists(st.tuples(st.text(max_size=12), st.integers(-3, score.MAX_SCORE + 3)), max_size=30))
 def test_priorities_are_the_host_priority_list(rows: list[tuple[str, int]]) -> None:
     """Names that need escaping or not, in range or not: the list kube-scheduler reads, in
     order."""

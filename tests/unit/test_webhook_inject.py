@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from rdmaplane import IMAGE
 from rdmaplane.adapters.config.base import validate
+from rdmaplane.core import jsonpatch as jsonpatch_core
 from rdmaplane.core.settings.webhook import InjectPolicy, WebhookSettings
 from rdmaplane.services.webhook.policy import inject
 from tests import resource_names as names
@@ -199,7 +200,7 @@ def test_doctor_goes_first_with_the_largest_rdma_request() -> None:
 
 
 def test_pointer_escapes_rfc6901() -> None:
-    assert inject.pointer("a/b", "m~n", 0) == "/a~1b/m~0n/0"
+    assert jsonpatch_core.pointer("a/b", "m~n", 0) == "/a~1b/m~0n/0"
 
 
 def test_strange_shapes_are_not_a_crash() -> None:
@@ -275,3 +276,19 @@ def test_two_gpu_vendors_on_one_cluster_both_get_rdma() -> None:
     assert doctor["resources"]["limits"] == {GPU: "4", HCA: "4"}  # the largest RDMA request
     assert inject.not_sent(pod(amd), "team", True, both) is None
     assert "amd.com/gpu" not in str(inject.not_sent(pod(amd), "team", True, POLICY))
+
+
+def test_a_request_the_api_server_refuses_is_warned_about_and_not_counted() -> None:
+    """The one Pod model's rule: a container's GPUs are its limits. GPUs in requests alone (the
+    API server refuses the pod after admission) get no RDMA resource and a warning naming the
+    field; the other containers are patched as usual."""
+    alone = {"name": "r", "image": "x", "resources": {"requests": {GPU: "8"}}}
+    result = inject.mutate(pod(gpu("a", "2"), alone), POLICY)
+    out = jsonpatch.apply_patch(pod(gpu("a", "2"), alone), result.patch)
+    assert out["spec"]["containers"][0]["resources"]["limits"][HCA] == "2"
+    assert out["spec"]["containers"][1]["resources"] == alone["resources"]
+    assert any(
+        w.startswith(f"spec.containers[1].resources.requests[{GPU}]: a request without a limit")
+        for w in result.warnings
+    )
+    assert inject.not_sent(pod(alone), "team", True, POLICY) is not None

@@ -153,15 +153,15 @@ def explain_placement(
     from rdmaplane.adapters.config.extender import SCHEDULER_EXTENDER_CONFIG
     from rdmaplane.services.scheduler.cache import ClusterCache
     from rdmaplane.services.scheduler.decisions import Decisions
-    from rdmaplane.services.scheduler.policy import placement as pl
+    from rdmaplane.services.scheduler.policy import podrequest
 
     cfg = load(config, SCHEDULER_EXTENDER_CONFIG)
     cache = ClusterCache.configured(cfg)
     templates = _pod_templates(pod)
     for label, candidate in templates:  # a pod that cannot be read: said before the nodes are
         try:
-            pl.pod_request(candidate)
-        except pl.RequestError as exc:
+            podrequest.pod_request(candidate)
+        except podrequest.RequestError as exc:
             fail(f"{pod}: {label}: {exc}")
     if kubeconfig is not None:
         listed = list_cluster(kubeconfig)

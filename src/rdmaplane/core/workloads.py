@@ -16,9 +16,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from rdmaplane.core.jsonpatch import Path, pointer
 from rdmaplane.core.untrusted import DocumentError
-
-Path = tuple[str | int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +77,7 @@ class PodTemplate:
     @property
     def pointer(self) -> str:
         """The RFC 6901 pointer of the template (`/spec/template`; "" for a Pod)."""
-        return "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in self.path)
+        return pointer(*self.path)
 
 
 def kind_of(obj: Mapping[str, Any]) -> str:

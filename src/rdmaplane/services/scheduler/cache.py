@@ -29,9 +29,17 @@ import msgspec
 from rdmaplane.core import fabric as fab
 from rdmaplane.core import nrt as nrtmod
 from rdmaplane.core.decoding import DecodeError, convert
+from rdmaplane.core.pod import ObjectMeta, Pod
 from rdmaplane.core.settings.scheduler import ExtenderSettings, FabricScoring
+from rdmaplane.services.scheduler.policy import (
+    devicemanager,
+    fit,
+    nodestate,
+    podrequest,
+    score,
+    topologymanager,
+)
 from rdmaplane.services.scheduler.policy import jobaware as ja
-from rdmaplane.services.scheduler.policy import placement as pl
 from rdmaplane.services.scheduler.policy import rails as rl
 
 KINDS = ("nrt", "node", "pod")
@@ -46,14 +54,14 @@ class BoundPod:
     key: str  # namespace/name
     node: str
     created: str
-    request: pl.PodRequest
+    request: podrequest.PodRequest
 
 
 @dataclass(frozen=True, slots=True)
 class NodeEntry:
     name: str
     topology: nrtmod.NodeResourceTopology
-    state: pl.NodeState
+    state: nodestate.NodeState
     sid: int  # interned id of `state`
     unaccounted: tuple[str, ...]  # bound pods subtracted here, on top of the NRT
     last: tuple[str, str] = ("", "")  # (created, key) of the latest pod subtracted or refused
@@ -68,7 +76,7 @@ def _bulk(table: Mapping[Any, Any], keys: Sequence[Any]) -> tuple[Any, ...]:
 class _Named(msgspec.Struct, frozen=True):
     """Any object, as far as its name goes: what an object the models refuse is known by."""
 
-    metadata: pl.ObjectMeta = pl.ObjectMeta()
+    metadata: ObjectMeta = ObjectMeta()
 
 
 class _Condition(msgspec.Struct, frozen=True):
@@ -85,20 +93,20 @@ class _NodeStatus(msgspec.Struct, frozen=True):
 class WatchedNode(msgspec.Struct, frozen=True):
     """A v1 Node as the extender reads it: its labels (fabric tiers) and RDMAReady."""
 
-    metadata: pl.ObjectMeta = pl.ObjectMeta()
+    metadata: ObjectMeta = ObjectMeta()
     status: _NodeStatus | None = None
 
 
-def _named(obj: Mapping[str, Any]) -> pl.ObjectMeta:
+def _named(obj: Mapping[str, Any]) -> ObjectMeta:
     try:
         return convert(obj, _Named).metadata
     except DecodeError:
-        return pl.ObjectMeta()
+        return ObjectMeta()
 
 
-def pod_key(obj: pl.Pod | Mapping[str, Any]) -> str:
+def pod_key(obj: Pod | Mapping[str, Any]) -> str:
     """namespace/name of a pod, read through the model (an unreadable one by its name alone)."""
-    if isinstance(obj, pl.Pod):
+    if isinstance(obj, Pod):
         return obj.key
     meta = _named(obj)
     return f"{meta.namespace or 'default'}/{meta.name}"
@@ -107,7 +115,7 @@ def pod_key(obj: pl.Pod | Mapping[str, Any]) -> str:
 class ClusterCache:
     def __init__(
         self,
-        policy: pl.Policy = pl.Policy(),
+        policy: score.Policy = score.Policy(),
         memo_limit: int = 200_000,
         tier_schemes: Sequence[Sequence[str]] = fab.DEFAULT_LABEL_SCHEMES,
         assume_for_s: float = FabricScoring().assume_for_s,
@@ -120,18 +128,18 @@ class ClusterCache:
         self.synced = dict.fromkeys(KINDS, False)
         self._memo_limit = memo_limit
         self._nrts: dict[str, nrtmod.NodeResourceTopology] = {}
-        self._published: dict[str, pl.NodeState] = {}  # each NRT's state, before bound pods
+        self._published: dict[str, nodestate.NodeState] = {}  # each NRT's state, before bound pods
         self._nrt_errors: dict[str, str] = {}
         self._not_ready: dict[str, str] = {}  # node → RDMAReady=False message
         self._nodes: set[str] = set()
         self._pods: dict[str, BoundPod] = {}
         self._pods_by_node: dict[str, set[str]] = {}
         self._entries: dict[str, NodeEntry] = {}
-        self._sids: dict[pl.NodeState, int] = {}
-        self._states: list[pl.NodeState] = []  # by state id
+        self._sids: dict[nodestate.NodeState, int] = {}
+        self._states: list[nodestate.NodeState] = []  # by state id
         self._sid_by_name: dict[str, int] = {}
-        self._memo: dict[pl.PodRequest, dict[int, pl.Verdict]] = {}
-        self._slots: dict[tuple[int, pl.PodRequest, int], int] = {}
+        self._memo: dict[podrequest.PodRequest, dict[int, fit.Verdict]] = {}
+        self._slots: dict[tuple[int, podrequest.PodRequest, int], int] = {}
         self._tiers: dict[str, tuple[str, ...]] = {}  # node → tier ids from its labels
         self._rails: dict[str, tuple[tuple[int, str], ...]] = {}  # node → rails from its NRT
         self._root_rails: dict[str, dict[str, tuple[int, ...]]] = {}  # node → root → rails
@@ -148,18 +156,18 @@ class ClusterCache:
     @classmethod
     def configured(cls, settings: ExtenderSettings) -> ClusterCache:
         """The cache as the extender's settings say: its policy, memo size, label schemes."""
-        policy = pl.Policy(settings.weights, settings.resources)
+        policy = score.Policy(settings.weights, settings.resources)
         fabric = settings.fabric
         return cls(policy, settings.memo_entries, fabric.tier_labels, fabric.assume_for_s)
 
     # ---- feeding -------------------------------------------------------------------------------
 
-    def apply(self, kind: str, event: str, obj: Mapping[str, Any] | pl.Pod) -> None:
+    def apply(self, kind: str, event: str, obj: Mapping[str, Any] | Pod) -> None:
         """One watch event (`ADDED`, `MODIFIED`, `DELETED`) of a kind in `KINDS`; a pod's
-        object may come already read (`placement.Pod`, as the watch decodes it)."""
+        object may come already read (`rdmaplane.core.pod.Pod`, as the watch decodes it)."""
         if kind == "pod":
             self._set_pod(obj) if event != "DELETED" else self._forget_pod(pod_key(obj))
-        elif isinstance(obj, pl.Pod):
+        elif isinstance(obj, Pod):
             raise TypeError(f"a Pod in a {kind} event")
         elif event == "DELETED":
             name = _named(obj).name
@@ -167,7 +175,7 @@ class ClusterCache:
         else:
             self._set_nrt(obj) if kind == "nrt" else self._set_node(obj)
 
-    def replace(self, kind: str, objs: Iterable[Mapping[str, Any] | pl.Pod]) -> None:
+    def replace(self, kind: str, objs: Iterable[Mapping[str, Any] | Pod]) -> None:
         """A fresh listing of a kind: forget what it no longer has, take in the rest."""
         objs = list(objs)
         if kind == "pod":
@@ -176,7 +184,7 @@ class ClusterCache:
                 self._forget_pod(key)
         else:
             known = (set(self._nrts) | set(self._nrt_errors)) if kind == "nrt" else set(self._nodes)
-            keep = {o.metadata.name if isinstance(o, pl.Pod) else _named(o).name for o in objs}
+            keep = {o.metadata.name if isinstance(o, Pod) else _named(o).name for o in objs}
             for name in known - keep:
                 self.apply(kind, "DELETED", {"metadata": {"name": name}})
         for obj in objs:
@@ -195,7 +203,7 @@ class ClusterCache:
         else:
             self._nrt_errors.pop(name, None)
             self._nrts[name] = topology
-            self._published[name] = pl.node_state(topology, self.policy.vocabulary)
+            self._published[name] = nodestate.node_state(topology, self.policy.vocabulary)
         uplinks = topology.uplinks() if name in self._nrts else ()
         self._rails[name] = tuple(
             sorted({(u.rail, u.switch) for u in uplinks if u.rail is not None})
@@ -249,13 +257,13 @@ class ClusterCache:
         self._tiers.pop(name, None)
         self._relocate(name)
 
-    def _set_pod(self, obj: Mapping[str, Any] | pl.Pod) -> None:
+    def _set_pod(self, obj: Mapping[str, Any] | Pod) -> None:
         try:
-            pod = pl.read_pod(obj)
+            pod = podrequest.read_pod(obj)
             key = pod.key
-            request: pl.PodRequest | None = pl.pod_request(pod)
-        except pl.RequestError:  # admitted by the API server, yet we cannot count it
-            pod, key, request = pl.Pod(), pod_key(obj), None
+            request: podrequest.PodRequest | None = podrequest.pod_request(pod)
+        except podrequest.RequestError:  # admitted by the API server, yet we cannot count it
+            pod, key, request = Pod(), pod_key(obj), None
         node = (pod.spec.node_name if pod.spec else None) or ""
         finished = pod.status is not None and pod.status.phase in ("Succeeded", "Failed")
         wants = request is not None and request.wants_devices and not finished
@@ -290,7 +298,7 @@ class ClusterCache:
             self._group_of[key] = (group, node)
             self._members.setdefault(group, {})[key] = node
 
-    def assume(self, pod: pl.Pod | Mapping[str, Any], node: str) -> None:
+    def assume(self, pod: Pod | Mapping[str, Any], node: str) -> None:
         """Count a pending pod of a group at `node` (the node it scored best) for its peers'
         scores, until its bind is watched or `assume_for_s` passes (kube-scheduler chose
         another node, or could not bind)."""
@@ -299,8 +307,8 @@ class ClusterCache:
         if not group or self._group_of.get(key, ("", ""))[1]:
             return
         try:
-            rails = self.rails_at(node, self.verdict(node, pl.pod_request(pod)))
-        except pl.RequestError:
+            rails = self.rails_at(node, self.verdict(node, podrequest.pod_request(pod)))
+        except podrequest.RequestError:
             rails = rl.NONE
         self._unassume(key)
         until = self._clock() + self._assume_for_s
@@ -330,7 +338,7 @@ class ClusterCache:
                 members[key] = (node, rails)
         return members
 
-    def rails_at(self, name: str, verdict: pl.Verdict) -> rl.Rails:
+    def rails_at(self, name: str, verdict: fit.Verdict) -> rl.Rails:
         """The rails a pod gets on the node, by the verdict for it on the node's current state
         (empty when it does not fit or the node names no rails per PCIe root)."""
         entry, roots = self._entries.get(name), self._root_rails.get(name)
@@ -395,7 +403,7 @@ class ClusterCache:
         self,
         name: str,
         topology: nrtmod.NodeResourceTopology,
-        state: pl.NodeState,
+        state: nodestate.NodeState,
         subtracted: tuple[str, ...],
         last: tuple[str, str],
         pods: Sequence[BoundPod],
@@ -418,7 +426,7 @@ class ClusterCache:
         self._entries[name] = entry
         self._sid_by_name[name] = entry.sid
 
-    def _intern(self, state: pl.NodeState) -> int:
+    def _intern(self, state: nodestate.NodeState) -> int:
         sid = self._sids.get(state)
         if sid is None:
             if len(self._states) >= max(MIN_STATES, 4 * len(self._entries)):
@@ -456,7 +464,9 @@ class ClusterCache:
     def entry(self, name: str) -> NodeEntry | None:
         return self._entries.get(name)
 
-    def verdicts(self, names: Sequence[str], request: pl.PodRequest) -> Sequence[pl.Verdict]:
+    def verdicts(
+        self, names: Sequence[str], request: podrequest.PodRequest
+    ) -> Sequence[fit.Verdict]:
         """The decision for each node, in order. The request path: two C-level bulk lookups
         (node name → state id → decision), plus an evaluation per state new to this pod."""
         memo = self._memo_for(request)
@@ -467,7 +477,7 @@ class ClusterCache:
         except KeyError:  # some node without a usable NRT: the slow path
             return [self._one(name, request, memo) for name in names]
         for sid in set(sids).difference(memo):
-            memo[sid] = pl.evaluate(self._states[sid], request, self.policy)
+            memo[sid] = fit.evaluate(self._states[sid], request, self.policy)
         found = _bulk(memo, sids)
         if self._not_ready and self._maybe_rdma(request):
             return [
@@ -476,12 +486,12 @@ class ClusterCache:
             ]
         return found
 
-    def _maybe_rdma(self, request: pl.PodRequest) -> bool:
+    def _maybe_rdma(self, request: podrequest.PodRequest) -> bool:
         """Whether some node may count one of the request's resources as RDMA: anything not a
         GPU by the cluster's names (a node's own names decide, in `_one`)."""
         return any(self.policy.vocabulary.kind(n) != "gpu" for n in request.total)
 
-    def _memo_for(self, request: pl.PodRequest) -> dict[int, pl.Verdict]:
+    def _memo_for(self, request: podrequest.PodRequest) -> dict[int, fit.Verdict]:
         """The decisions memoised for a pod request, by state id (emptied when too many)."""
         memo = self._memo.get(request)
         if memo is None:
@@ -491,43 +501,45 @@ class ClusterCache:
             memo = self._memo[request] = {}
         return memo
 
-    def _decided(self, sid: int, request: pl.PodRequest) -> pl.Verdict:
+    def _decided(self, sid: int, request: podrequest.PodRequest) -> fit.Verdict:
         memo = self._memo_for(request)
         found = memo.get(sid)
         if found is None:
-            found = memo[sid] = pl.evaluate(self._states[sid], request, self.policy)
+            found = memo[sid] = fit.evaluate(self._states[sid], request, self.policy)
         return found
 
-    def _one(self, name: str, request: pl.PodRequest, memo: dict[int, pl.Verdict]) -> pl.Verdict:
+    def _one(
+        self, name: str, request: podrequest.PodRequest, memo: dict[int, fit.Verdict]
+    ) -> fit.Verdict:
         entry = self._entries.get(name)
         if entry is None:
             return self._without_topology(name, request)
         if name in self._not_ready and entry.state.vocabulary.wants_rdma(request.total):
-            return pl.Verdict(False, False, self._not_ready[name], 0, "")
+            return fit.Verdict(False, False, self._not_ready[name], 0, "")
         found = memo.get(entry.sid)
         if found is None:
-            found = memo[entry.sid] = pl.evaluate(entry.state, request, self.policy)
+            found = memo[entry.sid] = fit.evaluate(entry.state, request, self.policy)
         return found
 
-    def verdict(self, name: str, request: pl.PodRequest) -> pl.Verdict:
+    def verdict(self, name: str, request: podrequest.PodRequest) -> fit.Verdict:
         return self.verdicts((name,), request)[0]
 
-    def _without_topology(self, name: str, request: pl.PodRequest) -> pl.Verdict:
+    def _without_topology(self, name: str, request: podrequest.PodRequest) -> fit.Verdict:
         """A node without a usable NRT, judged by the cluster's names."""
         request = request.on(self.policy.vocabulary)
         if not request.wants_devices:
-            return pl.PASS_THROUGH
+            return fit.PASS_THROUGH
         if name in self._nrt_errors:
             why = f"malformed NodeResourceTopology: {self._nrt_errors[name]}"
         else:
             why = "no NodeResourceTopology published for this node"
         if self.policy.vocabulary.wants_rdma(request.total):
-            return pl.Verdict(False, True, why, 0, "")
-        return pl.Verdict(True, False, f"{why}; GPU-only pod passes unscored", 0, "")
+            return fit.Verdict(False, True, why, 0, "")
+        return fit.Verdict(True, False, f"{why}; GPU-only pod passes unscored", 0, "")
 
     # ---- job-aware scoring ----------------------------------------------------------------------
 
-    def job_context(self, pod: pl.Pod | Mapping[str, Any]) -> ja.JobContext | None:
+    def job_context(self, pod: Pod | Mapping[str, Any]) -> ja.JobContext | None:
         """The pod's bound peers and how many of its group are left to place (None when the
         pod belongs to no group and reads no other group's KV cache)."""
         group = ja.pod_group(pod)
@@ -551,10 +563,10 @@ class ClusterCache:
 
     def job_scores(
         self,
-        pod: pl.Pod | Mapping[str, Any],
+        pod: Pod | Mapping[str, Any],
         names: Sequence[str],
-        request: pl.PodRequest,
-        verdicts: Sequence[pl.Verdict],
+        request: podrequest.PodRequest,
+        verdicts: Sequence[fit.Verdict],
         weights: FabricScoring,
     ) -> tuple[list[int], list[float] | None]:
         """The scores kube-scheduler gets: node-local, with the pod's fabric term composed in
@@ -575,7 +587,7 @@ class ClusterCache:
         fits = [v.fits for v in verdicts]
         return ja.job_scores(names, scores, fits, terms, self.locations, weights), terms
 
-    def slots(self, name: str, request: pl.PodRequest, cap: int) -> int:
+    def slots(self, name: str, request: podrequest.PodRequest, cap: int) -> int:
         """How many copies of the pod the node can still take, up to `cap`."""
         entry = self._entries.get(name)
         if entry is None:
@@ -585,8 +597,8 @@ class ClusterCache:
         if found is None:
             found, state = 0, entry.state
             while found < cap:
-                placed = pl.place_pod(state, request)
-                if isinstance(placed, pl.Rejection):
+                placed = topologymanager.place_pod(state, request)
+                if isinstance(placed, devicemanager.Rejection):
                     break
                 found, state = found + 1, placed[1]
             if len(self._slots) >= self._memo_limit:

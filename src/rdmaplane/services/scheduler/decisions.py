@@ -15,10 +15,11 @@ from itertools import compress
 from operator import attrgetter, not_
 from typing import Any
 
+from rdmaplane.core.pod import Pod
 from rdmaplane.core.settings.scheduler import FabricScoring
 from rdmaplane.services.scheduler.cache import ClusterCache
+from rdmaplane.services.scheduler.policy import fit, podrequest
 from rdmaplane.services.scheduler.policy import jobaware as ja
-from rdmaplane.services.scheduler.policy import placement as pl
 
 _FITS = attrgetter("fits")
 _REASON = attrgetter("reason")
@@ -30,8 +31,8 @@ class Filtered:
     """A filter answer: the nodes that passed, the others by reason (reasons without the
     wire prefix), and what it was decided from."""
 
-    request: pl.PodRequest
-    verdicts: Sequence[pl.Verdict]  # one per asked node, in order
+    request: podrequest.PodRequest
+    verdicts: Sequence[fit.Verdict]  # one per asked node, in order
     passed: list[str]
     failed: dict[str, str]
     unresolvable: dict[str, str]
@@ -42,8 +43,8 @@ class Scored:
     """A prioritize answer: a score per asked node (0-10), and the fabric term behind each
     when the pod's job has one."""
 
-    request: pl.PodRequest
-    verdicts: Sequence[pl.Verdict]
+    request: podrequest.PodRequest
+    verdicts: Sequence[fit.Verdict]
     scores: list[int]
     terms: list[float] | None
 
@@ -56,10 +57,10 @@ class LastFilter:
 
     uid: str
     passed: list[str]
-    request: pl.PodRequest
-    verdicts: list[pl.Verdict]
+    request: podrequest.PodRequest
+    verdicts: list[fit.Verdict]
 
-    def answers(self, pod: pl.Pod, names: list[str]) -> bool:
+    def answers(self, pod: Pod, names: list[str]) -> bool:
         """Whether a prioritize call for `pod` over `names` is the one that follows."""
         return self.uid == _uid(pod) and self.passed == names
 
@@ -72,11 +73,11 @@ class Decisions:
         self.weights = weights
         self.last: LastFilter | None = None
 
-    def filter(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Filtered:
-        """Raises `placement.RequestError` for a pod whose request cannot be read."""
+    def filter(self, pod: Pod | Mapping[str, Any], names: list[str]) -> Filtered:
+        """Raises `podrequest.RequestError` for a pod whose request cannot be read."""
         self.last = None
-        pod = pl.read_pod(pod)
-        request = pl.pod_request(pod)
+        pod = podrequest.read_pod(pod)
+        request = podrequest.pod_request(pod)
         found = self.cache.verdicts(names, request)
         fits = list(map(_FITS, found))
         passed = list(compress(names, fits))
@@ -94,18 +95,18 @@ class Decisions:
                 target.update(zip(compress(bad_names, keep), reasons, strict=True))
         return Filtered(request, found, passed, failed, unresolvable)
 
-    def prioritize(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Scored:
-        pod = pl.read_pod(pod)
+    def prioritize(self, pod: Pod | Mapping[str, Any], names: list[str]) -> Scored:
+        pod = podrequest.read_pod(pod)
         last = self.last
         if last is not None and last.answers(pod, names):
             request, found = last.request, last.verdicts
         else:
-            request = pl.pod_request(pod)
+            request = podrequest.pod_request(pod)
             found = list(self.cache.verdicts(names, request))
         scores, terms = self.cache.job_scores(pod, names, request, found, self.weights)
         return Scored(request, found, scores, terms)
 
-    def answer_prioritize(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> Scored:
+    def answer_prioritize(self, pod: Pod | Mapping[str, Any], names: list[str]) -> Scored:
         """`prioritize` as kube-scheduler is told it; a pod of a job is then assumed on its
         best node (`ClusterCache.assume`), so the job's next pod, scored before this one's
         bind reaches the watch, is scored with it. Explaining assumes nothing."""
@@ -115,9 +116,9 @@ class Decisions:
             self.cache.assume(pod, names[best])
         return scored
 
-    def explain(self, pod: pl.Pod | Mapping[str, Any], names: list[str]) -> dict[str, Any]:
+    def explain(self, pod: Pod | Mapping[str, Any], names: list[str]) -> dict[str, Any]:
         """Filter `names`, prioritize those that passed: one row per node, best first."""
-        pod = pl.read_pod(pod)
+        pod = podrequest.read_pod(pod)
         filtered = self.filter(pod, names)
         scored = self.prioritize(pod, filtered.passed)
         score = dict(zip(filtered.passed, scored.scores, strict=True))
@@ -135,11 +136,11 @@ class Decisions:
         }
 
 
-def _uid(pod: pl.Pod) -> str | None:
+def _uid(pod: Pod) -> str | None:
     return pod.metadata.uid or None
 
 
-def explain_request(request: pl.PodRequest) -> dict[str, Any]:
+def explain_request(request: podrequest.PodRequest) -> dict[str, Any]:
     """The devices asked for, by resource name: per container, per init container, in all."""
     return {
         "containers": [dict(c) for c in request.containers],
@@ -160,7 +161,7 @@ def explain_job(job: ja.JobContext | None) -> dict[str, Any] | None:
 
 
 def _row(
-    cache: ClusterCache, name: str, v: pl.Verdict, score: int, term: float | None
+    cache: ClusterCache, name: str, v: fit.Verdict, score: int, term: float | None
 ) -> dict[str, Any]:
     """A node's verdict and its score as /prioritize gives it (0 for a node that did not
     pass: kube-scheduler never asks to score it), the node-local score and the fabric term."""

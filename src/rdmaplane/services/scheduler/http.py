@@ -36,8 +36,7 @@ from rdmaplane.adapters.supervisor import Supervisor
 from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
 from rdmaplane.services.scheduler.decisions import Decisions
-from rdmaplane.services.scheduler.policy import placement as pl
-from rdmaplane.services.scheduler.policy import wire
+from rdmaplane.services.scheduler.policy import nodestate, podrequest, wire
 from rdmaplane.services.scheduler.serving import Answer, DirectCalls
 
 log = logging.getLogger("rdmaplane.services.scheduler")
@@ -176,7 +175,7 @@ class ExtenderShell:
             headers["Server-Timing"] = f"app;dur={(time.perf_counter() - start) * 1000:.3f}"
         except _Reject as exc:
             status, content = exc.status, _error_body(str(exc))
-        except (wire.WireError, pl.RequestError) as exc:
+        except (wire.WireError, podrequest.RequestError) as exc:
             status, content = 400, _error_body(str(exc))
         except Exception as exc:  # never a 500: say what broke, keep serving
             log.exception("%s failed", verb)
@@ -353,7 +352,7 @@ class DecisionRoutes:
         await send({"type": "http.response.body", "body": content})
 
 
-def _state_dict(state: pl.NodeState) -> dict[str, Any]:
+def _state_dict(state: nodestate.NodeState) -> dict[str, Any]:
     """A node state for people, every count by resource name."""
     v = state.vocabulary
     return {

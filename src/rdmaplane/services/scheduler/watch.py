@@ -6,7 +6,7 @@ carries dozens of events in a busy cluster, and kube-scheduler waits on every /f
 
 Pods are most of the events (three or more per pod scheduled: created, bound, running), so
 their watch reads the lines off the connection (`kube.watchstream`) and decodes each event
-straight into the extender's `placement.Pod`, skipping every field it does not read
+straight into the one Pod model (`rdmaplane.core.pod.Pod`), skipping every field it does not read
 (managedFields, status, volumes…): lightkube's own watch, through its HTTP stack and a dict of
 the whole object, cost the extender more CPU than deciding (bench/cluster.py). A pod the model
 cannot read goes to the cache as a dict, which says so. NRTs and Nodes change seldom: they are
@@ -30,8 +30,8 @@ from rdmaplane.adapters.kube import NodeDict, NodeResourceTopology, PodDict, asy
 from rdmaplane.adapters.kube.watchstream import watch_lines
 from rdmaplane.core.decoding import DecodeError, Decoder
 from rdmaplane.core.errors import RdmaplaneError
+from rdmaplane.core.pod import Pod
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.policy import placement as pl
 
 log = logging.getLogger("rdmaplane.services.scheduler.watch")
 
@@ -65,10 +65,10 @@ class _Event(msgspec.Struct, frozen=True):
 
 
 _EVENT = msgspec.json.Decoder(_Event)
-_POD = Decoder(pl.Pod)
+_POD = Decoder(Pod)
 
 
-def read_pod_event(line: bytes) -> tuple[str, pl.Pod | dict[str, Any]]:
+def read_pod_event(line: bytes) -> tuple[str, Pod | dict[str, Any]]:
     """One line of a pod watch: the event type and the pod, through the extender's model
     (a dict when the model cannot read it: the cache then counts the pod as unreadable)."""
     event = _EVENT.decode(line)
@@ -82,14 +82,14 @@ def read_pod_event(line: bytes) -> tuple[str, pl.Pod | dict[str, Any]]:
 
 async def pod_events(
     client: AsyncClient, version: str
-) -> AsyncIterator[tuple[str, pl.Pod | dict[str, Any]]]:
+) -> AsyncIterator[tuple[str, Pod | dict[str, Any]]]:
     """Every pod's events from `version` on, forever (a watch the server ends is resumed at
     the last version seen), with lightkube's cluster and credentials."""
     while True:
         params = {"watch": "true", "resourceVersion": version}
         async for line in watch_lines(client.config, "/api/v1/pods", params):
             kind, pod = read_pod_event(line)
-            if isinstance(pod, pl.Pod):
+            if isinstance(pod, Pod):
                 version = pod.metadata.resource_version or version
             yield kind, pod
 

@@ -1,7 +1,7 @@
 """Job-aware scoring: pods of one job close together on the fabric. Pure.
 
 kube-scheduler asks about one pod at a time. What this adds to each node's node-local score
-(`placement.evaluate`):
+(`fit.evaluate`):
 
 - **Peers.** A pod belongs to a group named by the first label it carries of `GROUP_LABELS`
   (our own `rdmaplane.io/group`, then the job controllers' labels), within its namespace. A
@@ -50,9 +50,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.core.fabric import Location, closeness
+from rdmaplane.core.pod import Pod
 from rdmaplane.core.settings.scheduler import FabricScoring
-from rdmaplane.services.scheduler.policy.placement import MAX_SCORE, Pod, read_pod
+from rdmaplane.services.scheduler.policy.podrequest import read_pod
 from rdmaplane.services.scheduler.policy.rails import NONE, Rails, match_share, rail_room
+from rdmaplane.services.scheduler.policy.score import MAX_SCORE
 
 GROUP_LABEL = "rdmaplane.io/group"
 KV_PEERS = "rdmaplane.io/kv-peers"
@@ -83,7 +85,7 @@ class PodGroup:
 
 
 def pod_group(pod: Pod | Mapping[str, Any]) -> PodGroup:
-    """The group a pod belongs to, by its labels and annotations (`placement.read_pod`)."""
+    """The group a pod belongs to, by its labels and annotations (`podrequest.read_pod`)."""
     read = read_pod(pod)
     meta = read.metadata
     labels, annotations = meta.labels or {}, meta.annotations or {}

@@ -7,7 +7,7 @@ job stay on a rail switch only where their rails match: a pod on rails 0-3 and o
 cross the spine on every step (or fail, where rails are separate networks).
 
 Which NICs a pod gets is the kubelet's choice; the extender predicts it per PCIe root
-(`placement.allocate`, judged by the kubelet's own code in tests/kubelet). `pod_rails` reads
+(`devicemanager.allocate`, judged by the kubelet's own code in tests/kubelet). `pod_rails` reads
 the rails off that prediction: per root, as many of the root's rails as the pod holds NICs
 there, lowest first (the device plugin prefers the lowest IDs, `deviceplugin.alloc`); a root
 where it holds GPUs only gives the rails of its NICs. Exact where a root has one NIC (HGX-class
@@ -20,7 +20,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 from rdmaplane.core.nrt import Uplink
-from rdmaplane.services.scheduler.policy.placement import NodeState, UnitPlacement
+from rdmaplane.services.scheduler.policy.devicemanager import UnitPlacement
+from rdmaplane.services.scheduler.policy.nodestate import NodeState
 
 Rails = frozenset[int]
 RootRails = Mapping[str, tuple[int, ...]]  # PCIe root → the rails of its NICs, ascending

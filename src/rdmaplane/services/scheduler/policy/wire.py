@@ -1,7 +1,7 @@
 """The upstream scheduler-extender JSON (k8s.io/kube-scheduler/extender/v1): Go field names,
 capitalised, no JSON tags. Read by the model layer (`rdmaplane.core.decoding`) straight from the
 request bytes into typed structs (5,000 node names per call, the Pod as the extender reads it:
-`placement.Pod`), naming the bad field on malformed input."""
+`rdmaplane.core.pod.Pod`), naming the bad field on malformed input."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import orjson
 
 from rdmaplane.core.decoding import DecodeError, Decoder, convert
 from rdmaplane.core.errors import InputError
-from rdmaplane.services.scheduler.policy.placement import Pod
+from rdmaplane.core.pod import Pod
 
 
 class WireError(InputError):

@@ -1,9 +1,10 @@
 """What the admission webhook adds to a GPU pod, as a JSONPatch built from the real object.
 
-Pure: a pod (the dict the API server sent) and an `InjectPolicy` in, a `Mutation` (RFC 6902
-operations and admission warnings) out. For every container (and init container) that asks for
-GPUs (any GPU resource of the policy's vocabulary: `nvidia.com/gpu`, `amd.com/gpu`, ...) it
-adds, unless the user already did:
+Pure: a pod (the dict the API server sent, read as `podview` reads it) and an `InjectPolicy`
+in, a `Mutation` (RFC 6902 operations, built by `core.jsonpatch`, and admission warnings) out.
+For every container (and init container) that asks for GPUs (any GPU resource of the policy's
+vocabulary: `nvidia.com/gpu`, `amd.com/gpu`, ...; counted by the one Pod model's rule, its
+limits) it adds, unless the user already did:
 
 - the RDMA resource: the vocabulary's first exclusive pool x N (`rdmaplane.io/hca`) or one slot
   of its first shared pool (`rdmaplane.io/hca-shared`); a container that names any of its HCA
@@ -25,16 +26,24 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
-
-import msgspec
+from typing import Final
 
 from rdmaplane.core import nrt
-from rdmaplane.core.decoding import DecodeError, convert
+from rdmaplane.core.decoding import DecodeError
 from rdmaplane.core.errors import InputError
+from rdmaplane.core.jsonpatch import Json, PatchBuilder, Path, copy_json
 from rdmaplane.core.resources import Mode
 from rdmaplane.core.settings.webhook import Doctor, InjectPolicy, NodeClass, NoticeVolume
 from rdmaplane.services.webhook.policy import dra
+from rdmaplane.services.webhook.policy.podview import (
+    ContainerView,
+    PodView,
+    SecurityContext,
+    SpecView,
+    memory_limit,
+    read_pod,
+    read_spec,
+)
 
 MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
 DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
@@ -50,8 +59,6 @@ EXEMPT_NAMESPACES: Final = ("kube-system", "rdmaplane")
 # hostPath mounts that hand a container every RDMA device past the device cgroup.
 _DEVICE_DIRS: Final = ("/dev", "/dev/infiniband")
 
-Json = Any  # a decoded JSON value
-
 
 class PodError(InputError):
     """A pod this webhook will not admit as it is (an unknown mode annotation); the message
@@ -65,231 +72,12 @@ class Mutation:
     pod: dict[str, Json] = field(default_factory=dict)  # the pod with the patch applied
 
 
-# ------------------------------------------------------------------------------ JSON Pointer
-
-
-def escape(token: str) -> str:
-    """One RFC 6901 reference token: `~` → `~0`, `/` → `~1` (`rdmaplane.io/hca`)."""
-    return token.replace("~", "~0").replace("/", "~1")
-
-
-def pointer(*tokens: str | int) -> str:
-    return "".join("/" + escape(str(t)) for t in tokens)
-
-
-class _Builder:
-    """Emits `add` operations against a working copy that follows them, so each operation is
-    built from the object as it stands at that point (as the API server applies them)."""
-
-    def __init__(self, obj: Mapping[str, Json]) -> None:
-        self.obj: dict[str, Json] = _copy(obj)
-        self.ops: list[dict[str, Json]] = []
-
-    def ensure(self, path: tuple[str | int, ...], value: Json) -> None:
-        """Set the key at `path` to `value` unless it exists; missing parents are added whole
-        (one operation), existing ones are never replaced."""
-        node: Json = self.obj
-        for i, token in enumerate(path[:-1]):
-            child = _child(node, token)
-            if child is None:  # absent, or JSON null: an add replaces a null member
-                return self._add(path[: i + 1], node, token, _nest(path[i + 1 :], value))
-            node = child
-        if _child(node, path[-1]) is None:
-            self._add(path, node, path[-1], value)
-
-    def insert(self, path: tuple[str | int, ...], item: Json, index: int | None = None) -> None:
-        """Insert `item` at `index` (None: the end) of the list at `path`, made when missing."""
-        node: Json = self.obj
-        for token in path:
-            node = _child(node, token)
-        if not isinstance(node, list):
-            return self.ensure(path, [item])
-        self.ops.append(
-            {
-                "op": "add",
-                "path": pointer(*path, "-" if index is None else index),
-                "value": _copy(item),
-            }
-        )
-        node.insert(len(node) if index is None else index, _copy(item))
-
-    def remove(self, path: tuple[str | int, ...]) -> None:
-        """Remove the key at `path` (it must be there): only a GPU count moved into a DRA
-        claim (`dra.give_claim`)."""
-        node: Json = self.obj
-        for token in path[:-1]:
-            node = _child(node, token)
-        self.ops.append({"op": "remove", "path": pointer(*path)})
-        del node[path[-1]]
-
-    def _add(self, path: tuple[str | int, ...], parent: Json, key: str | int, value: Json) -> None:
-        self.ops.append({"op": "add", "path": pointer(*path), "value": _copy(value)})
-        parent[key] = _copy(value)
-
-
-def _child(node: Json, token: str | int) -> Json:
-    if isinstance(node, list) and isinstance(token, int):
-        return node[token] if token < len(node) else None
-    return node.get(token) if isinstance(node, dict) else None
-
-
-def _nest(path: tuple[str | int, ...], value: Json) -> Json:
-    for token in reversed(path):
-        value = {token: value}
-    return value
-
-
-def _copy(value: Json) -> Json:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
-
-
-# ------------------------------------------------------------------------------ the pod, as read
-# What the webhook reads of a Pod, through the model layer (`rdmaplane.core.decoding`): the pod as
-# it
-# arrived, and the builder's working copy where the patch so far matters (volumes, the doctor).
-
-
-class _FieldRef(msgspec.Struct, frozen=True, rename="camel"):
-    field_path: str | None = None
-
-
-class _Item(msgspec.Struct, frozen=True, rename="camel"):
-    field_ref: _FieldRef | None = None
-
-
-class _DownwardAPI(msgspec.Struct, frozen=True):
-    items: tuple[_Item, ...] | None = None
-
-
-class _Projection(msgspec.Struct, frozen=True, rename={"downward_api": "downwardAPI"}):
-    downward_api: _DownwardAPI | None = None
-
-
-class _Projected(msgspec.Struct, frozen=True):
-    sources: tuple[_Projection, ...] | None = None
-
-
-class _HostPath(msgspec.Struct, frozen=True):
-    path: str = ""
-
-
-class _Volume(
-    msgspec.Struct, frozen=True, rename={"downward_api": "downwardAPI", "host_path": "hostPath"}
-):
-    name: str = ""
-    downward_api: _DownwardAPI | None = None
-    projected: _Projected | None = None
-    host_path: _HostPath | None = None
-
-    @property
-    def shows_annotations(self) -> bool:
-        """It shows `metadata.annotations` as a file (downwardAPI, or projected)."""
-        sources = [self.downward_api]
-        if self.projected is not None:
-            sources += [s.downward_api for s in self.projected.sources or ()]
-        return any(
-            i.field_ref is not None and i.field_ref.field_path == "metadata.annotations"
-            for source in sources
-            if source is not None
-            for i in source.items or ()
-        )
-
-
-class _Mount(msgspec.Struct, frozen=True, rename="camel"):
-    name: str = ""
-    mount_path: str = ""
-
-
-class _Env(msgspec.Struct, frozen=True):
-    name: str = ""
-    value: str | None = None  # None: set from a reference (valueFrom)
-
-
-class _Capabilities(msgspec.Struct, frozen=True):
-    add: tuple[str, ...] | None = None
-
-
-class _SecurityContext(msgspec.Struct, frozen=True):
-    privileged: bool | None = None
-    capabilities: _Capabilities | None = None
-
-
-class _Resources(msgspec.Struct, frozen=True):
-    limits: dict[str, int | str] | None = None
-    requests: dict[str, int | str] | None = None
-
-
-class _Container(msgspec.Struct, frozen=True, rename="camel"):
-    name: str = ""
-    resources: _Resources | None = None
-    env: tuple[_Env, ...] | None = None
-    security_context: _SecurityContext | None = None
-    volume_mounts: tuple[_Mount, ...] | None = None
-
-    def count(self, name: str) -> int:
-        """A whole device count from limits (else requests); 0 when absent or not whole."""
-        res = self.resources or _Resources()
-        for table in (res.limits, res.requests):
-            quantity = nrt.parse_quantity((table or {}).get(name))
-            if quantity is not None and quantity > 0 and quantity == quantity.to_integral_value():
-                return int(quantity)
-        return 0
-
-    @property
-    def resource_names(self) -> set[str]:
-        res = self.resources or _Resources()
-        return {*(res.limits or {}), *(res.requests or {})}
-
-    def mounts_at(self, path: str) -> bool:
-        want = path.rstrip("/")
-        return any(m.mount_path.rstrip("/") == want for m in self.volume_mounts or ())
-
-    @property
-    def privileged(self) -> bool:
-        return self.security_context is not None and self.security_context.privileged is True
-
-
-class _Spec(msgspec.Struct, frozen=True, rename="camel"):
-    containers: tuple[_Container, ...] | None = None
-    init_containers: tuple[_Container, ...] | None = None
-    volumes: tuple[_Volume, ...] | None = None
-    node_selector: dict[str, str] | None = None
-
-    def every(self) -> Iterator[tuple[str, int, _Container]]:
-        """(field, index, container): init containers first, as the kubelet starts them."""
-        for i, c in enumerate(self.init_containers or ()):
-            yield "initContainers", i, c
-        for i, c in enumerate(self.containers or ()):
-            yield "containers", i, c
-
-
-class _Meta(msgspec.Struct, frozen=True):
-    annotations: dict[str, str] | None = None
-
-
-class _Pod(msgspec.Struct, frozen=True):
-    metadata: _Meta | None = None
-    spec: _Spec | None = None
-
-    @property
-    def annotations(self) -> Mapping[str, str]:
-        return (self.metadata.annotations if self.metadata else None) or {}
-
-
-def _read(pod: Json) -> _Pod:
-    return convert(pod, _Pod)
-
-
-def _now(build: _Builder) -> _Spec:
+def _now(build: PatchBuilder) -> SpecView:
     """The working copy's spec as the patch so far leaves it."""
-    return convert(build.obj.get("spec"), _Spec)
+    return read_spec(build.obj.get("spec"))
 
 
-def mode_of(pod: _Pod, policy: InjectPolicy) -> Mode | None:
+def mode_of(pod: PodView, policy: InjectPolicy) -> Mode | None:
     """The pod's mode: its annotation, else `auto`; None for `off`."""
     value = pod.annotations.get(MODE_ANNOTATION, "auto")
     if value not in MODES:
@@ -303,7 +91,7 @@ def mode_of(pod: _Pod, policy: InjectPolicy) -> Mode | None:
     return "exclusive" if value == "exclusive" else "shared"
 
 
-def node_class(pod: _Pod, policy: InjectPolicy) -> NodeClass:
+def node_class(pod: PodView, policy: InjectPolicy) -> NodeClass:
     """The first class whose selector the pod's nodeSelector contains, else the default."""
     selector = (pod.spec.node_selector if pod.spec else None) or {}
     for cls in policy.node_classes:
@@ -319,10 +107,12 @@ def hcas_for(gpus: int, cls: NodeClass) -> int:
 
 
 @dataclass(frozen=True)
-class _GpuContainer:
+class GpuContainer:
+    """A container that asks for GPUs (in limits: the count the API server keeps)."""
+
     field: str  # "containers" or "initContainers"
     index: int
-    body: _Container
+    body: ContainerView
     gpus: Mapping[str, int]  # by GPU resource
 
     @property
@@ -331,13 +121,13 @@ class _GpuContainer:
 
 
 def _gpu_containers(
-    spec: _Spec, gpus: Sequence[str], claim_users: frozenset[tuple[str, int]] = frozenset()
-) -> Iterator[_GpuContainer]:
+    spec: SpecView, gpus: Sequence[str], claim_users: frozenset[tuple[str, int]] = frozenset()
+) -> Iterator[GpuContainer]:
     """Containers asking GPUs, and those using a DRA claim (`claim_users`, by field and index)."""
-    for kind, i, c in spec.every():
-        counts = {n: k for n in gpus if (k := c.count(n))}
-        if (counts or (kind, i) in claim_users) and c.name != DOCTOR_CONTAINER:  # ours: as it is
-            yield _GpuContainer(kind, i, c, counts)
+    for kind, index, container in spec.every():
+        counts = {name: k for name in gpus if (k := container.requirements.count(name))}
+        if (counts or (kind, index) in claim_users) and container.name != DOCTOR_CONTAINER:
+            yield GpuContainer(kind, index, container, counts)
 
 
 # ------------------------------------------------------------------------------ who is sent
@@ -352,7 +142,7 @@ def not_sent(
     if namespace in EXEMPT_NAMESPACES:
         return f"namespace {namespace} is exempt (namespaceSelector)"
     try:
-        read = _read(pod)
+        read = read_pod(pod)
     except DecodeError as e:
         return f"it is no Pod the API server would take: {e}"
     annotation = read.annotations.get(MODE_ANNOTATION)
@@ -363,13 +153,13 @@ def not_sent(
             f"namespace {namespace} has no {OPT_IN_LABEL}=enabled label and the pod no "
             f"{MODE_ANNOTATION} annotation"
         )
-    resources = [c.resources or _Resources() for _, _, c in (read.spec or _Spec()).every()]
+    resources = [c.requirements for _, _, c in (read.spec or SpecView()).every()]
     gpus = policy.resources.gpus
-    if any(set(gpus) & set(r.limits or {}) for r in resources):
+    if any(set(gpus) & set(r.devices) for r in resources):
         return None
     if dra.claims(pod):  # the match condition sends DRA pods too
         return None
-    if any(set(gpus) & set(r.requests or {}) for r in resources):
+    if any(set(gpus) & set(r.unlimited) for r in resources):
         return (
             f"its {' or '.join(gpus)} is in requests only: the webhook is called for GPUs in "
             "limits (and the API server refuses an extended resource without a limit)"
@@ -386,12 +176,12 @@ def mutate(pod: Mapping[str, Json], policy: InjectPolicy, namespace: str | None 
     Raises `PodError` for a mode annotation it does not know; a pod it cannot read (no Pod the
     API server would take) gets no patch and a warning naming the field."""
     try:
-        read = _read(pod)
+        read = read_pod(pod)
     except DecodeError as e:
-        return Mutation(warnings=[f"not patched, the pod cannot be read: {e}"], pod=_copy(pod))
+        return Mutation(warnings=[f"not patched, the pod cannot be read: {e}"], pod=copy_json(pod))
     mode = mode_of(read, policy)
-    spec = read.spec or _Spec()
-    build = _Builder(pod)
+    spec = read.spec or SpecView()
+    build = PatchBuilder(pod)
     result = Mutation(warnings=list(_warnings(spec, policy.hca)), pod=build.obj)
     claimed = bool(dra.claims(pod))  # a DRA pod: never given device-plugin resources
     users = frozenset(dra.claim_users(pod))
@@ -442,9 +232,9 @@ def mutate(pod: Mapping[str, Json], policy: InjectPolicy, namespace: str | None 
 
 
 def _add_rdma(
-    build: _Builder,
-    at: tuple[str | int, ...],
-    c: _GpuContainer,
+    build: PatchBuilder,
+    at: Path,
+    c: GpuContainer,
     mode: Mode,
     cls: NodeClass,
     policy: InjectPolicy,
@@ -452,23 +242,23 @@ def _add_rdma(
     """Add the RDMA resource to limits (and to requests when the GPUs are there too);
     returns the container's RDMA resource as it ends up."""
     vocabulary = policy.resources
-    present = c.body.resource_names & {*vocabulary.exclusive, *vocabulary.shared}
+    resources = c.body.requirements
+    present = resources.names & {*vocabulary.exclusive, *vocabulary.shared}
     if present:
-        return {n: str(c.body.count(n)) for n in sorted(present)}
+        return {n: str(resources.count(n)) for n in sorted(present)}
     name, amount = (
         (policy.hca, str(hcas_for(c.gpu_count, cls)))
         if mode == "exclusive"
         else (policy.hca_shared, "1")
     )
     build.ensure((*at, "resources", "limits", name), amount)
-    requests = (c.body.resources or _Resources()).requests or {}
-    if set(c.gpus) & set(requests):
+    if set(c.gpus) & set(resources.requests or ()):
         build.ensure((*at, "resources", "requests", name), amount)
     return {name: amount}
 
 
 def _own_hca_list(
-    body: _Container, granted: Mapping[str, str], policy: InjectPolicy
+    body: ContainerView, granted: Mapping[str, str], policy: InjectPolicy
 ) -> Iterator[str]:
     """A container that sets NCCL_IB_HCA itself keeps it (the kubelet puts the container's
     own variables after the device plugin's), so NCCL uses what it names, not the HCAs the
@@ -503,17 +293,17 @@ def _size(rdma: Mapping[str, str], policy: InjectPolicy) -> int:
     return exclusive * 1000 + sum(int(rdma.get(n, 0)) for n in v.shared)
 
 
-def _add_ipc_lock(build: _Builder, at: tuple[str | int, ...], body: _Container) -> None:
+def _add_ipc_lock(build: PatchBuilder, at: Path, body: ContainerView) -> None:
     if body.privileged:
         return  # warned about; privileged has every capability already
-    context = body.security_context or _SecurityContext()
+    context = body.security_context or SecurityContext()
     caps = context.capabilities.add if context.capabilities else None
     added = {x.upper().removeprefix("CAP_") for x in caps or ()}
     if not added & {IPC_LOCK, "ALL"}:
         build.insert((*at, "securityContext", "capabilities", "add"), IPC_LOCK)
 
 
-def _shm_size(containers: list[_GpuContainer], policy: InjectPolicy) -> str | None:
+def _shm_size(containers: list[GpuContainer], policy: InjectPolicy) -> str | None:
     """The configured size, else the largest memory limit among the GPU containers (a memory
     emptyDir counts against it anyway), else none (the kubelet then sizes it to the pod)."""
     if policy.shm.size_limit is not None:
@@ -521,7 +311,7 @@ def _shm_size(containers: list[_GpuContainer], policy: InjectPolicy) -> str | No
     limits = [
         (q, str(raw))
         for c in containers
-        if (raw := ((c.body.resources or _Resources()).limits or {}).get("memory")) is not None
+        if (raw := memory_limit(c.body)) is not None
         and (q := nrt.parse_quantity(raw)) is not None
         and q > 0
     ]
@@ -529,9 +319,9 @@ def _shm_size(containers: list[_GpuContainer], policy: InjectPolicy) -> str | No
 
 
 def _add_shm(
-    build: _Builder,
-    at: tuple[str | int, ...],
-    body: _Container,
+    build: PatchBuilder,
+    at: Path,
+    body: ContainerView,
     policy: InjectPolicy,
     size: str | None,
 ) -> None:
@@ -544,7 +334,7 @@ def _add_shm(
     build.insert((*at, "volumeMounts"), {"name": name, "mountPath": SHM_PATH})
 
 
-def _volume(build: _Builder, base: str, source: Mapping[str, Json]) -> str:
+def _volume(build: PatchBuilder, base: str, source: Mapping[str, Json]) -> str:
     """The pod volume named `base` with `source`, added once; `base-2`, `base-3`, ... when the
     user took the name for something else (the working copy's volumes compared as JSON: any
     source, not only those read here)."""
@@ -555,14 +345,14 @@ def _volume(build: _Builder, base: str, source: Mapping[str, Json]) -> str:
             return name
         n += 1
         name = f"{base}-{n}"
-    build.insert(("spec", "volumes"), {"name": name, **_copy(dict(source))})
+    build.insert(("spec", "volumes"), {"name": name, **copy_json(dict(source))})
     return name
 
 
 def _add_notice(
-    build: _Builder,
-    at: tuple[str | int, ...],
-    body: _Container,
+    build: PatchBuilder,
+    at: Path,
+    body: ContainerView,
     notice: NoticeVolume,
     result: Mutation,
 ) -> None:
@@ -590,12 +380,12 @@ def _add_notice(
         build.insert((*at, "env"), {"name": notice.env, "value": notice.path})
 
 
-def _wants_doctor(pod: _Pod) -> bool:
+def _wants_doctor(pod: PodView) -> bool:
     return pod.annotations.get(DOCTOR_ANNOTATION, "").lower() in ("true", "enabled")
 
 
 def _add_doctor(
-    build: _Builder,
+    build: PatchBuilder,
     doctor: Doctor,
     gpus: Mapping[str, int],
     rdma: Mapping[str, str],
@@ -637,9 +427,13 @@ def _add_doctor(
     build.insert(("spec", "initContainers"), container, 0)
 
 
-def _warnings(spec: _Spec, hca: str) -> Iterator[str]:
+def _warnings(spec: SpecView, hca: str) -> Iterator[str]:
     """What the webhook will not fix: device directories mounted from the host (they bypass
-    the device cgroup, so NCCL/UCX see HCAs the pod was not given) and privileged containers."""
+    the device cgroup, so NCCL/UCX see HCAs the pod was not given), privileged containers, and
+    extended-resource requests the API server refuses after admission (`core.pod`: a request
+    without a limit, or other than it; such a container's devices are counted by its limits)."""
+    for where, why in spec.faults():
+        yield f"{where}: {why}"
     host_dev = {
         v.name
         for v in spec.volumes or ()
