@@ -22,7 +22,7 @@ from lightkube.resources.core_v1 import Node, Pod, ServiceAccountToken
 from lightkube.types import PatchType
 
 from rdmaplane.adapters.kube import NodeResourceTopology, async_client
-from rdmaplane.core import faults, nrt
+from rdmaplane.core import faults, notice, nrt
 from rdmaplane.core.fabric import DEFAULT_TIER_LABELS
 from rdmaplane.core.repeat import QUARANTINE_TAINT_KEY
 from rdmaplane.services.scheduler.policy.jobaware import (
@@ -192,7 +192,7 @@ AGENT_WRITES: list[tuple[str, Write]] = [
     ("RDMAReady", _node_status(_condition(nrt.CONDITION_RDMA_READY))),
     ("its taints", _own_taint),
     ("its NodeResourceTopology", _nrt),
-    ("fault notice", _pod({"metadata": {"annotations": {faults.ANNOTATION: "{}"}}})),
+    ("fault notice", _pod({"metadata": {"annotations": {notice.ANNOTATION: "{}"}}})),
     ("RDMAFault", _pod({"status": _condition(faults.CONDITION)}, status=True)),
     ("eviction", _evict),
 ]

@@ -1,9 +1,10 @@
 """The fault notice inside a pod: SIGTERM, or the `rdmaplane.io/fault` annotation appearing.
 
 The rdmaplane agent annotates a pod whose RDMA device failed (`rdmaplane.io/fault`, JSON: hca,
-port, class, reason, since) `fault.graceSeconds` before it evicts it; a pod that mounts its
-annotations through a downward-API volume sees them as a file, which the kubelet refreshes
-periodically (not instantly). The eviction then sends SIGTERM, the prompt signal. Either one
+port, class, reason, since; the contract both sides use is `rdmaplane.core.notice`)
+`fault.graceSeconds` before it evicts it; a pod that mounts its annotations through a
+downward-API volume sees them as a file, which the kubelet refreshes periodically (not
+instantly). The eviction then sends SIGTERM, the prompt signal. Either one
 sets the notice; the training loop checks it each step, saves, and exits with `EXIT_RESTART`.
 
 The annotation stays on the pod while the fault lasts, so a worker restarted in the same pod
@@ -27,7 +28,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-ANNOTATION = "rdmaplane.io/fault"
+# The notice's key, its document and its identity: the contract the agent writes by.
+from rdmaplane.core.notice import ANNOTATION, document, notice_id
+
 # "Checkpoint saved, restart me" (EX_TEMPFAIL): the example manifests' podFailurePolicy ignores
 # it, so the restart costs nothing against the Job's backoffLimit.
 EXIT_RESTART = 75
@@ -58,17 +61,6 @@ def parse_annotations(text: str) -> dict[str, str]:
         if isinstance(value, str):
             out[key.strip()] = value
     return out
-
-
-def notice_id(value: str) -> str:
-    """What makes a notice new: the fault's HCA, port, class and `since` (the agent rewrites
-    the annotation when the faults hurting the pod change, not for a reworded reason); any
-    other value is its own id."""
-    try:
-        fault = json.loads(value)
-        return f"{fault['hca']}:{fault['port']} {fault['class']} since {fault['since']}"
-    except (ValueError, TypeError, KeyError):
-        return value
 
 
 class FaultNotice:
@@ -194,12 +186,8 @@ class FaultNotice:
                     flush=True,
                 )
                 return self.is_set()
-            try:
-                fault = json.loads(value)
-            except ValueError:
-                fault = {"reason": value}
             reason = f"annotation {ANNOTATION}"
-            self.fire(reason, fault if isinstance(fault, dict) else None, self._current_id)
+            self.fire(reason, document(value), self._current_id)
         return self.is_set()
 
 

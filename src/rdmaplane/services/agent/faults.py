@@ -19,7 +19,6 @@ and the breaker opening or closing is one Event for the cluster. The Node's faul
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -41,6 +40,8 @@ from rdmaplane.core.apitime import api_time
 from rdmaplane.core.gid import plan_node
 from rdmaplane.core.kernellog import KernelEvent
 from rdmaplane.core.model import NodeTopology, PortObservation
+from rdmaplane.core.names import FAULT_SINCE_LABEL
+from rdmaplane.core.notice import ANNOTATION, Notice, encode
 from rdmaplane.core.porthealth import FaultClass, PortKey, RuleTable, judge
 from rdmaplane.core.selectors import compute_ports
 from rdmaplane.core.settings.agent import FaultSettings
@@ -67,18 +68,10 @@ def device_hcas(
 
 
 def notice(fault: policy.Fault, wall_since: float, held: str = "") -> str:
-    """The `rdmaplane.io/fault` annotation: what broke, how badly, why, since when, and why
-    the breaker holds the action back (`held`), when it does."""
+    """The `rdmaplane.io/fault` annotation (`rdmaplane.core.notice`): what broke, how badly,
+    why, since when, and why the breaker holds the action back (`held`), when it does."""
     since = api_time(wall_since)
-    doc = {
-        "hca": fault.hca,
-        "port": fault.port,
-        "class": fault.cls.value,
-        "reason": fault.reason,
-        "since": since,
-        **({"held": held} if held else {}),
-    }
-    return json.dumps(doc, separators=(",", ":"), sort_keys=True)
+    return encode(Notice(fault.hca, fault.port, fault.cls.value, fault.reason, since, held))
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +207,7 @@ class FaultActor:
         census reads it)."""
         if self.faulty_since is None:
             return {}
-        return {policy.FAULT_SINCE_LABEL: str(int(self.faulty_since))}
+        return {FAULT_SINCE_LABEL: str(int(self.faulty_since))}
 
     # ---------------------------------------------------------------- pure steps, every poll
 
@@ -485,7 +478,7 @@ class FaultActor:
         pod = await self._ours(namespace, name)
         worst = faults[0]
         wall = time.time() - (self._clock() - worst.since)
-        patch = {"metadata": {"annotations": {policy.ANNOTATION: notice(worst, wall, held)}}}
+        patch = {"metadata": {"annotations": {ANNOTATION: notice(worst, wall, held)}}}
         await self.kube.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
         then = {
             policy.Action.EVICT: f"; evicting in {self.config.grace_s:g} s",
@@ -501,7 +494,7 @@ class FaultActor:
     async def _clear(self, namespace: str, name: str) -> None:
         assert self.kube is not None
         pod = await self._ours(namespace, name)
-        patch = {"metadata": {"annotations": {policy.ANNOTATION: None}}}
+        patch = {"metadata": {"annotations": {ANNOTATION: None}}}
         await self.kube.patch(Pod, name, patch, namespace=namespace, patch_type=PatchType.MERGE)
         await self._pod_event(pod, "Normal", "RDMAFaultCleared", "the RDMA devices recovered")
         log.info("fault notice cleared on %s/%s", namespace, name)
