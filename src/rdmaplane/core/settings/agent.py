@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from rdmaplane.core import names
 from rdmaplane.core.counters import (
     DEFAULT_FATAL_THRESHOLDS,
     DEFAULT_HOURLY_FATAL_THRESHOLDS,
@@ -97,7 +98,7 @@ class RepeatSettings:
     count: int = setting(3, "fatal faults of one port within the window ...", ge=1)
     window_s: Seconds = setting(86400.0, "... this window", gt=0)
     taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = setting(
-        "NoSchedule", "rdmaplane.io/rdma-quarantine on the node meanwhile; null: the plugin only"
+        "NoSchedule", f"{names.QUARANTINE_TAINT} on the node meanwhile; null: the plugin only"
     )
 
 
@@ -132,7 +133,7 @@ class FaultSettings:
     )
     taint_effect: Literal["NoExecute", "NoSchedule", "PreferNoSchedule"] | None = setting(
         "NoExecute",
-        "rdmaplane.io/rdma-unhealthy when every compute HCA is fatal; null: never",
+        f"{names.UNHEALTHY_TAINT} when every compute HCA is fatal; null: never",
     )
     degraded_taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = setting(
         None, "the same taint when every compute HCA is at least degraded"

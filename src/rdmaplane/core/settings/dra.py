@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from rdmaplane.core import names
 from rdmaplane.core.nccl import NcclSettings
 from rdmaplane.core.settings import Seconds, setting
 from rdmaplane.core.untrusted import FieldError
 
-DEFAULT_DRIVER = "rdma.rdmaplane.io"
+DEFAULT_DRIVER = names.DRA_DRIVER
 # A DRA driver name is a DNS subdomain of at most 63 characters (ResourceSlice validation).
 _DRIVER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdmaplane import IMAGE
-from rdmaplane.core import nrt
+from rdmaplane.core import names, nrt
 from rdmaplane.core.resources import Mode, Vocabulary
 from rdmaplane.core.settings import Seconds, setting
 from rdmaplane.core.untrusted import FieldError, SettingsError
@@ -114,7 +114,7 @@ class InjectPolicy:
     fault_notice: NoticeVolume = setting(
         factory=NoticeVolume, doc="the fault notice's annotations file"
     )
-    doctor: Doctor = setting(factory=Doctor, doc="rdmaplane.io/doctor")
+    doctor: Doctor = setting(factory=Doctor, doc=names.DOCTOR_ANNOTATION)
 
     def __post_init__(self) -> None:
         v = self.resources

@@ -29,14 +29,14 @@ from typing import Any, Final
 
 import msgspec
 
-from rdmaplane.core import nrt
+from rdmaplane.core import names, nrt
 from rdmaplane.core.decoding import DecodeError, convert
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.resources import Mode
 from rdmaplane.core.settings.webhook import Doctor, InjectPolicy, NodeClass, NoticeVolume
 
-MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
-DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
+MODE_ANNOTATION: Final = names.RDMA_MODE_ANNOTATION
+DOCTOR_ANNOTATION: Final = names.DOCTOR_ANNOTATION
 MODES: Final = ("auto", "exclusive", "shared", "off")
 IPC_LOCK: Final = "IPC_LOCK"
 SHM_PATH: Final = "/dev/shm"
@@ -44,7 +44,7 @@ DOCTOR_CONTAINER: Final = "rdmaplane-doctor"
 # deploy/webhook/webhook.yaml's namespaceSelector: namespaces opt in with this label, and these
 # are never sent to the webhook (tests/e2e/test_webhook.py holds `not_sent` to the real API
 # server with that file).
-OPT_IN_LABEL: Final = "rdmaplane.io/inject"
+OPT_IN_LABEL: Final = names.INJECT_LABEL
 EXEMPT_NAMESPACES: Final = ("kube-system", "rdmaplane")
 # hostPath mounts that hand a container every RDMA device past the device cgroup.
 _DEVICE_DIRS: Final = ("/dev", "/dev/infiniband")
