@@ -51,7 +51,7 @@ from rdmaplane.services.agent.policy.health import HealthState
 from rdmaplane.services.agent.policy.inventory import Offered
 from rdmaplane.services.agent.repeat import Offenders
 
-log = logging.getLogger("rdmaplane.services.agent.faults")
+log = logging.getLogger(__package__)
 COMPONENT = "rdmaplane-agent"
 
 
