@@ -26,6 +26,12 @@ from typing import Any
 from rdmaplane.core import names
 
 ANNOTATION = names.FAULT_ANNOTATION
+# Where a pod finds its annotations: a downward-API volume the webhook mounts (its settings
+# default to these), the file named by the variable, else the default.
+ANNOTATIONS_DIR = "/etc/podinfo"
+ANNOTATIONS_FILE_NAME = "annotations"
+ANNOTATIONS_FILE = f"{ANNOTATIONS_DIR}/{ANNOTATIONS_FILE_NAME}"
+ANNOTATIONS_FILE_ENV = "RDMAPLANE_ANNOTATIONS_FILE"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,13 +29,17 @@ from types import FrameType
 from typing import Any, NoReturn
 
 # The notice's key, its document and its identity: the contract the agent writes by.
-from rdmaplane.core.notice import ANNOTATION, document, notice_id
+from rdmaplane.core.notice import (
+    ANNOTATION,
+    ANNOTATIONS_FILE,
+    ANNOTATIONS_FILE_ENV,
+    document,
+    notice_id,
+)
 
 # "Checkpoint saved, restart me" (EX_TEMPFAIL): the example manifests' podFailurePolicy ignores
 # it, so the restart costs nothing against the Job's backoffLimit.
 EXIT_RESTART = 75
-DEFAULT_ANNOTATIONS_FILE = "/etc/podinfo/annotations"
-ENV_ANNOTATIONS_FILE = "RDMAPLANE_ANNOTATIONS_FILE"
 # Set by `python -m rdmaplane.train.run`: the name of its abstract Unix socket (`@name`), where
 # `exit_for_restart` says so, and the wrapper can exit 75 even when a launcher (torchrun)
 # between them reports its own code. Abstract: nothing on disk for a killed wrapper to leave.
@@ -86,7 +90,7 @@ class FaultNotice:
         signals: tuple[signal.Signals, ...] = (signal.SIGTERM,),
         answered: Iterable[str] = (),
     ) -> None:
-        chosen = annotations_file or os.environ.get(ENV_ANNOTATIONS_FILE, DEFAULT_ANNOTATIONS_FILE)
+        chosen = annotations_file or os.environ.get(ANNOTATIONS_FILE_ENV, ANNOTATIONS_FILE)
         self.path = Path(chosen)
         self.poll_s = poll_s
         self.signals = signals
