@@ -238,7 +238,7 @@ NOT_ITS_OWN: list[tuple[str, Write, str]] = [
 # namespace label; tried on the pod too) and the fault notice's key, each set by a merge patch as
 # any client would. An agent may change none of them on its own node's pods; then the one the
 # pod carries, changed and removed, and a label through pods/status.
-READ_POD_LABELS = [*GROUP_LABELS, GROUP_SIZE, KV_PEERS, OPT_IN_LABEL, faults.ANNOTATION]
+READ_POD_LABELS = [*GROUP_LABELS, GROUP_SIZE, KV_PEERS, OPT_IN_LABEL, notice.ANNOTATION]
 NOT_ITS_OWN += [
     (
         f"a pod's label {key}",
