@@ -159,7 +159,7 @@ async def storm(cluster: KubeCluster, args: argparse.Namespace) -> None:
     from rdmaplane.adapters.kube import NodeResourceTopology
     from rdmaplane.core import breaker as B
     from rdmaplane.core.fabric import TOPOGRAPH_TIER
-    from rdmaplane.core.faults import FAULT_SINCE_LABEL
+    from rdmaplane.core.names import FAULT_SINCE_LABEL
     from rdmaplane.core.settings.agent import BreakerSettings
     from rdmaplane.services.agent.breaker import FaultBudget
     from tests.e2e import fleet

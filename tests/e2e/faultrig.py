@@ -33,8 +33,8 @@ from rdmaplane.adapters.kube import NodeResourceTopology
 from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2 as pr
 from rdmaplane.adapters.kubelet.api.podresources.v1 import api_pb2_grpc as pr_grpc
 from rdmaplane.core import nrt
-from rdmaplane.core.faults import FAULT_SINCE_LABEL
 from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.names import FAULT_SINCE_LABEL
 from rdmaplane.core.settings.agent import FaultSettings, PublishSettings
 from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.agent.root import Agent

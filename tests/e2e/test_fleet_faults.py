@@ -36,8 +36,9 @@ from rdmaplane.core import breaker as B
 from rdmaplane.core import faults as F
 from rdmaplane.core import repeat
 from rdmaplane.core.fabric import TOPOGRAPH_TIER
-from rdmaplane.core.faults import FAULT_SINCE_LABEL
 from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.names import FAULT_SINCE_LABEL
+from rdmaplane.core.notice import ANNOTATION
 from rdmaplane.core.settings.agent import BreakerSettings, FaultSettings
 from rdmaplane.services.agent.breaker import BUDGET_ANNOTATION, FaultBudget
 from rdmaplane.services.agent.repeat import Offenders
@@ -278,7 +279,7 @@ class Recorded:
     def notices(self, pod: str) -> list[dict[str, Any]]:
         out = []
         for _, v in self.pods.get(pod, []):
-            text = ((v or {}).get("metadata", {}).get("annotations") or {}).get(F.ANNOTATION)
+            text = ((v or {}).get("metadata", {}).get("annotations") or {}).get(ANNOTATION)
             if text:
                 out.append(json.loads(text))
         return out

@@ -22,7 +22,7 @@ from lightkube.resources.core_v1 import Node, Pod, ServiceAccountToken
 from lightkube.types import PatchType
 
 from rdmaplane.adapters.kube import NodeResourceTopology, async_client
-from rdmaplane.core import faults, nrt
+from rdmaplane.core import faults, notice, nrt
 from rdmaplane.core.fabric import DEFAULT_TIER_LABELS
 from rdmaplane.core.repeat import QUARANTINE_TAINT_KEY
 from rdmaplane.services.scheduler.policy.jobaware import (
@@ -192,7 +192,7 @@ AGENT_WRITES: list[tuple[str, Write]] = [
     ("RDMAReady", _node_status(_condition(nrt.CONDITION_RDMA_READY))),
     ("its taints", _own_taint),
     ("its NodeResourceTopology", _nrt),
-    ("fault notice", _pod({"metadata": {"annotations": {faults.ANNOTATION: "{}"}}})),
+    ("fault notice", _pod({"metadata": {"annotations": {notice.ANNOTATION: "{}"}}})),
     ("RDMAFault", _pod({"status": _condition(faults.CONDITION)}, status=True)),
     ("eviction", _evict),
 ]
@@ -238,7 +238,7 @@ NOT_ITS_OWN: list[tuple[str, Write, str]] = [
 # namespace label; tried on the pod too) and the fault notice's key, each set by a merge patch as
 # any client would. An agent may change none of them on its own node's pods; then the one the
 # pod carries, changed and removed, and a label through pods/status.
-READ_POD_LABELS = [*GROUP_LABELS, GROUP_SIZE, KV_PEERS, OPT_IN_LABEL, faults.ANNOTATION]
+READ_POD_LABELS = [*GROUP_LABELS, GROUP_SIZE, KV_PEERS, OPT_IN_LABEL, notice.ANNOTATION]
 NOT_ITS_OWN += [
     (
         f"a pod's label {key}",

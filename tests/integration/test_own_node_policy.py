@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from rdmaplane.core import faults, nrt
+from rdmaplane.core import faults, notice, nrt
 from rdmaplane.core.fabric import DEFAULT_TIER_LABELS
 from rdmaplane.services.agent.policy.desired import ANNOTATION_TOPOLOGY, LABELS
 
@@ -34,7 +34,7 @@ def test_the_policy_lets_through_every_name_the_agent_writes() -> None:
     assert tiers == list(DEFAULT_TIER_LABELS)
     assert f"startsWith('{PREFIX}')" in text
     assert all(
-        name.startswith(PREFIX) for name in (*LABELS, ANNOTATION_TOPOLOGY, faults.ANNOTATION)
+        name.startswith(PREFIX) for name in (*LABELS, ANNOTATION_TOPOLOGY, notice.ANNOTATION)
     )
     assert f"'{nrt.CONDITION_RDMA_READY}'" in text and f"'{faults.CONDITION}'" in text
     assert f"'{faults.TAINT_KEY}'" in text

@@ -15,11 +15,13 @@ import typer
 
 from rdmaplane.cli.common import (
     LogFormatOption,
+    SysfsRootOption,
     VerboseOption,
     existing_dir,
     fail,
     start_logging,
 )
+from rdmaplane.core import paths
 
 if TYPE_CHECKING:
     from rdmaplane.core.settings.agent import AgentSettings
@@ -45,21 +47,12 @@ NodeNameOption = Annotated[
         "--node-name", metavar="NAME", envvar="NODE_NAME", help="The Node this agent speaks for."
     ),
 ]
-SysfsDirOption = Annotated[
-    str | None,
-    typer.Option(
-        "--sysfs-root",
-        metavar="DIR",
-        help="A tree laid out like /sys. Default: /sys.",
-        callback=_a_folder("--sysfs-root"),
-    ),
-]
 KubeletDirOption = Annotated[
     str | None,
     typer.Option(
         "--kubelet-dir",
         metavar="DIR",
-        help="The kubelet's root; must exist (with the plugin on). Default: /var/lib/kubelet.",
+        help=f"The kubelet's root; must exist (with the plugin on). Default: {paths.KUBELET_DIR}.",
         callback=_a_folder("--kubelet-dir"),
     ),
 ]
@@ -85,7 +78,7 @@ MetricsPortOption = Annotated[
 
 def agent(
     node_name: NodeNameOption = None,
-    sysfs_root: SysfsDirOption = None,
+    sysfs_root: SysfsRootOption = None,
     kubelet_dir: KubeletDirOption = None,
     kubeconfig: KubeconfigOption = None,
     config: AgentConfigOption = None,

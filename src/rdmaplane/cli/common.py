@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
+from rdmaplane.core import paths
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -52,10 +54,23 @@ def complete_sample(incomplete: str) -> list[str]:
     return [n for n in samples.names() if n.startswith(incomplete)]
 
 
+def _a_sysfs_root(value: str | None) -> str | None:
+    """'' is refused, by every command alike: it names no folder (as a path, the working
+    directory), and reading this machine's /sys is leaving the flag out."""
+    if value == "":
+        fail(f"--sysfs-root: empty value (leave the flag out to read {paths.SYSFS})")
+    return value
+
+
+# The one `--sysfs-root` of every command that reads a node (inspect, gid, nrt, snapshot, agent,
+# dra-driver, device-plugin); not given, the command's default is this machine's /sys.
 SysfsRootOption = Annotated[
     str | None,
     typer.Option(
-        "--sysfs-root", metavar="DIR", help="Read a tree laid out like /sys [default: /sys]."
+        "--sysfs-root",
+        metavar="DIR",
+        help=f"Read a tree laid out like /sys [default: {paths.SYSFS}].",
+        callback=_a_sysfs_root,
     ),
 ]
 SnapshotOption = Annotated[
@@ -120,7 +135,7 @@ def say_warnings(topo: NodeTopology) -> None:
 def no_rdma(topo: NodeTopology) -> str:
     """What every command says about a node without RDMA devices, whatever its source."""
     source = topo.source or "this node"
-    if source == "/sys":
+    if source == paths.SYSFS:
         return (
             "no RDMA device found in /sys/class/infiniband on this machine; try "
             "`rdmaplane inspect --sample hgx-h100-roce` (`rdmaplane samples` lists them)"

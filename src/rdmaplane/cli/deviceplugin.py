@@ -8,10 +8,12 @@ import typer
 
 from rdmaplane.cli.common import (
     LogFormatOption,
+    SysfsRootOption,
     VerboseOption,
     existing_dir,
     log_options,
 )
+from rdmaplane.core import paths
 
 
 def device_plugin(
@@ -23,9 +25,7 @@ def device_plugin(
             help="A DevicePluginConfig file, or the shared RDMA device plugin's configList.",
         ),
     ],
-    sysfs_root: Annotated[
-        str, typer.Option("--sysfs-root", metavar="DIR", help="Where sysfs is mounted.")
-    ] = "/sys",
+    sysfs_root: SysfsRootOption = None,
     dev_root: Annotated[
         str,
         typer.Option(
@@ -33,7 +33,7 @@ def device_plugin(
             metavar="DIR",
             help="Where to look for device nodes; the kubelet is still told /dev/... paths.",
         ),
-    ] = "/dev",
+    ] = paths.DEV,
     kubelet_dir: Annotated[
         str,
         typer.Option(
@@ -41,7 +41,7 @@ def device_plugin(
             metavar="DIR",
             help="The kubelet's root (must exist), holding device-plugins/ and plugins_registry/.",
         ),
-    ] = "/var/lib/kubelet",
+    ] = paths.KUBELET_DIR,
     log_format: LogFormatOption = None,
     verbose: VerboseOption = False,
 ) -> None:
@@ -54,6 +54,7 @@ def device_plugin(
     from rdmaplane.services.deviceplugin.root import exec_standalone
 
     settings = load(config, DEVICE_PLUGIN_CONFIG)
+    sysfs_root = paths.SYSFS if sysfs_root is None else sysfs_root
     existing_dir("--sysfs-root", sysfs_root)
     existing_dir("--kubelet-dir", kubelet_dir)
     fmt, level = log_options(log_format, verbose)

@@ -14,17 +14,16 @@ from rdmaplane.cli.agent import (
     KubeletDirOption,
     MetricsPortOption,
     NodeNameOption,
-    SysfsDirOption,
     configured,
     dra_needs_the_api_server,
     serve,
 )
-from rdmaplane.cli.common import LogFormatOption, VerboseOption, fail
+from rdmaplane.cli.common import LogFormatOption, SysfsRootOption, VerboseOption, fail
 
 
 def dra_driver(
     node_name: NodeNameOption = None,
-    sysfs_root: SysfsDirOption = None,
+    sysfs_root: SysfsRootOption = None,
     kubelet_dir: KubeletDirOption = None,
     kubeconfig: KubeconfigOption = None,
     config: AgentConfigOption = None,

@@ -16,12 +16,13 @@ import typer
 
 from rdmaplane.cli.common import fail, read_objects
 from rdmaplane.core import fabric as fab
+from rdmaplane.core import names
 from rdmaplane.core.fabric_export import KUEUE_API_VERSION
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-SCHEMA = "rdmaplane.io/fabric/v1"
+SCHEMA = names.FABRIC_SCHEMA
 OBJECT_NAME = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")  # RFC 1123 subdomain
 
 app = typer.Typer(

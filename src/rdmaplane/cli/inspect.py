@@ -21,6 +21,7 @@ from rdmaplane.cli.common import (
     load,
     no_rdma,
 )
+from rdmaplane.core import paths
 from rdmaplane.core.model import Gpu, Hca, NodeTopology
 from rdmaplane.core.topology import Relation, device_label, nearest_hcas, relation_label
 from rdmaplane.core.untrusted import printable
@@ -368,10 +369,10 @@ def snapshot_create(
         fail("-o -: refusing to write a binary archive to a terminal; redirect it to a file")
     if not to_stdout:
         _check_target(output)
-    root = "/sys" if sysfs_root is None else sysfs_root
+    root = paths.SYSFS if sysfs_root is None else sysfs_root
     if not os.path.isdir(root):
         fail(f"--sysfs-root {root!r} is not a directory")
-    live = os.path.realpath(root) == "/sys"
+    live = os.path.realpath(root) == paths.SYSFS
     snap = snapshot.capture(root, redact=redact, gpu_info=nvml.gpu_info() if live else None)
     say_warnings(snap.topology)
     if not snap.topology.hcas:

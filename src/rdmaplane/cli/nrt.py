@@ -24,7 +24,7 @@ from rdmaplane.cli.common import (
     fail,
     load_rdma_node,
 )
-from rdmaplane.core import nrt
+from rdmaplane.core import nrt, paths
 from rdmaplane.core.model import NodeTopology, PortObservation
 from rdmaplane.core.resources import is_extended
 
@@ -107,7 +107,7 @@ def nrt_command(
     if dev_root is not None:
         existing_dir("--dev-root", dev_root)
     live = sysfs_root is None and snapshot is None and sample is None
-    dev = Path(dev_root) if dev_root is not None else Path("/dev") if live else None
+    dev = Path(dev_root) if dev_root is not None else Path(paths.DEV) if live else None
     obj = agent_nrt(topo, name, plugin_config, str(policy), str(scope), dev, gpu_resource)
     if output is NrtFormat.json:
         typer.echo(json.dumps(obj, indent=2))

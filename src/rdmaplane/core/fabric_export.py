@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from rdmaplane.core import names
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.fabric import HOSTNAME_LABEL, TierTree, object_name
 
@@ -71,8 +72,8 @@ def volcano_hypernodes(fabric: TierTree) -> list[dict[str, Any]]:
                     "kind": "HyperNode",
                     "metadata": {
                         "name": hypernode_name(tier, name),
-                        "labels": {"rdmaplane.io/fabric-tier": str(tier)},
-                        "annotations": {"rdmaplane.io/fabric-id": name},
+                        "labels": {names.FABRIC_TIER_LABEL: str(tier)},
+                        "annotations": {names.FABRIC_ID_ANNOTATION: name},
                     },
                     "spec": {"tier": tier + 1, "members": members},
                 }

@@ -19,16 +19,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from rdmaplane.core import names
 from rdmaplane.core.breaker import Answer, BudgetVerdict
 from rdmaplane.core.model import NodeTopology
 from rdmaplane.core.porthealth import FaultClass, PortKey, Symptom
 
-ANNOTATION = "rdmaplane.io/fault"
-CONDITION = "RDMAFault"
-TAINT_KEY = "rdmaplane.io/rdma-unhealthy"
-# On the Node while a compute port has a fatal fault: when it began (Unix seconds). The
-# blast-radius breaker's census counts the faulty nodes by it (`rdmaplane.services.agent.breaker`).
-FAULT_SINCE_LABEL = "rdmaplane.io/fault-since"
+CONDITION = names.FAULT_CONDITION
+TAINT_KEY = names.UNHEALTHY_TAINT
 
 
 class Action(StrEnum):

@@ -13,7 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
-SCHEMA = "rdmaplane.io/node-topology/v1"
+from rdmaplane.core import names
+
+SCHEMA = names.NODE_TOPOLOGY_SCHEMA
 
 # Linux numbers NUMA nodes below MAX_NUMNODES (1 << CONFIG_NODES_SHIFT, at most 1024): a
 # larger one is junk, never a zone.

@@ -39,7 +39,7 @@ from typing import Any, Literal, get_args
 
 import msgspec
 
-from rdmaplane.core import model
+from rdmaplane.core import model, names
 from rdmaplane.core.decoding import DecodeError, Quantity, convert
 from rdmaplane.core.decoding import parse_quantity as parse_quantity  # for the NRT's readers
 from rdmaplane.core.errors import InputError
@@ -55,14 +55,14 @@ GROUP = "topology.node.k8s.io"
 
 ATTR_POLICY = "topologyManagerPolicy"
 ATTR_SCOPE = "topologyManagerScope"
-ATTR_ACCOUNTED_PODS = "rdmaplane.io/accounted-pods"
-ATTR_HCA_FIRMWARE = "rdmaplane.io/hca-firmware"
-ATTR_PCIE_DOWNTRAINED = "rdmaplane.io/pcie-downtrained"
-ATTR_RESOURCES = "rdmaplane.io/resources"
-ZONE_ATTR_SHARED_HCAS = "rdmaplane.io/shared-hcas"
-ZONE_ATTR_TIER0_SWITCH = "rdmaplane.io/tier-0-switch"
-ZONE_ATTR_RAIL = "rdmaplane.io/rail"
-ZONE_ATTR_SWITCH_PORT = "rdmaplane.io/switch-port"
+ATTR_ACCOUNTED_PODS = names.ACCOUNTED_PODS_ATTR
+ATTR_HCA_FIRMWARE = names.HCA_FIRMWARE_ATTR
+ATTR_PCIE_DOWNTRAINED = names.PCIE_DOWNTRAINED_ATTR
+ATTR_RESOURCES = names.RESOURCES_ATTR
+ZONE_ATTR_SHARED_HCAS = names.SHARED_HCAS_ATTR
+ZONE_ATTR_TIER0_SWITCH = names.TIER0_SWITCH_ATTR
+ZONE_ATTR_RAIL = names.RAIL_ATTR
+ZONE_ATTR_SWITCH_PORT = names.SWITCH_PORT_ATTR
 
 ZONE_NUMA = "Node"
 ZONE_PCIE_ROOT = "PCIeRoot"
@@ -74,12 +74,12 @@ TopologyScope = Literal["container", "pod"]
 POLICIES: tuple[str, ...] = get_args(TopologyPolicy)
 SCOPES: tuple[str, ...] = get_args(TopologyScope)
 
-LABEL_RDMA = "rdmaplane.io/rdma"
-LABEL_LINK_LAYER = "rdmaplane.io/link-layer"
-LABEL_RATE_GBPS = "rdmaplane.io/rate-gbps"
-LABEL_GID_INDEX = "rdmaplane.io/gid-index"
-LABEL_RDMA_NETNS = "rdmaplane.io/rdma-netns"
-CONDITION_RDMA_READY = "RDMAReady"
+LABEL_RDMA = names.RDMA_LABEL
+LABEL_LINK_LAYER = names.LINK_LAYER_LABEL
+LABEL_RATE_GBPS = names.RATE_GBPS_LABEL
+LABEL_GID_INDEX = names.GID_INDEX_LABEL
+LABEL_RDMA_NETNS = names.RDMA_NETNS_LABEL
+CONDITION_RDMA_READY = names.READY_CONDITION
 
 # The deprecated v1alpha1-style `topologyPolicies` values, read when the attributes are absent.
 _LEGACY_POLICIES = {

@@ -17,12 +17,13 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.core import names
 from rdmaplane.core.apitime import api_time, parse_api_time
 from rdmaplane.core.porthealth import PortKey
 
-HISTORY_ANNOTATION = "rdmaplane.io/fault-history"
-CLEAR_ANNOTATION = "rdmaplane.io/fault-clear"
-QUARANTINE_TAINT_KEY = "rdmaplane.io/rdma-quarantine"
+HISTORY_ANNOTATION = names.FAULT_HISTORY_ANNOTATION
+CLEAR_ANNOTATION = names.FAULT_CLEAR_ANNOTATION
+QUARANTINE_TAINT_KEY = names.QUARANTINE_TAINT
 
 
 @dataclass(frozen=True, slots=True)

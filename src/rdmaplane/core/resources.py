@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, get_args
 
+from rdmaplane.core import names
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.settings import Names, setting
 
 GPU = "nvidia.com/gpu"
-HCA = "rdmaplane.io/hca"
-HCA_SHARED = "rdmaplane.io/hca-shared"
+HCA = names.HCA
+HCA_SHARED = names.HCA_SHARED
 
 Kind = Literal["gpu", "exclusive", "shared"]
 Mode = Literal["exclusive", "shared"]  # a pool's kind: how its devices map to HCAs
@@ -75,8 +76,8 @@ class Vocabulary:
     def _kinds(self) -> dict[str, Kind]:
         """Each name's kind; refuses a name that is not an extended resource or is of two."""
         kinds: dict[str, Kind] = {}
-        for kind, names in zip(KINDS, (self.gpus, self.exclusive, self.shared), strict=True):
-            for name in names:
+        for kind, given in zip(KINDS, (self.gpus, self.exclusive, self.shared), strict=True):
+            for name in given:
                 if not is_extended(name) or "," in name or "=" in name:
                     raise VocabularyError(f"{name!r} is not an extended resource name")
                 if name in kinds:

@@ -4,6 +4,7 @@ loop to save and exit with 75, "saved, restart me". Standard library only; PyTor
 `rdmaplane.train.pytorch` when torch is installed. See docs/faults.md.
 """
 
+from rdmaplane.core.notice import ANNOTATION, notice_id
 from rdmaplane.train.checkpoint import (
     Checkpoint,
     CheckpointError,
@@ -16,12 +17,10 @@ from rdmaplane.train.checkpoint import (
     valid,
 )
 from rdmaplane.train.notice import (
-    ANNOTATION,
     EXIT_RESTART,
     FaultNotice,
     NoticeWarning,
     exit_for_restart,
-    notice_id,
     parse_annotations,
 )
 

@@ -1,9 +1,10 @@
 """The fault notice inside a pod: SIGTERM, or the `rdmaplane.io/fault` annotation appearing.
 
 The rdmaplane agent annotates a pod whose RDMA device failed (`rdmaplane.io/fault`, JSON: hca,
-port, class, reason, since) `fault.graceSeconds` before it evicts it; a pod that mounts its
-annotations through a downward-API volume sees them as a file, which the kubelet refreshes
-periodically (not instantly). The eviction then sends SIGTERM, the prompt signal. Either one
+port, class, reason, since; the contract both sides use is `rdmaplane.core.notice`)
+`fault.graceSeconds` before it evicts it; a pod that mounts its annotations through a
+downward-API volume sees them as a file, which the kubelet refreshes periodically (not
+instantly). The eviction then sends SIGTERM, the prompt signal. Either one
 sets the notice; the training loop checks it each step, saves, and exits with `EXIT_RESTART`.
 
 The annotation stays on the pod while the fault lasts, so a worker restarted in the same pod
@@ -27,12 +28,18 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
 
-ANNOTATION = "rdmaplane.io/fault"
+# The notice's key, its document and its identity: the contract the agent writes by.
+from rdmaplane.core.notice import (
+    ANNOTATION,
+    ANNOTATIONS_FILE,
+    ANNOTATIONS_FILE_ENV,
+    document,
+    notice_id,
+)
+
 # "Checkpoint saved, restart me" (EX_TEMPFAIL): the example manifests' podFailurePolicy ignores
 # it, so the restart costs nothing against the Job's backoffLimit.
 EXIT_RESTART = 75
-DEFAULT_ANNOTATIONS_FILE = "/etc/podinfo/annotations"
-ENV_ANNOTATIONS_FILE = "RDMAPLANE_ANNOTATIONS_FILE"
 # Set by `python -m rdmaplane.train.run`: the name of its abstract Unix socket (`@name`), where
 # `exit_for_restart` says so, and the wrapper can exit 75 even when a launcher (torchrun)
 # between them reports its own code. Abstract: nothing on disk for a killed wrapper to leave.
@@ -60,17 +67,6 @@ def parse_annotations(text: str) -> dict[str, str]:
     return out
 
 
-def notice_id(value: str) -> str:
-    """What makes a notice new: the fault's HCA, port, class and `since` (the agent rewrites
-    the annotation when the faults hurting the pod change, not for a reworded reason); any
-    other value is its own id."""
-    try:
-        fault = json.loads(value)
-        return f"{fault['hca']}:{fault['port']} {fault['class']} since {fault['since']}"
-    except (ValueError, TypeError, KeyError):
-        return value
-
-
 class FaultNotice:
     """Set once a fault is announced. Use as a context manager (or `start()`/`stop()`) from
     the main thread (signal handlers can only be installed there):
@@ -94,7 +90,7 @@ class FaultNotice:
         signals: tuple[signal.Signals, ...] = (signal.SIGTERM,),
         answered: Iterable[str] = (),
     ) -> None:
-        chosen = annotations_file or os.environ.get(ENV_ANNOTATIONS_FILE, DEFAULT_ANNOTATIONS_FILE)
+        chosen = annotations_file or os.environ.get(ANNOTATIONS_FILE_ENV, ANNOTATIONS_FILE)
         self.path = Path(chosen)
         self.poll_s = poll_s
         self.signals = signals
@@ -194,12 +190,8 @@ class FaultNotice:
                     flush=True,
                 )
                 return self.is_set()
-            try:
-                fault = json.loads(value)
-            except ValueError:
-                fault = {"reason": value}
             reason = f"annotation {ANNOTATION}"
-            self.fire(reason, fault if isinstance(fault, dict) else None, self._current_id)
+            self.fire(reason, document(value), self._current_id)
         return self.is_set()
 
 

@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any, Final, Generic, TypeVar, Union
 
 from rdmaplane.adapters.documents import DocumentError, read_document
+from rdmaplane.core import names
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.settings import doc_of, key_for, key_of
 from rdmaplane.core.untrusted import FieldError, what_it_is
 
-API_VERSION: Final = "rdmaplane.io/v1alpha1"
+API_VERSION: Final = names.CONFIG_API_VERSION
 T = TypeVar("T")
 Loc = tuple[int | str, ...]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from rdmaplane.adapters.discovery.sysfs import read_node
+from rdmaplane.core import paths
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.model import NodeTopology
 
@@ -50,10 +51,10 @@ def load_node(
             return read_node(snapshot.read_archive(snapshot_file))
         except snapshot.SnapshotError as e:
             raise NodeSourceError(str(e)) from e
-    root = sysfs_root or "/sys"
+    root = sysfs_root or paths.SYSFS
     if not os.path.isdir(root):
         raise NodeSourceError(f"sysfs root {root!r} is not a directory")
-    live = os.path.realpath(root) == "/sys"
+    live = os.path.realpath(root) == paths.SYSFS
     import socket
 
     from rdmaplane.adapters.discovery.rdma_netlink import (

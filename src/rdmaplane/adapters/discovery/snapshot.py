@@ -23,6 +23,7 @@ from typing import Any
 
 from rdmaplane.adapters.discovery.sysfs import SIDECAR, Recording, read_node
 from rdmaplane.adapters.discovery.tree import MAX_LINKS, MemoryTree
+from rdmaplane.core import paths
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.model import Gpu, NodeTopology
 
@@ -45,7 +46,7 @@ class Capture:
 
 
 def capture(
-    root: str = "/sys",
+    root: str = paths.SYSFS,
     *,
     redact: bool = False,
     gpu_info: dict[str, dict[str, Any]] | None = None,
@@ -82,7 +83,7 @@ def capture(
 def create(
     out: str,
     *,
-    root: str = "/sys",
+    root: str = paths.SYSFS,
     redact: bool = False,
     gpu_info: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, int]:

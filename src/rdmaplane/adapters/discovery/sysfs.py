@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from rdmaplane.adapters.discovery import vpd
 from rdmaplane.adapters.discovery.tree import DiskTree, SysfsTree
+from rdmaplane.core import paths
 from rdmaplane.core.model import (
     DATA_DIRECT_DEVICE,
     MAX_NUMA_NODES,
@@ -221,7 +222,7 @@ class _Sysfs:
 
 
 def read_node(
-    root: str | SysfsTree = "/sys",
+    root: str | SysfsTree = paths.SYSFS,
     *,
     hostname: str | None = None,
     gpu_info: dict[str, dict[str, Any]] | None = None,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from rdmaplane.core import names, paths
 from rdmaplane.core.counters import (
     DEFAULT_FATAL_THRESHOLDS,
     DEFAULT_HOURLY_FATAL_THRESHOLDS,
@@ -97,7 +98,7 @@ class RepeatSettings:
     count: int = setting(3, "fatal faults of one port within the window ...", ge=1)
     window_s: Seconds = setting(86400.0, "... this window", gt=0)
     taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = setting(
-        "NoSchedule", "rdmaplane.io/rdma-quarantine on the node meanwhile; null: the plugin only"
+        "NoSchedule", f"{names.QUARANTINE_TAINT} on the node meanwhile; null: the plugin only"
     )
 
 
@@ -132,7 +133,7 @@ class FaultSettings:
     )
     taint_effect: Literal["NoExecute", "NoSchedule", "PreferNoSchedule"] | None = setting(
         "NoExecute",
-        "rdmaplane.io/rdma-unhealthy when every compute HCA is fatal; null: never",
+        f"{names.UNHEALTHY_TAINT} when every compute HCA is fatal; null: never",
     )
     degraded_taint_effect: Literal["NoSchedule", "PreferNoSchedule"] | None = setting(
         None, "the same taint when every compute HCA is at least degraded"
@@ -200,9 +201,9 @@ class AgentSettings:
     """Everything `rdmaplane agent` reads from its config file; flags override it."""
 
     node_name: str = setting("", "required (--node-name or $NODE_NAME)")
-    sysfs_root: Path = setting(Path("/sys"), "/host/sys in the DaemonSet")
+    sysfs_root: Path = setting(Path(paths.SYSFS), "/host/sys in the DaemonSet")
     kubelet_dir: Path = setting(
-        Path("/var/lib/kubelet"),
+        Path(paths.KUBELET_DIR),
         "must exist; device-plugins/, pod-resources/kubelet.sock, config.yaml",
     )
     kubeconfig: Path | None = setting(None, "null: the pod's service account")
@@ -213,7 +214,7 @@ class AgentSettings:
         None, "a DevicePluginConfig file; null: one exclusive pool of every HCA"
     )
     dev_root: Path = setting(
-        Path("/dev"), "where to look for /dev/infiniband/* (/host/dev in a pod)"
+        Path(paths.DEV), "where to look for /dev/infiniband/* (/host/dev in a pod)"
     )
     poll_interval_s: Seconds = setting(5.0, "cheap change detection + health counters", gt=0)
     state_poll_interval_s: Seconds | None = setting(
@@ -280,12 +281,12 @@ class AgentSettings:
 
     @property
     def kubelet_config_path(self) -> Path:
-        return self.kubelet_config or self.kubelet_dir / "config.yaml"
+        return self.kubelet_config or self.kubelet_dir / paths.KUBELET_CONFIG
 
     @property
     def dra_plugin_dir(self) -> Path:
-        return self.dra.plugin_dir or self.kubelet_dir / "plugins" / self.dra.driver_name
+        return self.dra.plugin_dir or self.kubelet_dir / paths.PLUGINS / self.dra.driver_name
 
     @property
     def pod_resources_socket(self) -> Path:
-        return self.kubelet_dir / "pod-resources" / "kubelet.sock"
+        return self.kubelet_dir / paths.POD_RESOURCES / paths.KUBELET_SOCKET

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from rdmaplane.core import paths
 from rdmaplane.core.nccl import NcclSettings
 from rdmaplane.core.resources import DEFAULT_POOL, Mode
 from rdmaplane.core.selectors import Selectors
@@ -61,7 +62,7 @@ class CdiSettings:
     """Container Device Interface: answer Allocate with CDI names and write the spec."""
 
     enabled: bool = setting(False, "answer with CDI device names, write a CDI spec")
-    spec_dir: str = setting("/var/run/cdi", "where the spec goes (created if missing)")
+    spec_dir: str = setting(paths.CDI_DIR, "where the spec goes (created if missing)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +97,8 @@ class Standalone:
     paths and how to log."""
 
     settings: PluginSettings
-    sysfs_root: str = "/sys"
-    kubelet_dir: str = "/var/lib/kubelet"
-    dev_root: str = "/dev"
+    sysfs_root: str = paths.SYSFS
+    kubelet_dir: str = paths.KUBELET_DIR
+    dev_root: str = paths.DEV
     log_format: str = "text"
     log_level: str = "INFO"

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from rdmaplane.core import names, paths
 from rdmaplane.core.nccl import NcclSettings
 from rdmaplane.core.settings import Seconds, setting
 from rdmaplane.core.untrusted import FieldError
 
-DEFAULT_DRIVER = "rdma.rdmaplane.io"
+DEFAULT_DRIVER = names.DRA_DRIVER
 # A DRA driver name is a DNS subdomain of at most 63 characters (ResourceSlice validation).
 _DRIVER_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -83,7 +84,7 @@ class DraSettings:
     plugin_dir: Path | None = setting(
         None, "null: <kubeletDir>/plugins/<driverName> (socket, checkpoint)"
     )
-    cdi_dir: Path = setting(Path("/var/run/cdi"), "where per-claim CDI specs go (created)")
+    cdi_dir: Path = setting(Path(paths.CDI_DIR), "where per-claim CDI specs go (created)")
     taints: DraTaints = setting(factory=DraTaints, doc="device taints for faults")
     binding_conditions: bool = setting(
         True,

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rdmaplane import IMAGE
-from rdmaplane.core import nrt
+from rdmaplane.core import names, notice, nrt
 from rdmaplane.core.resources import Mode, Vocabulary
 from rdmaplane.core.settings import Seconds, setting
 from rdmaplane.core.untrusted import FieldError, SettingsError
@@ -49,9 +49,11 @@ class NoticeVolume:
 
     enabled: bool = setting(True, "mount it where none is")
     volume_name: str = setting("podinfo", "the downward-API volume")
-    mount_path: str = setting("/etc/podinfo", "the folder it is mounted at", pattern=r"^/")
-    file_name: str = setting("annotations", "the file in that folder", pattern=r"^[^/]+$")
-    env: str = setting("RDMAPLANE_ANNOTATIONS_FILE", "the variable naming the file")
+    mount_path: str = setting(notice.ANNOTATIONS_DIR, "the folder it is mounted at", pattern=r"^/")
+    file_name: str = setting(
+        notice.ANNOTATIONS_FILE_NAME, "the file in that folder", pattern=r"^[^/]+$"
+    )
+    env: str = setting(notice.ANNOTATIONS_FILE_ENV, "the variable naming the file")
 
     @property
     def path(self) -> str:
@@ -117,7 +119,7 @@ CLAIM_TEMPLATES = (
     ClaimTemplate(4, "gpu-nic-pcie-x4"),
     ClaimTemplate(8, "gpu-nic-pcie-x8"),
 )
-DRA_NODE_LABEL = "rdmaplane.io/kubelet-plugin"  # deploy/dra/: the nodes the DRA driver serves
+DRA_NODE_LABEL = names.KUBELET_PLUGIN_LABEL  # deploy/dra/: the nodes the DRA driver serves
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +181,7 @@ class InjectPolicy:
     fault_notice: NoticeVolume = setting(
         factory=NoticeVolume, doc="the fault notice's annotations file"
     )
-    doctor: Doctor = setting(factory=Doctor, doc="rdmaplane.io/doctor")
+    doctor: Doctor = setting(factory=Doctor, doc=names.DOCTOR_ANNOTATION)
     dra: Dra = setting(factory=Dra, doc="pods headed to DRA node pools")
 
     def __post_init__(self) -> None:

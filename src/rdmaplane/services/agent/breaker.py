@@ -29,12 +29,12 @@ from lightkube.resources.core_v1 import Node
 from rdmaplane.adapters.kube import NodeResourceTopology
 from rdmaplane.adapters.kube.client import API_ERRORS
 from rdmaplane.core import breaker as fleet_breaker
-from rdmaplane.core import fabric
-from rdmaplane.core.faults import FAULT_SINCE_LABEL
+from rdmaplane.core import fabric, names
+from rdmaplane.core.names import FAULT_SINCE_LABEL
 from rdmaplane.core.settings.agent import BreakerSettings
 
 log = logging.getLogger("rdmaplane.services.agent.breaker")
-BUDGET_ANNOTATION = "rdmaplane.io/fault-budget"
+BUDGET_ANNOTATION = names.FAULT_BUDGET_ANNOTATION
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
 CONFLICT_RETRIES = 8  # writes that lost a race before the answer is `unknown`
 LABELS_FOR_S = 600.0  # the node's own labels and the cluster's size change seldom

@@ -1,4 +1,5 @@
-"""Prometheus metrics: per-port link and traffic figures read at scrape time, agent self-metrics.
+"""Prometheus metrics: per-port link and traffic figures read at scrape time, agent self-metrics
+and the fault actor's.
 
 Port counters are read from sysfs when Prometheus scrapes (only the counter files, a few hundred
 small reads on an 8-NIC node), so an agent that nobody scrapes spends nothing on them. Which
@@ -191,3 +192,44 @@ class AgentMetrics:
         info = Gauge("rdmaplane_agent_info", "Agent version", ["version"], registry=r)
         info.labels(__version__).set(1)
         r.register(NodeCollector(view))
+
+
+class FaultMetrics:
+    """The fault actor's figures (docs/faults.md), in the agent's registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.decisions = Counter(
+            "rdmaplane_agent_fault_decisions",
+            "Fault decisions per verb (notify, act, clear, observe, hold) and outcome",
+            ["verb", "outcome"],
+            registry=r,
+        )
+        self.changes = Counter(
+            "rdmaplane_agent_fault_changes",
+            "Faults raised, changed or cleared, by the class they changed to (none = cleared)",
+            ["to"],
+            registry=r,
+        )
+        self.active = Gauge(
+            "rdmaplane_agent_faults", "Ports with an active fault, per class", ["class"], registry=r
+        )
+        self.tainted = Gauge(
+            "rdmaplane_agent_node_tainted", "1 while the rdma-unhealthy taint is wanted", registry=r
+        )
+        self.breaker_answers = Counter(
+            "rdmaplane_agent_fault_breaker_answers",
+            "The fault budget's answers to this agent (granted, refused, unknown)",
+            ["verdict"],
+            registry=r,
+        )
+        self.breaker_open = Gauge(
+            "rdmaplane_agent_fault_breaker_open",
+            "1 while the blast-radius breaker holds this node's fault actions (a storm)",
+            registry=r,
+        )
+        self.quarantined_ports = Gauge(
+            "rdmaplane_agent_quarantined_ports",
+            "Ports out of service for failing again and again, until an operator clears them",
+            registry=r,
+        )

@@ -47,7 +47,7 @@ from lightkube.types import PatchType
 
 from rdmaplane.adapters.kube import NodeResourceTopology
 from rdmaplane.adapters.kube.client import FIELD_MANAGER
-from rdmaplane.core import nrt
+from rdmaplane.core import names, nrt
 from rdmaplane.core.apitime import api_time
 from rdmaplane.core.settings.agent import PublishSettings
 from rdmaplane.services.agent.metrics import AgentMetrics
@@ -55,7 +55,7 @@ from rdmaplane.services.agent.policy.desired import CONDITION_TYPE, Condition
 
 log = logging.getLogger("rdmaplane.services.agent.publisher")
 COMPONENT = "rdmaplane-agent"
-FREED_ANNOTATION = "rdmaplane.io/devices-freed"  # when an NRT write last freed devices
+FREED_ANNOTATION = names.DEVICES_FREED_ANNOTATION  # when an NRT write last freed devices
 MAX_AGGREGATED = 64  # distinct Events remembered for aggregation
 
 

@@ -42,9 +42,9 @@ from rdmaplane.adapters.kubelet.podresources import PodResourcesClient, PodResou
 from rdmaplane.adapters.supervisor import Supervisor
 from rdmaplane.core import nrt
 from rdmaplane.core.allocation import Allocations
-from rdmaplane.core.faults import FAULT_SINCE_LABEL
 from rdmaplane.core.kernellog import KernelEvent
 from rdmaplane.core.model import NetnsMode, NodeTopology
+from rdmaplane.core.names import FAULT_SINCE_LABEL
 from rdmaplane.core.porthealth import rule_table
 from rdmaplane.core.settings.agent import AgentSettings
 from rdmaplane.core.settings.deviceplugin import PluginSettings, Pool

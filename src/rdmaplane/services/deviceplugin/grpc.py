@@ -45,6 +45,7 @@ from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
 from rdmaplane.adapters.kubelet.sockets import FolderEvents, ServeError, inode, serve
 from rdmaplane.adapters.supervisor import Supervisor
+from rdmaplane.core import paths
 from rdmaplane.services.deviceplugin.manager import (
     AllocateError,
     ContainerAllocation,
@@ -55,7 +56,7 @@ from rdmaplane.services.deviceplugin.policy.alloc import AllocationRequestError
 
 API_VERSION = "v1beta1"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
-KUBELET_SOCKET = "kubelet.sock"
+KUBELET_SOCKET = paths.KUBELET_SOCKET
 ALREADY_CONNECTED = "device plugin already connected"  # the kubelet's refusal of a second Register
 log = logging.getLogger("rdmaplane.services.deviceplugin")
 
@@ -196,10 +197,10 @@ class PoolServer:
         self.watcher_mode = registration == "plugins-registry"
         self.kubelet_dir = Path(kubelet_dir)
         self.folder = self.kubelet_dir / (
-            "plugins_registry" if self.watcher_mode else "device-plugins"
+            paths.PLUGINS_REGISTRY if self.watcher_mode else paths.DEVICE_PLUGINS
         )
         self.socket = self.folder / socket_name(self.resource_name)
-        self.kubelet_socket = self.kubelet_dir / "device-plugins" / KUBELET_SOCKET
+        self.kubelet_socket = self.kubelet_dir / paths.DEVICE_PLUGINS / KUBELET_SOCKET
         self.resend_interval = resend_interval
         self.recheck_interval = recheck_interval  # a safety net: inotify tells first
         self.max_backoff = max_backoff

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rdmaplane.adapters.discovery.devnodes import device_nodes
+from rdmaplane.core import paths
 from rdmaplane.core.errors import RdmaplaneError
 from rdmaplane.core.model import Hca, NodeTopology, Port
 from rdmaplane.core.nccl import NcclPlanError, nccl_env, rails_env
@@ -89,7 +90,9 @@ def device_id(hca: Hca) -> str:
 class ResourceManager:
     """The devices of one pool on the current topology."""
 
-    def __init__(self, pool: Pool, *, dev_root: str = "/dev", cdi_kind: str | None = None) -> None:
+    def __init__(
+        self, pool: Pool, *, dev_root: str = paths.DEV, cdi_kind: str | None = None
+    ) -> None:
         self.pool = pool
         self.dev_root = dev_root
         self.cdi_kind = cdi_kind

@@ -18,6 +18,7 @@ from rdmaplane.adapters.atomicfile import write_atomically
 from rdmaplane.adapters.discovery.probe import Probe, settle
 from rdmaplane.adapters.discovery.sysfs import read_node
 from rdmaplane.adapters.supervisor import Supervisor
+from rdmaplane.core import paths
 from rdmaplane.core.model import NodeTopology
 from rdmaplane.core.selectors import natural_key
 from rdmaplane.core.settings.deviceplugin import PluginSettings, Pool
@@ -40,8 +41,8 @@ class RdmaDevicePlugin:
         self,
         config: PluginSettings,
         *,
-        kubelet_dir: str | Path = "/var/lib/kubelet",
-        dev_root: str = "/dev",
+        kubelet_dir: str | Path = paths.KUBELET_DIR,
+        dev_root: str = paths.DEV,
         recheck_interval: float = 30.0,
         max_backoff: float = 5.0,
     ) -> None:
@@ -219,9 +220,9 @@ async def poll_topology(
 async def run_standalone(
     config: PluginSettings,
     *,
-    sysfs_root: str = "/sys",
-    kubelet_dir: str = "/var/lib/kubelet",
-    dev_root: str = "/dev",
+    sysfs_root: str = paths.SYSFS,
+    kubelet_dir: str = paths.KUBELET_DIR,
+    dev_root: str = paths.DEV,
 ) -> None:
     """Serve until SIGTERM/SIGINT, then remove the sockets and return. One process: the
     gRPC server, the registration watchers and the sysfs poller share one event loop, each

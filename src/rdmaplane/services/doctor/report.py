@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rdmaplane.adapters.documents import MAX_DEPTH, DocumentError, check_depth
+from rdmaplane.core import names
 from rdmaplane.core.errors import InputError
 from rdmaplane.services.doctor.policy.verdict import Status, worst
 
-SCHEMA = "rdmaplane.io/doctor/v1"
+SCHEMA = names.DOCTOR_SCHEMA
 
 
 class ReportError(InputError):

@@ -23,11 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from rdmaplane.adapters.documents import DocumentError, read_document
+from rdmaplane.core import names
 from rdmaplane.services.dra.files import write_json
 from rdmaplane.services.dra.policy.claims import ClaimRef, PreparedClaim, PreparedDevice
 
 log = logging.getLogger("rdmaplane.services.dra")
-VERSION = "rdmaplane.io/dra-checkpoint/v1"
+VERSION = names.DRA_CHECKPOINT_VERSION
 STARTED, PREPARED = "started", "prepared"
 
 

@@ -25,6 +25,7 @@ from rdmaplane.adapters.config import parse
 from rdmaplane.adapters.config.dra import RDMA_DEVICE_CONFIG
 from rdmaplane.adapters.discovery.devnodes import device_nodes
 from rdmaplane.adapters.supervisor import Supervisor
+from rdmaplane.core import paths
 from rdmaplane.core.faults import Fault, Taint
 from rdmaplane.core.model import NodeTopology
 from rdmaplane.core.nccl import NcclSettings
@@ -94,7 +95,7 @@ class DraDriver:
             self.driver,
             self,
             plugin_dir=config.dra_plugin_dir,
-            registry_dir=config.kubelet_dir / "plugins_registry",
+            registry_dir=config.kubelet_dir / paths.PLUGINS_REGISTRY,
             health=self.health,
         )
         binding = dra.binding_conditions

@@ -11,14 +11,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rdmaplane.core import nrt
+from rdmaplane.core import names, nrt
 from rdmaplane.core.model import Hca, NodeTopology
 from rdmaplane.core.netns import NETNS_EXCLUSIVE
 from rdmaplane.core.porthealth import ERRORS_RISING
 from rdmaplane.core.usability import PORT_DOWN
 from rdmaplane.services.agent.policy.health import HcaHealth
 
-ANNOTATION_TOPOLOGY = "rdmaplane.io/topology"
+ANNOTATION_TOPOLOGY = names.TOPOLOGY_ANNOTATION
 CONDITION_TYPE = nrt.CONDITION_RDMA_READY
 GID_INDEX_MISMATCH = "GidIndexMismatch"
 # Every node label the agent owns: one that no longer applies is removed, not left behind.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.core import names
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.resources import HCA
 from rdmaplane.core.workloads import with_template
@@ -157,7 +158,7 @@ def _job(
         "metadata": {
             "name": f"{APP}-{name}",
             "namespace": namespace,
-            "labels": {"app": APP, "rdmaplane.io/pair": name.rsplit("-", 1)[0]},
+            "labels": {"app": APP, names.PAIR_LABEL: name.rsplit("-", 1)[0]},
         },
         "spec": {
             "backoffLimit": 0,

@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rdmaplane.core import names
 from rdmaplane.services.doctor.policy import failures
 from rdmaplane.services.doctor.policy.verdict import (
     Finding,
@@ -322,7 +323,7 @@ def _gid_index_differs(ranks: tuple[RankTransport, ...]) -> Finding | None:
         Status.WARN,
         f"ranks use different GID indices {sorted(indices)}",
         "set one NCCL_IB_GID_INDEX valid on every node (rdmaplane publishes "
-        "rdmaplane.io/gid-index)",
+        f"{names.GID_INDEX_LABEL})",
     )
 
 

@@ -23,14 +23,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.core import names
 from rdmaplane.core.faults import Fault
 from rdmaplane.core.model import NodeTopology
 from rdmaplane.core.porthealth import FaultClass, PortKey
 from rdmaplane.core.usability import Unusable
 from rdmaplane.services.dra.policy.devices import DraDevice
 
-READY = "rdmaplane.io/rdma-ready"
-FAILED = "rdmaplane.io/rdma-failed"
+READY = names.CLAIM_READY_CONDITION
+FAILED = names.CLAIM_FAILED_CONDITION
 PORT_READY = "PortReady"
 DEVICE_GONE = "DeviceGone"  # allocated, but this node no longer offers it
 

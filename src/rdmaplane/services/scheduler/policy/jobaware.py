@@ -49,6 +49,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rdmaplane.core import names
 from rdmaplane.core.fabric import Location, closeness
 from rdmaplane.core.pod import Pod
 from rdmaplane.core.settings.scheduler import FabricScoring
@@ -56,9 +57,9 @@ from rdmaplane.services.scheduler.policy.podrequest import read_pod
 from rdmaplane.services.scheduler.policy.rails import NONE, Rails, match_share, rail_room
 from rdmaplane.services.scheduler.policy.score import MAX_SCORE
 
-GROUP_LABEL = "rdmaplane.io/group"
-KV_PEERS = "rdmaplane.io/kv-peers"
-GROUP_SIZE = "rdmaplane.io/group-size"
+GROUP_LABEL = names.GROUP_LABEL
+KV_PEERS = names.KV_PEERS
+GROUP_SIZE = names.GROUP_SIZE
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from rdmaplane.core import nrt
+from rdmaplane.core import names, nrt
 from rdmaplane.core.decoding import DecodeError
 from rdmaplane.core.errors import InputError
 from rdmaplane.core.jsonpatch import Json, PatchBuilder, Path, copy_json
@@ -45,8 +45,8 @@ from rdmaplane.services.webhook.policy.podview import (
     read_spec,
 )
 
-MODE_ANNOTATION: Final = "rdmaplane.io/rdma"
-DOCTOR_ANNOTATION: Final = "rdmaplane.io/doctor"
+MODE_ANNOTATION: Final = names.RDMA_MODE_ANNOTATION
+DOCTOR_ANNOTATION: Final = names.DOCTOR_ANNOTATION
 MODES: Final = ("auto", "exclusive", "shared", "off")
 IPC_LOCK: Final = "IPC_LOCK"
 SHM_PATH: Final = "/dev/shm"
@@ -54,7 +54,7 @@ DOCTOR_CONTAINER: Final = "rdmaplane-doctor"
 # deploy/webhook/webhook.yaml's namespaceSelector: namespaces opt in with this label, and these
 # are never sent to the webhook (tests/e2e/test_webhook.py holds `not_sent` to the real API
 # server with that file).
-OPT_IN_LABEL: Final = "rdmaplane.io/inject"
+OPT_IN_LABEL: Final = names.INJECT_LABEL
 EXEMPT_NAMESPACES: Final = ("kube-system", "rdmaplane")
 # hostPath mounts that hand a container every RDMA device past the device cgroup.
 _DEVICE_DIRS: Final = ("/dev", "/dev/infiniband")
