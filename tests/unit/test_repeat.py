@@ -39,6 +39,12 @@ def test_quarantined_once_count_faults_began_within_the_window(times):
         assert KEY in R.quarantined(later, RULES)
 
 
+def test_an_episode_a_hair_inside_the_window_counts():
+    """Found by hypothesis: an episode at 1e-38 s is inside the window that ends 86,400 s
+    later, though 86400 - 1e-38 rounds to 86400.0."""
+    assert KEY in R.quarantined(faults([1e-38, 121.0, 86400.0]), RULES)
+
+
 def test_two_faults_are_not_three():
     history = faults([0.0, HOUR])
     assert R.quarantined(history, RULES) == {}

@@ -68,8 +68,9 @@ def reconcile(
             episodes.append((now, None))
         elif port.ongoing and key not in fatal and key not in pending:
             episodes[-1] = (episodes[-1][0], now)
-        kept = tuple(e for e in episodes if e[1] is None or now - e[0] < rules.window_s)
-        recent = sum(1 for since, _ in kept if now - since < rules.window_s)
+        start = now - rules.window_s  # one subtraction: `now - since` rounds tiny times away
+        kept = tuple(e for e in episodes if e[1] is None or e[0] > start)
+        recent = sum(1 for since, _ in kept if since > start)
         at = port.quarantined_at
         if at is None and recent >= rules.count:
             at = now
