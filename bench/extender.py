@@ -106,7 +106,7 @@ def _serve(n: int, seed: int, churn: float, sock: socket.socket, ready: Any) -> 
 
     from rdmaplane.core.settings.scheduler import ExtenderSettings
     from rdmaplane.services.scheduler.cache import ClusterCache
-    from rdmaplane.services.scheduler.http import create_app
+    from rdmaplane.services.scheduler.root import create_app
 
     rng = random.Random(seed)
     cache = ClusterCache()

@@ -39,7 +39,7 @@ from rdmaplane.core.settings.agent import FaultSettings, PublishSettings
 from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.agent.root import Agent
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.http import create_app
+from rdmaplane.services.scheduler.root import create_app
 from rdmaplane.services.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_kwok_node, delete_if_there
 from tests.e2e.test_agent import GPU, HCA, Lister, eventually, running_agent

@@ -28,7 +28,7 @@ from rdmaplane.cli import app
 from rdmaplane.core import nrt
 from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.http import create_app
+from rdmaplane.services.scheduler.root import create_app
 from rdmaplane.services.scheduler.watch import make_client, watch_all
 from tests.e2e.controlplane import KubeCluster, Process, add_ready_node, free_port, launch_extender
 from tests.layouts import layout

@@ -21,7 +21,7 @@ from rdmaplane.adapters.config.extender import SCHEDULER_EXTENDER_CONFIG
 from rdmaplane.cli import app
 from rdmaplane.core import nrt
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.http import create_app
+from rdmaplane.services.scheduler.root import create_app
 from tests.layouts import layout
 from tests.scheduler_helpers import node, pod, serve
 

@@ -16,7 +16,7 @@ from starlette.types import ASGIApp
 
 from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.scheduler.debugaccess import LoopbackDebug, is_loopback
-from rdmaplane.services.scheduler.http import create_app, scheduler_calls_first
+from rdmaplane.services.scheduler.root import create_app, scheduler_calls_first
 from tests.scheduler_helpers import example_cluster, pod, serve
 
 LOCAL = ["127.0.0.1", "127.3.0.9", "::1", "::ffff:127.0.0.1"]

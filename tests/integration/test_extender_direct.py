@@ -16,7 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.http import create_app
+from rdmaplane.services.scheduler.root import create_app
 from tests.scheduler_helpers import EXAMPLE_NODES, example_cluster, pod, serve
 
 LIMIT = 4096

@@ -26,7 +26,7 @@ from rdmaplane.cli.nrt import agent_nrt
 from rdmaplane.core import nrt
 from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.http import create_app
+from rdmaplane.services.scheduler.root import create_app
 from tests import resource_names as names
 from tests.scheduler_helpers import node, pod, serve
 

@@ -17,7 +17,7 @@ import pytest
 from rdmaplane.core import nrt
 from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.scheduler.cache import ClusterCache
-from rdmaplane.services.scheduler.http import create_app
+from rdmaplane.services.scheduler.root import create_app
 from rdmaplane.services.scheduler.watch import make_client, watch_all
 from tests.scheduler_helpers import (
     EXAMPLE_NODES,

@@ -68,7 +68,7 @@ def scheduler_extender(
     from rdmaplane.adapters.kube import load_config
     from rdmaplane.services.scheduler.cache import ClusterCache
     from rdmaplane.services.scheduler.debugaccess import LoopbackDebug
-    from rdmaplane.services.scheduler.http import create_app, scheduler_calls_first
+    from rdmaplane.services.scheduler.root import create_app, scheduler_calls_first
     from rdmaplane.services.scheduler.serving import server_config
     from rdmaplane.services.scheduler.watch import make_client, watch_all
 

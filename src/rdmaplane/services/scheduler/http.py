@@ -9,17 +9,15 @@ RDMA pod, while an error lets kube-scheduler's `ignorable: true` schedule withou
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any
 
 import orjson
-from fastapi import FastAPI, Response
+from fastapi import Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -32,8 +30,6 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from rdmaplane.adapters.httpbody import BodyTooLarge, read_asgi_body
-from rdmaplane.adapters.supervisor import Supervisor
-from rdmaplane.core.settings.scheduler import ExtenderSettings
 from rdmaplane.services.scheduler.cache import KINDS, REASON_PREFIX, ClusterCache
 from rdmaplane.services.scheduler.decisions import Decisions
 from rdmaplane.services.scheduler.policy import nodestate, podrequest, wire
@@ -240,66 +236,6 @@ class ExtenderShell:
 
     def metrics_page(self) -> Response:
         return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-
-def create_app(
-    cache: ClusterCache, config: ExtenderSettings, watcher: Watcher | None = None
-) -> FastAPI:
-    """The extender's composition root: the cache's watch under a supervisor, the decider
-    over the cache, the shell in front of it, the routes."""
-    metrics = ExtenderMetrics(cache)
-    tasks = Supervisor()  # a watch task that fails is restarted, /healthz fails meanwhile
-    shell = ExtenderShell(cache, Decisions(cache, config.fabric), metrics)
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        gc.freeze()  # what exists at startup (a pre-filled cache) is never garbage
-        if watcher is not None:
-            restarted = metrics.restarts.labels
-            tasks.spawn("watch", lambda: watcher(cache, lambda kind: restarted(kind).inc()))
-        yield
-        await tasks.close()
-
-    app = FastAPI(title="rdmaplane scheduler extender", lifespan=lifespan, openapi_url=None)
-    app.state.tasks = tasks  # its backoffs are the tests' to shorten
-    app.state.direct_calls = shell.direct_calls(config.max_request_bytes)
-    app.state.scheduler_calls = partial(
-        DecisionRoutes, shell=shell, limit=config.max_request_bytes, paths=SCHEDULER_PATHS
-    )
-    app.add_middleware(DecisionRoutes, shell=shell, limit=config.max_request_bytes)
-
-    @app.get("/debug/nodes/{name}")
-    async def node(name: str) -> Response:
-        return shell.node(name)
-
-    @app.get("/healthz")
-    async def healthz() -> Response:
-        return _healthz(tasks)
-
-    @app.get("/readyz")
-    async def readyz() -> Response:
-        return shell.readyz()
-
-    @app.get("/metrics")
-    async def metrics_page() -> Response:
-        return shell.metrics_page()
-
-    return app
-
-
-def scheduler_calls_first(app: FastAPI, outer: ASGIApp) -> ASGIApp:
-    """`outer` (the app, wrapped) with kube-scheduler's calls answered before it: /filter and
-    /prioritize skip the layers in front of the app too (FastAPI's own middleware and
-    whatever wraps it: `LoopbackDebug`, which they are not subject to), two calls per pod."""
-    make: Callable[[ASGIApp], ASGIApp] = app.state.scheduler_calls
-    return make(outer)
-
-
-def _healthz(tasks: Supervisor) -> Response:
-    down = "".join(f"task {name} is down: {fault}\n" for name, fault in tasks.down.items())
-    if down:
-        return Response(down, status_code=503, media_type="text/plain")
-    return Response("ok\n", media_type="text/plain")
 
 
 def _unsynced(cache: ClusterCache) -> str:
