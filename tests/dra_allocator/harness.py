@@ -37,15 +37,15 @@ from typing import Any
 import yaml
 
 # Every rdmaplane module this tier uses, in one place.
-from rdmaplane.deviceplugin.settings import PluginSettings
-from rdmaplane.discovery import samples
-from rdmaplane.dra.devices import NUMA_NODE, PCIE_ROOT, offer
-from rdmaplane.dra.driver import pools_of
-from rdmaplane.dra.settings import DraSettings
-from rdmaplane.dra.slices import slice_objects
-from rdmaplane.model import NodeTopology
-from rdmaplane.nrt import Uplink
-from rdmaplane.selectors import compute_ports, natural_key
+from rdmaplane.adapters.discovery import samples
+from rdmaplane.core.model import NodeTopology
+from rdmaplane.core.nrt import Uplink
+from rdmaplane.core.selectors import compute_ports, natural_key
+from rdmaplane.core.settings.deviceplugin import PluginSettings
+from rdmaplane.core.settings.dra import DraSettings
+from rdmaplane.services.dra.driver import pools_of
+from rdmaplane.services.dra.policy.devices import NUMA_NODE, PCIE_ROOT, offer
+from rdmaplane.services.dra.policy.slices import slice_objects
 from tests.e2e.dra import GPU_CLASS, GPU_DRIVER, gpu_slice
 
 REPO = Path(__file__).resolve().parents[2]
@@ -200,7 +200,14 @@ def claim_specs(found: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def device_classes() -> list[dict[str, Any]]:
-    return [yaml.safe_load(DEVICE_CLASS.read_text()), GPU_CLASS]
+    """The driver's DeviceClass (deploy/dra/deviceclass.yaml also holds the classes that serve
+    extended resources, which no template names) and NVIDIA's GPU class."""
+    ours = [
+        d
+        for d in yaml.safe_load_all(DEVICE_CLASS.read_text())
+        if d and d.get("kind") == "DeviceClass" and d["metadata"]["name"] == DRIVER
+    ]
+    return [*ours, GPU_CLASS]
 
 
 # ---------------------------------------------------------------------------------------------
