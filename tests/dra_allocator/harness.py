@@ -201,7 +201,14 @@ def claim_specs(found: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def device_classes() -> list[dict[str, Any]]:
-    return [yaml.safe_load(DEVICE_CLASS.read_text()), GPU_CLASS]
+    """The driver's DeviceClass (deploy/dra/deviceclass.yaml also holds the classes that serve
+    extended resources, which no template names) and NVIDIA's GPU class."""
+    ours = [
+        d
+        for d in yaml.safe_load_all(DEVICE_CLASS.read_text())
+        if d and d.get("kind") == "DeviceClass" and d["metadata"]["name"] == DRIVER
+    ]
+    return [*ours, GPU_CLASS]
 
 
 # ---------------------------------------------------------------------------------------------

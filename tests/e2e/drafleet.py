@@ -2,9 +2,10 @@
 bench/cluster.py: each node's RDMA NIC ports as rdmaplane's driver publishes them (its own code:
 `devices.offer` over the device plugin's default pools, `slices.slice_objects`) and its GPUs as
 NVIDIA's GPU DRA driver does (`dra.gpu_slice`); pods naming deploy/dra/'s ResourceClaimTemplates
-that pair each GPU with a NIC port on its PCIe root, or the unpaired anchor's (`unpaired_template`:
-as many GPUs and NIC ports, no constraint); and the judge, reading the allocations the scheduler
-wrote into the claims.
+by GPU count, by the webhook's default table (`rdmaplane.core.settings.webhook.CLAIM_TEMPLATES`,
+read from the settings), or the unpaired anchor's (`unpaired_template`: as many GPUs and NIC
+ports, no constraint); and one pairing judge for any claim's allocation (`judge_allocation`),
+which `judge` runs over the claims the scheduler wrote and the single-node e2e tests run on one.
 
 The driver's devices go out without binding conditions (`dra.bindingConditions: false`): no
 driver runs beside a KWOK node to say its ports are ready, and with them every binding would
@@ -29,6 +30,7 @@ from rdmaplane.adapters.discovery.samples import read_sample
 from rdmaplane.core.model import NodeTopology
 from rdmaplane.core.settings.deviceplugin import PluginSettings
 from rdmaplane.core.settings.dra import DraSettings
+from rdmaplane.core.settings.webhook import DraNodePool
 from rdmaplane.services.dra.driver import pools_of
 from rdmaplane.services.dra.policy.devices import PCIE_ROOT, DraDevice, offer
 from rdmaplane.services.dra.policy.slices import slice_objects
@@ -37,9 +39,10 @@ from tests.e2e.controlplane import delete_if_there
 from tests.e2e.dra import DRIVER, GPU_CLASS, GPU_DRIVER, gpu_slice, templates
 
 CLAIM = "gpus-nics"  # the pod's name for its claim
-PAIRS = "gpu-nic-pcie-x{}"  # deploy/dra/claim-templates.yaml's names, by pairs
 UNPAIRED = "gpu-nic-unpaired-x{}"  # the anchor's (unpaired_template), by GPUs; not deployed
 DeviceKey = tuple[str, str]  # driver, device
+# The drivers of the DeviceClasses deploy/dra's templates name.
+CLASS_DRIVERS = {GPU_CLASS["metadata"]["name"]: GPU_DRIVER, DRIVER: DRIVER}
 
 
 @dataclass(frozen=True)
@@ -92,27 +95,18 @@ async def delete_slices(kube: AsyncClient, nodes: Sequence[fleet.FleetNode]) -> 
 # ---------------------------------------------------------------- the pods
 
 
-def pair_template(pairs: int) -> dict[str, Any]:
-    """The ResourceClaimTemplate for `pairs` GPU+NIC pairs, each on one PCIe root: deploy/dra's
-    when it has that size, else `by_pattern`."""
-    known = templates().get(PAIRS.format(pairs))
-    return copy.deepcopy(known) if known is not None else by_pattern(pairs)
+def shipped_template(gpus: int) -> dict[str, Any]:
+    """deploy/dra/claim-templates.yaml's template for `gpus` GPUs, as the webhook's default
+    table names it (the settings' `CLAIM_TEMPLATES`: the one table, not a copy)."""
+    name = DraNodePool().template(gpus)
+    if name is None:
+        raise KeyError(f"the webhook's default DRA table has no template for {gpus} GPUs")
+    return copy.deepcopy(templates()[name])
 
 
-def by_pattern(pairs: int) -> dict[str, Any]:
-    """A template of `pairs` pairs made by deploy/dra's pattern: its one-pair template's GPU
-    request, NIC request and constraint, once per pair (`gpu-k`, `nic-k`)."""
-    one = templates()[PAIRS.format(1)]
-    devices = one["spec"]["spec"]["devices"]
-    (gpu, nic), (constraint,) = devices["requests"], devices["constraints"]
-    requests, constraints = [], []
-    for k in range(pairs):
-        requests += [{**gpu, "name": f"gpu-{k}"}, {**nic, "name": f"nic-{k}"}]
-        constraints.append({**constraint, "requests": [f"gpu-{k}", f"nic-{k}"]})
-    body = copy.deepcopy(one)
-    body["metadata"] = {"name": PAIRS.format(pairs)}
-    body["spec"]["spec"]["devices"] = {"requests": requests, "constraints": constraints}
-    return body
+def _sizes() -> dict[str, int]:
+    """Template name → GPUs: the default table's, and the anchor's names."""
+    return {t.name: t.gpus for t in DraNodePool().claim_templates}
 
 
 def unpaired_template(gpus: int) -> dict[str, Any]:
@@ -154,8 +148,8 @@ async def create_templates(
     kube: AsyncClient, namespace: str, sizes: Iterable[int], *, paired: bool = True
 ) -> None:
     """The templates the pods of `pod_body(paired=...)` name, for every size in `sizes`."""
-    for pairs in sorted(set(sizes) - {0}):
-        body = pair_template(pairs) if paired else unpaired_template(pairs)
+    for gpus in sorted(set(sizes) - {0}):
+        body = shipped_template(gpus) if paired else unpaired_template(gpus)
         body["metadata"]["namespace"] = namespace
         await kube.create(cast(ResourceClaimTemplate, ResourceClaimTemplate.from_dict(body)))
 
@@ -164,11 +158,12 @@ def pod_body(
     name: str, namespace: str, fleet_label: str, gpus: int, *, paired: bool = True
 ) -> dict[str, Any]:
     """`fleet.pod_body`'s pod with its GPUs and HCAs asked for through DRA: a claim from the
-    template pairing `gpus` GPUs with NIC ports on their PCIe roots, or with `paired=False` from
-    the anchor's asking as many GPUs and NIC ports unpaired (CPU-only pods as there)."""
+    shipped template for `gpus` GPUs (`shipped_template`), or with `paired=False` from the
+    anchor's asking as many GPUs and NIC ports unpaired (CPU-only pods as there)."""
     body = fleet.pod_body(name, namespace, fleet_label, gpus)
     if gpus:
-        template = (PAIRS if paired else UNPAIRED).format(gpus)
+        template = shipped_template(gpus) if paired else unpaired_template(gpus)
+        template = template["metadata"]["name"]
         body["spec"]["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": template}]
         body["spec"]["containers"][0]["resources"] = {"claims": [{"name": CLAIM}]}
     return body
@@ -178,15 +173,17 @@ def unpaired_pod_body(name: str, namespace: str, fleet_label: str, gpus: int) ->
     return pod_body(name, namespace, fleet_label, gpus, paired=False)
 
 
-def _asked(body: Mapping[str, Any]) -> tuple[int, bool]:
-    """The GPUs a pod of `pod_body` asks for, each with a NIC port, and whether paired."""
+def _asked(body: Mapping[str, Any]) -> tuple[int, str | None]:
+    """The GPUs a pod of `pod_body` asks for, each with a NIC port, and its template's name
+    (None: a CPU-only pod)."""
+    sizes, prefix = _sizes(), UNPAIRED.format("")
     for claim in body["spec"].get("resourceClaims") or ():
         template = claim.get("resourceClaimTemplateName") or ""
-        for names, paired in ((PAIRS, True), (UNPAIRED, False)):
-            prefix = names.format("")
-            if template.startswith(prefix):
-                return int(template.removeprefix(prefix)), paired
-    return 0, True
+        if template in sizes:
+            return sizes[template], template
+        if template.startswith(prefix):
+            return int(template.removeprefix(prefix)), template
+    return 0, None
 
 
 def pairs_of(body: Mapping[str, Any]) -> int:
@@ -212,16 +209,129 @@ async def wait_for_claims(kube: AsyncClient, namespace: str, count: int, within:
 
 
 @dataclass
+class Verdict:
+    """One claim's allocation judged against its own spec (`judge_allocation`)."""
+
+    gpus: int = 0  # GPUs allocated (of NVIDIA's driver)
+    # GPUs with a NIC port of the claim on their own PCIe root, each NIC counted once (per
+    # root, the lesser of the claim's GPUs and NICs there)
+    aligned: int = 0
+    wrong: list[str] = field(default_factory=list)  # the claim's own terms broken
+    unaligned: list[str] = field(default_factory=list)  # GPUs without a NIC on their root
+
+    @property
+    def paired(self) -> bool:
+        """Every GPU of the claim beside a NIC of it, and nothing wrong."""
+        return not self.wrong and self.aligned == self.gpus
+
+
+def _requests(devices: Mapping[str, Any]) -> dict[str, tuple[str | None, int | None]]:
+    """Request (as allocation results name it: `req`, or `req/alternative` for a
+    `firstAvailable` one) → the driver of its DeviceClass, its count (None: `All`)."""
+    out: dict[str, tuple[str | None, int | None]] = {}
+    for r in devices.get("requests") or ():
+        if "exactly" in r:
+            asked = [(r["name"], r["exactly"])]
+        else:
+            asked = [(f"{r['name']}/{a['name']}", a) for a in r.get("firstAvailable") or ()]
+        for key, a in asked:
+            count = None if a.get("allocationMode") == "All" else int(a.get("count", 1))
+            out[key] = (CLASS_DRIVERS.get(a.get("deviceClassName", "")), count)
+    return out
+
+
+def judge_allocation(
+    devices: Mapping[str, Any],
+    results: Sequence[Mapping[str, Any]],
+    roots: Mapping[DeviceKey, str],
+) -> Verdict:
+    """Any claim's allocation (`status.allocation.devices.results`), judged against its spec
+    (`spec.devices`, as the template made it) and the PCIe roots both drivers published:
+
+    - its own terms: every request got devices of its class's driver, as many as its count (at
+      least one for `All`), one alternative of a `firstAvailable` request; the devices of the
+      requests a `pcieRoot` constraint names (a per-pair template's gpu-k and nic-k) on one root;
+    - the aligned check, for every shape (per-pair, count, All, rails, unpaired): how many of
+      its GPUs have a NIC port of the claim on their root, each NIC serving one GPU; the GPUs
+      without one in `unaligned` (whether that is wrong depends on what the template promises
+      on that node: the caller's to say)."""
+    asked = _requests(devices)
+    out = Verdict()
+    got: dict[str, list[Mapping[str, Any]]] = {}
+    for r in results:
+        got.setdefault(r["request"], []).append(r)
+    for key, rs in sorted(got.items()):
+        if key not in asked:
+            out.wrong.append(f"{', '.join(r['device'] for r in rs)} for {key}, not asked")
+            continue
+        driver, count = asked[key]
+        for r in rs:
+            if r["driver"] != driver:
+                out.wrong.append(f"{r['device']} of {r['driver']} for {key} ({driver} asked)")
+        if count is not None and len(rs) != count:
+            out.wrong.append(f"{key}: {len(rs)} devices, {count} asked")
+    for r in devices.get("requests") or ():
+        alternatives = [k for k in got if k == r["name"] or k.startswith(f"{r['name']}/")]
+        if len(alternatives) != 1:
+            out.wrong.append(f"{r['name']}: got {alternatives or 'nothing'}")
+
+    def of(request: str) -> list[Mapping[str, Any]]:
+        return [x for k, xs in got.items() if k.split("/")[0] == request for x in xs]
+
+    for c in devices.get("constraints") or ():
+        if c.get("matchAttribute") != PCIE_ROOT:
+            continue  # numaNode: the aligned check below judges what it is for
+        named = [x for request in c.get("requests") or () for x in of(request)]
+        on = {roots.get((x["driver"], x["device"])) for x in named}
+        if len(on) != 1 or None in on:
+            where = ", ".join(
+                f"{x['device']} on {roots.get((x['driver'], x['device']))}" for x in named
+            )
+            out.wrong.append(f"{'/'.join(c.get('requests') or ())} not on one PCIe root: {where}")
+    gpus = [
+        (r["device"], roots.get((r["driver"], r["device"])))
+        for r in results
+        if r["driver"] == GPU_DRIVER
+    ]
+    nics = Counter(roots.get((r["driver"], r["device"])) for r in results if r["driver"] == DRIVER)
+    out.gpus = len(gpus)
+    by_root = Counter(root for _, root in gpus)
+    out.aligned = sum(min(n, nics[root]) for root, n in by_root.items() if root)
+    short = {root for root, n in by_root.items() if not root or nics[root] < n}
+    alone = [f"{d} on {root}" for d, root in gpus if root in short]
+    if out.aligned < out.gpus:
+        out.unaligned.append(
+            f"{out.gpus - out.aligned} of {out.gpus} GPUs without a NIC of the claim on "
+            f"their root (among {', '.join(alone)})"
+        )
+    return out
+
+
+def promised(template: str | None, sample: str) -> bool:
+    """Whether `template` pairs every GPU by PCIe root on a node of `sample`, as its comment in
+    deploy/dra/ says (tests/dra_allocator's `PAIRS`, which upstream's allocator holds to those
+    comments); the anchor's promise nothing."""
+    from tests.dra_allocator.test_templates import PAIRS  # the comments' promises, one table
+
+    return PAIRS.get(template or "", {}).get(sample) == "pcie"
+
+
+@dataclass
 class Pairing:
-    """What the scheduler allocated to the bound pods' claims, judged."""
+    """What the scheduler allocated to the bound pods' claims, judged (`judge_allocation`)."""
 
     claims: int = 0  # bound pods' claims read
-    pairs: int = 0  # GPU+NIC pairs among them (unpaired claims: GPUs asked, each with a NIC)
-    wrong: list[str] = field(default_factory=list)  # pairs not on one PCIe root, or missing
-    # GPUs that got a NIC of the claim on their own PCIe root: every pair of a paired claim
-    # judged right; for unpaired claims, the most GPUs a NIC of theirs on one root could serve
-    # (per root, the lesser of its GPUs and NICs in the claim), i.e. what chance paired
+    pairs: int = 0  # GPUs asked, each with a NIC port
+    # the claims' own terms broken, and GPUs without a NIC on their root where the template
+    # promises one on that node (deploy/dra's templates; never the anchor's)
+    wrong: list[str] = field(default_factory=list)
+    # GPUs with a NIC port of their claim on their own PCIe root (each NIC once): all of them
+    # where the template promises it; for the anchor's, what chance paired
     aligned: int = 0
+    # GPUs without a NIC on their root where the template does not promise one on that node
+    # shape (its comment says so: gpu-nic-node-x8 on the L40S server): reported, not wrong
+    loose: int = 0
+    loose_where: list[str] = field(default_factory=list)
     elsewhere: list[str] = field(default_factory=list)  # devices not on the pod's node
     unallocated: list[str] = field(default_factory=list)  # bound pods whose claim has none
     doubled: list[str] = field(default_factory=list)  # devices allocated to two claims
@@ -243,11 +353,11 @@ async def judge(
     pods: Mapping[str, Mapping[str, Any]],
     bound: Mapping[str, fleet.Bound],
 ) -> Pairing:
-    """Every bound pod's claim, as the API server holds it: each GPU-k/NIC-k pair on the pod's
-    node, of the right drivers, on one PCIe root (from the slices both drivers published), and
-    no device in two claims. An unpaired claim (the anchor's): as many GPUs and NIC ports as
-    asked, of the right drivers, on the pod's node, none in two claims; its GPUs whose root got
-    one of its NICs counted in `aligned`."""
+    """Every bound pod's claim, as the API server holds it, by `judge_allocation` against the
+    claim's own spec: its terms kept, as many GPUs as the pod asked, every device on the pod's
+    node and in no other claim, and its GPUs each beside a NIC of the claim where the template
+    promises that on the node's shape (`promised`); the anchor's GPUs beside a NIC by chance
+    counted in `aligned`."""
     by_node = {n.name: n for n in nodes}
     claims = {}
     async for c in kube.list(ResourceClaim, namespace=namespace):
@@ -258,62 +368,42 @@ async def judge(
     out = Pairing()
     held: Counter[tuple[str, str, str]] = Counter()
     for name, where in sorted(bound.items()):
-        pairs, paired = _asked(pods[name])
-        if not pairs:
+        gpus, template = _asked(pods[name])
+        if not gpus:
             continue
-        claim = claims.get(name)
-        allocation = ((claim or {}).get("status") or {}).get("allocation") or {}
+        claim = claims.get(name) or {}
+        allocation = (claim.get("status") or {}).get("allocation") or {}
         results = (allocation.get("devices") or {}).get("results") or []
         if not results:
             out.unallocated.append(name)
             continue
         out.claims += 1
-        roots = roots_of(by_node[where.node])
-        got = {r["request"]: r for r in results}
+        out.pairs += gpus
+        node = by_node[where.node]
         for r in results:
             held[(r["driver"], r["pool"], r["device"])] += 1
             if r["pool"] != where.node:
                 out.elsewhere.append(f"{name}: {r['device']} of {r['pool']}, pod on {where.node}")
-        if not paired:
-            _judge_unpaired(out, name, pairs, results, roots)
-            continue
-        for k in range(pairs):
-            out.pairs += 1
-            gpu, nic = got.get(f"gpu-{k}"), got.get(f"nic-{k}")
-            if gpu is None or nic is None:
-                out.wrong.append(f"{name}: pair {k} missing")
-                continue
-            a = roots.get((gpu["driver"], gpu["device"])) if gpu["driver"] == GPU_DRIVER else None
-            b = roots.get((nic["driver"], nic["device"])) if nic["driver"] == DRIVER else None
-            if a is None or a != b:
-                out.wrong.append(
-                    f"{name}: pair {k}: {gpu['device']} on {a}, {nic['device']} on {b}"
-                )
+        verdict = judge_allocation(claim["spec"]["devices"], results, roots_of(node))
+        out.wrong += [f"{name} ({template}): {w}" for w in verdict.wrong]
+        if verdict.gpus != gpus:
+            out.wrong.append(f"{name} ({template}): {verdict.gpus} GPUs, {gpus} asked")
+        out.aligned += verdict.aligned
+        if template is not None and not template.startswith(UNPAIRED.format("")):
+            said = [f"{name} ({template}, {node.sample}): {u}" for u in verdict.unaligned]
+            if promised(template, node.sample):
+                out.wrong.extend(said)
             else:
-                out.aligned += 1
+                out.loose += verdict.gpus - verdict.aligned
+                out.loose_where.extend(said)
     out.doubled = [f"{d} of {p} ({drv}) in {n} claims" for (drv, p, d), n in held.items() if n > 1]
     return out
 
 
-def _judge_unpaired(
-    out: Pairing,
-    name: str,
-    gpus: int,
-    results: Sequence[Mapping[str, Any]],
-    roots: Mapping[DeviceKey, str],
-) -> None:
-    """An unpaired claim's allocation: `gpus` GPUs of NVIDIA's driver and as many NIC ports of
-    ours; how many GPUs chance put beside one of the claim's NICs (one NIC serves one GPU)."""
-    out.pairs += gpus
-    by_driver: dict[str, Counter[str | None]] = {GPU_DRIVER: Counter(), DRIVER: Counter()}
-    for r in results:
-        request = {"gpus": GPU_DRIVER, "nics": DRIVER}.get(r["request"])
-        if request is None or r["driver"] != request:
-            out.wrong.append(f"{name}: {r['device']} of {r['driver']} for {r['request']}")
-            continue
-        by_driver[request][roots.get((r["driver"], r["device"]))] += 1
-    for driver, got in by_driver.items():
-        if got.total() != gpus:
-            out.wrong.append(f"{name}: {got.total()} devices of {driver}, {gpus} asked")
-    gpu_roots, nic_roots = by_driver[GPU_DRIVER], by_driver[DRIVER]
-    out.aligned += sum(min(n, nic_roots[root]) for root, n in gpu_roots.items() if root)
+async def judge_claim(
+    kube: AsyncClient, namespace: str, claim: str, roots: Mapping[DeviceKey, str]
+) -> Verdict:
+    """`judge_allocation` on one claim as the API server holds it, once it is allocated."""
+    stored = (await kube.get(ResourceClaim, claim, namespace=namespace)).to_dict()
+    results = stored["status"]["allocation"]["devices"]["results"]
+    return judge_allocation(stored["spec"]["devices"], results, roots)

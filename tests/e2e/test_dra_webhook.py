@@ -4,9 +4,10 @@ kube-scheduler, on a node whose HCA ports the DRA driver's own code publishes be
 NVIDIA's GPU DRA driver publishes them:
 
 - a plain GPU pod (`nvidia.com/gpu: 4`) in an opted-in namespace, selecting the DRA pool's
-  label, is given by the webhook the claim of deploy/dra/'s template for 4 GPUs (its GPU count
-  moved into it), IPC_LOCK and /dev/shm; it binds, and every GPU of its claim got a NIC port on
-  its own PCIe root;
+  label, is given by the webhook the claim of deploy/dra/'s template for 4 GPUs
+  (gpu-nic-numa-x4, its GPU count moved into it), IPC_LOCK and /dev/shm; it binds, and the
+  pairing judge (`drafleet.judge_allocation`) finds the template's terms kept and every GPU of
+  its claim with a NIC port on its own PCIe root;
 - a pod written for the device plugin (`nvidia.com/gpu: 2`, `rdmaplane.io/hca: 2`), sent to no
   webhook, binds unchanged to the DRA node through deploy/dra/deviceclass.yaml's classes'
   `extendedResourceName` (KEP-5004): kube-scheduler makes its claim, with 2 GPUs and 2 ports of
@@ -25,6 +26,7 @@ from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.resource_v1 import DeviceClass, ResourceClaimTemplate
 
 from rdmaplane.core.settings.webhook import CLAIM_TEMPLATES, DRA_NODE_LABEL
+from tests.e2e import drafleet
 from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manager
 from tests.e2e.dra import (
     DRIVER,
@@ -43,6 +45,7 @@ from tests.webhook_server import deployed_webhook, webhook_namespaces
 
 GPU, HCA = "nvidia.com/gpu", "rdmaplane.io/hca"
 PCIE_ROOT = "resource.kubernetes.io/pcieRoot"
+SAMPLE = "hgx-h100-roce"
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +81,7 @@ async def classes(kube: AsyncClient) -> AsyncIterator[None]:
 
 @pytest.fixture
 async def node(kube: AsyncClient, classes: None) -> AsyncIterator[DraNode]:
-    async with dra_node(kube, "hgx-h100-roce") as made:
+    async with dra_node(kube, SAMPLE) as made:
         await kube.patch(Node, made.name, {"metadata": {"labels": {DRA_NODE_LABEL: "dra"}}})
         yield made
 
@@ -142,15 +145,13 @@ async def test_the_webhook_gives_a_gpu_pod_on_a_dra_pool_its_paired_claim(
     assert "/dev/shm" in [m["mountPath"] for m in container["volumeMounts"]]
 
     (status,) = await _status(kube, opted_in, "trainer-dra", "resourceClaimStatuses")
-    got = {
-        r["request"]: (r["driver"], r["device"])
-        for r in await allocation(kube, opted_in, status["resourceClaimName"])
-    }
-    where = _roots(node)
-    gpus = [k for k, v in got.items() if v[0] == GPU_DRIVER]
-    assert len(gpus) == 4 and len([v for v in got.values() if v[0] == DRIVER]) == 4
-    for k in range(4):
-        assert where[got[f"gpu-{k}"]] == where[got[f"nic-{k}"]], got
+    results = await allocation(kube, opted_in, status["resourceClaimName"])
+    assert len([r for r in results if r["driver"] == DRIVER]) == 4
+    # the template's own terms kept, each GPU with a NIC of the claim on its root (its comment
+    # promises that on an HGX node)
+    verdict = await drafleet.judge_claim(kube, opted_in, status["resourceClaimName"], _roots(node))
+    assert (verdict.gpus, verdict.wrong, verdict.unaligned) == (4, [], []), verdict
+    assert verdict.paired and drafleet.promised(template, SAMPLE)
     assert await bound_node(kube, opted_in, "trainer-dra") == node.name
 
 

@@ -113,7 +113,7 @@ def test_inject_does_what_the_webhook_does_on_the_dra_path(tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     pod = yaml.safe_load(result.stdout)
     (claim,) = pod["spec"]["resourceClaims"]
-    assert claim["resourceClaimTemplateName"] == "gpu-nic-pcie-x8"
+    assert claim["resourceClaimTemplateName"] == "gpu-nic-node-x8"
     c = pod["spec"]["containers"][0]
     assert c["resources"]["claims"] == [{"name": claim["name"]}]
     assert not {HCA, "nvidia.com/gpu"} & set(c["resources"]["limits"])
@@ -134,6 +134,6 @@ def test_inject_does_what_the_webhook_does_on_the_dra_path(tmp_path: Path) -> No
     cfg = write(tmp_path, config, "config.yaml")
     plain = write(tmp_path, gpu_pod("r", "4"), "plain.yaml")
     there = yaml.safe_load(run("inject", plain, "--config", cfg, "--namespace", "team-dra").stdout)
-    assert there["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "gpu-nic-pcie-x4"
+    assert there["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] == "gpu-nic-numa-x4"
     elsewhere = yaml.safe_load(run("inject", plain, "--config", cfg, "--namespace", "a").stdout)
     assert "resourceClaims" not in elsewhere["spec"]

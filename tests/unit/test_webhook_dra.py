@@ -70,7 +70,7 @@ def mounts(c: dict[str, Any]) -> list[str]:
     return [m["mountPath"] for m in c.get("volumeMounts", [])]
 
 
-TEMPLATE_CLAIMS = [{"name": "gpus-nics", "resourceClaimTemplateName": "gpu-nic-pcie-x8"}]
+TEMPLATE_CLAIMS = [{"name": "gpus-nics", "resourceClaimTemplateName": "gpu-nic-node-x8"}]
 
 
 def test_a_pod_with_claims_and_gpus_is_never_given_device_plugin_resources() -> None:
@@ -125,7 +125,7 @@ def test_the_api_server_sends_dra_pods_and_the_preview_agrees() -> None:
         assert "size(object.spec.resourceClaims) > 0" in asks["expression"]
 
 
-@pytest.mark.parametrize("gpus", [1, 4, 8])
+@pytest.mark.parametrize("gpus", [1, 2, 4, 8])
 def test_a_gpu_pod_selecting_dra_nodes_gets_the_claim_of_its_size(gpus: int) -> None:
     c = gpu(
         n=str(gpus),
@@ -210,7 +210,7 @@ def test_two_gpu_containers_get_a_claim_each_and_the_doctor_shares_the_largest()
     )
     out = applied(obj)
     assert [c["resourceClaimTemplateName"] for c in out["spec"]["resourceClaims"]] == [
-        "gpu-nic-pcie-x8",
+        "gpu-nic-node-x8",
         "gpu-nic-pcie-x1",
     ]
     a, b = out["spec"]["containers"]
@@ -230,9 +230,29 @@ def test_settings_refuse_a_pool_with_no_way_to_know_it_and_two_templates_of_one_
         validate(WebhookSettings, {"dra": {"pools": [{"claimTemplates": twice}]}})
 
 
+def template_gpus(template: dict[str, Any]) -> int | None:
+    """The GPUs a ResourceClaimTemplate asks of NVIDIA's class: the sum of its GPU requests'
+    counts (`ExactCount`, 1 when unsaid; a `firstAvailable` request by its first alternative,
+    the one it prefers). None when a GPU request is `allocationMode: All`: every GPU of the node
+    it lands on, so no fixed count: such a template (`gpu-nic-node`) serves a GPU count only in
+    a pool whose every node has that many GPUs, which a pool's own table can say and the
+    default table, for any DRA node, cannot. `gpu-nic-node-x8` (every compute NIC, `count: 8`
+    GPUs) is the whole node the default table names for 8."""
+    total = 0
+    for r in template["spec"]["spec"]["devices"]["requests"]:
+        asked = r.get("exactly") or (r.get("firstAvailable") or [{}])[0]
+        if asked.get("deviceClassName") != "gpu.nvidia.com":
+            continue
+        if asked.get("allocationMode") == "All":
+            return None
+        total += int(asked.get("count", 1))
+    return total
+
+
 def test_the_default_table_names_shipped_templates() -> None:
     """The webhook refers to deploy/dra/claim-templates.yaml by name: every default names one
-    of its templates, with as many GPU requests (or a GPU count) as its size says."""
+    of its templates whose GPU count (`template_gpus`: fixed, not `All`) is the entry's, and
+    the table serves every GPU count the shipped templates have a fixed size for."""
     shipped = {
         d["metadata"]["name"]: d
         for d in yaml.safe_load_all((REPO / "deploy/dra/claim-templates.yaml").read_text())
@@ -240,10 +260,13 @@ def test_the_default_table_names_shipped_templates() -> None:
     }
     for t in CLAIM_TEMPLATES:
         assert t.name in shipped, f"{t.name} is not in deploy/dra/claim-templates.yaml"
-        requests = shipped[t.name]["spec"]["spec"]["devices"]["requests"]
-        gpus = sum(
-            r["exactly"].get("count", 1)
-            for r in requests
-            if r.get("exactly", {}).get("deviceClassName") == "gpu.nvidia.com"
-        )
-        assert gpus == t.gpus, (t.name, gpus)
+        assert template_gpus(shipped[t.name]) == t.gpus, t.name
+    sizes = {template_gpus(d) for d in shipped.values()} - {None}
+    assert {t.gpus for t in CLAIM_TEMPLATES} == sizes
+    assert template_gpus(shipped["gpu-nic-node"]) is None  # the whole node, any size
+    assert [t.name for t in CLAIM_TEMPLATES] == [
+        "gpu-nic-pcie-x1",
+        "gpu-nic-pcie-x2",
+        "gpu-nic-numa-x4",
+        "gpu-nic-node-x8",
+    ]

@@ -112,12 +112,16 @@ class ClaimTemplate:
 
 
 # deploy/dra/claim-templates.yaml's names by size (tests/unit/test_webhook_dra.py holds them to
-# that file): each pairs every GPU of the claim with a NIC port, the allocator's cheapest shape
-# for that size (docs/dra.md, "Claims by size").
+# that file), the allocator's cheap shape for each size (docs/dra.md, "Claims by size"): 1 and
+# 2 GPUs each with a NIC port on its PCIe root (a pcieRoot constraint per pair); 4 GPUs and 4
+# compute NIC ports on one NUMA node (exact by root on HGX, where each socket's NICs sit beside
+# its GPUs); 8 GPUs with every compute NIC of the node (paired by taking the whole node).
+# bench/cluster.py's DRA round and tests/e2e/test_scale_dra.py ask by this table too.
 CLAIM_TEMPLATES = (
     ClaimTemplate(1, "gpu-nic-pcie-x1"),
-    ClaimTemplate(4, "gpu-nic-pcie-x4"),
-    ClaimTemplate(8, "gpu-nic-pcie-x8"),
+    ClaimTemplate(2, "gpu-nic-pcie-x2"),
+    ClaimTemplate(4, "gpu-nic-numa-x4"),
+    ClaimTemplate(8, "gpu-nic-node-x8"),
 )
 DRA_NODE_LABEL = names.KUBELET_PLUGIN_LABEL  # deploy/dra/: the nodes the DRA driver serves
 
