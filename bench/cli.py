@@ -1,7 +1,11 @@
 """What an `rdmaplane` command costs before and while it answers: CPU seconds (user + system,
 of the process and what it starts) of each command, beside a bare interpreter, in one run.
 
-Usage: python bench/cli.py [--runs N]
+Usage: python bench/cli.py [--runs N]   (PYTHONPATH=src to measure a checkout's code)
+
+It ends with the table docs/discovery.md quotes ("Command start-up"): the one set of start-up
+figures in the docs, and `inject -o yaml` beside `-o json` on a 1.5 MB manifest and a 50 MB
+annotation (issue 40: YAML is written by libyaml's emitter, linear in its input).
 
 Each round runs every command once, in the same order, so the machine's load falls on all of
 them alike; the figure is the median over the rounds. Goals (issue 24): `--version` and
@@ -13,6 +17,7 @@ must at least do, decompress and unpack it).
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import subprocess
@@ -60,7 +65,46 @@ def prepare(work: Path) -> dict[str, Path]:
             text=True,
         ).stdout
     )
-    return {"snapshot": snapshot, "nrt": nrt}
+    manifest, annotation = work / "manifest-1.5MB.yaml", work / "annotation-50MB.yaml"
+    big_manifests(manifest, annotation)
+    return {"snapshot": snapshot, "nrt": nrt, "manifest": manifest, "annotation": annotation}
+
+
+def big_manifests(manifest: Path, annotation: Path) -> None:
+    """A 1.5 MB manifest (380 GPU pods of two namespaces as `kubectl get -o yaml` exports them:
+    a long `last-applied-configuration`, signed URLs in env) and one pod with a 50 MB
+    annotation: what `inject -o yaml` and `-o json` are measured on (issue 40)."""
+    import json
+
+    import yaml
+
+    def pod(i: int) -> dict[str, object]:
+        applied = json.dumps({"spec": {"containers": [{"args": ["--x=" + "y" * 1500]}]}})
+        url = "https://storage.example.com/b/o?X-Amz-Signature=" + "a" * 400
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"trainer-{i // 2}",
+                "namespace": ("team-a", "team-b")[i % 2],
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": applied},
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "train",
+                        "image": "ghcr.io/example/train:1",
+                        "env": [{"name": f"URL{j}", "value": url} for j in range(5)],
+                        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+                    }
+                ]
+            },
+        }
+
+    manifest.write_text(yaml.safe_dump_all([pod(i) for i in range(380)], width=2**30))
+    one = pod(0)
+    one["metadata"]["annotations"] = {"example.com/blob": "A" * (50 << 20)}  # type: ignore[index]
+    annotation.write_text(yaml.safe_dump(one, width=2**30))
 
 
 def commands(files: dict[str, Path]) -> list[tuple[str, list[str], float | None]]:
@@ -106,7 +150,7 @@ def commands(files: dict[str, Path]) -> list[tuple[str, list[str], float | None]
             [
                 sys.executable,
                 "-c",
-                "import sys; from rdmaplane import discovery; "
+                "import sys; from rdmaplane.adapters import discovery; "
                 "discovery.load_node(snapshot_file=sys.argv[1])",
                 str(files["snapshot"]),
             ],
@@ -123,6 +167,11 @@ def commands(files: dict[str, Path]) -> list[tuple[str, list[str], float | None]
             None,
         ),
         ("inject examples/indexed-job.yaml", [r, "inject", job], None),
+        *(
+            (f"inject {name} -o {o}", [r, "inject", str(files[key]), "-o", o], None)
+            for key, name in (("manifest", "1.5 MB manifest"), ("annotation", "50 MB annotation"))
+            for o in ("json", "yaml")
+        ),
         (
             "config validate deploy/agent/daemonset.yaml",
             [r, "config", "validate", str(REPO / "deploy" / "agent" / "daemonset.yaml")],
@@ -151,6 +200,15 @@ def main() -> None:
             "" if goal is None else f"<= {goal:.2f}: {'met' if median[what] <= goal else 'MISSED'}"
         )
         print(f"{what:<48} {median[what]:7.3f} {median[what] / bare:7.1f}  {verdict}")
+    print()
+    print(f"As docs/discovery.md quotes it (load average {os.getloadavg()[0]:.1f} at the end):")
+    print()
+    print(f"| command | CPU s | × bare ({bare:.3f} s) | goal |")
+    print("|---|---|---|---|")
+    for what, _, goal in measured[1:]:
+        shown = "" if goal is None else f"≤ {goal:.2f}"
+        print(f"| `{what}` | {median[what]:.3f} | {median[what] / bare:.1f} | {shown} |")
+    print()
     floor = median["tar xzf of that snapshot (the floor)"]
     read = (
         median["python: read the snapshot (imports included)"] - median["python: the imports alone"]

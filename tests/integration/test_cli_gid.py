@@ -203,7 +203,11 @@ def test_audit_bad_inputs_exit_2(tmp_path: Path) -> None:
     wrong.write_text(json.dumps({"schema": "something/else"}))
     for args, message in [
         ([str(bad)], "bad.json: not valid YAML/JSON"),
-        ([str(wrong)], "wrong.json: schema is 'something/else'"),
+        (
+            [str(wrong)],
+            "wrong.json: schema: expected 'rdmaplane.io/node-topology/v1' (a node document, "
+            "`rdmaplane inspect -o json`), got 'something/else'",
+        ),
         ([str(tmp_path / "missing.json")], "missing.json: cannot read: No such file"),
         (["--sample", "nope"], "no sample named 'nope'"),
         ([], "give node documents"),

@@ -60,7 +60,7 @@ def test_warnings_go_to_stderr(tmp_path: Path) -> None:
     pod = gpu_pod("p", securityContext={"privileged": True})
     result = run("inject", write(tmp_path, pod), "-o", "json")
     assert result.exit_code == 0
-    assert "warning: Pod/p: container train is privileged" in result.stderr
+    assert "warning: Pod/default/p: container train is privileged" in result.stderr
     json.loads(result.stdout)
 
 

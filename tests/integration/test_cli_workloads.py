@@ -60,7 +60,7 @@ def test_explain_placement_explains_every_pod_template(tmp_path: Path, kind: str
     explained = out if isinstance(out, list) else [out]
     assert [e["pod"].partition(" ")[2] for e in explained] == MANIFESTS[kind][1]
     for e in explained:
-        assert e["request"]["total"] == {nrt.GPU: 8} and e["nodes"][0]["fits"]
+        assert e["request"]["total"] == {nrt.GPU: 8, HCA: 8} and e["nodes"][0]["fits"]
 
 
 def test_the_projects_own_example_a_service_then_a_job(tmp_path: Path) -> None:
@@ -142,7 +142,8 @@ def test_a_pod_the_webhook_is_not_called_for_is_left_as_it_is(
     result = runner.invoke(app, ["inject", str(path), "-o", "json", *args])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout) == pod
-    assert f"warning: Pod/p: the webhook is not called: {why}" in result.stderr
+    ns = args[1] if args[:1] == ["--namespace"] else "default"
+    assert f"warning: Pod/{ns}/p: the webhook is not called: {why}" in result.stderr
 
 
 def test_an_annotated_pod_in_a_namespace_not_opted_in_is_sent(tmp_path: Path) -> None:
@@ -215,3 +216,32 @@ def test_an_object_without_a_kind_is_named_without_none(tmp_path: Path) -> None:
     result = runner.invoke(app, ["inject", str(path)])
     assert result.exit_code == 2 and "an object without a kind" in result.stderr
     assert "None" not in result.stderr
+
+
+def test_explain_placement_explains_pods_as_the_webhook_admits_them(tmp_path: Path) -> None:
+    """A GPU-only pod asks the NICs the webhook adds (issue 40); --no-webhook: as written; a
+    GPU in requests only is said, as `inject` says it."""
+    path = tmp_path / "pod.yaml"
+    path.write_text(MANIFESTS["Pod"][0])
+    args = ["explain-placement", str(path), "--nrt", str(_nrts(tmp_path)), "-o", "json"]
+    admitted = runner.invoke(app, args)
+    assert admitted.exit_code == 0, admitted.output
+    assert json.loads(admitted.stdout)["request"]["total"] == {nrt.GPU: 8, HCA: 8}
+    assert "explained as the webhook admits it" in admitted.stderr
+    as_written = runner.invoke(app, [*args, "--no-webhook"])
+    assert json.loads(as_written.stdout)["request"]["total"] == {nrt.GPU: 8}
+    pod = manifest("Pod")
+    pod["spec"]["containers"][0]["resources"] = {"requests": {"nvidia.com/gpu": "8"}}
+    path.write_text(yaml.safe_dump(pod))
+    result = runner.invoke(app, args)
+    assert "its nvidia.com/gpu is in requests only" in result.stderr
+
+
+def test_inject_says_what_the_extender_refuses(tmp_path: Path) -> None:
+    pod = manifest("Pod")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "eight"}}
+    path = tmp_path / "pod.yaml"
+    path.write_text(yaml.safe_dump(pod))
+    result = runner.invoke(app, ["inject", str(path)])
+    assert "the scheduler extender refuses this pod" in result.stderr
+    assert "'eight'" in result.stderr

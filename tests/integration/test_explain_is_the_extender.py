@@ -139,5 +139,5 @@ def test_a_job_manifest_is_explained_as_its_pods_will_be(tmp_path: Path) -> None
     as_job = CliRunner().invoke(app, ["explain-placement", str(manifest), *args, "-o", "json"])
     assert as_pod.exit_code == as_job.exit_code == 0
     pod_rows, job_rows = json.loads(as_pod.stdout), json.loads(as_job.stdout)
-    assert job_rows["pod"] == "Job/train /spec/template"
+    assert job_rows["pod"] == "Job/team/train /spec/template"
     assert job_rows["nodes"] == pod_rows["nodes"] and job_rows["job"] == pod_rows["job"]

@@ -26,6 +26,17 @@ def test_downtrained_is_short_of_the_lower_of_device_and_slot(
     best_speed, best_width = min(mspeed, sspeed or mspeed), min(mwidth, swidth or mwidth)
     assert (pcie.downtrained(link) is not None) == (speed < best_speed or width < best_width)
     assert (pcie.downtrained(link, judge_speed=False) is not None) == (width < best_width)
+    gpu_slow = speed < best_speed and speed > pcie.GPU_IDLE_GTS
+    assert (pcie.gpu_downtrained(link) is not None) == (gpu_slow or width < best_width)
+
+
+def test_a_gpu_at_16_of_32_gts_is_downtrained_and_an_idle_one_is_not():
+    """Issue 27/40: GPUs in the grey-failure rules like NICs; Gen1 is a GPU's idle speed."""
+    assert pcie.gpu_downtrained(PcieLink(16.0, 16, 32.0, 16, 32.0, 16)) == (
+        "PCIe link 16 GT/s x16, capable of 32 GT/s x16"
+    )
+    assert pcie.gpu_downtrained(PcieLink(2.5, 16, 32.0, 16, 32.0, 16)) is None
+    assert pcie.gpu_downtrained(PcieLink(32.0, 16, 32.0, 16, None, None)) is None
 
 
 def test_a_x16_card_in_a_x8_slot_is_as_designed():

@@ -45,7 +45,10 @@ def test_round_trip(name: str, sample_nodes: dict[str, NodeTopology]) -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d.update(schema="v0"), "schema is 'v0'"),
+        (
+            lambda d: d.update(schema="v0"),
+            "schema: expected 'rdmaplane.io/node-topology/v1' .* got 'v0'",
+        ),
         (lambda d: d["hcas"][0].update(name=7), "hcas[0].name: expected a string"),
         (
             lambda d: d["hcas"][0]["ports"][0].update(state="SLEEPY"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -64,7 +63,9 @@ def audit_command(
         fail("give node documents, --snapshot FILE, --sample NAME, --nrt FILE or --kubeconfig")
     result = audit(_unique(nodes))
     if output == AuditFormat.json:
-        typer.echo(json.dumps(_document(result), indent=2))
+        from rdmaplane.cli.output import write_json
+
+        write_json(_document(result))
     else:
         _print(result)
     if result.outliers:

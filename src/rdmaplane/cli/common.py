@@ -120,16 +120,18 @@ def load(sysfs_root: str | None, snapshot: str | None, sample: str | None) -> No
     return topo
 
 
-def say_warnings(topo: NodeTopology) -> None:
+def say_warnings(topo: NodeTopology, where: str | None = None) -> None:
     """The one rule for what a reader could not read or believe: a `warning:` line on stderr
-    per item, naming the file, whatever the command prints on stdout."""
+    per item, naming the file (and `where`, the node document or source it came from, when
+    several nodes are read), whatever the command prints on stdout."""
     if topo.warnings:
         from rich.markup import escape
 
         for w in topo.warnings:
-            __getattr__("err_console").print(
-                f"[yellow]warning:[/] {escape(str(w))}", soft_wrap=True
-            )
+            said = str(w)
+            if where and not said.startswith(where):
+                said = f"{where}: {said}"
+            __getattr__("err_console").print(f"[yellow]warning:[/] {escape(said)}", soft_wrap=True)
 
 
 def no_rdma(topo: NodeTopology) -> str:
@@ -249,7 +251,7 @@ def read_node_document(path: str) -> NodeTopology:
     from rdmaplane.core.serialize import from_document
 
     topo = from_document(read_document(path), where=path)
-    say_warnings(topo)
+    say_warnings(topo, where=path)
     if not topo.hcas:
         fail(f"no RDMA device in node document {path}", code=1)
     return topo
@@ -272,7 +274,14 @@ def load_nodes(
     files: list[str] | None, snapshots: list[str] | None, samples: list[str] | None
 ) -> list[NodeTopology]:
     """The nodes given as node documents, snapshots and samples, in that order."""
+    from rdmaplane.adapters.discovery import load_node
+
     nodes = [read_node_document(f) for f in files or ()]
-    nodes += [load_rdma_node(None, s, None) for s in snapshots or ()]
-    nodes += [load_rdma_node(None, None, s) for s in samples or ()]
+    sources = [(s, None) for s in snapshots or ()] + [(None, s) for s in samples or ()]
+    for snapshot, sample in sources:
+        topo = load_node(snapshot_file=snapshot, sample=sample)
+        say_warnings(topo, where=topo.source)  # several nodes: each warning names its node
+        if not topo.hcas:
+            fail(no_rdma(topo), code=1)
+        nodes.append(topo)
     return nodes

@@ -19,9 +19,9 @@ config_app = typer.Typer(
 
 
 def _kinds_help() -> str:
-    from rdmaplane.adapters.config.kinds import KINDS
+    from rdmaplane.adapters.config.kinds import names
 
-    return ", ".join(KINDS)
+    return ", ".join(names())
 
 
 @config_app.command("defaults")
@@ -36,12 +36,12 @@ def defaults(
     ],
 ) -> None:
     """Print KIND's defaults as a config file, every key explained (what the docs show)."""
-    from rdmaplane.adapters.config import render_defaults
-    from rdmaplane.adapters.config.kinds import KINDS
+    from rdmaplane.adapters.config import kinds, render_defaults
+    from rdmaplane.cli.output import write_text
 
-    if kind not in KINDS:
-        fail(f"unknown kind {kind!r}; one of {', '.join(sorted(KINDS))}")
-    typer.echo(render_defaults(KINDS[kind]), nl=False)
+    if kind not in kinds.names():
+        fail(f"unknown kind {kind!r}; one of {', '.join(sorted(kinds.names()))}")
+    write_text(render_defaults(kinds.kind(kind)))
 
 
 @config_app.command("validate")
@@ -57,7 +57,8 @@ def validate(
     holds no config."""
     from rdmaplane.adapters.config import ConfigError, parse
     from rdmaplane.adapters.documents import DocumentError, manifest_objects, read_documents
-    from rdmaplane.cli.common import console
+    from rdmaplane.cli.output import write_text
+    from rdmaplane.core.untrusted import printable
 
     bad = 0
     for path in files:
@@ -75,7 +76,7 @@ def validate(
             continue
         for where, doc in found:
             if isinstance(doc, str):  # not a config: what it is
-                console.print(f"{where}: {doc}, not a config (left alone)", markup=False)
+                write_text(printable(f"{where}: {doc}, not a config (left alone)") + "\n")
                 continue
             try:
                 if isinstance(doc, DocumentError):
@@ -86,7 +87,7 @@ def validate(
                 bad += 1
                 say_error(str(e))
             else:
-                console.print(f"{where}: a valid {kind.name}", markup=False, soft_wrap=True)
+                write_text(printable(f"{where}: a valid {kind.name}") + "\n")
     raise typer.Exit(2 if bad else 0)
 
 
@@ -99,6 +100,8 @@ def _configs(where: str, obj: object) -> list[tuple[str, Any]]:
 
     if not isinstance(obj, dict) or _may_be_config(obj):
         return [(where, obj)]
+    if obj.get("kind") in _CLAIM_CONFIGS:
+        return _claim_configs(where, obj) or [(where, _what(obj))]
     if obj.get("kind") != "ConfigMap":
         return [(where, _what(obj))]
     name = (obj.get("metadata") or {}).get("name", "")
@@ -116,6 +119,32 @@ def _configs(where: str, obj: object) -> list[tuple[str, Any]]:
     return found or [(where, f"a ConfigMap ({name}) without a config file")]
 
 
+# Where DRA objects keep their opaque device configuration (resource.k8s.io).
+_CLAIM_CONFIGS: dict[str, tuple[str, ...]] = {
+    "ResourceClaim": ("spec", "devices", "config"),
+    "ResourceClaimTemplate": ("spec", "spec", "devices", "config"),
+    "DeviceClass": ("spec", "config"),
+}
+
+
+def _claim_configs(where: str, obj: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The `RdmaDeviceConfig` parameters a ResourceClaim, ResourceClaimTemplate or
+    DeviceClass hands rdmaplane's DRA driver (opaque config whose driver is ours)."""
+    from rdmaplane.core.settings.dra import DEFAULT_DRIVER
+
+    node: Any = obj
+    for key in _CLAIM_CONFIGS[str(obj["kind"])]:
+        node = node.get(key) if isinstance(node, dict) else None
+    name = (obj.get("metadata") or {}).get("name", "")
+    found: list[tuple[str, Any]] = []
+    for i, entry in enumerate(node if isinstance(node, list) else []):
+        opaque = entry.get("opaque") if isinstance(entry, dict) else None
+        if isinstance(opaque, dict) and opaque.get("driver") == DEFAULT_DRIVER:
+            at = f"{where}, {obj['kind']} {name} config[{i}].opaque.parameters"
+            found.append((at, opaque.get("parameters")))
+    return found
+
+
 def _what(obj: dict[str, Any]) -> str:
     """`a DaemonSet (apps/v1)`: what an object that is no config is."""
     kind, version = obj.get("kind"), obj.get("apiVersion")
@@ -127,11 +156,11 @@ def _may_be_config(doc: dict[str, Any]) -> bool:
     """One of our kinds, our apiVersion, the shared plugin's configList, or no envelope at all
     (loading then says what to add)."""
     from rdmaplane.adapters.config import API_VERSION
-    from rdmaplane.adapters.config.kinds import KINDS
+    from rdmaplane.adapters.config.kinds import names
 
     version, kind = doc.get("apiVersion"), doc.get("kind")
     return (
-        kind in KINDS
+        kind in names()
         or version == API_VERSION
         or "configList" in doc
         or (kind is None and version is None)
@@ -143,12 +172,12 @@ def _kind_of(doc: object, source: str) -> Kind[Any]:
     all: any kind, loading says what is wrong with the shape)."""
     from rdmaplane.adapters.config import ConfigError
     from rdmaplane.adapters.config.deviceplugin import DEVICE_PLUGIN_CONFIG
-    from rdmaplane.adapters.config.kinds import KINDS
+    from rdmaplane.adapters.config.kinds import kind, names
 
     named = doc.get("kind") if isinstance(doc, dict) else None
-    if named in KINDS:
-        return KINDS[str(named)]
+    if named in names():
+        return kind(str(named))
     if not isinstance(doc, dict) or ("configList" in doc and named is None):
         return DEVICE_PLUGIN_CONFIG
     said = "missing" if named is None else repr(named)
-    raise ConfigError(f"{source}: kind: {said}; one of {', '.join(sorted(KINDS))}")
+    raise ConfigError(f"{source}: kind: {said}; one of {', '.join(sorted(names()))}")

@@ -24,6 +24,7 @@ import typer
 
 from rdmaplane import IMAGE
 from rdmaplane.cli.common import fail, say_warnings
+from rdmaplane.cli.output import write_yaml
 from rdmaplane.core.resources import HCA, is_extended
 
 if TYPE_CHECKING:
@@ -160,7 +161,9 @@ def _finish(kind: str, findings: list[Finding], output: str, extra: Mapping[str,
         node = os.environ.get("NODE_NAME") or socket.gethostname()
         doc = {"schema": SCHEMA, "kind": kind, "status": status.name, "node": node, **extra}
         doc["findings"] = jsonable(findings)
-        console.print_json(json.dumps(doc, default=str))
+        from rdmaplane.cli.output import write_text
+
+        write_text(json.dumps(doc, default=str, indent=2, ensure_ascii=False) + "\n")
     else:
         console.print(_findings_table(kind, findings))
         console.print(f"[{_STYLE[status.name]}]{status.name}[/]")
@@ -171,6 +174,13 @@ def _root_dir(root: str) -> Path:
     """The --root folder; '' is refused (Path('') would be the working directory)."""
     if not root or not Path(root).is_dir():
         fail(f"--root {root or repr('')}: not a directory")
+    if (Path(root) / "class").is_dir() and not (Path(root) / "sys").is_dir():
+        fail(
+            f"--root {root}: a sysfs tree (it holds class/, not sys/); --root is the root "
+            "above sys/, dev/ and proc/ (lay a sample out with `rdmaplane samples materialize "
+            f"NAME DIR/sys` and pass --root DIR; `rdmaplane inspect --sysfs-root {root}` reads "
+            "this one)"
+        )
     return Path(root)
 
 
@@ -492,10 +502,18 @@ def job_cmd(
     duration: Annotated[
         int, typer.Option(metavar="SECONDS", help="Seconds per bandwidth run.")
     ] = 5,
+    no_namespace: Annotated[
+        bool,
+        typer.Option(
+            "--no-namespace",
+            help="Leave the Namespace out (one managed elsewhere: it must admit IPC_LOCK).",
+        ),
+    ] = False,
 ) -> None:
-    """Print the validation Jobs (YAML): node pairs that cover every node, each running the
-    checks and the perf pair test; merge their logs with `rdmaplane doctor report`."""
-    import yaml
+    """Print the validation Jobs (YAML), their Namespace first (Pod Security level
+    privileged: the pods add IPC_LOCK), for `| kubectl apply -f -`: node pairs that cover every
+    node, each running the checks and the perf pair test; merge their logs with `rdmaplane
+    doctor report`."""
 
     from rdmaplane.cli.common import err_console
     from rdmaplane.services.doctor.policy import pairing
@@ -518,9 +536,11 @@ def job_cmd(
     docs = pairing.manifests(
         pairs, image=image, namespace=namespace, hcas=hcas, resource=resource, duration=duration
     )
+    if not no_namespace:
+        docs.insert(0, pairing.namespace_object(namespace))
     for p in pairs:
         err_console.print(f"# round {p.round}: {p.server} (server) ⇄ {p.client} (client)")
-    sys.stdout.write(yaml.safe_dump_all(docs, sort_keys=False))
+    write_yaml(docs)
 
 
 @doctor_app.command("report")
@@ -538,7 +558,9 @@ def report_cmd(
     texts = [(f, _read_input(f)) for f in files]
     merged = report.merge(texts)
     if output_kind == "json":
-        console.print_json(json.dumps(jsonable(merged)))
+        from rdmaplane.cli.output import write_json
+
+        write_json(jsonable(merged))
     else:
         table = _table(
             "cluster report", "source", "node", "kind", "status", "failed checks", fold=True

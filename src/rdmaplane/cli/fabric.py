@@ -5,7 +5,6 @@ cluster."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -15,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rdmaplane.cli.common import fail, read_objects
+from rdmaplane.cli.output import write_json, write_text, write_yaml
 from rdmaplane.core import fabric as fab
 from rdmaplane.core import names
 from rdmaplane.core.fabric_export import KUEUE_API_VERSION
@@ -157,15 +157,17 @@ def show(
     tree (render with `dot -Tsvg`)."""
     from rdmaplane.cli.common import console, err_console
 
+    if job and not pods and kubeconfig is None:
+        fail(f"--job {job}: give the bound pods with --pods FILE (or --kubeconfig)")
     view = load_view(fabric_file, nodes, nrt, pods, kubeconfig, tier_label)
     locations, shape = resolved(view)
     marked = job_pods(view.pods, job) if job else {}
     if job and not marked:
         err_console.print(f"[yellow]warning:[/] no bound pod of job {job!r} found")
     if output is FabricOutput.json:
-        typer.echo(json.dumps(show_document(locations, view.tier_keys, shape, marked), indent=2))
+        write_json(show_document(locations, view.tier_keys, shape, marked))
     elif output is FabricOutput.dot:
-        typer.echo(dot_text(locations, shape, marked))
+        write_text(dot_text(locations, shape, marked) + "\n")
     else:
         console.print(show_table(locations, shape.depth, marked))
 
@@ -303,7 +305,6 @@ def export(
         fail("give exactly one of --kueue and --volcano")
     if not OBJECT_NAME.fullmatch(name):
         fail(f"--name {name!r}: not a Kubernetes object name (a-z, 0-9, '-', '.'; 253 at most)")
-    import yaml
 
     from rdmaplane.core.fabric_export import kueue_topology, volcano_hypernodes
 
@@ -315,4 +316,4 @@ def export(
         docs = [kueue_topology(name, view.tier_keys, shape.depth, api_version)]
     else:
         docs = volcano_hypernodes(shape)
-    typer.echo(yaml.safe_dump_all(docs, sort_keys=False), nl=False)
+    write_yaml(docs)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -20,6 +19,7 @@ from rdmaplane.cli.common import (
     load_nodes,
     load_rdma_node,
 )
+from rdmaplane.cli.output import json_text, write_json, write_text
 from rdmaplane.core.gid import (
     ClusterAudit,
     GidChoice,
@@ -161,7 +161,7 @@ def env(
 
     Exit 1 when no environment can be right for them (InfiniBand and RoCE ports together, GID
     indexes an older NCCL cannot handle), 2 on bad input."""
-    from rdmaplane.core.nccl import NcclSettings, default_socket_ifname, nccl_env
+    from rdmaplane.core.nccl import NcclPlanError, NcclSettings, default_socket_ifname, nccl_env
 
     policy = _policy(family, addr_range, roce_version)
     topo = load_rdma_node(sysfs_root, snapshot, sample)
@@ -178,12 +178,25 @@ def env(
         )
     except FieldError as e:
         _bad_flag(e)
-    typer.echo(render_env(nccl_env(topo, ports, settings), output), nl=False)
+    try:
+        variables = nccl_env(topo, ports, settings)
+    except NcclPlanError as e:
+        if not e.unusable:
+            raise
+        usable = sorted({h.name for h, p in ports if f"{h.name}:{p.number}" not in e.unusable})
+        hint = (
+            "; choose the ports with --hca: " + " ".join(f"--hca {n}" for n in usable)
+            if usable
+            else "; no port has a routable GID: give their netdevs an IP address (RoCE v2 "
+            "GIDs appear with it), or choose other HCAs with --hca"
+        )
+        fail(f"{e}{hint}", code=1)
+    write_text(render_env(variables, output))
 
 
 def render_env(variables: dict[str, str], output: EnvFormat) -> str:
     if output == EnvFormat.json:
-        return json.dumps(variables, indent=2) + "\n"
+        return json_text(variables)
     if output == EnvFormat.dotenv:
         return "".join(f"{k}={_dotenv_value(v)}\n" for k, v in variables.items())
     return "".join(f"export {k}={_shell_quote(v)}\n" for k, v in variables.items())
@@ -227,7 +240,7 @@ def explain(
     plan = plan_node(topo, [(v.hca, v.port) for v in verdicts if v.compute], policy)
     if output == GidFormat.json:
         doc = _explain_doc(topo, policy, verdicts, choices, plan.uniform_index)
-        typer.echo(json.dumps(doc, indent=2))
+        write_json(doc)
         return
     from rich.markup import escape
 
@@ -354,7 +367,7 @@ def audit_command(
         fail("give node documents, --snapshot FILE or --sample NAME")
     result = audit(nodes, _selectors(hca), policy)
     if output == GidFormat.json:
-        typer.echo(json.dumps(_audit_doc(result), indent=2))
+        write_json(_audit_doc(result))
     else:
         _print_audit(result)
     if not result.uniform:

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -65,19 +64,23 @@ def inspect(
     """
     topo = load(sysfs_root, snapshot_file, sample)
     if output is InspectOutput.json:
+        from rdmaplane.cli.output import write_json
         from rdmaplane.core.serialize import to_document
 
-        typer.echo(json.dumps(to_document(topo), indent=2))
+        write_json(to_document(topo))
     elif output is InspectOutput.yaml:
-        import yaml
-
+        from rdmaplane.cli.output import write_yaml
         from rdmaplane.core.serialize import to_document
 
-        typer.echo(yaml.safe_dump(to_document(topo), sort_keys=False), nl=False)
+        write_yaml([to_document(topo)])
     elif output is InspectOutput.matrix:
-        typer.echo(matrix_text(topo))
+        from rdmaplane.cli.output import write_text
+
+        write_text(matrix_text(topo) + "\n")
     elif output is InspectOutput.dot:
-        typer.echo(dot_text(topo))
+        from rdmaplane.cli.output import write_text
+
+        write_text(dot_text(topo) + "\n")
     else:
         print_summary(topo)
     if not topo.hcas:
@@ -306,7 +309,9 @@ def list_samples(
 
     found = samples.all_samples()
     if output is ListFormat.json:
-        typer.echo(json.dumps([{"name": s.name, "description": s.description} for s in found]))
+        from rdmaplane.cli.output import write_json
+
+        write_json([{"name": s.name, "description": s.description} for s in found], indent=None)
         return
     t = Table("Sample", "What it models")
     for s in found:
@@ -350,6 +355,8 @@ def snapshot_create(
         ),
     ],
     sysfs_root: SysfsRootOption = None,
+    snapshot_file: SnapshotOption = None,
+    sample: SampleOption = None,
     redact: Annotated[
         bool, typer.Option("--redact", help="Replace GUIDs, MACs, IPs and the hostname.")
     ] = False,
@@ -357,7 +364,9 @@ def snapshot_create(
     """Capture what rdmaplane reads from this node's sysfs into a small .tar.gz.
 
     Attach it to a support request; every command that reads a node takes `--snapshot FILE`.
-    Exit 1 when the node has no RDMA device (nothing to capture; nothing is written).
+    Like them it reads this node, `--sysfs-root DIR`, `--snapshot FILE` (again: to redact
+    one) or `--sample NAME`. Exit 1 when the node has no RDMA device (nothing to capture;
+    nothing is written).
     """
     from rich.markup import escape
 
@@ -369,11 +378,25 @@ def snapshot_create(
         fail("-o -: refusing to write a binary archive to a terminal; redirect it to a file")
     if not to_stdout:
         _check_target(output)
-    root = paths.SYSFS if sysfs_root is None else sysfs_root
-    if not os.path.isdir(root):
-        fail(f"--sysfs-root {root!r} is not a directory")
-    live = os.path.realpath(root) == paths.SYSFS
-    snap = snapshot.capture(root, redact=redact, gpu_info=nvml.gpu_info() if live else None)
+    given = [
+        f
+        for f, v in (
+            ("--sysfs-root", sysfs_root),
+            ("--snapshot", snapshot_file),
+            ("--sample", sample),
+        )
+        if v is not None
+    ]
+    if len(given) > 1:
+        fail("give only one of --sysfs-root, --snapshot and --sample")
+    if sample is not None or snapshot_file is not None:
+        snap = _capture_of_tree(snapshot_file, sample, redact)
+    else:
+        root = paths.SYSFS if sysfs_root is None else sysfs_root
+        if not os.path.isdir(root):
+            fail(f"--sysfs-root {root!r} is not a directory")
+        live = os.path.realpath(root) == paths.SYSFS
+        snap = snapshot.capture(root, redact=redact, gpu_info=nvml.gpu_info() if live else None)
     say_warnings(snap.topology)
     if not snap.topology.hcas:
         fail(f"nothing to capture: {no_rdma(snap.topology)}", code=1)
@@ -388,6 +411,29 @@ def snapshot_create(
         f"wrote {'stdout' if to_stdout else escape(output)}: {snap.files} files, "
         f"{snap.links} links, {len(snap.archive) / 1024:.1f} KiB{' (redacted)' if redact else ''}"
     )
+
+
+def _capture_of_tree(snapshot_file: str | None, sample: str | None, redact: bool) -> Any:
+    """A capture of a sample's or a snapshot's tree: laid out in a scratch folder, read like
+    a node's /sys (so the archive is what `snapshot create` on that node would write)."""
+    import tempfile
+
+    from rdmaplane.adapters.discovery import NodeSourceError, samples, snapshot
+
+    try:
+        if sample is not None:
+            tree = samples.sample_tree(sample)
+        else:
+            assert snapshot_file is not None
+            if not os.path.isfile(snapshot_file):
+                raise NodeSourceError(f"snapshot {snapshot_file!r} is not a file")
+            tree = snapshot.read_archive(snapshot_file)
+    except (samples.SampleError, snapshot.SnapshotError) as e:
+        raise NodeSourceError(str(e)) from e
+    with tempfile.TemporaryDirectory(prefix="rdmaplane-snapshot-") as tmp:
+        root = Path(tmp) / "sys"
+        samples.write_tree(tree, root)
+        return snapshot.capture(str(root), redact=redact)
 
 
 def _check_target(output: str) -> None:

@@ -7,14 +7,12 @@ holds devices on yet; for `explain-placement --nrt`, support cases and the docs.
 
 from __future__ import annotations
 
-import json
 import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
 
 from rdmaplane.cli.common import (
     SampleOption,
@@ -24,6 +22,7 @@ from rdmaplane.cli.common import (
     fail,
     load_rdma_node,
 )
+from rdmaplane.cli.output import write_json, write_yaml
 from rdmaplane.core import nrt, paths
 from rdmaplane.core.model import NodeTopology, PortObservation
 from rdmaplane.core.resources import is_extended
@@ -110,9 +109,9 @@ def nrt_command(
     dev = Path(dev_root) if dev_root is not None else Path(paths.DEV) if live else None
     obj = agent_nrt(topo, name, plugin_config, str(policy), str(scope), dev, gpu_resource)
     if output is NrtFormat.json:
-        typer.echo(json.dumps(obj, indent=2))
+        write_json(obj)
     else:
-        typer.echo(yaml.safe_dump(obj, sort_keys=False), nl=False)
+        write_yaml([obj])
 
 
 def agent_nrt(

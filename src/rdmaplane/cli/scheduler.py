@@ -3,7 +3,7 @@ decisions, per node, for a pod — from files or from a cluster)."""
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,6 +17,7 @@ from rdmaplane.cli.common import (
     read_objects,
     start_logging,
 )
+from rdmaplane.cli.output import write_json
 from rdmaplane.core.errors import RdmaplaneError
 
 app = typer.Typer()
@@ -112,7 +113,7 @@ def explain_placement(
         typer.Argument(
             metavar="FILE",
             help="A Pod, or a workload (Job, Deployment, JobSet, PyTorchJob, ...): every pod "
-            "template in the file (many documents and Lists are fine).",
+            "template in the file (many documents and Lists are fine; - for standard input).",
         ),
     ],
     nrt: Annotated[
@@ -143,6 +144,14 @@ def explain_placement(
     output: Annotated[PlacementOutput, typer.Option("-o", "--output", help="table or json.")] = (
         PlacementOutput.table
     ),
+    webhook: Annotated[
+        bool,
+        typer.Option(
+            "--webhook/--no-webhook",
+            help="Explain each pod as rdmaplane's webhook admits it (its default policy, an "
+            "opted-in namespace): a GPU pod asks the RDMA devices the webhook adds.",
+        ),
+    ] = True,
 ) -> None:
     """Why each node would or would not get each pod of FILE, and its score: the extender's
     own filter, then its prioritize over the nodes that passed (the job-aware fabric term
@@ -151,18 +160,21 @@ def explain_placement(
     on bad input."""
     from rdmaplane.adapters.config import load
     from rdmaplane.adapters.config.extender import SCHEDULER_EXTENDER_CONFIG
+    from rdmaplane.adapters.documents import source_name
     from rdmaplane.services.scheduler.cache import ClusterCache
     from rdmaplane.services.scheduler.decisions import Decisions
     from rdmaplane.services.scheduler.policy import podrequest
 
     cfg = load(config, SCHEDULER_EXTENDER_CONFIG)
     cache = ClusterCache.configured(cfg)
-    templates = _pod_templates(pod)
+    templates = _pod_templates(pod, cfg.resources.gpus)
+    if webhook:
+        templates = [(label, _as_admitted(label, c)) for label, c in templates]
     for label, candidate in templates:  # a pod that cannot be read: said before the nodes are
         try:
             podrequest.pod_request(candidate)
         except podrequest.RequestError as exc:
-            fail(f"{pod}: {label}: {exc}")
+            fail(f"{source_name(pod)}: {label}: {exc}")
     if kubeconfig is not None:
         listed = list_cluster(kubeconfig)
     elif nrt or nodes:
@@ -179,7 +191,7 @@ def explain_placement(
     decide = Decisions(cache, cfg.fabric)
     explained = [{"pod": label, **decide.explain(c, names)} for label, c in templates]
     if output is PlacementOutput.json:
-        typer.echo(json.dumps(explained[0] if len(explained) == 1 else explained, indent=2))
+        write_json(explained[0] if len(explained) == 1 else explained)
     else:
         for one in explained:
             _print_table(one)
@@ -214,14 +226,53 @@ def _print_table(explained: dict[str, Any]) -> None:
     Console(width=200).print(table)
 
 
-def _pod_templates(path: Path) -> list[tuple[str, dict[str, Any]]]:
-    """(label, pod) for every pod template of the file's objects (other objects skipped); exit
-    2 when there is none."""
-    from rdmaplane.adapters.documents import manifest_objects, read_documents
-    from rdmaplane.core.workloads import label, manifest_templates, pod_of
+def _pod_templates(path: Path, gpus: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, pod) for every pod template of the file's objects (`-`: standard input; other
+    objects skipped, a warning for each that asks GPUs in a kind rdmaplane does not read);
+    exit 2 when there is none."""
+    from rdmaplane.adapters.documents import manifest_objects, read_documents, source_name
+    from rdmaplane.cli.common import err_console
+    from rdmaplane.core.workloads import label, manifest_templates, pod_of, unread_gpu_workloads
 
-    found = manifest_templates(manifest_objects(read_documents(path), str(path)), str(path))
+    source = source_name(path)
+    objects = manifest_objects(read_documents(path), source)
+    for warning in unread_gpu_workloads(objects, gpus):
+        err_console.print(f"warning: {warning}", markup=False, soft_wrap=True)
+    found = manifest_templates(objects, source)
     return [(f"{label(obj)} {t.pointer}".rstrip(), pod_of(obj, t)) for obj, ts in found for t in ts]
+
+
+def _as_admitted(label: str, pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod as rdmaplane's webhook admits it (the API server calls it before the scheduler
+    sees the pod); what the webhook says, and why it is not called, on stderr."""
+    from rdmaplane.adapters.config import load
+    from rdmaplane.adapters.config.webhook import WEBHOOK_CONFIG
+    from rdmaplane.cli.common import err_console
+    from rdmaplane.services.webhook.policy.inject import PodError, mutate, not_sent
+
+    def warn(message: str) -> None:
+        err_console.print(f"warning: {label}: {message}", markup=False, soft_wrap=True)
+
+    policy = load(None, WEBHOOK_CONFIG)
+    namespace = str((pod.get("metadata") or {}).get("namespace") or "default")
+    why = not_sent(pod, namespace, True, policy)
+    if why is not None:
+        warn(f"the webhook is not called: {why}; explained as it is")
+        return pod
+    try:
+        result = mutate(pod, policy)
+    except PodError as exc:
+        fail(f"{label}: the webhook refuses it: {exc}", 1)
+    for said in result.warnings:
+        warn(said)
+    added = [
+        f"{op['path'].rpartition('/')[2].replace('~1', '/')}: {op['value']}"
+        for op in result.patch
+        if "/resources/" in str(op.get("path")) and isinstance(op.get("value"), str)
+    ]
+    if added:
+        warn(f"explained as the webhook admits it (--no-webhook: as written): {', '.join(added)}")
+    return dict(result.pod)
 
 
 def _name(obj: dict[str, Any]) -> str:

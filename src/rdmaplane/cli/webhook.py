@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -71,8 +70,8 @@ def inject_command(
         Path,
         typer.Argument(
             metavar="FILE",
-            help="A manifest: Pods and workloads (Deployment, Job, JobSet, PyTorchJob, "
-            "LeaderWorkerSet, ...), one or many documents or a List.",
+            help="A manifest (- for standard input): Pods and workloads (Deployment, Job, "
+            "JobSet, PyTorchJob, LeaderWorkerSet, ...), one or many documents or a List.",
         ),
     ],
     config: ConfigOption = None,
@@ -98,28 +97,40 @@ def inject_command(
 ) -> None:
     """Show what the webhook does to each pod of a manifest: a Pod, or every pod template of
     a workload (their pods pass through it). Each object comes out in order, with the
-    additions (other objects as they are), or the JSONPatch per pod template (-o patch, keyed
-    by its JSON pointer). A pod the API server would not send to the webhook (exempt
-    namespace, no GPU in limits, opted out) is left as it is, and the warnings on stderr say
-    why. Exit 1 when the webhook would refuse a pod."""
+    additions (other objects exactly as they are), or the JSONPatch per pod template (-o
+    patch: a Pod's list; a workload's keyed by the template's JSON pointer; several objects
+    keyed by Kind/namespace/name). A pod the API server would not send to the webhook
+    (exempt namespace, no GPU in limits, opted out) is left as it is, and the warnings on
+    stderr say why; so is an object of a kind rdmaplane does not read that asks GPUs
+    (RayCluster, InferenceService, ...). Exit 1 when the webhook would refuse a pod."""
     import copy
 
     from rdmaplane.adapters.config import load
     from rdmaplane.adapters.config.webhook import WEBHOOK_CONFIG
-    from rdmaplane.adapters.documents import manifest_objects, read_documents
-    from rdmaplane.core.workloads import label, manifest_templates
+    from rdmaplane.adapters.documents import manifest_objects, read_documents, source_name
+    from rdmaplane.core.workloads import label, manifest_templates, pod_of, unread_gpu_workloads
+    from rdmaplane.services.scheduler.policy.podrequest import RequestError, pod_request
     from rdmaplane.services.webhook.policy.inject import PodError, mutate, not_sent
 
     policy = load(config, WEBHOOK_CONFIG)
+    source = source_name(file)
     docs = copy.deepcopy(read_documents(file))
-    templates = manifest_templates(manifest_objects(docs, str(file)), str(file))
+    objects = manifest_objects(docs, source)
+    for warning in unread_gpu_workloads(objects, policy.resources.gpus):
+        _warn(warning)
+    templates = manifest_templates(objects, source)
     patches: dict[str, dict[str, Any]] = {}
     for obj, found in templates:
-        ns = namespace or _meta(obj).get("namespace") or "default"
+        ns = str(namespace or _meta(obj).get("namespace") or "default")
+        key = label(obj, ns)
         done: dict[str, Any] = {}
         for t in found:
-            where = f"{label(obj)} {t.pointer}".rstrip()
-            why = not_sent(t.template, str(ns), not not_opted_in, policy)
+            where = f"{key} {t.pointer}".rstrip()
+            try:  # what the scheduler extender (and the API server) will refuse, said here too
+                pod_request(pod_of(obj, t))
+            except RequestError as exc:
+                _warn(f"{where}: the scheduler extender refuses this pod: {exc}")
+            why = not_sent(t.template, ns, not not_opted_in, policy)
             if why is not None:
                 _warn(f"{where}: the webhook is not called: {why}; left as it is")
                 done[t.pointer] = []
@@ -127,12 +138,15 @@ def inject_command(
             try:
                 result = mutate(t.template, policy, str(ns))
             except PodError as exc:
-                fail(f"{file}: {where}: refused: {exc}", 1)
+                fail(f"{source}: {where}: refused: {exc}", 1)
             for warning in result.warnings:
                 _warn(f"{where}: {warning}")
             done[t.pointer] = result.patch
             _replace(obj, t.path, result.pod)
-        patches[label(obj)] = done
+        if key in patches:  # the same object twice: both shown, the second as applied last
+            _warn(f"{source}: {key} given more than once; kubectl apply keeps the last")
+            key += f" ({sum(k.split(' (')[0] == key for k in patches) + 1})"
+        patches[key] = done
     _print(docs, patches, output)
 
 
@@ -161,19 +175,18 @@ def _replace(obj: dict[str, Any], path: tuple[str | int, ...], new: dict[str, An
 
 def _print(docs: list[object], patches: dict[str, dict[str, Any]], output: InjectOutput) -> None:
     """The documents as they came (many: a YAML stream, or a List in JSON), or the patches:
-    a Pod's list, a workload's per template pointer, several objects' per `Kind/name`."""
-    import yaml
-
-    from rdmaplane.cli.common import console
+    a Pod's list, a workload's per template pointer, several objects' per
+    `Kind/namespace/name`. Written by the serializer straight to stdout (cli/output.py)."""
+    from rdmaplane.cli.output import write_json, write_yaml
 
     if output is InjectOutput.patch:
         per_object = [p[""] if list(p) == [""] else p for p in patches.values()]
         shown: Any = (
             per_object[0] if len(per_object) == 1 else dict(zip(patches, per_object, strict=True))
         )
-        console.print_json(json.dumps(shown))
+        write_json(shown)
     elif output is InjectOutput.json:
         shown = docs[0] if len(docs) == 1 else {"apiVersion": "v1", "kind": "List", "items": docs}
-        console.print_json(json.dumps(shown))
+        write_json(shown)
     else:
-        console.print(yaml.safe_dump_all(docs, sort_keys=False), end="", markup=False)
+        write_yaml(docs)

@@ -55,7 +55,11 @@ _VIRTUAL_PREFIXES = (
 
 class NcclPlanError(RdmaplaneError):
     """No environment can be given for this set, and why (e.g. NCCL < 2.21 with GID indexes
-    that differ between ports)."""
+    that differ between ports); `unusable`: the ports (`mlx5_3:1`) that must be left out."""
+
+    def __init__(self, message: str, unusable: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.unusable = unusable
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,10 @@ def _gid_env(plan: NodeGidPlan, settings: NcclSettings) -> dict[str, str]:
     broken = [c for c in plan.divergent if c.index is None]
     if broken:
         why = "; ".join(f"{c.name}: {c.reason}" for c in broken)
-        raise NcclPlanError(f"no usable GID on {why}; leave these ports out of the set")
+        raise NcclPlanError(
+            f"no usable GID on {why}; leave these ports out of the set",
+            tuple(c.name for c in broken),
+        )
     if not settings.auto_gid:
         why = ", ".join(f"{c.name} → {c.index}" for c in plan.roce_choices)
         raise NcclPlanError(

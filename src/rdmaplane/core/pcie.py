@@ -3,9 +3,9 @@ health rules, `inspect`, the doctor, the NRT and the fleet audit. Pure.
 
 A link is *downtrained* when it runs narrower than the lower of the device's and its slot's
 maximum width, or slower than the lower of their maximum speeds (a x16 NIC at x8 has half its
-bandwidth: a loose or dirty connector, a riser, a lane that failed to train). GPUs are judged on
-width alone: they lower their link speed while idle to save power, so a slow idle GPU link is
-no fault.
+bandwidth: a loose or dirty connector, a riser, a lane that failed to train). GPUs are judged
+like NICs, on width and speed, except at the idle speed: a GPU lowers its link to 2.5 GT/s
+(Gen1) while idle to save power, which is no fault; a GPU at 16 of 32 GT/s is downtrained.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from rdmaplane.core.model import NodeTopology, PcieLink
 
 DOWNTRAINED = "PcieDowntrained"
+# The speed a GPU drops its link to while idle (PCIe Gen1): power saving, not a fault.
+GPU_IDLE_GTS = 2.5
 
 
 def describe(link: PcieLink) -> str:
@@ -35,6 +37,12 @@ def downtrained(link: PcieLink | None, *, judge_speed: bool = True) -> str | Non
     return f"PCIe link {describe(link)}, capable of {capable}"
 
 
+def gpu_downtrained(link: PcieLink | None) -> str | None:
+    """`downtrained` for a GPU: width and speed, the idle speed (2.5 GT/s) excepted."""
+    idle = link is not None and link.speed_gts <= GPU_IDLE_GTS
+    return downtrained(link, judge_speed=not idle)
+
+
 @dataclass(frozen=True, slots=True)
 class Downtrained:
     device: str  # "mlx5_3", "GPU2"
@@ -43,7 +51,7 @@ class Downtrained:
 
 
 def node_downtrained(topo: NodeTopology) -> list[Downtrained]:
-    """Every downtrained link of the node: its HCAs (speed and width), then its GPUs (width)."""
+    """Every downtrained link of the node: its HCAs, then its GPUs (the idle speed excepted)."""
     found = [
         Downtrained(hca.name, hca.pci.address, why)
         for hca in topo.hcas
@@ -52,5 +60,5 @@ def node_downtrained(topo: NodeTopology) -> list[Downtrained]:
     return found + [
         Downtrained(f"GPU{gpu.index}", gpu.pci.address, why)
         for gpu in topo.gpus
-        if (why := downtrained(gpu.pci.link, judge_speed=False))
+        if (why := gpu_downtrained(gpu.pci.link))
     ]

@@ -44,7 +44,7 @@ from rdmaplane.core.model import (
 )
 from rdmaplane.core.selectors import natural_key
 from rdmaplane.core.topology import relations
-from rdmaplane.core.untrusted import DocumentError, printable
+from rdmaplane.core.untrusted import DocumentError, printable, what_it_is
 
 M = TypeVar("M")
 
@@ -293,7 +293,11 @@ def from_document(doc: Any, *, where: str = "document") -> NodeTopology:
     try:
         schema = convert(doc, _Head).schema
         if schema != SCHEMA:
-            raise DocumentError(f"{where}: schema is {schema!r}, expected {SCHEMA!r}")
+            said = f"{schema!r}" if isinstance(schema, str) else what_it_is(schema)
+            raise DocumentError(
+                f"{where}: schema: expected {SCHEMA!r} (a node document, `rdmaplane inspect "
+                f"-o json`), got {said}"
+            )
         read = convert(doc, _Document)
     except DecodeError as e:
         raise DocumentError(f"{where}: {e}" if e.path else f"{where}: top level: {e}") from None

@@ -12,7 +12,7 @@ explanation stands for carry it, as the real ones will.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -65,6 +65,81 @@ WORKLOADS: Final[Mapping[str, Workload]] = {
     "kubeflow.org/PaddleJob": _kubeflow("paddleReplicaSpecs"),
     "kubeflow.org/JAXJob": _kubeflow("jaxReplicaSpecs"),
 }
+
+
+# Kinds whose pods rdmaplane does not read (their templates are not a pod template at a fixed
+# path, or the operator builds the pods from its own fields): `group/Kind` → where their pods'
+# containers are, as a warning names it. A manifest of one that asks GPUs is said on `inject`,
+# `explain-placement` (and, later, in the webhook's warnings): its pods reach the webhook and
+# the extender only when they are created, and nothing here previews them.
+UNREAD_WORKLOADS: Final[Mapping[str, str]] = {
+    "ray.io/RayCluster": "spec.headGroupSpec.template, spec.workerGroupSpecs[*].template",
+    "ray.io/RayJob": "spec.rayClusterSpec",
+    "ray.io/RayService": "spec.rayClusterConfig",
+    "serving.kserve.io/InferenceService": "spec.predictor (and transformer, explainer)",
+    "serving.kserve.io/ServingRuntime": "spec.containers",
+    "serving.kserve.io/ClusterServingRuntime": "spec.containers",
+    "serving.kserve.io/InferenceGraph": "spec.nodes",
+    "serving.knative.dev/Service": "spec.template",
+    "argoproj.io/Workflow": "spec.templates[*].container, script, containerSet",
+    "argoproj.io/WorkflowTemplate": "spec.templates[*].container, script, containerSet",
+    "argoproj.io/ClusterWorkflowTemplate": "spec.templates[*].container, script, containerSet",
+    "argoproj.io/CronWorkflow": "spec.workflowSpec.templates[*]",
+    "argoproj.io/Rollout": "spec.template",
+    "kubeflow.org/Notebook": "spec.template.spec",
+    "kubeflow.org/MXJob": "spec.mxReplicaSpecs[*].template",
+    "trainer.kubeflow.org/TrainJob": "spec.trainer (pods built from its runtime)",
+    "trainer.kubeflow.org/TrainingRuntime": "spec.template (a JobSet)",
+    "trainer.kubeflow.org/ClusterTrainingRuntime": "spec.template (a JobSet)",
+    "workload.codeflare.dev/AppWrapper": "spec.components[*].template",
+    "apps.nvidia.com/NIMService": "spec (the operator builds its pods)",
+    "serving.volcano.sh/ModelServing": "spec.template",
+    "grove.io/PodCliqueSet": "spec.template.cliques[*].spec.podSpec",
+}
+
+
+def asks_for(obj: object, resources: Iterable[str]) -> bool:
+    """Whether any `limits` or `requests` anywhere in `obj` names one of `resources` (how a
+    kind the table does not know shows that its pods ask GPUs). Iterative, each container
+    once."""
+    names = frozenset(resources)
+    seen: set[int] = set()
+    stack = [obj]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, Mapping):
+            for key in ("limits", "requests"):
+                asked = node.get(key)
+                if isinstance(asked, Mapping) and names.intersection(asked):
+                    return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
+
+
+def unread_gpu_workloads(
+    objects: Iterable[tuple[str, object]], gpu_resources: Iterable[str]
+) -> list[str]:
+    """A warning for each object of a manifest (`documents.manifest_objects`) that asks GPUs
+    but is not a kind whose pod templates the table knows: named by kind, namespace and name,
+    with where such a kind keeps its pods when `UNREAD_WORKLOADS` knows it."""
+    gpus = tuple(gpu_resources)
+    found: list[str] = []
+    for where, obj in objects:
+        if not isinstance(obj, Mapping) or is_workload(obj) or not asks_for(obj, gpus):
+            continue
+        pods = UNREAD_WORKLOADS.get(kind_of(obj))
+        said = f" (its pods: {pods})" if pods else ""
+        found.append(
+            f"{where}: {label(obj)}: asks GPUs, but rdmaplane does not read a "
+            f"{kind_of(obj) or 'kind-less object'}{said}; its pods are not shown here (the "
+            "webhook and the extender see them when they are created)"
+        )
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,17 +198,35 @@ def manifest_templates(
     ]
     if not found:
         held = ", ".join(sorted({label(obj) for _, obj in objects})) or "nothing"
+        unread = sorted(
+            {kind_of(o) for _, o in objects if isinstance(o, Mapping)} & set(UNREAD_WORKLOADS)
+        )
+        if unread:
+            raise DocumentError(
+                f"{source}: no Pod or workload rdmaplane reads ({held}); "
+                f"{', '.join(unread)}: its pods are built by its operator, which rdmaplane "
+                "does not read (the webhook and the extender see the pods when they are created)"
+            )
         raise DocumentError(f"{source}: no Pod or workload with a pod template in it ({held})")
     return found
 
 
-def label(obj: object) -> str:
-    """`Kind/name` of an object, as messages name it."""
+def label(obj: object, namespace: str | None = None) -> str:
+    """`Kind/namespace/name` of an object, as output is keyed and messages name it (two
+    `Pod/trainer` of two namespaces are two objects): the namespace given, else the
+    object's own; `Kind/name` when it has none (a cluster-scoped object, or one whose
+    namespace is set where it is applied)."""
     if not isinstance(obj, Mapping):
         return type(obj).__name__
-    kind, name = obj.get("kind"), _mapping(obj.get("metadata")).get("name")
+    meta = _mapping(obj.get("metadata"))
+    kind, name = obj.get("kind"), meta.get("name")
+    ns = namespace if namespace is not None else meta.get("namespace")
     said = str(kind)[:40] if isinstance(kind, str) and kind else "an object without a kind"
-    return f"{said}/{str(name)[:63]}" if isinstance(name, str) and name else said
+    if not isinstance(name, str) or not name:
+        return said
+    if isinstance(ns, str) and ns:
+        said += f"/{ns[:63]}"
+    return f"{said}/{name[:253]}"
 
 
 def pod_of(obj: Mapping[str, Any], template: PodTemplate) -> dict[str, Any]:

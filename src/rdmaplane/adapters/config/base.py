@@ -105,9 +105,9 @@ def _check_version(doc: Mapping[str, object], kind: Kind[Any], prefix: str) -> N
         said = "missing" if version is None else f"{version!r} is not supported"
         raise ConfigError(f"{prefix}apiVersion: {said}; use {API_VERSION}")
     if name != kind.name:
-        from rdmaplane.adapters.config.kinds import KINDS  # every kind, for the hint only
+        from rdmaplane.adapters.config import kinds  # the other kind, for the hint only
 
-        other = KINDS.get(str(name))
+        other = kinds.kind(str(name)) if name in kinds.names() else None
         hint = f" (a {name} is read by {other.read_by})" if other else ""
         said = "missing" if name is None else f"{name!r}"
         raise ConfigError(f"{prefix}kind: {said}; expected {kind.name}{hint}")

@@ -116,6 +116,12 @@ def read_archive(path: str) -> MemoryTree:
         with tarfile.open(path, "r:gz") as tar:
             members = tar.getmembers()
             _check_members(members, path)
+            if members and not any(
+                m.name == SIDECAR or m.name.startswith("class/") for m in members
+            ):
+                raise _refused(
+                    path, f"a .tar.gz without {SIDECAR} or class/: not made by `snapshot create`"
+                )
             for m in members:
                 _add_member(tree, tar, m, path)
     except SnapshotError:

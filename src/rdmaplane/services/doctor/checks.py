@@ -24,7 +24,7 @@ from rdmaplane.core.gid import GidPolicy, gid_problem, select_gid
 from rdmaplane.core.model import Gpu, Hca, LinkLayer, NetnsMode, NodeTopology, Port
 from rdmaplane.core.nccl import default_socket_ifname, link_layer_mix
 from rdmaplane.core.netns import HOW_TO_SHARE
-from rdmaplane.core.pcie import downtrained
+from rdmaplane.core.pcie import downtrained, gpu_downtrained
 from rdmaplane.core.topology import Relation, pci_relation
 from rdmaplane.services.doctor.policy import ncclenv
 from rdmaplane.services.doctor.policy.verdict import Finding, Status
@@ -109,7 +109,7 @@ def devices(host: Host, node: CheckedNode) -> Finding:
         return Finding(
             name,
             Status.FAIL,
-            "no RDMA device in /sys/class/infiniband",
+            f"no RDMA device in {host.path('sys/class/infiniband')}",
             "run on an RDMA node; check the mlx5_core/mlx5_ib drivers are loaded",
         )
     if not node.usable:
@@ -532,8 +532,9 @@ def gpu_nic(host: Host, node: CheckedNode) -> Finding:
     """Each visible GPU against its nearest usable HCA; SYS pairs cross the socket link."""
     name = "gpu-nic"
     gpus, minor_of, unmapped = _visible_gpus(host, node.topo)
-    if not gpus or not node.usable:
-        return Finding(name, Status.PASS, "no GPU/HCA pair to check")
+    if not gpus or not node.usable:  # looked at, nothing to judge: SKIP (docs/doctor.md)
+        missing = "GPU" if not gpus else "usable HCA"
+        return Finding(name, Status.SKIP, f"no GPU/HCA pair to check: the pod sees no {missing}")
     rows, far = [], []
     for g in gpus:
         best = min(
@@ -583,7 +584,7 @@ def pcie_links(host: Host, node: CheckedNode) -> Finding:
     short += [
         f"GPU{g.index} ({g.pci.address}): {why}"
         for g in gpus
-        if (why := downtrained(g.pci.link, judge_speed=False))
+        if (why := gpu_downtrained(g.pci.link))
     ]
     if not short:
         return Finding(name, Status.PASS, "every HCA and GPU link at its device's and slot's best")

@@ -304,6 +304,20 @@ NCCL_RULES: tuple[KnownFailure, ...] = (
         _GID_FIX,
     ),
     KnownFailure(
+        "connect-failed",
+        re.compile(
+            r"(?:Connect to \S+ failed|socketStartConnect: (?:exceeded retries|Connect to)|"
+            r"ncclIbConnect|connect to (?:remote )?GID|[Rr]emote GID \S+ (?:unreachable|failed)|"
+            r"Connection (?:refused|reset by peer)|No route to host|Network is unreachable)"
+        ),
+        Status.FAIL,
+        "a connection between ranks failed (the peer's address or GID could not be reached): "
+        "no traffic crossed nodes",
+        "check that both pods got RDMA devices and the same valid RoCE v2 GID index "
+        "(`rdmaplane gid audit`), that NCCL_SOCKET_IFNAME names a routable interface, and that "
+        "the peer was still running",
+    ),
+    KnownFailure(
         "modify-qp-einval",
         re.compile(r"ibv_modify_qp failed with (?!.*retrying)(?:error )?(?:22 )?Invalid argument"),
         Status.FAIL,

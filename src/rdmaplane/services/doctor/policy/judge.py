@@ -202,9 +202,35 @@ def _busbw(
     )
 
 
+_CONNECT_FAILURES = frozenset({"connect-failed", "modify-qp-timeout", "modify-qp-einval"})
+
+
 def judge_nccl_log(log: NcclLog) -> list[Finding]:
     findings = [d.finding for d in log.diagnoses]
-    if log.rdma_used and not log.net_channels:
+    if log.rdma_used and not log.net_channels and not log.one_node:
+        failed = any(f.name in _CONNECT_FAILURES for f in findings)
+        other = any(f.status is Status.FAIL for f in findings)
+        hosts = len(log.hosts)
+        where = f"{hosts} hosts" if hosts > 1 else f"{log.nranks} ranks, one host in the log"
+        if failed:
+            status, why = Status.FAIL, "the connections between nodes failed (below)"
+        elif other:
+            status, why = Status.SKIP, "the run failed before any connected (below)"
+        else:
+            status, why = Status.WARN, "the log ends before they connect"
+        findings.insert(
+            0,
+            Finding(
+                "transport",
+                status,
+                f"NCCL chose an RDMA network for a run across nodes ({where}), but no channel "
+                f"crossed nodes: {why}",
+                "fix what is below, then rerun"
+                if failed or other
+                else "feed the log of every rank, to its end",
+            ),
+        )
+    elif log.rdma_used and not log.net_channels:
         findings.insert(
             0,
             Finding(

@@ -40,6 +40,20 @@ def cover_pairs(nodes: list[str]) -> list[Pair]:
     return pairs
 
 
+def namespace_object(namespace: str) -> dict[str, Any]:
+    """The doctor's Namespace, as the shipped example has it: Pod Security level privileged,
+    since its pods add IPC_LOCK (which neither baseline nor restricted admits) and run as root
+    (IPC_LOCK is effective only for root); everything else of restricted they meet."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": namespace,
+            "labels": {"pod-security.kubernetes.io/enforce": "privileged"},
+        },
+    }
+
+
 def manifests(
     pairs: list[Pair],
     *,

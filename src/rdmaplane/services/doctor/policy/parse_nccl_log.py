@@ -35,12 +35,16 @@ from rdmaplane.services.doctor.policy.verdict import (
     strip_launcher_prefix,
 )
 
-_STAMP = r"(?:\[[^\]\n]{1,64}\]\s+)?"  # NCCL_DEBUG_TIMESTAMP_LEVELS (default: WARN since 2.26)
+# Whatever a launcher or a logger puts before NCCL's own prefix is skipped: torchrun's
+# `[default0]:` / `[rank0]:`, srun --label's `0: `, mpirun --tag-output's `[1,0]<stdout>:`,
+# `kubectl logs --prefix`'s `[pod/x/c] `, NCCL_DEBUG_TIMESTAMP_LEVELS' `[date time] ` (WARN since
+# 2.26), or several of them: a line is keyed by what follows, NCCL's `host:pid:tid [dev] NCCL`.
+_START = r"(?:^|(?<=[\s\]:>)]))"
 _PREFIX = re.compile(
-    rf"^{_STAMP}(?P<host>[^\s:\[\]]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+"
+    rf"{_START}(?P<host>[^\s:\[\]<>]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[(?P<dev>\d+)\]\s+"
     r"(?:\S+:\d+\s+)?NCCL\s+(?P<level>INFO|WARN)\s(?P<msg>.*)$"
 )
-_BARE_VERSION = re.compile(rf"^{_STAMP}NCCL version (\S+)\s*$")
+_BARE_VERSION = re.compile(rf"{_START}NCCL version (\S+)\s*$")
 _IB_USING = re.compile(r"NET/IB\s*:\s*Using\s+(.*?);\s*OOB\s+(\S+)")
 _IB_DEV = re.compile(r"\[\d+\]([\w.+-]+):(\d+)/(IB|RoCE)")
 _SOCKET_USING = re.compile(r"NET/Socket\s*:\s*Using\s+\[")
@@ -128,6 +132,24 @@ class NcclLog:
     ranks: tuple[RankTransport, ...]
     diagnoses: tuple[Diagnosis, ...]
     nccl_lines: int
+    nranks: int = 0  # the communicator's size as NCCL says it (0: not said)
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """The hosts of the ranks the log shows (processes that never said their rank left
+        out)."""
+        return tuple(
+            sorted({r.host for r in self.ranks if r.rank >= 0 and r.host not in (None, "?")})
+        )
+
+    @property
+    def one_node(self) -> bool:
+        """Whether the run was on one node: its ranks on one host and no more ranks in the
+        communicator than that host's (a 16-rank run whose log shows one host is not)."""
+        if len(self.hosts) > 1:
+            return False
+        shown = sum(1 for r in self.ranks if r.rank >= 0)
+        return not self.nranks or self.nranks <= shown
 
     @property
     def version(self) -> str | None:
@@ -158,6 +180,7 @@ class _Log:
     versions: set[str] = field(default_factory=set)
     gdr_causes: set[str] = field(default_factory=set)
     nccl_lines: int = 0
+    nranks: set[int] = field(default_factory=set)  # `rank R nranks N cudaDev D`
 
     def note(self, finding: Finding, no: int, line: str) -> None:
         """Keep the earliest line of each finding as its evidence."""
@@ -170,12 +193,12 @@ def parse(text: str) -> NcclLog:
     log = _Log()
     for no, raw in enumerate(text.splitlines(), 1):
         line = strip_launcher_prefix(raw).strip()
-        if v := _BARE_VERSION.match(line):
-            log.versions.add(v.group(1))
-            log.nccl_lines += 1
-        elif m := _PREFIX.match(line):
+        if m := _PREFIX.search(line):
             log.nccl_lines += 1
             _read_message(log, m, no, raw.strip())
+        elif v := _BARE_VERSION.search(line):
+            log.versions.add(v.group(1))
+            log.nccl_lines += 1
     if not log.nccl_lines:
         lines = [(i, ln) for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
         if not lines:
@@ -184,7 +207,9 @@ def parse(text: str) -> NcclLog:
     ranks = _ranks(log)
     found = sorted(log.diagnoses.values(), key=lambda d: (d.line_no, d.finding.name))
     found += _whole_log_findings(log, ranks)
-    return NcclLog(tuple(sorted(log.versions)), ranks, tuple(found), log.nccl_lines)
+    return NcclLog(
+        tuple(sorted(log.versions)), ranks, tuple(found), log.nccl_lines, max(log.nranks, default=0)
+    )
 
 
 def _read_message(log: _Log, m: re.Match[str], no: int, raw: str) -> None:
@@ -209,6 +234,7 @@ def _read_message(log: _Log, m: re.Match[str], no: int, raw: str) -> None:
         proc.gid_indices.add(int(g[1]))
     elif i := _INIT.search(msg):
         log.homes.setdefault(int(i[1]), set()).add((*key, int(i[3])))
+        log.nranks.add(int(i[2]))
     elif s := _GDR_SUMMARY.search(msg):
         proc.gdr_summary.add(int(s[1]))
     elif _GDR_NO_MODULE.search(msg) or _GDR_HCA_OFF.search(msg):

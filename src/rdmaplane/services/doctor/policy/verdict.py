@@ -11,7 +11,12 @@ from typing import Any
 
 from rdmaplane.core.errors import InputError
 
-_LAUNCHER = re.compile(r"^\s*(?:\[\d+,\d+\]<(?:stdout|stderr)>:\s?|\d+:\s)")
+# mpirun --tag-output `[1,0]<stdout>:`, srun --label `0: `, torchrun `[default0]:` and
+# `[rank0]:`, kubectl logs --prefix `[pod/name/container] `
+_LAUNCHER = re.compile(
+    r"^\s*(?:\[\d+,\d+\]<(?:stdout|stderr)>:\s?|\d+:\s|\[(?:default|rank)\d+\]:\s?"
+    r"|\[(?:pod|deployment|job|statefulset)/[^\]\s]+\]\s)"
+)
 
 
 class Status(enum.IntEnum):
@@ -69,9 +74,10 @@ def jsonable(value: Any) -> Any:
 
 
 def strip_launcher_prefix(line: str) -> str:
-    """Drop what mpirun (`[1,0]<stdout>:`) and srun --label (`0: `) put before each line (both,
-    when one launcher runs inside the other)."""
-    for _ in range(2):
+    """Drop what launchers put before each line: mpirun (`[1,0]<stdout>:`), srun --label
+    (`0: `), torchrun (`[default0]:`, `[rank0]:`), kubectl logs --prefix (`[pod/x/c] `); up to
+    three, when one runs inside another."""
+    for _ in range(3):
         m = _LAUNCHER.match(line)
         if not m:
             break
