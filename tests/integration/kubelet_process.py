@@ -11,12 +11,13 @@ every process of the machine):
     {"ev": "refused", "resource": ..., "error": ..., "t": ...}   a Register refused
 
 A restart is what a kubelet restart looks like on the node, compressed to milliseconds: the
-old server and every stream to plugins die, every socket in `device-plugins/` is deleted (the
-device manager's CleanupPluginDirectory: sockets only), and a new `kubelet.sock` listens. On a
+old server and every stream to plugins die, every file in `device-plugins/` is deleted (as a
+starting kubelet does), and a new `kubelet.sock` listens at once, no pause. On a
 disk file system the new socket often gets the old one's inode, and within the same timestamp
 tick, its mtime too. With `--plugins-registry` the stand-in also plays the plugin watcher:
 sockets in `plugins_registry/` (at start, and whenever one is created, by inotify) are asked
-`GetInfo`, dialled and told `NotifyRegistrationStatus`. `restart wipe-registry` deletes the
+`GetInfo`, dialled and told `NotifyRegistrationStatus` (a `DRAPlugin` is validated as the DRA
+manager does and reported as registered; its endpoint is dialled when used, not here). `restart wipe-registry` deletes the
 sockets in `plugins_registry/` too (harsher than a kubelet: the plugin must serve again).
 
 It shares no code with the plugin: its own process, its own event loop, only the generated
@@ -111,10 +112,11 @@ class Kubelet(dp_grpc.RegistrationServicer):
         self.records = DeviceManagerRecords()  # a new kubelet knows no plugin
         self.watched: dict[str, int] = {}  # the plugin watcher's sockets: path -> inode
         self.plugins_dir.mkdir(parents=True, exist_ok=True)
-        for folder in (
-            (self.plugins_dir, self.registry_dir) if wipe_registry else (self.plugins_dir,)
-        ):
-            for entry in folder.iterdir():  # CleanupPluginDirectory: sockets only
+        for entry in self.plugins_dir.iterdir():  # every file, as a starting kubelet does
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        if wipe_registry:
+            for entry in self.registry_dir.iterdir():
                 with contextlib.suppress(OSError):
                     if stat.S_ISSOCK(entry.stat().st_mode):
                         entry.unlink()
@@ -179,7 +181,11 @@ class Kubelet(dp_grpc.RegistrationServicer):
         try:
             watcher = reg_grpc.RegistrationStub(channel)
             info = await watcher.GetInfo(reg.InfoRequest(), timeout=10)
-            refusal = await self.connect(info.name, Path(info.endpoint or sock))
+            if info.type == "DRAPlugin":  # the DRA manager: validated, dialled when used
+                refusal = dra_refusal(info) or None
+                say("refused" if refusal else "registered", resource=info.name, error=refusal)
+            else:
+                refusal = await self.connect(info.name, Path(info.endpoint or sock))
             await watcher.NotifyRegistrationStatus(
                 reg.RegistrationStatus(plugin_registered=refusal is None, error=refusal or ""),
                 timeout=10,
@@ -205,6 +211,16 @@ class Kubelet(dp_grpc.RegistrationServicer):
         finally:
             records.stream_ended(path)
             await channel.close()
+
+
+def dra_refusal(info: reg.PluginInfo) -> str:
+    """Why kubelet v1.37 would refuse a DRA driver's registration ("" when it would not): no
+    endpoint, or none of the gRPC services it knows (`servicesSupportedByKubelet`)."""
+    if not info.endpoint:
+        return "no endpoint"
+    if not {"v1.DRAPlugin", "v1beta1.DRAPlugin"} & set(info.supported_versions):
+        return f"none of {list(info.supported_versions)} is supported"
+    return ""
 
 
 async def watch_registry(kubelet: Kubelet, inotify: Inotify) -> None:
@@ -256,6 +272,7 @@ class KubeletProcess:
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.refused: list[dict[str, Any]] = []  # every Register refused, kept apart
         self.accepted = 0  # registrations the stand-in accepted, all told
+        self.log: list[dict[str, Any]] = []  # every event, in order
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> KubeletProcess:
@@ -284,6 +301,7 @@ class KubeletProcess:
         assert self.proc is not None and self.proc.stdout is not None
         while line := await self.proc.stdout.readline():
             event = json.loads(line)
+            self.log.append(event)
             if event["ev"] == "refused":
                 self.refused.append(event)
             elif event["ev"] == "registered":
@@ -304,6 +322,10 @@ class KubeletProcess:
         self.proc.stdin.write(b"restart wipe-registry\n" if wipe_registry else b"restart\n")
         await self.proc.stdin.drain()
         return float((await self.next("up", within))["t"])
+
+    async def registered_dra(self, within: float) -> dict[str, Any]:
+        """The next registration of a DRA driver (it has no ListAndWatch to wait for)."""
+        return await self.next("registered", within)
 
     async def registered(self, within: float, resource: str | None = None) -> Seen:
         """The next registration (of `resource`) and the first ListAndWatch reply after it."""

@@ -33,25 +33,59 @@ from rdmaplane.core.registration import Act, Identity, Look, Mode, Outcome, Stat
 KUBELET_SOCKET = "kubelet.sock"
 ALREADY_CONNECTED = "device plugin already connected"  # the kubelet's refusal of a second Register
 REGISTER_TIMEOUT_S = 15.0  # the kubelet dials us back within it (10 s)
+CONNECT_TIMEOUT_S = 0.5
 _LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
-async def register(kubelet_socket: Path, request: dp.RegisterRequest) -> tuple[Outcome, str]:
-    """One `Registration.Register` call: its outcome, and the kubelet's words when refused.
+async def register(
+    kubelet_socket: Path,
+    request: dp.RegisterRequest,
+    still_ours: Callable[[], bool] = lambda: True,
+) -> tuple[Outcome, str]:
+    """One `Registration.Register` call: its outcome, and why when it failed or was refused.
 
-    A channel of its own (a local subchannel pool): gRPC would otherwise share a connection
+    The connection is made first, within `CONNECT_TIMEOUT_S`, and the Register sent only on it
+    and only if `still_ours()`: a kubelet we are connected to has started listening, and a
+    kubelet wipes our socket before it listens, so a Register is never sent to a kubelet that
+    has deleted our socket (it would dial us back in vain for 10 s, then fail). Until the
+    Register is sent nothing reached the kubelet, so giving up then is safe; once it is sent,
+    its answer is awaited (giving up then could leave it registered, and a second Register
+    fatal). A connection that stays in CONNECTING (seen here under heavy load: the socket
+    connect never completing while kubelets came and went) is given up after the timeout.
+    The channel is its own (a local subchannel pool): gRPC would otherwise share a connection
     with another channel to the same path, possibly one to a kubelet that is going away."""
     options = [("grpc.use_local_subchannel_pool", 1)]
-    try:
-        async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}", options=options) as ch:
+    async with grpc.aio.insecure_channel(f"unix://{kubelet_socket}", options=options) as ch:
+        problem = await _connect(ch)
+        if problem is None and not still_ours():
+            problem = "our socket vanished before the Register was sent"
+        if problem is not None:
+            return Outcome.FAILED, problem
+        try:
             kubelet = dp_grpc.RegistrationStub(ch)  # type: ignore[no-untyped-call]
             await kubelet.Register(request, timeout=REGISTER_TIMEOUT_S)
-    except grpc.aio.AioRpcError as e:
-        details = e.details() or ""
-        if ALREADY_CONNECTED in details:
-            return Outcome.ALREADY_CONNECTED, details
-        return Outcome.FAILED, f"{e.code().name}: {details}"
+        except grpc.aio.AioRpcError as e:
+            details = e.details() or ""
+            if ALREADY_CONNECTED in details:
+                return Outcome.ALREADY_CONNECTED, details
+            return Outcome.FAILED, f"{e.code().name}: {details}"
     return Outcome.REGISTERED, ""
+
+
+async def _connect(ch: grpc.aio.Channel) -> str | None:
+    """Connect `ch`: None once READY, else why not (a failed connect fails at once)."""
+    deadline = asyncio.get_running_loop().time() + CONNECT_TIMEOUT_S
+    state = ch.get_state(try_to_connect=True)
+    while state is not grpc.ChannelConnectivity.READY:
+        if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+            return "cannot connect"
+        left = deadline - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(ch.wait_for_state_change(state), max(left, 0.0))
+        except TimeoutError:
+            return f"not connected within {CONNECT_TIMEOUT_S:g} s"
+        state = ch.get_state(try_to_connect=True)
+    return None
 
 
 class KeptSocket:
@@ -151,7 +185,7 @@ class KeptSocket:
 
     async def _register_step(self, kubelet: Identity) -> None:
         assert self.kubelet_socket is not None and self.request is not None
-        outcome, why = await register(self.kubelet_socket, self.request())
+        outcome, why = await register(self.kubelet_socket, self.request(), self.ours)
         now = asyncio.get_running_loop().time()
         self.state, lines = machine.registered(
             self.state, kubelet, outcome, why, now, self.first_backoff_s, self.max_backoff_s
