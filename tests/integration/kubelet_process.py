@@ -17,8 +17,10 @@ disk file system the new socket often gets the old one's inode, and within the s
 tick, its mtime too. With `--plugins-registry` the stand-in also plays the plugin watcher:
 sockets in `plugins_registry/` (at start, and whenever one is created, by inotify) are asked
 `GetInfo`, dialled and told `NotifyRegistrationStatus` (a `DRAPlugin` is validated as the DRA
-manager does and reported as registered; its endpoint is dialled when used, not here). `restart wipe-registry` deletes the
-sockets in `plugins_registry/` too (harsher than a kubelet: the plugin must serve again).
+manager does and reported as registered; its endpoint is dialled when used, not here).
+`restart wipe-registry` deletes the sockets in `plugins_registry/` too (harsher than a
+kubelet: the plugin must serve again). A stopping kubelet registers nothing more: what its
+watcher finds while it stops is dropped, and its registrations in flight are cancelled.
 
 It shares no code with the plugin: its own process, its own event loop, only the generated
 stubs of the kubelet's .proto files. Like the v1.37.2 kubelet it refuses a second Register from
@@ -107,6 +109,7 @@ class Kubelet(dp_grpc.RegistrationServicer):
         self.streams: set[asyncio.Task[None]] = set()
         self.records = DeviceManagerRecords()
         self.watched: dict[str, int] = {}
+        self.running = False  # between a start and the next stop
 
     async def start(self, wipe_registry: bool = False) -> None:
         self.records = DeviceManagerRecords()  # a new kubelet knows no plugin
@@ -124,18 +127,21 @@ class Kubelet(dp_grpc.RegistrationServicer):
         dp_grpc.add_RegistrationServicer_to_server(self, self.server)
         self.server.add_insecure_port(f"unix://{self.plugins_dir / 'kubelet.sock'}")
         await self.server.start()
+        self.running = True
         say("up")
         if self.registry:
             for sock in sorted(self.registry_dir.glob("*")):
                 self.found(sock)
 
     async def stop(self) -> None:
-        streams = list(self.streams)
-        for task in streams:
-            task.cancel()
-        for task in streams:  # every connection of the old kubelet closed before the new one
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self.running = False  # a kubelet that stops registers nothing more
+        while self.streams:  # every connection of the old kubelet closed before the new one
+            streams = list(self.streams)
+            for task in streams:
+                task.cancel()
+            for task in streams:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.server is not None:
             await self.server.stop(None)
             self.server = None
@@ -166,7 +172,7 @@ class Kubelet(dp_grpc.RegistrationServicer):
         """The plugin watcher saw a socket: ask it who it is, connect, notify. Its cache is keyed
         by path: a socket seen twice (at start and by inotify) registers once; a new socket at a
         known path replaces the old registration (DeRegisterPlugin, then RegisterPlugin)."""
-        if sock.name.startswith(".") or not sock.is_socket():
+        if not self.running or sock.name.startswith(".") or not sock.is_socket():
             return
         identity = sock.stat().st_ino
         if self.watched.get(str(sock)) == identity:
@@ -174,9 +180,9 @@ class Kubelet(dp_grpc.RegistrationServicer):
         if str(sock) in self.watched:
             self.records.deregister(str(sock))
         self.watched[str(sock)] = identity
-        self.spawn(self._register_found(sock))
+        self.spawn(self._register_found(sock, identity))
 
-    async def _register_found(self, sock: Path) -> None:
+    async def _register_found(self, sock: Path, identity: int) -> None:
         channel = dial(sock)
         try:
             watcher = reg_grpc.RegistrationStub(channel)
@@ -190,8 +196,11 @@ class Kubelet(dp_grpc.RegistrationServicer):
                 reg.RegistrationStatus(plugin_registered=refusal is None, error=refusal or ""),
                 timeout=10,
             )
-        except grpc.aio.AioRpcError:
-            pass
+        except grpc.aio.AioRpcError as e:
+            # tried again when seen again (an event, the next start), as the kubelet retries
+            say("watcher-error", error=f"{sock.name}: {e.code().name} {e.details()}")
+            if self.watched.get(str(sock)) == identity:
+                del self.watched[str(sock)]
         finally:
             await channel.close()
 

@@ -59,9 +59,7 @@ async def test_the_device_plugin_registers_once_with_every_kubelet_of_a_storm(
         await plugin.start()
         try:
             await kubelet.registered(30)
-            seen = await storm(
-                kubelet, "rdmaplane.io/hca", PLUGIN_RESTARTS, seed=41, scale=SCALE
-            )
+            seen = await storm(kubelet, "rdmaplane.io/hca", PLUGIN_RESTARTS, seed=41, scale=SCALE)
         finally:
             await plugin.stop()
     print(seen.summary())

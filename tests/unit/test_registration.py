@@ -34,7 +34,7 @@ def registered_state(kubelet: m.Identity = K1) -> State:
 
 
 def test_a_socket_never_served_is_served_without_a_warning() -> None:
-    s, step = decide(m.initial(m.KUBELET), ours=False)
+    _, step = decide(m.initial(m.KUBELET), ours=False)
     assert step.act is Act.SERVE and step.lines == ()
 
 
@@ -123,7 +123,7 @@ def test_kubelet_sock_gone_after_a_registration_starts_an_outage() -> None:
 
 
 def test_another_kubelet_sock_is_registered_with() -> None:
-    s, step = decide(registered_state(), ours=True, kubelet=K2)
+    _, step = decide(registered_state(), ours=True, kubelet=K2)
     assert step.act is Act.REGISTER and step.kubelet == K2
 
 
