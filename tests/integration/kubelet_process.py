@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import os
 import stat
 import sys
 import time
@@ -50,6 +52,26 @@ from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2_grpc as
 
 def say(ev: str, **fields: object) -> None:
     print(json.dumps({"ev": ev, "t": time.monotonic(), **fields}), flush=True)
+
+
+_serial = itertools.count()
+
+
+async def listen(servicer: dp_grpc.RegistrationServicer, socket: Path) -> grpc.aio.Server:
+    """A started Registration server on `socket`, bound under a hidden name and renamed into
+    place. Binding `socket` itself would race the server of the previous life: gRPC-Python
+    unlinks the path a server bound when its listener is torn down, which can happen after
+    `stop()` returned and after the next server bound the same path; the new `kubelet.sock`
+    was then deleted under a running stand-in (seen here in restart storms: a plugin found no
+    `kubelet.sock` mid-life and no registration was possible until the next restart). A Go
+    kubelet that exits leaves its socket file to the next one, which wipes the folder first."""
+    hidden = socket.parent / f".kubelet-{os.getpid()}-{next(_serial)}.sock"
+    server = grpc.aio.server()
+    dp_grpc.add_RegistrationServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix://{hidden}")
+    await server.start()
+    os.rename(hidden, socket)
+    return server
 
 
 def dial(socket: Path) -> grpc.aio.Channel:
@@ -123,10 +145,7 @@ class Kubelet(dp_grpc.RegistrationServicer):
                 with contextlib.suppress(OSError):
                     if stat.S_ISSOCK(entry.stat().st_mode):
                         entry.unlink()
-        self.server = grpc.aio.server()
-        dp_grpc.add_RegistrationServicer_to_server(self, self.server)
-        self.server.add_insecure_port(f"unix://{self.plugins_dir / 'kubelet.sock'}")
-        await self.server.start()
+        self.server = await listen(self, self.plugins_dir / "kubelet.sock")
         self.running = True
         say("up")
         if self.registry:

@@ -29,7 +29,7 @@ from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2_grpc as
 from rdmaplane.core.settings.agent import AgentSettings
 from rdmaplane.core.settings.deviceplugin import PluginSettings
 from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin
-from tests.integration.kubelet_process import DeviceManagerRecords
+from tests.integration.kubelet_process import DeviceManagerRecords, listen
 
 
 def device_nodes(sysfs: Path, root: Path) -> Path:
@@ -98,10 +98,7 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
     # --- lifecycle
     async def start(self) -> None:
         self.plugins_dir.mkdir(parents=True, exist_ok=True)
-        self._server = grpc.aio.server()
-        dp_grpc.add_RegistrationServicer_to_server(self, self._server)
-        self._server.add_insecure_port(f"unix://{self.socket}")
-        await self._server.start()
+        self._server = await listen(self, self.socket)  # renamed into place: see `listen`
 
     async def stop(self) -> None:
         for task in list(self._tasks):
