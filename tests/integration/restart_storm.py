@@ -66,6 +66,11 @@ class Storm:
         """Lives that ended before a registration could reach them (and saw none)."""
         return sum(not life.registered and life.lived < self.within_s for life in self.lives)
 
+    @property
+    def longest_unregistered(self) -> float:
+        """The longest life that saw no registration, s (0 when every one did)."""
+        return max((life.lived for life in self.lives if not life.registered), default=0.0)
+
     def problems(self) -> list[str]:
         found = []
         for i, life in enumerate(self.lives):
@@ -91,7 +96,8 @@ class Storm:
         return (
             f"{self.resource}: {self.restarts} restarts, registrations per kubelet life "
             f"{{{per}}} ({self.short_lived} lives shorter than {self.within_s * 1000:.0f} ms "
-            f"and unregistered), delay p50 {statistics.median(d) * 1000:.1f} ms, "
+            f"unregistered, the longest {self.longest_unregistered * 1000:.1f} ms), "
+            f"delay p50 {statistics.median(d) * 1000:.1f} ms, "
             f"p99 {d[int(0.99 * (len(d) - 1))] * 1000:.1f} ms, worst {d[-1] * 1000:.1f} ms, "
             f"refused {sum(len(life.refused) for life in self.lives)}"
         )
