@@ -89,6 +89,8 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
         self.plugins: dict[str, Plugin] = {}
         self.registrations: list[dp.RegisterRequest] = []
         self.refusals: list[str] = []
+        self.register_delay = 0.0
+        self.register_received = asyncio.Event()  # set by every Register received
         self.records = DeviceManagerRecords()
         self.changed = asyncio.Condition()
         self._server: grpc.aio.Server | None = None
@@ -127,6 +129,8 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
         self, request: dp.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> dp.Empty:
         self.registrations.append(request)
+        self.register_received.set()
+        await asyncio.sleep(self.register_delay)  # a kubelet slow to answer
         endpoint = str(self.plugins_dir / request.endpoint)
         refusal = await self._connect(request.resource_name, endpoint)
         if refusal is not None:

@@ -120,6 +120,10 @@ class KeptSocket:
         self.state: State = machine.initial(mode)
         self.server: grpc.aio.Server | None = None
         self.served: Identity | None = None  # our socket's identity, while it is ours
+        # a Register sent and not yet answered, with the kubelet.sock it went to: it belongs to
+        # this object, not to the loop's task, so a loop cancelled or restarted meanwhile
+        # waits for its answer instead of sending a second one (fatal, see the core)
+        self._in_flight: tuple[Identity, asyncio.Task[tuple[Outcome, str]]] | None = None
 
     @property
     def registrations(self) -> int:
@@ -148,6 +152,9 @@ class KeptSocket:
 
     async def close(self) -> None:
         """Stop serving; remove the socket if it is still ours."""
+        if self._in_flight is not None:
+            self._in_flight[1].cancel()
+            self._in_flight = None
         if self.server is not None:
             await self.server.stop(grace=0.2)
             self.server = None
@@ -160,6 +167,8 @@ class KeptSocket:
 
     async def run(self) -> None:
         """Keep served (and registered) for good; a task of the service's `Supervisor`."""
+        if self._in_flight is not None:  # sent by a loop that was cancelled or failed
+            await self._register_step(self._in_flight[0])
         with FolderEvents(self.path.parent, self.path.parent.parent) as events:
             while True:
                 events.watch()
@@ -185,7 +194,19 @@ class KeptSocket:
 
     async def _register_step(self, kubelet: Identity) -> None:
         assert self.kubelet_socket is not None and self.request is not None
-        outcome, why = await register(self.kubelet_socket, self.request(), self.ours)
+        if self._in_flight is None:
+            call = register(self.kubelet_socket, self.request(), self.ours)
+            self._in_flight = kubelet, asyncio.ensure_future(call)
+        kubelet, task = self._in_flight
+        try:
+            outcome, why = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # our loop was cancelled: the call goes on, and its answer is kept
+            outcome, why = Outcome.FAILED, "cancelled"
+        except Exception as e:  # an unexpected failure of the call: retried
+            outcome, why = Outcome.FAILED, f"{type(e).__name__}: {e}"
+        self._in_flight = None
         now = asyncio.get_running_loop().time()
         self.state, lines = machine.registered(
             self.state, kubelet, outcome, why, now, self.first_backoff_s, self.max_backoff_s
