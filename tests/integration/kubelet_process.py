@@ -153,14 +153,13 @@ class Kubelet(dp_grpc.RegistrationServicer):
                 self.found(sock)
 
     async def stop(self) -> None:
-        self.running = False  # a kubelet that stops registers nothing more
-        while self.streams:  # every connection of the old kubelet closed before the new one
-            streams = list(self.streams)
-            for task in streams:
-                task.cancel()
-            for task in streams:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        self.running = False  # a kubelet that stops finds (and registers) nothing more
+        streams = list(self.streams)
+        for task in streams:
+            task.cancel()
+        for task in streams:  # every connection of the old kubelet closed before the new one
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if self.server is not None:
             await self.server.stop(None)
             self.server = None
@@ -205,21 +204,25 @@ class Kubelet(dp_grpc.RegistrationServicer):
         channel = dial(sock)
         try:
             watcher = reg_grpc.RegistrationStub(channel)
-            info = await watcher.GetInfo(reg.InfoRequest(), timeout=10)
+            try:
+                info = await watcher.GetInfo(reg.InfoRequest(), timeout=10)
+            except grpc.aio.AioRpcError as e:
+                # nothing registered: tried again when seen again (an event, the next start),
+                # as the kubelet's reconciler retries too
+                say("watcher-error", error=f"{sock.name}: {e.code().name} {e.details()}")
+                if self.watched.get(str(sock)) == identity:
+                    del self.watched[str(sock)]
+                return
             if info.type == "DRAPlugin":  # the DRA manager: validated, dialled when used
                 refusal = dra_refusal(info) or None
                 say("refused" if refusal else "registered", resource=info.name, error=refusal)
             else:
                 refusal = await self.connect(info.name, Path(info.endpoint or sock))
-            await watcher.NotifyRegistrationStatus(
-                reg.RegistrationStatus(plugin_registered=refusal is None, error=refusal or ""),
-                timeout=10,
-            )
-        except grpc.aio.AioRpcError as e:
-            # tried again when seen again (an event, the next start), as the kubelet retries
-            say("watcher-error", error=f"{sock.name}: {e.code().name} {e.details()}")
-            if self.watched.get(str(sock)) == identity:
-                del self.watched[str(sock)]
+            with contextlib.suppress(grpc.aio.AioRpcError):  # registered (or not) all the same
+                await watcher.NotifyRegistrationStatus(
+                    reg.RegistrationStatus(plugin_registered=refusal is None, error=refusal or ""),
+                    timeout=10,
+                )
         finally:
             await channel.close()
 
