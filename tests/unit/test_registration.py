@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rdmaplane.core import registration as m
-from rdmaplane.core.registration import Act, Look, Outcome, State
+from rdmaplane.core.registration import Act, Look, RegisterOutcome, State
 
 RECHECK = 30.0
 FIRST, MAX = 0.05, 5.0
@@ -26,7 +26,7 @@ def texts(lines: tuple[m.Line, ...]) -> list[str]:
 
 def registered_state(kubelet: m.Identity = K1) -> State:
     s, _ = m.served(m.initial(m.KUBELET), True, "", 0.0, FIRST, MAX)
-    s, _ = m.registered(s, kubelet, Outcome.REGISTERED, "", 0.0, FIRST, MAX)
+    s, _ = m.registered(s, kubelet, RegisterOutcome.REGISTERED, "", 0.0, FIRST, MAX)
     return s
 
 
@@ -80,7 +80,7 @@ def test_a_registration_ends_the_outage() -> None:
     s, _ = m.served(m.initial(m.KUBELET), True, "", 0.0, FIRST, MAX)
     s, _ = decide(s, ours=True, kubelet=None)
     assert s.outage_logged
-    s, lines = m.registered(s, K1, Outcome.REGISTERED, "", 1.0, FIRST, MAX)
+    s, lines = m.registered(s, K1, RegisterOutcome.REGISTERED, "", 1.0, FIRST, MAX)
     assert texts(lines) == ["registered with the kubelet"]
     assert s.registered_with == K1 and not s.wanted and not s.outage_logged
     assert s.registrations == 1
@@ -94,7 +94,7 @@ def test_registered_with_the_same_kubelet_it_only_waits() -> None:
 
 def test_a_failed_register_is_retried_after_a_backoff_and_said_once() -> None:
     s, _ = m.served(m.initial(m.KUBELET), True, "", 0.0, FIRST, MAX)
-    s, lines = m.registered(s, K1, Outcome.FAILED, "UNAVAILABLE: x", 5.0, FIRST, MAX)
+    s, lines = m.registered(s, K1, RegisterOutcome.FAILED, "UNAVAILABLE: x", 5.0, FIRST, MAX)
     assert texts(lines) == [
         "cannot register at {kubelet} (UNAVAILABLE: x); retrying until it answers"
     ]
@@ -102,13 +102,13 @@ def test_a_failed_register_is_retried_after_a_backoff_and_said_once() -> None:
     assert step.act is Act.WAIT and step.wait_s is not None and step.wait_s < 0.05
     s, step = decide(s, ours=True, kubelet=K1, now=5.05)
     assert step.act is Act.REGISTER
-    s, lines = m.registered(s, K1, Outcome.FAILED, "again", 5.05, FIRST, MAX)
+    s, lines = m.registered(s, K1, RegisterOutcome.FAILED, "again", 5.05, FIRST, MAX)
     assert lines == () and s.register_failures == 2 and s.retry_at == 5.05 + 0.1
 
 
 def test_already_connected_is_final_for_that_kubelet() -> None:
     s, _ = m.served(m.initial(m.KUBELET), True, "", 0.0, FIRST, MAX)
-    s, lines = m.registered(s, K1, Outcome.ALREADY_CONNECTED, "already", 0.0, FIRST, MAX)
+    s, lines = m.registered(s, K1, RegisterOutcome.ALREADY_CONNECTED, "already", 0.0, FIRST, MAX)
     assert [line.level for line in lines] == ["error"]
     assert "not retrying" in lines[0].text
     assert s.registrations == 0 and not s.wanted and s.registered_with == K1
@@ -152,7 +152,7 @@ def test_each_outage_says_waiting_once_even_if_the_last_never_registered() -> No
 def test_failures_of_the_last_kubelet_do_not_delay_the_next() -> None:
     s, _ = m.served(m.initial(m.KUBELET), True, "", 0.0, FIRST, MAX)
     for _ in range(6):
-        s, _ = m.registered(s, K1, Outcome.FAILED, "x", 0.0, FIRST, MAX)
+        s, _ = m.registered(s, K1, RegisterOutcome.FAILED, "x", 0.0, FIRST, MAX)
     s, step = decide(s, ours=False, kubelet=K2, now=0.0)
     s, _ = m.served(s, True, "", 0.0, FIRST, MAX)
     _, step = decide(s, ours=True, kubelet=K2, now=0.0)
@@ -197,15 +197,15 @@ class Kubelet:
         self.connected = False
         self.starts += 1
 
-    def register(self) -> Outcome:
+    def register(self) -> RegisterOutcome:
         if self.inode is None or not self.ours:
-            return Outcome.FAILED  # nothing listens / cannot dial the plugin back
+            return RegisterOutcome.FAILED  # nothing listens / cannot dial the plugin back
         if self.connected:
             self.refused += 1
-            return Outcome.ALREADY_CONNECTED
+            return RegisterOutcome.ALREADY_CONNECTED
         self.connected = True
         self.accepted[self.generation] = self.accepted.get(self.generation, 0) + 1
-        return Outcome.REGISTERED
+        return RegisterOutcome.REGISTERED
 
 
 world_op = st.one_of(

@@ -50,7 +50,7 @@ class Act(Enum):
     WAIT = "wait"
 
 
-class Outcome(Enum):
+class RegisterOutcome(Enum):
     REGISTERED = "registered"
     ALREADY_CONNECTED = "already-connected"  # final for this kubelet: never retried
     FAILED = "failed"  # retried after a backoff
@@ -185,14 +185,14 @@ def served(
 def registered(
     s: State,
     kubelet: Identity,
-    outcome: Outcome,
+    outcome: RegisterOutcome,
     why: str,
     now: float,
     first_s: float,
     max_s: float,
 ) -> tuple[State, tuple[Line, ...]]:
     """After a Register sent to the `kubelet.sock` that was `kubelet`."""
-    if outcome is Outcome.FAILED:
+    if outcome is RegisterOutcome.FAILED:
         failures = s.register_failures + 1
         s = replace(s, register_failures=failures, retry_at=now + backoff(failures, first_s, max_s))
         s, lines = _log_once(
@@ -207,7 +207,7 @@ def registered(
         retry_at=None,
         outage_logged=False,  # the outage is over
     )
-    if outcome is Outcome.REGISTERED:
+    if outcome is RegisterOutcome.REGISTERED:
         return replace(done, registrations=s.registrations + 1), (
             Line("info", "registered with the kubelet"),
         )

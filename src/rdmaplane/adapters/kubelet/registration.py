@@ -28,7 +28,7 @@ from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2 as dp
 from rdmaplane.adapters.kubelet.api.deviceplugin.v1beta1 import api_pb2_grpc as dp_grpc
 from rdmaplane.adapters.kubelet.sockets import FolderEvents, ServeError, inode, serve
 from rdmaplane.core import registration as machine
-from rdmaplane.core.registration import Act, Identity, Look, Mode, Outcome, State
+from rdmaplane.core.registration import Act, Identity, Look, Mode, RegisterOutcome, State
 
 KUBELET_SOCKET = "kubelet.sock"
 ALREADY_CONNECTED = "device plugin already connected"  # the kubelet's refusal of a second Register
@@ -41,7 +41,7 @@ async def register(
     kubelet_socket: Path,
     request: dp.RegisterRequest,
     still_ours: Callable[[], bool] = lambda: True,
-) -> tuple[Outcome, str]:
+) -> tuple[RegisterOutcome, str]:
     """One `Registration.Register` call: its outcome, and why when it failed or was refused.
 
     The connection is made first, within `CONNECT_TIMEOUT_S`, and the Register sent only on it
@@ -60,16 +60,16 @@ async def register(
         if problem is None and not still_ours():
             problem = "our socket vanished before the Register was sent"
         if problem is not None:
-            return Outcome.FAILED, problem
+            return RegisterOutcome.FAILED, problem
         try:
             kubelet = dp_grpc.RegistrationStub(ch)  # type: ignore[no-untyped-call]
             await kubelet.Register(request, timeout=REGISTER_TIMEOUT_S)
         except grpc.aio.AioRpcError as e:
             details = e.details() or ""
             if ALREADY_CONNECTED in details:
-                return Outcome.ALREADY_CONNECTED, details
-            return Outcome.FAILED, f"{e.code().name}: {details}"
-    return Outcome.REGISTERED, ""
+                return RegisterOutcome.ALREADY_CONNECTED, details
+            return RegisterOutcome.FAILED, f"{e.code().name}: {details}"
+    return RegisterOutcome.REGISTERED, ""
 
 
 async def _connect(ch: grpc.aio.Channel) -> str | None:
@@ -123,7 +123,7 @@ class KeptSocket:
         # a Register sent and not yet answered, with the kubelet.sock it went to: it belongs to
         # this object, not to the loop's task, so a loop cancelled or restarted meanwhile
         # waits for its answer instead of sending a second one (fatal, see the core)
-        self._in_flight: tuple[Identity, asyncio.Task[tuple[Outcome, str]]] | None = None
+        self._in_flight: tuple[Identity, asyncio.Task[tuple[RegisterOutcome, str]]] | None = None
 
     @property
     def registrations(self) -> int:
@@ -203,9 +203,9 @@ class KeptSocket:
         except asyncio.CancelledError:
             if not task.cancelled():
                 raise  # our loop was cancelled: the call goes on, and its answer is kept
-            outcome, why = Outcome.FAILED, "cancelled"
+            outcome, why = RegisterOutcome.FAILED, "cancelled"
         except Exception as e:  # an unexpected failure of the call: retried
-            outcome, why = Outcome.FAILED, f"{type(e).__name__}: {e}"
+            outcome, why = RegisterOutcome.FAILED, f"{type(e).__name__}: {e}"
         self._in_flight = None
         now = asyncio.get_running_loop().time()
         self.state, lines = machine.registered(
