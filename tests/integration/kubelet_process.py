@@ -11,13 +11,16 @@ every process of the machine):
     {"ev": "refused", "resource": ..., "error": ..., "t": ...}   a Register refused
 
 A restart is what a kubelet restart looks like on the node, compressed to milliseconds: the
-old server and every stream to plugins die, every socket in `device-plugins/` is deleted (the
-device manager's CleanupPluginDirectory: sockets only), and a new `kubelet.sock` listens. On a
+old server and every stream to plugins die, every file in `device-plugins/` is deleted (as a
+starting kubelet does), and a new `kubelet.sock` listens at once, no pause. On a
 disk file system the new socket often gets the old one's inode, and within the same timestamp
 tick, its mtime too. With `--plugins-registry` the stand-in also plays the plugin watcher:
 sockets in `plugins_registry/` (at start, and whenever one is created, by inotify) are asked
-`GetInfo`, dialled and told `NotifyRegistrationStatus`. `restart wipe-registry` deletes the
-sockets in `plugins_registry/` too (harsher than a kubelet: the plugin must serve again).
+`GetInfo`, dialled and told `NotifyRegistrationStatus` (a `DRAPlugin` is validated as the DRA
+manager does and reported as registered; its endpoint is dialled when used, not here).
+`restart wipe-registry` deletes the sockets in `plugins_registry/` too (harsher than a
+kubelet: the plugin must serve again). A stopping kubelet registers nothing more: what its
+watcher finds while it stops is dropped, and its registrations in flight are cancelled.
 
 It shares no code with the plugin: its own process, its own event loop, only the generated
 stubs of the kubelet's .proto files. Like the v1.37.2 kubelet it refuses a second Register from
@@ -28,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import os
 import stat
 import sys
 import time
@@ -47,6 +52,26 @@ from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2_grpc as
 
 def say(ev: str, **fields: object) -> None:
     print(json.dumps({"ev": ev, "t": time.monotonic(), **fields}), flush=True)
+
+
+_serial = itertools.count()
+
+
+async def listen(servicer: dp_grpc.RegistrationServicer, socket: Path) -> grpc.aio.Server:
+    """A started Registration server on `socket`, bound under a hidden name and renamed into
+    place. Binding `socket` itself would race the server of the previous life: gRPC-Python
+    unlinks the path a server bound when its listener is torn down, which can happen after
+    `stop()` returned and after the next server bound the same path; the new `kubelet.sock`
+    was then deleted under a running stand-in (seen here in restart storms: a plugin found no
+    `kubelet.sock` mid-life and no registration was possible until the next restart). A Go
+    kubelet that exits leaves its socket file to the next one, which wipes the folder first."""
+    hidden = socket.parent / f".kubelet-{os.getpid()}-{next(_serial)}.sock"
+    server = grpc.aio.server()
+    dp_grpc.add_RegistrationServicer_to_server(servicer, server)
+    server.add_insecure_port(f"unix://{hidden}")
+    await server.start()
+    os.rename(hidden, socket)
+    return server
 
 
 def dial(socket: Path) -> grpc.aio.Channel:
@@ -106,28 +131,29 @@ class Kubelet(dp_grpc.RegistrationServicer):
         self.streams: set[asyncio.Task[None]] = set()
         self.records = DeviceManagerRecords()
         self.watched: dict[str, int] = {}
+        self.running = False  # between a start and the next stop
 
     async def start(self, wipe_registry: bool = False) -> None:
         self.records = DeviceManagerRecords()  # a new kubelet knows no plugin
         self.watched: dict[str, int] = {}  # the plugin watcher's sockets: path -> inode
         self.plugins_dir.mkdir(parents=True, exist_ok=True)
-        for folder in (
-            (self.plugins_dir, self.registry_dir) if wipe_registry else (self.plugins_dir,)
-        ):
-            for entry in folder.iterdir():  # CleanupPluginDirectory: sockets only
+        for entry in self.plugins_dir.iterdir():  # every file, as a starting kubelet does
+            with contextlib.suppress(OSError):
+                entry.unlink()
+        if wipe_registry:
+            for entry in self.registry_dir.iterdir():
                 with contextlib.suppress(OSError):
                     if stat.S_ISSOCK(entry.stat().st_mode):
                         entry.unlink()
-        self.server = grpc.aio.server()
-        dp_grpc.add_RegistrationServicer_to_server(self, self.server)
-        self.server.add_insecure_port(f"unix://{self.plugins_dir / 'kubelet.sock'}")
-        await self.server.start()
+        self.server = await listen(self, self.plugins_dir / "kubelet.sock")
+        self.running = True
         say("up")
         if self.registry:
             for sock in sorted(self.registry_dir.glob("*")):
                 self.found(sock)
 
     async def stop(self) -> None:
+        self.running = False  # a kubelet that stops finds (and registers) nothing more
         streams = list(self.streams)
         for task in streams:
             task.cancel()
@@ -164,7 +190,7 @@ class Kubelet(dp_grpc.RegistrationServicer):
         """The plugin watcher saw a socket: ask it who it is, connect, notify. Its cache is keyed
         by path: a socket seen twice (at start and by inotify) registers once; a new socket at a
         known path replaces the old registration (DeRegisterPlugin, then RegisterPlugin)."""
-        if sock.name.startswith(".") or not sock.is_socket():
+        if not self.running or sock.name.startswith(".") or not sock.is_socket():
             return
         identity = sock.stat().st_ino
         if self.watched.get(str(sock)) == identity:
@@ -172,20 +198,31 @@ class Kubelet(dp_grpc.RegistrationServicer):
         if str(sock) in self.watched:
             self.records.deregister(str(sock))
         self.watched[str(sock)] = identity
-        self.spawn(self._register_found(sock))
+        self.spawn(self._register_found(sock, identity))
 
-    async def _register_found(self, sock: Path) -> None:
+    async def _register_found(self, sock: Path, identity: int) -> None:
         channel = dial(sock)
         try:
             watcher = reg_grpc.RegistrationStub(channel)
-            info = await watcher.GetInfo(reg.InfoRequest(), timeout=10)
-            refusal = await self.connect(info.name, Path(info.endpoint or sock))
-            await watcher.NotifyRegistrationStatus(
-                reg.RegistrationStatus(plugin_registered=refusal is None, error=refusal or ""),
-                timeout=10,
-            )
-        except grpc.aio.AioRpcError:
-            pass
+            try:
+                info = await watcher.GetInfo(reg.InfoRequest(), timeout=10)
+            except grpc.aio.AioRpcError as e:
+                # nothing registered: tried again when seen again (an event, the next start),
+                # as the kubelet's reconciler retries too
+                say("watcher-error", error=f"{sock.name}: {e.code().name} {e.details()}")
+                if self.watched.get(str(sock)) == identity:
+                    del self.watched[str(sock)]
+                return
+            if info.type == "DRAPlugin":  # the DRA manager: validated, dialled when used
+                refusal = dra_refusal(info) or None
+                say("refused" if refusal else "registered", resource=info.name, error=refusal)
+            else:
+                refusal = await self.connect(info.name, Path(info.endpoint or sock))
+            with contextlib.suppress(grpc.aio.AioRpcError):  # registered (or not) all the same
+                await watcher.NotifyRegistrationStatus(
+                    reg.RegistrationStatus(plugin_registered=refusal is None, error=refusal or ""),
+                    timeout=10,
+                )
         finally:
             await channel.close()
 
@@ -205,6 +242,16 @@ class Kubelet(dp_grpc.RegistrationServicer):
         finally:
             records.stream_ended(path)
             await channel.close()
+
+
+def dra_refusal(info: reg.PluginInfo) -> str:
+    """Why kubelet v1.37 would refuse a DRA driver's registration ("" when it would not): no
+    endpoint, or none of the gRPC services it knows (`servicesSupportedByKubelet`)."""
+    if not info.endpoint:
+        return "no endpoint"
+    if not {"v1.DRAPlugin", "v1beta1.DRAPlugin"} & set(info.supported_versions):
+        return f"none of {list(info.supported_versions)} is supported"
+    return ""
 
 
 async def watch_registry(kubelet: Kubelet, inotify: Inotify) -> None:
@@ -256,6 +303,7 @@ class KubeletProcess:
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.refused: list[dict[str, Any]] = []  # every Register refused, kept apart
         self.accepted = 0  # registrations the stand-in accepted, all told
+        self.log: list[dict[str, Any]] = []  # every event, in order
         self._reader: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> KubeletProcess:
@@ -284,6 +332,7 @@ class KubeletProcess:
         assert self.proc is not None and self.proc.stdout is not None
         while line := await self.proc.stdout.readline():
             event = json.loads(line)
+            self.log.append(event)
             if event["ev"] == "refused":
                 self.refused.append(event)
             elif event["ev"] == "registered":
@@ -304,6 +353,10 @@ class KubeletProcess:
         self.proc.stdin.write(b"restart wipe-registry\n" if wipe_registry else b"restart\n")
         await self.proc.stdin.drain()
         return float((await self.next("up", within))["t"])
+
+    async def registered_dra(self, within: float) -> dict[str, Any]:
+        """The next registration of a DRA driver (it has no ListAndWatch to wait for)."""
+        return await self.next("registered", within)
 
     async def registered(self, within: float, resource: str | None = None) -> Seen:
         """The next registration (of `resource`) and the first ListAndWatch reply after it."""

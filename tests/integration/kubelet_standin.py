@@ -29,7 +29,7 @@ from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2_grpc as
 from rdmaplane.core.settings.agent import AgentSettings
 from rdmaplane.core.settings.deviceplugin import PluginSettings
 from rdmaplane.services.agent.deviceplugin import EmbeddedPlugin
-from tests.integration.kubelet_process import DeviceManagerRecords
+from tests.integration.kubelet_process import DeviceManagerRecords, listen
 
 
 def device_nodes(sysfs: Path, root: Path) -> Path:
@@ -89,6 +89,8 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
         self.plugins: dict[str, Plugin] = {}
         self.registrations: list[dp.RegisterRequest] = []
         self.refusals: list[str] = []
+        self.register_delay = 0.0
+        self.register_received = asyncio.Event()  # set by every Register received
         self.records = DeviceManagerRecords()
         self.changed = asyncio.Condition()
         self._server: grpc.aio.Server | None = None
@@ -98,10 +100,7 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
     # --- lifecycle
     async def start(self) -> None:
         self.plugins_dir.mkdir(parents=True, exist_ok=True)
-        self._server = grpc.aio.server()
-        dp_grpc.add_RegistrationServicer_to_server(self, self._server)
-        self._server.add_insecure_port(f"unix://{self.socket}")
-        await self._server.start()
+        self._server = await listen(self, self.socket)  # renamed into place: see `listen`
 
     async def stop(self) -> None:
         for task in list(self._tasks):
@@ -130,6 +129,8 @@ class KubeletStandIn(dp_grpc.RegistrationServicer):
         self, request: dp.RegisterRequest, context: grpc.aio.ServicerContext
     ) -> dp.Empty:
         self.registrations.append(request)
+        self.register_received.set()
+        await asyncio.sleep(self.register_delay)  # a kubelet slow to answer
         endpoint = str(self.plugins_dir / request.endpoint)
         refusal = await self._connect(request.resource_name, endpoint)
         if refusal is not None:

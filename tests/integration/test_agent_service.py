@@ -454,8 +454,8 @@ async def test_each_task_that_dies_is_restarted_and_healthz_fails_meanwhile(
         "faults": (agent.faults, "act_once", Broken, lambda: None),  # acts after every poll
         "states": (agent, "_states_changed", BrokenSync, lambda: None),  # every second
         pool.task_name: (
-            pool,
-            "_still_served",
+            pool.kept,
+            "look",
             BrokenSync,
             lambda: (cfg.kubelet_dir / "device-plugins" / "wake").touch(),
         ),

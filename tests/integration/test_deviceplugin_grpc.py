@@ -234,6 +234,33 @@ async def test_a_kubelet_holding_a_stale_endpoint_is_asked_once(
         assert len(kubelet.registrations) == 2 and len(kubelet.refusals) == 1
 
 
+async def test_a_restarted_registration_task_does_not_register_again(
+    sysfs: Path, dev_root: Path, kubelet_dir: Path
+) -> None:
+    """The supervisor restarts a task that failed; the state is the pool's, not the task's, so
+    the restarted loop knows it registered with this kubelet, or waits for the answer of the
+    Register it had sent (a second Register is fatal)."""
+    kubelet = KubeletStandIn(kubelet_dir)
+    kubelet.register_delay = 0.5
+    plugin = make_plugin({}, kubelet_dir, dev_root)
+    async with running(plugin, sysfs, kubelet):
+        pool = plugin.servers[0]
+        tasks = plugin._own_tasks
+        assert tasks is not None
+        await asyncio.wait_for(kubelet.register_received.wait(), 10)  # answered in 0.5 s
+        for _ in range(3):  # the first while the Register waits for its answer
+            await tasks.cancel(pool.task_name)
+            tasks.spawn(pool.task_name, pool.kept.run)
+            (kubelet_dir / "device-plugins" / "wake").touch()  # a change: it looks again
+            await asyncio.sleep(0.3)
+        await kubelet.wait_for(lambda: device_count(kubelet) == 9)
+        assert len(kubelet.registrations) == 1 and kubelet.refusals == []
+        assert pool.registrations == 1
+        await kubelet.restart()
+        await kubelet.wait_for(lambda: device_count(kubelet) == 9)
+        assert len(kubelet.registrations) == 2 and kubelet.refusals == []
+
+
 async def test_allocate_returns_exactly_the_allocated_set(
     sysfs: Path, dev_root: Path, kubelet_dir: Path
 ) -> None:

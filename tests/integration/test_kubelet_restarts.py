@@ -60,7 +60,10 @@ async def test_every_instant_restart_is_followed_by_registration_and_a_full_list
                 # plugins-registry: the stand-in deletes our socket there too, so the plugin
                 # must serve again for the watcher to find it
                 up = await kubelet.restart(wipe_registry=watcher)
-                seen = await kubelet.registered(WITHIN)
+                try:
+                    seen = await kubelet.registered(WITHIN)
+                except TimeoutError:  # what the stand-in saw last
+                    pytest.fail(f"no registration after a restart: {kubelet.log[-12:]}")
                 assert seen.registered_at > up
                 assert (seen.devices, seen.healthy) == (len(topo.hcas), len(topo.hcas))
             assert plugin.servers[0].socket.is_socket()

@@ -6,10 +6,9 @@ without a socket, a stale one from an earlier run is replaced), and gRPC, which 
 it bound when its server stops, can never take away the socket of the server that replaced it.
 The kubelet's plugin watcher ignores names starting with a dot.
 
-Changes in a folder (our socket deleted, a new `kubelet.sock`) are seen through inotify, at once,
-never by comparing inodes or mtimes of other files (a new socket can get an old one's inode and,
-within one timestamp tick, its mtime). Our own socket's identity is exact: no other file can
-take its inode while our listening socket holds it.
+Changes in a folder (our socket deleted, a new `kubelet.sock`) wake the caller through inotify,
+at once; what changed is then looked at (`rdmaplane.adapters.kubelet.registration`). Our own
+socket's identity is exact: no other file can take its inode while our listening socket holds it.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ log = logging.getLogger("rdmaplane.adapters.kubelet")
 _FOLDER_EVENTS = (
     Mask.CREATE | Mask.MOVED_TO | Mask.DELETE | Mask.MOVED_FROM | Mask.DELETE_SELF | Mask.MOVE_SELF
 )
-_CREATED = Mask.CREATE | Mask.MOVED_TO
 _serial = itertools.count()
 
 
@@ -97,6 +95,9 @@ class FolderEvents:
     def __exit__(self, *exc: object) -> None:
         if self._pending is not None:
             self._pending.cancel()
+            # the cancelled read's reader callback must not run on a closed descriptor
+            with contextlib.suppress(RuntimeError, ValueError):
+                asyncio.get_running_loop().remove_reader(self._inotify.fd)
         self._inotify.close()
 
     def watch(self) -> None:
@@ -106,18 +107,17 @@ class FolderEvents:
                 self._inotify.add_watch(path, mask)
                 return
 
-    async def created(self, within: float) -> set[str] | None:
-        """Wait for the next changes (or `within` s): the names created or moved in (empty
-        after a timeout or other changes), None when events were lost. The caller checks its
-        own socket after any change."""
+    async def changed(self, within: float | None) -> bool:
+        """Wait until something changed in the watched folder (True; every event queued is read
+        and dropped: the caller looks at the files themselves) or `within` s passed (False;
+        None: no limit)."""
         if self._pending is None:
             self._pending = asyncio.ensure_future(self._inotify.get())
         done, _ = await asyncio.wait({self._pending}, timeout=within)
         if not done:
-            return set()
-        events, self._pending = [self._pending.result()], None
-        while (event := self._inotify.sync_get()) is not None:
-            events.append(event)
-        if any(Mask.Q_OVERFLOW in e.mask for e in events):
-            return None
-        return {e.name.name for e in events if e.name is not None and e.mask & _CREATED}
+            return False
+        self._pending.result()
+        self._pending = None
+        while self._inotify.sync_get() is not None:
+            pass
+        return True

@@ -14,20 +14,20 @@ Two sockets, as the kubelet's plugin manager expects of a DRA driver:
   `resend_s` (the kubelet turns a device it has heard nothing of for its timeout Unknown).
 
 Every claim of a batch gets its own entry in the answer, error or not; the RPC itself fails only
-if the batch cannot be looked at at all. Sockets are renamed into place and watched by inotify
-(`rdmaplane.adapters.kubelet.sockets`): one that disappears (someone cleaned the folder) is served
-again
-at once.
+if the batch cannot be looked at at all. Each socket is kept served by the one registration
+piece the device plugin uses too (`rdmaplane.adapters.kubelet.registration.KeptSocket`, in
+`watcher` mode: the kubelet's plugin watcher finds the registration socket itself, at its start
+and by inotify): renamed into place, its folder watched by inotify, served again at once when the
+file is not ours any more (someone cleaned the folder).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -45,7 +45,7 @@ from rdmaplane.adapters.kubelet.api.dra_health.v1alpha1 import api_pb2 as health
 from rdmaplane.adapters.kubelet.api.dra_health.v1alpha1 import api_pb2_grpc as health_v1alpha1_grpc
 from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2 as reg
 from rdmaplane.adapters.kubelet.api.pluginregistration.v1 import api_pb2_grpc as reg_grpc
-from rdmaplane.adapters.kubelet.sockets import FolderEvents, ServeError, inode, serve
+from rdmaplane.adapters.kubelet.registration import KeptSocket
 from rdmaplane.adapters.supervisor import Supervisor
 from rdmaplane.services.dra.policy.claims import ClaimRef, PreparedDevice
 
@@ -198,52 +198,6 @@ class _Registration(reg_grpc.RegistrationServicer):
         return reg.RegistrationStatusResponse()
 
 
-class _Socket:
-    """One gRPC server on one unix socket, served again at once when the file goes away."""
-
-    def __init__(self, path: Path, add: Callable[[grpc.aio.Server], None], owner: str) -> None:
-        self.path = path
-        self.add = add
-        self.owner = owner
-        self.server: grpc.aio.Server | None = None
-        self.served: tuple[int, int] | None = None
-
-    async def serve(self) -> None:
-        server, self.served = await serve(self.path, self.add, self.owner)
-        old, self.server = self.server, server
-        if old is not None:
-            await old.stop(grace=None)
-
-    async def close(self) -> None:
-        if self.server is not None:
-            await self.server.stop(grace=0.2)
-            self.server = None
-        if self.served is not None and inode(self.path) == self.served:  # still ours
-            with contextlib.suppress(OSError):
-                self.path.unlink()
-
-    async def stay_served(self, recheck_s: float) -> None:
-        """Serve again whenever the socket vanished; woken by inotify on its folder."""
-        with FolderEvents(self.path.parent, self.path.parent.parent) as events:
-            while True:
-                events.watch()
-                if inode(self.path) != self.served:
-                    log.warning("%s: socket %s vanished; serving again", self.owner, self.path)
-                    await self._serve_retrying(recheck_s)
-                await events.created(recheck_s)
-
-    async def _serve_retrying(self, max_delay: float) -> None:
-        delay = 0.05
-        while True:
-            try:
-                await self.serve()
-                return
-            except ServeError as e:
-                log.warning("%s; retrying in %g s", e, delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, max_delay)
-
-
 class KubeletPlugin:
     """Serves a `ClaimHandler` to the kubelet and stays findable."""
 
@@ -281,12 +235,14 @@ class KubeletPlugin:
             reg_grpc.add_RegistrationServicer_to_server(_Registration(self), server)  # type: ignore[no-untyped-call]
 
         self._sockets = [
-            _Socket(self.socket, add_dra, driver),
-            _Socket(self.registration_socket, add_registration, driver),
+            KeptSocket(self.socket, add_dra, driver, log, recheck_s=recheck_s),
+            KeptSocket(
+                self.registration_socket, add_registration, driver, log, recheck_s=recheck_s
+            ),
         ]
         self._supervisor: Supervisor | None = None
 
-    def _task(self, sock: _Socket) -> str:
+    def _task(self, sock: KeptSocket) -> str:
         return f"dra {sock.path.name}"
 
     async def start(self, supervisor: Supervisor) -> None:
@@ -300,7 +256,7 @@ class KubeletPlugin:
         )
         self._supervisor = supervisor
         for sock in self._sockets:
-            supervisor.spawn(self._task(sock), functools.partial(sock.stay_served, self.recheck_s))
+            supervisor.spawn(self._task(sock), sock.run)
 
     async def stop(self) -> None:
         """Stop watching, stop serving (registration first), remove the sockets still ours."""
