@@ -72,6 +72,11 @@ class Storm:
         return max((life.lived for life in self.lives if not life.registered), default=0.0)
 
     def problems(self) -> list[str]:
+        return self.wrong() + self.late()
+
+    def wrong(self) -> list[str]:
+        """What no timing excuses: a Register refused, a kubelet registered with twice, the
+        last one (after the storm settled) not exactly once."""
         found = []
         for i, life in enumerate(self.lives):
             where = f"life {i} (lived {life.lived * 1000:.1f} ms)"
@@ -79,13 +84,20 @@ class Storm:
                 found.append(f"{where}: refused {life.refused}")
             if len(life.registered) > 1:
                 found.append(f"{where}: registered {len(life.registered)} times")
+        if self.lives and len(self.lives[-1].registered) != 1:
+            found.append("the last kubelet was not registered exactly once")
+        return found
+
+    def late(self) -> list[str]:
+        """Registrations past `within_s`, and lives that long that saw none."""
+        found = []
+        for i, life in enumerate(self.lives):
+            where = f"life {i} (lived {life.lived * 1000:.1f} ms)"
             late = [d for d in life.registered if d > self.within_s and i > 0]
             if late:
                 found.append(f"{where}: registered after {late[0] * 1000:.1f} ms")
             if not life.registered and life.lived >= self.within_s:
                 found.append(f"{where}: never registered")
-        if self.lives and len(self.lives[-1].registered) != 1:
-            found.append("the last kubelet was not registered exactly once")
         return found
 
     def summary(self) -> str:
