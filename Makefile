@@ -45,6 +45,9 @@ lint: $(STAMP)
 	$(BIN)/ruff check $(LINT_DIRS)
 	$(BIN)/ruff format --check $(LINT_DIRS)
 	$(BIN)/lint-imports --no-cache  # the layers: pyproject's [tool.importlinter]
+	@# the layout's rules: folders in the contracts, the tree in docs/architecture.md, one name
+	@# per public class, our names and default paths defined once
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_layers.py tests/unit/test_names.py tests/unit/test_paths.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
