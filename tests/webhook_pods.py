@@ -202,3 +202,28 @@ def admission_review(obj: Any, operation: str = "CREATE", kind: str = "Pod") -> 
             "object": obj,
         },
     }
+
+
+def pod(
+    *containers: dict[str, Any],
+    annotations: dict[str, str] | None = None,
+    namespace: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Pod named p with `containers`, as the unit tests build one."""
+    meta: dict[str, Any] = {"name": "p"}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"containers": list(containers), **spec},
+    }
+
+
+def gpu(name: str = "main", n: str = "8", **extra: Any) -> dict[str, Any]:
+    """A container asking `n` GPUs in limits."""
+    return {"name": name, "image": "x", "resources": {"limits": {GPU: n}}, **extra}

@@ -17,7 +17,8 @@ import yaml
 from rdmaplane.adapters.config.base import validate
 from rdmaplane.core.settings.webhook import CLAIM_TEMPLATES, InjectPolicy, WebhookSettings
 from rdmaplane.services.webhook.policy import inject
-from tests.webhook_pods import GPU, HCA
+from tests import webhook_pods
+from tests.webhook_pods import GPU, HCA, gpu
 
 REPO = Path(__file__).resolve().parents[2]
 POLICY = InjectPolicy()
@@ -25,20 +26,8 @@ DRA_NODES = {"rdmaplane.io/kubelet-plugin": "dra"}
 CLAIM = "rdmaplane-gpus-nics"
 
 
-def pod(*containers: dict[str, Any], annotations: dict[str, str] | None = None, **spec: Any):  # type: ignore[no-untyped-def]
-    meta: dict[str, Any] = {"name": "p", "namespace": "team"}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {"containers": list(containers), **spec},
-    }
-
-
-def gpu(name: str = "main", n: str = "8", **extra: Any) -> dict[str, Any]:
-    return {"name": name, "image": "x", "resources": {"limits": {GPU: n}}, **extra}
+def pod(*containers: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    return webhook_pods.pod(*containers, namespace="team", **kwargs)
 
 
 def claimed(

@@ -18,7 +18,7 @@ from rdmaplane.core import jsonpatch as jsonpatch_core
 from rdmaplane.core.settings.webhook import InjectPolicy, WebhookSettings
 from rdmaplane.services.webhook.policy import inject
 from tests import resource_names as names
-from tests.webhook_pods import GPU, HCA, SHARED, contains, pods
+from tests.webhook_pods import GPU, HCA, SHARED, contains, gpu, pod, pods
 
 CLASSES = {
     "nodeClasses": [
@@ -32,24 +32,6 @@ CLASSES = {
 }
 POLICY = validate(WebhookSettings, CLASSES)
 POLICY_DOCTOR = POLICY
-
-
-def pod(
-    *containers: dict[str, Any], annotations: dict[str, str] | None = None, **spec: Any
-) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "p"}
-    if annotations is not None:
-        meta["annotations"] = annotations
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {"containers": list(containers), **spec},
-    }
-
-
-def gpu(name: str = "main", n: str = "8", **extra: Any) -> dict[str, Any]:
-    return {"name": name, "image": "x", "resources": {"limits": {GPU: n}}, **extra}
 
 
 def applied(obj: dict[str, Any], policy: InjectPolicy = POLICY) -> dict[str, Any]:
