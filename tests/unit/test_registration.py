@@ -95,15 +95,15 @@ def test_registered_with_the_same_kubelet_it_only_waits() -> None:
 def test_a_failed_register_is_retried_after_a_backoff_and_said_once() -> None:
     s, _ = m.served(m.initial(m.KUBELET), True, "", 0.0, FIRST, MAX)
     s, lines = m.registered(s, K1, RegisterOutcome.FAILED, "UNAVAILABLE: x", 5.0, FIRST, MAX)
-    assert texts(lines) == [
-        "cannot register at {kubelet} (UNAVAILABLE: x); retrying until it answers"
-    ]
+    assert texts(lines) == ["{kubelet} does not answer yet (UNAVAILABLE: x); trying again"]
+    assert [line.level for line in lines] == ["info"]  # a kubelet still starting
     s, step = decide(s, ours=True, kubelet=K1, now=5.02)
     assert step.act is Act.WAIT and step.wait_s is not None and step.wait_s < 0.05
     s, step = decide(s, ours=True, kubelet=K1, now=5.05)
     assert step.act is Act.REGISTER
     s, lines = m.registered(s, K1, RegisterOutcome.FAILED, "again", 5.05, FIRST, MAX)
-    assert lines == () and s.register_failures == 2 and s.retry_at == 5.05 + 0.1
+    assert [line.level for line in lines] == ["info"]  # patience: no warning yet
+    assert s.register_failures == 2 and s.retry_at == 5.05 + 0.1
 
 
 def test_already_connected_is_final_for_that_kubelet() -> None:
@@ -266,3 +266,14 @@ def test_every_kubelet_start_is_registered_with_once_and_never_twice(ops) -> Non
     assert s.registrations == sum(world.accepted.values())
     waiting = sum("waiting for" in line.text for line in lines)
     assert waiting <= world.starts + 1 + sum(op[0] == "stop" for op in ops)
+
+
+def test_a_kubelet_that_keeps_failing_is_warned_about_once() -> None:
+    s, _ = m.served(m.initial(m.KUBELET), True, "", 0.0, FIRST, MAX)
+    said = []
+    for i in range(m.PATIENCE + 2):
+        s, lines = m.registered(s, K1, RegisterOutcome.FAILED, "cannot connect", i, FIRST, MAX)
+        said += [(line.level, line.text) for line in lines]
+    warnings = [text for level, text in said if level == "warning"]
+    assert warnings == ["cannot register at {kubelet} (cannot connect); retrying until it answers"]
+    assert len(said) == m.PATIENCE

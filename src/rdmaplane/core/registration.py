@@ -99,6 +99,7 @@ class State:
 
 _VANISHED = "socket {socket} vanished (kubelet restarted?); serving again"
 _RETRYING = "retrying until it answers"
+PATIENCE: Final = 3  # failed Registers in a row before a warning: a kubelet still starting
 
 
 def initial(mode: Mode) -> State:
@@ -195,6 +196,8 @@ def registered(
     if outcome is RegisterOutcome.FAILED:
         failures = s.register_failures + 1
         s = replace(s, register_failures=failures, retry_at=now + backoff(failures, first_s, max_s))
+        if failures < PATIENCE:  # a starting kubelet makes its socket before it answers on it
+            return s, (Line("info", f"{{kubelet}} does not answer yet ({why}); trying again"),)
         s, lines = _log_once(
             s, "warning", f"cannot register at {{kubelet}} ({why}); retrying until it answers"
         )
