@@ -39,6 +39,7 @@ SCALE = float(os.environ.get("RDMAPLANE_STORM_SCALE", "0.1"))
 PLUGIN_RESTARTS = 300
 DRA_RESTARTS = 250
 DRIVER = "rdma.rdmaplane.io"
+REPLY_S = 0.05  # a Register's reply is on its way for less than this
 
 
 class NoClaims:
@@ -80,8 +81,14 @@ async def test_the_device_plugin_registers_once_with_every_kubelet_of_a_storm(
     assert seen.problems() == []
     assert seen.restarts == PLUGIN_RESTARTS
     if before == 1:  # one storm: the plugin's own count agrees with the kubelet's
-        registered = sum(len(life.registered) for life in seen.lives)
-        assert plugin.servers[0].registrations - before == registered - 1
+        registered = sum(len(life.registered) for life in seen.lives) - 1
+        counted = plugin.servers[0].registrations - before
+        # a kubelet stopped just after it recorded a Register cancels the reply in flight: the
+        # plugin counts that one as failed (and registers with the next kubelet)
+        cut_short = sum(
+            life.lived - d < REPLY_S for life in seen.lives[1:] for d in life.registered
+        )
+        assert registered - cut_short <= counted <= registered, (counted, registered, cut_short)
 
 
 @pytest.mark.parametrize("wipe_registry", [0.5])
