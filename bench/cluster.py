@@ -5,7 +5,8 @@ mid-stream.
 
     .venv/bin/python bench/cluster.py [--nodes 1000 5000] [--rounds 3] [--burst 1000]
                                       [--paced 300] [--rate 20] [--failover 300] [--seed 7]
-                                      [--within 300] [--stall 60] [--configs a n b d u]
+                                      [--within 300] [--stall 60] [--configs a n b d s u]
+                                      [--profile-dir DIR] [--profile-s 20]
 
 Per node count: etcd, kube-apiserver, the NRT CRD and KWOK (the e2e fixtures' code; `make
 k8s-bins` first), a fleet of KWOK nodes made from the bundled samples with mixed Topology
@@ -16,7 +17,7 @@ carries the ResourceSlices of DRA (tests/e2e/drafleet.py): its NIC ports as rdma
 driver publishes them (the driver's own code, without binding conditions: no driver runs beside
 a KWOK node to say a port is ready) and its GPUs as NVIDIA's GPU DRA driver does.
 
-Rounds alternate five configurations on the same stream of GPU counts: 1/2/4/8-GPU pods with
+Rounds alternate six configurations on the same stream of GPU counts: 1/2/4/8-GPU pods with
 one exclusive HCA per GPU, and CPU-only pods the extender never sees (fleet.SHAPES), in a fresh
 namespace, the cluster emptied between rounds:
 
@@ -31,6 +32,9 @@ namespace, the cluster emptied between rounds:
       4 gpu-nic-numa-x4, count 4 per class on one NUMA node; 8 gpu-nic-node-x8, every compute
       NIC and 8 GPUs), made by kube-controller-manager's resourceclaim controller (running in
       these rounds only);
+  (s) as (d), kube-scheduler configured by deploy/dra/kube-scheduler-config.yaml, the settings
+      docs/dra.md recommends for DRA (percentageOfNodesToScore, filterTimeout), its client
+      limits set as every configuration's (--scheduler-qps): what the settings change;
   (u) the anchor: as (d), the same pods asking as many GPUs and NIC ports through the simplest
       claim upstream's DRA benchmark uses (kubernetes v1.37 test/integration/scheduler_perf/dra,
       SchedulingWithResourceClaimTemplate: one request of one class, no selector, no
@@ -43,6 +47,11 @@ namespace, the cluster emptied between rounds:
 - burst: the pods are created first (with DRA, and their claims), then the scheduler starts;
   pods/s from its first binding to its last, as a watch sees them (kube-scheduler's own
   throughput, not our pod creation's);
+- DRA rounds also print how fast the controller made the burst's claims (from the first pod's
+  create; --scheduler-qps is its API QPS too) and how many times kube-scheduler's log says a
+  node's filter passed filterTimeout ("timed out trying to allocate devices"); with
+  --profile-dir, kube-scheduler's CPU profile over the first --profile-s seconds of each DRA
+  configuration's first burst (`go tool pprof -top FILE` reads it);
 - paced: with the scheduler running, pods created at --rate per second; creation→binding is
   from sending the create to the watch seeing spec.nodeName (p50/p99); with DRA it includes
   the controller making the pod's claim.
@@ -86,9 +95,11 @@ import math
 import multiprocessing
 import os
 import socket
+import ssl
 import statistics
 import sys
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -99,6 +110,7 @@ sys.path.insert(0, str(REPO))  # the e2e control-plane code lives under tests/
 
 import httpx2  # noqa: E402
 import orjson  # noqa: E402
+import yaml  # noqa: E402
 from agent_footprint import cpu_seconds, status_kb  # noqa: E402
 from lightkube import AsyncClient, codecs  # noqa: E402
 
@@ -123,10 +135,13 @@ CONFIGS = {
     "n": "with a do-nothing extender",
     "b": "with the rdmaplane extender",
     "d": "DRA: shipped templates, no extender",
+    "s": "DRA: (d), docs' scheduler settings",
     "u": "DRA unpaired: count per class (anchor)",
 }
 # The DRA configurations: whether their claims pair each GPU with a NIC on its PCIe root.
-PAIRED = {"d": True, "u": False}
+PAIRED = {"d": True, "s": True, "u": False}
+DRA_SCHEDULER_CONFIG = REPO / "deploy" / "dra" / "kube-scheduler-config.yaml"
+TIMED_OUT = "timed out trying to allocate devices"  # the DynamicResources plugin's filterTimeout
 # The ratios the issue names (and the do-nothing extender's cost), printed together.
 RATIOS = (
     ("b", "a", "extender ÷ alone"),
@@ -135,6 +150,9 @@ RATIOS = (
     ("n", "a", "do-nothing ÷ alone"),
     ("d", "b", "DRA ÷ extender"),
     ("d", "u", "DRA ÷ unpaired DRA"),
+    ("s", "a", "DRA, docs' settings ÷ alone"),
+    ("s", "d", "docs' settings ÷ defaults"),
+    ("s", "u", "docs' settings ÷ unpaired"),
     ("u", "a", "unpaired DRA ÷ alone"),
 )
 
@@ -240,6 +258,28 @@ class Round:
     unbound: int
     pairing: drafleet.Pairing | None = None  # DRA rounds: the claims' allocations judged
     controllers_cpu_ms: float = 0.0  # DRA rounds: kube-controller-manager's, per pod (burst)
+    claims_per_s: float = 0.0  # DRA rounds: the burst's claims made by the controller
+    timeouts: int = 0  # DRA rounds: filterTimeout expiries in kube-scheduler's log
+
+
+def scheduler_config(env: Env, config: str) -> dict[str, object]:
+    """The round's KubeSchedulerConfiguration: in (s) deploy/dra's as shipped, its client
+    limits set as every configuration's are (--scheduler-qps), so that only its other settings
+    differ from (d)'s."""
+    qps = env.args.scheduler_qps
+    if config != "s":
+        return scalerig.scheduler_config(env.url(config), qps)
+    shipped: dict[str, object] = yaml.safe_load(DRA_SCHEDULER_CONFIG.read_text())
+    return {**shipped, "clientConnection": {"qps": qps, "burst": int(2 * qps)}}
+
+
+def profile(scheduler: Process, context: ssl.SSLContext, seconds: int, path: Path) -> None:
+    """kube-scheduler's CPU profile over the next `seconds` (its /debug/pprof, as the cluster's
+    admin), written to `path` for `go tool pprof`."""
+    url = f"{scheduler.url}/debug/pprof/profile?seconds={seconds}"
+    with urllib.request.urlopen(url, context=context, timeout=seconds + 30) as reply:
+        path.write_bytes(reply.read())
+    print(f"      kube-scheduler CPU profile, {seconds} s: {path}")
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -260,7 +300,7 @@ async def one_round(env: Env, config: str, index: int) -> Round:
     paced = scalerig.bodies(namespace, env.label, "paced", gpus[1], make)
     sent: dict[str, float] = {}
     pid = env.extender_pid(config)
-    claims = None
+    claims, claims_per_s, timeouts, profiling = None, 0.0, 0, None
     if dra:
         await drafleet.create_templates(
             kube, namespace, [*gpus[0], *gpus[1]], paired=PAIRED[config]
@@ -278,9 +318,15 @@ async def one_round(env: Env, config: str, index: int) -> Round:
             if dra:
                 asking = sum(1 for b in burst if drafleet.pairs_of(b))
                 await drafleet.wait_for_claims(kube, namespace, asking, scalerig.BIND_WITHIN_S)
-            scheduler = launch_scheduler(
-                env.cluster, scalerig.scheduler_config(env.url(config), args.scheduler_qps)
-            )
+                claims_per_s = asking / (time.monotonic() - min(sent.values()))
+            scheduler = launch_scheduler(env.cluster, scheduler_config(env, config))
+            if dra and args.profile_dir is not None and index == 0:
+                path = args.profile_dir / f"scheduler-{len(env.nodes)}-{config}.pprof"
+                profiling = asyncio.create_task(
+                    asyncio.to_thread(
+                        profile, scheduler, env.cluster.tls_context(), args.profile_s, path
+                    )
+                )
             watched = [pid, scheduler.popen.pid, *([claims.popen.pid] if claims else [])]
             try:
                 before = [usage(p) for p in watched]
@@ -290,8 +336,11 @@ async def one_round(env: Env, config: str, index: int) -> Round:
                 rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
                 await scalerig.create_paced(kube, paced, args.rate, sent)
                 unbound = await seen.wait_for(sent, args.within, args.stall)
+                if profiling is not None:
+                    await profiling
             finally:
                 scheduler.stop()
+                timeouts = scheduler.log_path.read_text(errors="replace").count(TIMED_OUT)
             names = [b["metadata"]["name"] for b in paced]
             latencies = [seen.bound[n].at - sent[n] for n in names if n in seen.bound]
             pods = {b["metadata"]["name"]: b for b in [*burst, *paced]}
@@ -317,6 +366,8 @@ async def one_round(env: Env, config: str, index: int) -> Round:
         len(unbound),
         pairing,
         cpu[2] / len(burst) if dra else 0.0,
+        claims_per_s,
+        timeouts,
     )
 
 
@@ -407,7 +458,10 @@ def report_round(r: Round) -> None:
     lat = r.latencies
     ext = f"{_CPU_OF[r.config]} CPU {r.extender_cpu_ms:.2f} ms/pod, " if r.config in _CPU_OF else ""
     if r.pairing is not None:
-        ext = f"controller-manager CPU {r.controllers_cpu_ms:.2f} ms/pod, {judged(r)}, "
+        ext = (
+            f"controller-manager CPU {r.controllers_cpu_ms:.2f} ms/pod, claims "
+            f"{r.claims_per_s:.0f}/s, filterTimeout expiries {r.timeouts}, {judged(r)}, "
+        )
     print(
         f"  ({r.config}) burst {r.burst}: {r.pods_per_s:6.1f} pods/s   paced {len(lat)}: "
         f"creation→binding p50 {1000 * percentile(lat, 0.5):6.1f} ms  p99 "
@@ -444,7 +498,12 @@ def summary(rounds: list[Round], configs: Sequence[str]) -> None:
         rate[c] = statistics.median(r.pods_per_s for r in mine)
         sched[c] = statistics.median(r.scheduler_cpu_ms for r in mine)
         p50[c], p99[c] = percentile(lats, 0.5), percentile(lats, 0.99)
-        pairs = f", {judged(*mine)}" if c in PAIRED else ""
+        pairs = ""
+        if c in PAIRED:
+            pairs = (
+                f", {judged(*mine)}, filterTimeout expiries {sum(r.timeouts for r in mine)}, "
+                f"claims {statistics.median(r.claims_per_s for r in mine):.0f}/s"
+            )
         print(
             f"  {c} {CONFIGS[c]:<38} pods/s {rate[c]:6.1f}   creation→binding p50 "
             f"{1000 * p50[c]:6.1f} ms  p99 {1000 * p99[c]:7.1f} ms   scheduler CPU "
@@ -511,10 +570,19 @@ def main() -> None:
         help="seconds without a binding after which a round stops waiting (the rest: unbound)",
     )  # fmt: skip
     parser.add_argument(
+        "--profile-dir", type=Path, default=None,
+        help="write kube-scheduler's CPU profile of each DRA configuration's first burst here",
+    )  # fmt: skip
+    parser.add_argument(
+        "--profile-s", type=int, default=20, help="seconds each profile covers (from the start)"
+    )
+    parser.add_argument(
         "--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS),
         help="which schedulers alternate (see above)",
     )  # fmt: skip
     args = parser.parse_args()
+    if args.profile_dir is not None:
+        args.profile_dir.mkdir(parents=True, exist_ok=True)
     bin_dir, kwok_bin = build_dir("--bin-dir"), build_dir("--kwok-bin-dir") / "kwok"
     missing = [str(p) for p in (bin_dir / "kube-apiserver", kwok_bin) if not p.is_file()]
     if missing:

@@ -89,6 +89,7 @@ class Process:
     args: list[str]
     log_path: Path
     popen: subprocess.Popen[bytes]
+    url: str = ""  # where it serves HTTPS, for those that do (kube-scheduler: /debug/pprof)
 
     @classmethod
     def start(cls, binary: Path, args: Sequence[str], log_path: Path) -> Process:
@@ -485,8 +486,9 @@ def launch_scheduler(
         ],
         Path(file.name).with_suffix(".log"),
     )
+    process.url = f"https://127.0.0.1:{port}"
     context = cluster.tls_context()
-    process.wait_ready(lambda: _http_ok(f"https://127.0.0.1:{port}/readyz", context))
+    process.wait_ready(lambda: _http_ok(f"{process.url}/readyz", context))
     return process
 
 
