@@ -48,8 +48,9 @@ namespace, the cluster emptied between rounds:
   pods/s from its first binding to its last, as a watch sees them (kube-scheduler's own
   throughput, not our pod creation's);
 - DRA rounds also print how fast the controller made the burst's claims (from the first pod's
-  create; --scheduler-qps is its API QPS too) and how many times kube-scheduler's log says a
-  node's filter passed filterTimeout ("timed out trying to allocate devices"); with
+  create; --controller-qps is its API QPS, by default --scheduler-qps) and how many times
+  kube-scheduler's log says a node's filter passed filterTimeout ("timed out trying to
+  allocate devices"); with
   --profile-dir, kube-scheduler's CPU profile over the first --profile-s seconds of each DRA
   configuration's first burst (`go tool pprof -top FILE` reads it);
 - paced: with the scheduler running, pods created at --rate per second; creation→binding is
@@ -127,7 +128,7 @@ from tests.e2e.controlplane import (  # noqa: E402
     launch_kwok,
     launch_scheduler,
 )
-from tests.e2e.dra import ensure_device_classes  # noqa: E402
+from tests.e2e.dra import DRA_SCHEDULER_CONFIG, ensure_device_classes  # noqa: E402
 
 NRT_CRD = REPO / "deploy" / "crds" / "noderesourcetopology.yaml"
 CONFIGS = {
@@ -140,7 +141,6 @@ CONFIGS = {
 }
 # The DRA configurations: whether their claims pair each GPU with a NIC on its PCIe root.
 PAIRED = {"d": True, "s": True, "u": False}
-DRA_SCHEDULER_CONFIG = REPO / "deploy" / "dra" / "kube-scheduler-config.yaml"
 TIMED_OUT = "timed out trying to allocate devices"  # the DynamicResources plugin's filterTimeout
 # The ratios the issue names (and the do-nothing extender's cost), printed together.
 RATIOS = (
@@ -305,7 +305,7 @@ async def one_round(env: Env, config: str, index: int) -> Round:
         await drafleet.create_templates(
             kube, namespace, [*gpus[0], *gpus[1]], paired=PAIRED[config]
         )
-        qps = int(args.scheduler_qps)  # its default 20 QPS would cap claims at ~10 pods/s
+        qps = int(args.controller_qps or args.scheduler_qps)  # its default 20: ~10 claims/s
         claims = await asyncio.to_thread(
             launch_controller_manager,
             env.cluster,
@@ -560,6 +560,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="paced pods per second")
     parser.add_argument("--failover", type=int, default=300, help="pods; 0: no failover run")
     parser.add_argument("--scheduler-qps", type=float, default=1000.0)
+    parser.add_argument(
+        "--controller-qps", type=float, default=None,
+        help="kube-controller-manager's API QPS in the DRA rounds (default: --scheduler-qps; "
+        "its own default is 20)",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument(
         "--within", type=float, default=scalerig.BIND_WITHIN_S,

@@ -47,6 +47,7 @@ from tests.unit.test_dra_devices import with_ports_down
 
 REPO = Path(__file__).resolve().parents[2]
 DRA_DEPLOY = REPO / "deploy" / "dra"
+DRA_SCHEDULER_CONFIG = DRA_DEPLOY / "kube-scheduler-config.yaml"  # what docs/dra.md recommends
 RAIL_EXAMPLE = REPO / "examples" / "dra-rails.yaml"
 DRIVER = "rdma.rdmaplane.io"
 GPU_DRIVER = "gpu.nvidia.com"

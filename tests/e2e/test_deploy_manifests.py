@@ -17,6 +17,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CONFIG_FILES = {
     "kustomization.yaml",
     "dra/kustomization.yaml",
+    "dra/kube-scheduler-config.yaml",
     "device-plugin/config-exclusive.yaml",
     "device-plugin/config-shared.yaml",
     "scheduler/extender-config.yaml",

@@ -1,6 +1,7 @@
 """The real kube-scheduler pairs GPUs with RDMA NICs through DRA: the driver's ResourceSlices
 for a sample node (published by the driver's own code) and GPU slices of the same sample as
-NVIDIA's GPU DRA driver publishes them; pods naming deploy/dra/'s ResourceClaimTemplates, their
+NVIDIA's GPU DRA driver publishes them; kube-scheduler configured by
+deploy/dra/kube-scheduler-config.yaml; pods naming deploy/dra/'s ResourceClaimTemplates, their
 claims made by kube-controller-manager's resourceclaim controller, and the device taint
 eviction controller acting on the driver's NoExecute taints. A port that is down is never
 allocated, whether down from the start or later, compute or storage; and every sample's slice,
@@ -25,6 +26,7 @@ from rdmaplane.services.dra.policy.readiness import FAILED, READY
 from rdmaplane.services.dra.policy.slices import BANDWIDTH
 from tests.e2e.controlplane import KubeCluster, Process, launch_controller_manager
 from tests.e2e.dra import (
+    DRA_SCHEDULER_CONFIG,
     DRIVER,
     GPU_DRIVER,
     SHARED,
@@ -69,7 +71,8 @@ def claim_controllers(kube_cluster: KubeCluster) -> Iterator[Process]:
 
 @pytest.fixture
 def scheduler(start_scheduler: Callable[..., Process], claim_controllers: Process) -> Process:
-    return start_scheduler()
+    """kube-scheduler configured as docs/dra.md recommends (deploy/dra's file, as shipped)."""
+    return start_scheduler(DRA_SCHEDULER_CONFIG.read_text())
 
 
 @pytest.fixture(autouse=True)
