@@ -5,7 +5,7 @@ mid-stream.
 
     .venv/bin/python bench/cluster.py [--nodes 1000 5000] [--rounds 3] [--burst 1000]
                                       [--paced 300] [--rate 20] [--failover 300] [--seed 7]
-                                      [--within 300] [--stall 60] [--configs a n b d s u]
+                                      [--within 300] [--stall 60] [--configs a n b d s u v]
                                       [--profile-dir DIR] [--profile-s 20]
 
 Per node count: etcd, kube-apiserver, the NRT CRD and KWOK (the e2e fixtures' code; `make
@@ -17,7 +17,7 @@ carries the ResourceSlices of DRA (tests/e2e/drafleet.py): its NIC ports as rdma
 driver publishes them (the driver's own code, without binding conditions: no driver runs beside
 a KWOK node to say a port is ready) and its GPUs as NVIDIA's GPU DRA driver does.
 
-Rounds alternate six configurations on the same stream of GPU counts: 1/2/4/8-GPU pods with
+Rounds alternate seven configurations on the same stream of GPU counts: 1/2/4/8-GPU pods with
 one exclusive HCA per GPU, and CPU-only pods the extender never sees (fleet.SHAPES), in a fresh
 namespace, the cluster emptied between rounds:
 
@@ -34,7 +34,8 @@ namespace, the cluster emptied between rounds:
       these rounds only);
   (s) as (d), kube-scheduler configured by deploy/dra/kube-scheduler-config.yaml, the settings
       docs/dra.md recommends for DRA (percentageOfNodesToScore, filterTimeout), its client
-      limits set as every configuration's (--scheduler-qps): what the settings change;
+      limits set as every configuration's (--scheduler-qps): what the settings change; (v) is
+      (u) configured so;
   (u) the anchor: as (d), the same pods asking as many GPUs and NIC ports through the simplest
       claim upstream's DRA benchmark uses (kubernetes v1.37 test/integration/scheduler_perf/dra,
       SchedulingWithResourceClaimTemplate: one request of one class, no selector, no
@@ -138,9 +139,11 @@ CONFIGS = {
     "d": "DRA: shipped templates, no extender",
     "s": "DRA: (d), docs' scheduler settings",
     "u": "DRA unpaired: count per class (anchor)",
+    "v": "DRA unpaired: (u), docs' settings",
 }
 # The DRA configurations: whether their claims pair each GPU with a NIC on its PCIe root.
-PAIRED = {"d": True, "s": True, "u": False}
+PAIRED = {"d": True, "s": True, "u": False, "v": False}
+TUNED = ("s", "v")  # kube-scheduler configured by deploy/dra/kube-scheduler-config.yaml
 TIMED_OUT = "timed out trying to allocate devices"  # the DynamicResources plugin's filterTimeout
 # The ratios the issue names (and the do-nothing extender's cost), printed together.
 RATIOS = (
@@ -152,7 +155,7 @@ RATIOS = (
     ("d", "u", "DRA ÷ unpaired DRA"),
     ("s", "a", "DRA, docs' settings ÷ alone"),
     ("s", "d", "docs' settings ÷ defaults"),
-    ("s", "u", "docs' settings ÷ unpaired"),
+    ("s", "v", "DRA ÷ unpaired, both tuned"),
     ("u", "a", "unpaired DRA ÷ alone"),
 )
 
@@ -263,11 +266,11 @@ class Round:
 
 
 def scheduler_config(env: Env, config: str) -> dict[str, object]:
-    """The round's KubeSchedulerConfiguration: in (s) deploy/dra's as shipped, its client
-    limits set as every configuration's are (--scheduler-qps), so that only its other settings
-    differ from (d)'s."""
+    """The round's KubeSchedulerConfiguration: in (s) and (v) deploy/dra's as shipped, its
+    client limits set as every configuration's are (--scheduler-qps), so that only its other
+    settings differ from (d)'s and (u)'s."""
     qps = env.args.scheduler_qps
-    if config != "s":
+    if config not in TUNED:
         return scalerig.scheduler_config(env.url(config), qps)
     shipped: dict[str, object] = yaml.safe_load(DRA_SCHEDULER_CONFIG.read_text())
     return {**shipped, "clientConnection": {"qps": qps, "burst": int(2 * qps)}}
@@ -505,7 +508,7 @@ def summary(rounds: list[Round], configs: Sequence[str]) -> None:
                 f"claims {statistics.median(r.claims_per_s for r in mine):.0f}/s"
             )
         print(
-            f"  {c} {CONFIGS[c]:<38} pods/s {rate[c]:6.1f}   creation→binding p50 "
+            f"  {c} {CONFIGS[c]:<40} pods/s {rate[c]:6.1f}   creation→binding p50 "
             f"{1000 * p50[c]:6.1f} ms  p99 {1000 * p99[c]:7.1f} ms   scheduler CPU "
             f"{sched[c]:.2f} ms/pod   refused {sum(r.refused for r in mine)}, unbound "
             f"{sum(r.unbound for r in mine)}{pairs}"
@@ -514,7 +517,7 @@ def summary(rounds: list[Round], configs: Sequence[str]) -> None:
     for top, bottom, name in RATIOS:
         if top in rate and bottom in rate:
             print(
-                f"    {name:<22} ({top})/({bottom}): pods/s {ratio(rate[top], rate[bottom])}   "
+                f"    {name:<28} ({top})/({bottom}): pods/s {ratio(rate[top], rate[bottom])}   "
                 f"p50 {ratio(p50[top], p50[bottom])}   p99 {ratio(p99[top], p99[bottom])}   "
                 f"scheduler CPU/pod {ratio(sched[top], sched[bottom])}"
             )
