@@ -272,6 +272,11 @@ def scheduler_config(env: Env, config: str) -> dict[str, object]:
     qps = env.args.scheduler_qps
     if config not in TUNED:
         return scalerig.scheduler_config(env.url(config), qps)
+    return tuned_config(qps)
+
+
+def tuned_config(qps: float) -> dict[str, object]:
+    """deploy/dra/kube-scheduler-config.yaml as shipped, its client limits set to `qps`."""
     shipped: dict[str, object] = yaml.safe_load(DRA_SCHEDULER_CONFIG.read_text())
     return {**shipped, "clientConnection": {"qps": qps, "burst": int(2 * qps)}}
 

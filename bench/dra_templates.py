@@ -34,8 +34,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the e2e control-plane code lives under tests/
 
-import yaml  # noqa: E402
-from cluster import cluster_with_kwok, usage  # noqa: E402
+from cluster import cluster_with_kwok, tuned_config, usage  # noqa: E402
 from lightkube import AsyncClient  # noqa: E402
 from lightkube.resources.core_v1 import Pod  # noqa: E402
 from lightkube.resources.resource_v1 import ResourceClaimTemplate  # noqa: E402
@@ -49,7 +48,7 @@ from tests.e2e.controlplane import (  # noqa: E402
     launch_controller_manager,
     launch_scheduler,
 )
-from tests.e2e.dra import DRA_SCHEDULER_CONFIG, ensure_device_classes  # noqa: E402
+from tests.e2e.dra import ensure_device_classes  # noqa: E402
 
 # GPUs a pod of each template takes on the fleet's nodes (every sample there has eight).
 GPUS = {
@@ -90,26 +89,25 @@ def pod_body(name: str, namespace: str, label: str, template: str) -> dict[str, 
     return body
 
 
-def scheduler_config() -> dict[str, Any]:
-    """deploy/dra's file, its client limits raised as bench/cluster.py's are."""
-    config: dict[str, Any] = yaml.safe_load(DRA_SCHEDULER_CONFIG.read_text())
-    return {**config, "clientConnection": {"qps": QPS, "burst": 2 * QPS}}
-
-
 async def one_round(
-    cluster: KubeCluster, kube: AsyncClient, label: str, spec: dict[str, Any], args: Any
+    cluster: KubeCluster,
+    kube: AsyncClient,
+    label: str,
+    template: str,
+    spec: dict[str, Any],
+    count: int,
+    args: argparse.Namespace,
 ) -> Round:
-    template, gpus = args.current, GPUS[args.current]
+    """`count` pods asking `template` (whose claims are `spec`), scheduled at once."""
     namespace = await scalerig.create_namespace(kube, f"t-{template[:40]}")
     body = template_body(template, spec, namespace)
     await kube.create(ResourceClaimTemplate.from_dict(body))  # type: ignore[arg-type]
-    count = max(1, int(args.fill * args.gpus / gpus))
     pods = [pod_body(f"p-{i:05d}", namespace, label, template) for i in range(count)]
     sent: dict[str, float] = {}
     async with fleet.Bindings(kube, namespace) as seen:
         await scalerig.create_pods(kube, pods, sent)
         await drafleet.wait_for_claims(kube, namespace, count, scalerig.BIND_WITHIN_S)
-        scheduler = launch_scheduler(cluster, scheduler_config())
+        scheduler = launch_scheduler(cluster, tuned_config(QPS))
         samples = [(time.monotonic(), usage(scheduler.popen.pid).cpu_s)]
         sampler = asyncio.create_task(sample_cpu(scheduler.popen.pid, samples))
         try:
@@ -139,20 +137,21 @@ async def sample_cpu(pid: int, into: list[tuple[float, float]], every: float = 0
         await asyncio.sleep(every)
 
 
-async def run(cluster: KubeCluster, args: argparse.Namespace) -> list[Round]:
+async def run(cluster: KubeCluster, args: argparse.Namespace) -> list[dict[str, Round]]:
+    """The rounds, each its templates' figures by name."""
     label = f"tfleet{args.nodes}"
     nodes = fleet.plan(args.nodes, args.seed, label)
-    args.gpus = sum(int(n.capacity.get(fleet.nrt.GPU, "0")) for n in nodes)
+    gpus = sum(int(n.capacity.get(fleet.nrt.GPU, "0")) for n in nodes)
     found: dict[str, dict[str, Any]] = {}
     for path in TEMPLATE_FILES:
         found |= templates(path)
     specs = claim_specs(found)
-    rounds: list[Round] = []
+    rounds: list[dict[str, Round]] = []
     async with cluster.async_client() as kube:
         await fleet.create(kube, nodes)
         await ensure_device_classes(kube)
         await drafleet.create_slices(kube, nodes)
-        print(f"== {len(nodes)} KWOK nodes, {args.gpus} GPUs; pods take {args.fill:.0%} of them")
+        print(f"== {len(nodes)} KWOK nodes, {gpus} GPUs; pods take {args.fill:.0%} of them")
         claims = launch_controller_manager(
             cluster,
             ("resourceclaim-controller",),
@@ -160,10 +159,13 @@ async def run(cluster: KubeCluster, args: argparse.Namespace) -> list[Round]:
         )
         try:
             for _ in range(args.rounds):
+                rounds.append({})
                 for template in args.templates:
-                    args.current = template
-                    r = await one_round(cluster, kube, label, specs[template], args)
-                    rounds.append(r)
+                    count = max(1, int(args.fill * gpus / GPUS[template]))
+                    r = await one_round(
+                        cluster, kube, label, template, specs[template], count, args
+                    )
+                    rounds[-1][template] = r
                     print(
                         f"  {r.template:<20} {r.bound:4d} of {r.pods:4d} pods bound   "
                         f"kube-scheduler CPU {r.cpu_ms:6.2f} ms/pod"
@@ -173,22 +175,15 @@ async def run(cluster: KubeCluster, args: argparse.Namespace) -> list[Round]:
     return rounds
 
 
-def report(rounds: list[Round], names: list[str]) -> None:
+def report(rounds: list[dict[str, Round]], names: list[str]) -> None:
     """Per template: the median CPU per pod and the median of each round's ratio to the
     one-GPU claim's."""
-    per_round = len(names)
     print("  template               CPU/pod (median)   ÷ one-GPU claim (median of rounds)")
     for name in names:
-        mine = [r for r in rounds if r.template == name]
-        ratios = [
-            r.cpu_ms / ref.cpu_ms
-            for i, r in enumerate(rounds)
-            if r.template == name
-            for ref in rounds[i - i % per_round : i - i % per_round + per_round]
-            if ref.template == ONE_GPU and ref.cpu_ms
-        ]
+        cpu = statistics.median(r[name].cpu_ms for r in rounds)
+        ratios = [r[name].cpu_ms / r[ONE_GPU].cpu_ms for r in rounds if r[ONE_GPU].cpu_ms]
         ratio = f"{statistics.median(ratios):5.2f}x" if ratios else "  n/a"
-        print(f"  {name:<20} {statistics.median(r.cpu_ms for r in mine):8.2f} ms        {ratio}")
+        print(f"  {name:<20} {cpu:8.2f} ms        {ratio}")
 
 
 def main() -> None:
